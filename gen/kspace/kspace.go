@@ -1,0 +1,456 @@
+// Package kspace is the single model of ncclgo's collective kernel space: the
+// collectives, device reduction ops, data types, algorithms and protocols,
+// which of their combinations are valid, what each needs from CUDA, which
+// functions share an implementation, which get a specialized kernel, and the
+// row order from which the host computes a function id.
+//
+// Every emitter in package gen and every runtime table derives from this
+// package; nothing else re-encodes the space. The enumeration values match
+// nccl.h and NCCL's device.h, so ids computed here agree with NCCL's.
+package kspace
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Coll is a collective as the device sees it.
+type Coll int
+
+// The collectives, in NCCL's order.
+const (
+	Broadcast Coll = iota
+	Reduce
+	AllGather
+	AllGatherV
+	ReduceScatter
+	AllReduce
+	SendRecv
+	NumColls = iota
+)
+
+var collNames = [...]string{"Broadcast", "Reduce", "AllGather", "AllGatherV", "ReduceScatter", "AllReduce", "SendRecv"}
+
+// lowerNames are the file-name stems of each collective.
+var collLower = [...]string{"broadcast", "reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_reduce", "sendrecv"}
+
+func (c Coll) String() string { return collNames[c] }
+
+// Lower is the snake_case stem used in file names ("all_reduce").
+func (c Coll) Lower() string { return collLower[c] }
+
+// HasRedOp reports whether the collective reduces, and so carries a
+// reduction op and a data type in its function.
+func (c Coll) HasRedOp() bool { return c == Reduce || c == ReduceScatter || c == AllReduce }
+
+// RedOp is a device reduction op (NCCL's ncclDevRedOp_t).
+type RedOp int
+
+// The device reduction ops, in NCCL's order.
+const (
+	Sum RedOp = iota
+	Prod
+	MinMax
+	PreMulSum
+	SumPostDiv
+	NumRedOps = iota
+)
+
+var redOpNames = [...]string{"Sum", "Prod", "MinMax", "PreMulSum", "SumPostDiv"}
+
+func (o RedOp) String() string { return redOpNames[o] }
+
+// Type is a data type, with nccl.h's ncclDataType_t values.
+type Type int
+
+// The data types, with nccl.h's values.
+const (
+	I8 Type = iota
+	U8
+	I32
+	U32
+	I64
+	U64
+	F16
+	F32
+	F64
+	BF16
+	F8E4M3
+	F8E5M2
+	NumTypes = iota
+)
+
+var typeNames = [...]string{"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "f8e4m3", "f8e5m2"}
+var typeSizes = [...]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
+
+func (t Type) String() string { return typeNames[t] }
+
+// Size is the size of one element in bytes.
+func (t Type) Size() int { return typeSizes[t] }
+
+// IsInteger reports whether t is a signed or unsigned integer type.
+func (t Type) IsInteger() bool { return t <= U64 }
+
+// IsSigned reports whether t is a signed integer type.
+func (t Type) IsSigned() bool { return t == I8 || t == I32 || t == I64 }
+
+// Unsigned maps a signed integer type to its unsigned twin; other types map
+// to themselves.
+func (t Type) Unsigned() Type {
+	if t.IsSigned() {
+		return t + 1
+	}
+	return t
+}
+
+// Algo is a collective algorithm (NCCL_ALGO_*).
+type Algo int
+
+// The algorithms, in NCCL's order.
+const (
+	Tree Algo = iota
+	Ring
+	CollNetDirect
+	CollNetChain
+	NVLS
+	NVLSTree
+	PAT
+	NumAlgos = iota
+)
+
+var algoNames = [...]string{"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"}
+
+func (a Algo) String() string { return algoNames[a] }
+
+// IsNVLS reports whether the algorithm uses NVLink SHARP (multicast).
+func (a Algo) IsNVLS() bool { return a == NVLS || a == NVLSTree }
+
+// Proto is a protocol (NCCL_PROTO_*).
+type Proto int
+
+// The protocols, in NCCL's order.
+const (
+	LL Proto = iota
+	LL128
+	Simple
+	NumProtos = iota
+)
+
+var protoNames = [...]string{"LL", "LL128", "SIMPLE"}
+
+func (p Proto) String() string { return protoNames[p] }
+
+// AlgosOf lists, per collective, the algorithms it has device functions for,
+// in row order.
+var AlgosOf = [NumColls][]Algo{
+	Broadcast:     {Ring},
+	Reduce:        {Ring},
+	AllGather:     {Ring, CollNetDirect, NVLS, PAT},
+	AllGatherV:    {Ring},
+	ReduceScatter: {Ring, CollNetDirect, NVLS, PAT},
+	AllReduce:     {Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree},
+	SendRecv:      nil,
+}
+
+// Implemented reports whether ncclgo's device library implements the
+// algorithm. Functions of other algorithms are enumerated and compiled to
+// stubs that report "unsupported"; the runtime never selects them.
+func Implemented(c Coll, a Algo) bool {
+	switch {
+	case c == SendRecv:
+		return true
+	case a == Ring:
+		return true
+	case a == Tree:
+		return c == AllReduce
+	}
+	return false
+}
+
+// Func is one device function: a point of the kernel space. Fields that do
+// not apply to its collective hold -1 (see NoRedOp and friends). Nop is the
+// function that filtered-out rows map to; Generic names the kernel that
+// dispatches through the device function table.
+type Func struct {
+	Coll  Coll
+	RedOp RedOp
+	Type  Type
+	Algo  Algo
+	Proto Proto
+	// Kind tells the special functions apart from ordinary ones.
+	Kind Kind
+}
+
+// Kind distinguishes ordinary functions from the no-op function and the
+// generic kernel.
+type Kind int
+
+// The kinds of Func.
+const (
+	Ordinary Kind = iota
+	Nop           // a row that the build's filter left out
+	Generic       // the kernel that runs any function through the table
+)
+
+// Unset marks a field of Func that does not apply.
+const Unset = -1
+
+// NopFunc is the function that filtered-out rows map to.
+var NopFunc = Func{Coll: Unset, RedOp: Unset, Type: Unset, Algo: Unset, Proto: Unset, Kind: Nop}
+
+// GenericKernel is the kernel that runs any function through the table.
+var GenericKernel = Func{Coll: Unset, RedOp: Unset, Type: Unset, Algo: Unset, Proto: Unset, Kind: Generic}
+
+// SendRecvFunc is the single point-to-point function.
+var SendRecvFunc = Func{Coll: SendRecv, RedOp: Unset, Type: Unset, Algo: Unset, Proto: Unset}
+
+// Fields returns the function's words in "Coll RedOp Type Algo Proto" order,
+// leaving out the fields that do not apply. This is the string the filter
+// matches.
+func (f Func) Fields() []string {
+	switch f.Kind {
+	case Nop:
+		return []string{"Nop"}
+	case Generic:
+		return []string{"Generic"}
+	}
+	w := []string{f.Coll.String()}
+	if f.RedOp != Unset {
+		w = append(w, f.RedOp.String())
+	}
+	if f.Type != Unset {
+		w = append(w, f.Type.String())
+	}
+	if f.Algo != Unset {
+		w = append(w, f.Algo.String())
+	}
+	if f.Proto != Unset {
+		w = append(w, f.Proto.String())
+	}
+	return w
+}
+
+// String is the function's words joined by spaces ("AllReduce Sum f32 RING LL").
+func (f Func) String() string { return strings.Join(f.Fields(), " ") }
+
+// Symbol is the function's C identifier stem ("AllReduce_Sum_f32_RING_LL").
+func (f Func) Symbol() string { return strings.Join(f.Fields(), "_") }
+
+// key orders functions as NCCL's generator sorts them: by their words,
+// with absent fields sorting first.
+func (f Func) key() [5]string {
+	var k [5]string
+	switch f.Kind {
+	case Nop:
+		k[0] = "Nop"
+		return k
+	case Generic:
+		k[0] = "Generic"
+		return k
+	}
+	k[0] = f.Coll.String()
+	if f.RedOp != Unset {
+		k[1] = f.RedOp.String()
+	}
+	if f.Type != Unset {
+		k[2] = f.Type.String()
+	}
+	if f.Algo != Unset {
+		k[3] = f.Algo.String()
+	}
+	if f.Proto != Unset {
+		k[4] = f.Proto.String()
+	}
+	return k
+}
+
+// Less orders functions by their words, as the device function table does.
+func (f Func) Less(g Func) bool {
+	a, b := f.key(), g.key()
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+// Req is what a function needs to be compiled: a minimum CUDA runtime
+// version (CUDART_VERSION) and a minimum SM arch (__CUDA_ARCH__, 900 for
+// sm_90). The zero Req runs everywhere.
+type Req struct {
+	CUDART int
+	Arch   int
+}
+
+// IsZero reports whether r places no requirement.
+func (r Req) IsZero() bool { return r == Req{} }
+
+func (r Req) String() string {
+	if r.IsZero() {
+		return "none"
+	}
+	var parts []string
+	if r.CUDART != 0 {
+		parts = append(parts, fmt.Sprintf("CUDA >= %d.%d", r.CUDART/1000, r.CUDART%1000/10))
+	}
+	if r.Arch != 0 {
+		parts = append(parts, fmt.Sprintf("sm_%d+", r.Arch/10))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// nvlsSupports mirrors the type/op limits of NVLink SHARP reductions.
+func nvlsSupports(op RedOp, t Type) bool {
+	switch t {
+	case I32, U32, I64, U64, F16, BF16:
+		return op == Sum || op == MinMax
+	case F32, F64:
+		return op == Sum
+	}
+	return false
+}
+
+// Requirements returns what f needs, or ok=false with the reason it is never
+// valid.
+func Requirements(f Func) (r Req, why string, ok bool) {
+	if f.Kind != Ordinary || f.Coll == SendRecv {
+		return Req{}, "", true
+	}
+	if f.Proto != Simple && f.Algo != Ring && f.Algo != Tree {
+		return Req{}, fmt.Sprintf("protocol %s runs only with RING and TREE, not %s", f.Proto, f.Algo), false
+	}
+	if f.Coll.HasRedOp() {
+		if f.RedOp == SumPostDiv && !f.Type.IsInteger() {
+			return Req{}, fmt.Sprintf("SumPostDiv is only for integer types, not %s", f.Type), false
+		}
+		switch f.Type {
+		case BF16:
+			r.CUDART = max(r.CUDART, 11000)
+		case F8E4M3, F8E5M2:
+			r.CUDART = max(r.CUDART, 11080)
+			r.Arch = max(r.Arch, 900)
+		}
+	}
+	if f.Algo.IsNVLS() {
+		if f.Coll.HasRedOp() && !nvlsSupports(f.RedOp, f.Type) {
+			return Req{}, fmt.Sprintf("%s does not support %s on %s", f.Algo, f.RedOp, f.Type), false
+		}
+		r.CUDART = max(r.CUDART, 12010)
+		r.Arch = max(r.Arch, 900)
+	}
+	return r, "", true
+}
+
+// Primary maps f to the representative of its equivalence class: signed
+// integer Sum, Prod, PreMulSum and SumPostDiv share the unsigned
+// implementation, and so does signed MinMax except with NVLS.
+func Primary(f Func) Func {
+	if f.Kind != Ordinary || !f.Coll.HasRedOp() || !f.Type.IsSigned() {
+		return f
+	}
+	switch f.RedOp {
+	case Sum, Prod, PreMulSum, SumPostDiv:
+		f.Type = f.Type.Unsigned()
+	case MinMax:
+		if !f.Algo.IsNVLS() {
+			f.Type = f.Type.Unsigned()
+		}
+	}
+	return f
+}
+
+// preferredKernel is the kernel that would run f without a table call, before
+// filtering: one per type for reductions (Sum, LL, TREE or RING), one per
+// byte-moving collective, one for SendRecv.
+func preferredKernel(f Func) Func {
+	switch {
+	case f.Kind == Nop || f.Kind == Generic:
+		return GenericKernel
+	case f.Coll == SendRecv:
+		return SendRecvFunc
+	case !f.Coll.HasRedOp():
+		return Func{Coll: f.Coll, RedOp: Unset, Type: Unset, Algo: Ring, Proto: LL}
+	}
+	algo := Ring
+	if f.Algo == Tree {
+		algo = Tree
+	}
+	return Primary(Func{Coll: f.Coll, RedOp: Sum, Type: f.Type, Algo: algo, Proto: LL})
+}
+
+// Rows enumerates the function rows in the order from which the host
+// computes a function id (see RowOf).
+func Rows() []Func {
+	rows := []Func{SendRecvFunc}
+	for _, c := range []Coll{AllGather, Broadcast, AllGatherV} {
+		for _, a := range AlgosOf[c] {
+			for p := Proto(0); p < NumProtos; p++ {
+				rows = append(rows, Func{Coll: c, RedOp: Unset, Type: Unset, Algo: a, Proto: p})
+			}
+		}
+	}
+	for _, c := range []Coll{AllReduce, Reduce, ReduceScatter} {
+		for op := RedOp(0); op < NumRedOps; op++ {
+			for t := Type(0); t < NumTypes; t++ {
+				for _, a := range AlgosOf[c] {
+					for p := Proto(0); p < NumProtos; p++ {
+						rows = append(rows, Func{Coll: c, RedOp: op, Type: t, Algo: a, Proto: p})
+					}
+				}
+			}
+		}
+	}
+	return rows
+}
+
+// RowBases gives, per collective, the row of its first function; with
+// AlgoIndex it lets the host compute a row arithmetically (see RowOf).
+func RowBases() [NumColls]int {
+	var base [NumColls]int
+	row := 1 // row 0 is SendRecv
+	for _, c := range []Coll{AllGather, Broadcast, AllGatherV} {
+		base[c] = row
+		row += len(AlgosOf[c]) * int(NumProtos)
+	}
+	for _, c := range []Coll{AllReduce, Reduce, ReduceScatter} {
+		base[c] = row
+		row += int(NumRedOps) * int(NumTypes) * len(AlgosOf[c]) * int(NumProtos)
+	}
+	base[SendRecv] = 0
+	return base
+}
+
+// AlgoIndex returns a's position in AlgosOf[c], or -1.
+func AlgoIndex(c Coll, a Algo) int {
+	for i, x := range AlgosOf[c] {
+		if x == a {
+			return i
+		}
+	}
+	return -1
+}
+
+// RowOf computes f's row by arithmetic, the way the host does at run time;
+// ok is false for a combination that has no row.
+func RowOf(f Func) (row int, ok bool) {
+	if f.Kind != Ordinary {
+		return 0, false
+	}
+	if f.Coll == SendRecv {
+		return 0, true
+	}
+	ai := AlgoIndex(f.Coll, f.Algo)
+	if ai < 0 || f.Proto < 0 || f.Proto >= NumProtos {
+		return 0, false
+	}
+	base := RowBases()[f.Coll]
+	nA := len(AlgosOf[f.Coll])
+	if !f.Coll.HasRedOp() {
+		return base + ai*int(NumProtos) + int(f.Proto), true
+	}
+	if f.RedOp < 0 || f.RedOp >= NumRedOps || f.Type < 0 || f.Type >= NumTypes {
+		return 0, false
+	}
+	return base + ((int(f.RedOp)*int(NumTypes)+int(f.Type))*nA+ai)*int(NumProtos) + int(f.Proto), true
+}

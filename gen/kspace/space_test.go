@@ -1,0 +1,47 @@
+package kspace
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNCCLParity(t *testing.T) {
+	s, err := NewSpace(Filter{})
+	require.NoError(t, err)
+	assert.Equal(t, Summary{Rows: 1999, Valid: 919, Functions: 673, Kernels: 40}, s.Summary())
+}
+
+// The DESIGN.md filter examples and their (functions, kernels).
+func TestFilterExamples(t *testing.T) {
+	cases := []struct {
+		pattern  string
+		fns, krn int
+	}{
+		{"SendRecv", 2, 2},
+		{"AllGather * *|Broadcast * *|SendRecv", 11, 4},
+		{"AllReduce Sum f32 * *", 11, 3},
+		{"AllReduce MinMax i32 NVLS *", 2, 1},
+		{"AllReduce Sum f32 RING LL128", 2, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.pattern, func(t *testing.T) {
+			s, err := NewSpace(MustParseFilter(c.pattern))
+			require.NoError(t, err)
+			sum := s.Summary()
+			assert.Equal(t, 1999, sum.Rows)
+			assert.Equal(t, 919, sum.Valid)
+			assert.Equal(t, c.fns, sum.Functions)
+			assert.Equal(t, c.krn, sum.Kernels)
+		})
+	}
+}
+
+func TestRowOfMatchesEnumeration(t *testing.T) {
+	for i, fn := range Rows() {
+		row, ok := RowOf(fn)
+		require.True(t, ok, fn.String())
+		require.Equal(t, i, row, fn.String())
+	}
+}
