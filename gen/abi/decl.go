@@ -1,0 +1,154 @@
+package abi
+
+// Consts are the integer constants both sides share. Algorithm, protocol,
+// collective and type numbers come from package kspace and are emitted
+// beside these.
+var Consts = []Const{
+	{"NG_MAX_CHANNELS", 64, "most channels (thread blocks) one kernel serves"},
+	{"NG_STEPS", 8, "slots of every connection FIFO; the credit window between sender and receiver"},
+	{"NG_MAX_TREE_ARITY", 3, "most children of a node in a tree"},
+	{"NG_MAX_NTHREADS", 640, "most threads of one block"},
+	{"NG_WORK_INLINE_MAX", 61, "work descriptors that fit in the kernel arguments"},
+	{"NG_WORK_REDOP_ARG_PTR", 1, "ngDevWork.flags: redOpArg is a device pointer to the scalar, not its bits"},
+	{"NG_CONN_DIRECT", 1, "ngConnInfo.flags: the peer's user buffers are load/store accessible (same process, same or peer GPU)"},
+	{"NG_CONN_SAME_GPU", 2, "ngConnInfo.flags: the peer runs on this very GPU"},
+	{"NG_DEV_ERR_UNSUPPORTED", 1, "ngDevComm.errorFlag: a kernel ran a function that has no device implementation"},
+	{"NG_DEV_ERR_ABORTED", 2, "ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set"},
+	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry)"},
+}
+
+// ConnInfo is one direction of a connection between two ranks on one
+// channel, as a kernel sees it. The receiver owns the FIFOs; the sender
+// writes into them.
+var ConnInfo = &Struct{
+	Name: "ngConnInfo",
+	Doc:  "one direction of a connection on one channel, as the device sees it",
+	Fields: []Field{
+		{Name: "buffs", Scalar: U64, Count: 3, Doc: "per protocol (LL, LL128, SIMPLE): the receiver's FIFO, NG_STEPS slots of buffSizes[p]/NG_STEPS bytes"},
+		{Name: "head", Scalar: U64, Doc: "uint64_t*: steps the receiver has consumed (the sender waits on it for credit)"},
+		{Name: "tail", Scalar: U64, Doc: "uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)"},
+		{Name: "step", Scalar: U64, Doc: "uint64_t*: this side's step counter, kept in device memory between kernels"},
+		{Name: "ptrExchange", Scalar: U64, Doc: "uint64_t[2]*: slots through which the two sides exchange user-buffer pointers in direct mode"},
+		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of the FIFO"},
+		{Name: "flags", Scalar: U32, Doc: "NG_CONN_* bits"},
+	},
+	Size: 72,
+}
+
+// DevPeer holds both directions of the connection with one peer.
+var DevPeer = &Struct{
+	Name: "ngDevPeer",
+	Doc:  "both directions of the connection with one peer on one channel",
+	Fields: []Field{
+		{Name: "send", Struct: ConnInfo, Doc: "to the peer"},
+		{Name: "recv", Struct: ConnInfo, Doc: "from the peer"},
+	},
+	Size: 144,
+}
+
+// DevRing is a channel's ring.
+var DevRing = &Struct{
+	Name: "ngDevRing",
+	Doc:  "a channel's ring",
+	Fields: []Field{
+		{Name: "prev", Scalar: I32, Doc: "rank we receive from"},
+		{Name: "next", Scalar: I32, Doc: "rank we send to"},
+		{Name: "index", Scalar: I32, Doc: "our position in the ring (0 for the ring's first rank)"},
+		{Name: "pad", Scalar: I32},
+		{Name: "userRanks", Scalar: U64, Doc: "int32_t*: userRanks[i] is the rank i steps downstream of us (userRanks[0] is us)"},
+	},
+	Size: 24,
+}
+
+// DevTree is a channel's tree.
+var DevTree = &Struct{
+	Name: "ngDevTree",
+	Doc:  "a channel's tree (one of NCCL's double binary trees)",
+	Fields: []Field{
+		{Name: "up", Scalar: I32, Doc: "parent rank, -1 at the root"},
+		{Name: "down", Scalar: I32, Count: 3, Doc: "child ranks, -1 where absent"},
+		{Name: "depth", Scalar: I32, Doc: "depth of the tree"},
+		{Name: "pad", Scalar: I32},
+	},
+	Size: 24,
+}
+
+// DevChannel is one channel as a kernel sees it.
+var DevChannel = &Struct{
+	Name: "ngDevChannel",
+	Doc:  "one channel: its ring, its tree and its connections",
+	Fields: []Field{
+		{Name: "ring", Struct: DevRing},
+		{Name: "tree", Struct: DevTree},
+		{Name: "peers", Scalar: U64, Doc: "ngDevPeer*: one entry per rank (ring, tree and point-to-point share them)"},
+		{Name: "id", Scalar: U32},
+		{Name: "pad", Scalar: U32},
+	},
+	Size: 64,
+}
+
+// DevComm is the device side of a communicator.
+var DevComm = &Struct{
+	Name: "ngDevComm",
+	Doc:  "the device side of a communicator (one rank)",
+	Fields: []Field{
+		{Name: "rank", Scalar: I32},
+		{Name: "nRanks", Scalar: I32},
+		{Name: "nChannels", Scalar: I32},
+		{Name: "pad", Scalar: I32},
+		{Name: "abortFlag", Scalar: U64, Doc: "volatile uint32_t* in host-mapped memory: non-zero asks every waiting thread to stop"},
+		{Name: "errorFlag", Scalar: U64, Doc: "uint32_t* in host-mapped memory: the device stores an NG_DEV_ERR_* code here (first error wins)"},
+		{Name: "channels", Scalar: U64, Doc: "ngDevChannel*: nChannels entries"},
+		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of each FIFO"},
+		{Name: "pad2", Scalar: U32},
+	},
+	Size: 56,
+}
+
+// DevWork describes one operation on one channel.
+var DevWork = &Struct{
+	Name: "ngDevWork",
+	Doc: "one operation's share on one channel. Collectives: count is the elements of one rank's " +
+		"chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements " +
+		"[chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) " +
+		"count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into " +
+		"and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, " +
+		"count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none).",
+	Fields: []Field{
+		{Name: "sendbuff", Scalar: U64},
+		{Name: "recvbuff", Scalar: U64},
+		{Name: "count", Scalar: U64},
+		{Name: "chanOffset", Scalar: U64},
+		{Name: "chanCount", Scalar: U64},
+		{Name: "redOpArg", Scalar: U64, Doc: "PreMulSum scalar bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv divisor; MinMax: 1 for min, 0 for max; AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes"},
+		{Name: "funcId", Scalar: U16, Doc: "index in the device function table"},
+		{Name: "flags", Scalar: U8, Doc: "NG_WORK_* bits"},
+		{Name: "nWarps", Scalar: U8, Doc: "warps to use, 0 for all"},
+		{Name: "root", Scalar: I32},
+		{Name: "sendPeer", Scalar: I32},
+		{Name: "recvPeer", Scalar: I32},
+	},
+	Size: 64,
+}
+
+// KernelArgs is what every kernel receives by value.
+var KernelArgs = &Struct{
+	Name: "ngKernelArgs",
+	Doc: "every kernel's argument, passed by value. Block b serves the channel of the b-th set bit of " +
+		"channelMask; channel c runs works [chanWorkStart[c], chanWorkStart[c+1]) in order, read from " +
+		"workBuf when it is not 0 and from works otherwise.",
+	Fields: []Field{
+		{Name: "comm", Scalar: U64, Doc: "ngDevComm*"},
+		{Name: "channelMask", Scalar: U64},
+		{Name: "workBuf", Scalar: U64, Doc: "ngDevWork* in device-visible memory, or 0 when the works are inline"},
+		{Name: "nWork", Scalar: U32},
+		{Name: "pad", Scalar: U32},
+		{Name: "chanWorkStart", Scalar: U16, Count: 65},
+		{Name: "pad2", Scalar: U16, Count: 15},
+		{Name: "works", Struct: DevWork, Count: 61},
+	},
+	Size: 4096,
+}
+
+// Structs lists every declared struct in dependency order.
+var Structs = []*Struct{ConnInfo, DevPeer, DevRing, DevTree, DevChannel, DevComm, DevWork, KernelArgs}
