@@ -1,0 +1,82 @@
+# ncclgo — see README.md. `make` is the main job, `make test` the CI suite.
+
+GO        ?= go
+ARCH      ?=
+ONLY      ?=
+JOBS      ?=
+FATBIN    ?= build/ncclgo.fatbin
+BUNDLE    ?= bundle
+# Where the GPU suite finds nvcc on the device machine.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
+
+.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test clean
+
+## all: generate the kernel space and, where nvcc exists, build the fatbin.
+all: generate kernels
+
+## generate: regenerate generated/ (what `go generate ./...` does).
+generate:
+	$(GO) generate ./...
+
+## kernels: compile generated/ into $(FATBIN) with nvcc (skips with a message without nvcc).
+kernels:
+	@if [ -z "$(NVCC)" ] && [ -z "$$CUDA_HOME" ]; then \
+		echo "ncclgo: nvcc not found: generated/ is up to date, but no fatbin was built."; \
+		echo "        Install the CUDA toolkit, or set CUDA_HOME or NVCC, then run 'make kernels'."; \
+	else \
+		$(GO) run ./cmd/ncclgen build $(BUILD_FLAGS) $(if $(NVCC),--nvcc $(NVCC)); \
+	fi
+
+## test: what CI runs: vet, every test, and a check that generated/ matches its generator.
+test: vet unit check-generated
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 ./...
+
+check-generated:
+	$(GO) generate ./...
+	@if [ -n "$$(git status --porcelain -- generated)" ]; then \
+		echo "generated/ differs from 'go generate ./...' output in:"; \
+		git status --porcelain -- generated; \
+		git diff --stat -- generated; \
+		echo "Regenerate with 'go generate ./...' and commit (never edit generated/ by hand)."; \
+		exit 1; \
+	fi
+	@echo "generated/ is up to date"
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzParseFilter -fuzztime 30s ./gen/kspace/
+
+bench:
+	$(GO) test -run XXX -bench . ./gen/
+
+## bundle: what the GPU machine (no Go there) needs: test binaries and tools,
+## built here; sources (generated/, devicesrc/) travel with the tree.
+bundle:
+	rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)/bin $(BUNDLE)/tests
+	CGO_ENABLED=1 $(GO) build -o $(BUNDLE)/bin/ncclgen ./cmd/ncclgen
+	@if [ -d cmd/ncclperf ] && ls cmd/ncclperf/*.go >/dev/null 2>&1; then CGO_ENABLED=1 $(GO) build -o $(BUNDLE)/bin/ncclperf ./cmd/ncclperf; fi
+	@for p in $$($(GO) list ./runtime/... ./tests/... 2>/dev/null); do \
+		name=$$(echo $$p | sed 's|github.com/ncclgo/ncclgo/||; s|/|_|g'); \
+		if $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}yes{{end}}' $$p | grep -q yes; then \
+			CGO_ENABLED=1 $(GO) test -c -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
+		fi; \
+	done
+	@ls -la $(BUNDLE)/bin $(BUNDLE)/tests
+
+## gpu-test: on the GPU machine, from the bundle: build the fatbin, then run every GPU test.
+gpu-test:
+	$(BUNDLE)/bin/ncclgen build --arch $(or $(ARCH),sm_90) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN) $(if $(NVCC),--nvcc $(NVCC))
+	@fail=0; for t in $(BUNDLE)/tests/*.test; do \
+		echo "== $$t"; \
+		dir=$$(basename $$t .test | sed 's|_|/|g'); \
+		( cd $$dir 2>/dev/null || true; NCCLGO_FATBIN=$(CURDIR)/$(FATBIN) NCCL_NVLS_ENABLE=0 $(CURDIR)/$$t -test.v -test.count=1 $(TESTFLAGS) ) || fail=1; \
+	done; exit $$fail
+
+clean:
+	rm -rf build $(BUNDLE)
