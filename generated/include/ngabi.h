@@ -42,11 +42,13 @@ struct ngConnInfo {
   uint32_t buffSizes[3]; // per protocol: bytes of the FIFO
   uint32_t flags; // NG_CONN_* bits
 };
+
 // both directions of the connection with one peer on one channel
 struct ngDevPeer {
   struct ngConnInfo send; // to the peer
   struct ngConnInfo recv; // from the peer
 };
+
 // a channel's ring
 struct ngDevRing {
   int32_t prev; // rank we receive from
@@ -55,6 +57,7 @@ struct ngDevRing {
   int32_t pad;
   uint64_t userRanks; // int32_t*: userRanks[i] is the rank i steps downstream of us (userRanks[0] is us)
 };
+
 // a channel's tree (one of NCCL's double binary trees)
 struct ngDevTree {
   int32_t up; // parent rank, -1 at the root
@@ -62,6 +65,7 @@ struct ngDevTree {
   int32_t depth; // depth of the tree
   int32_t pad;
 };
+
 // one channel: its ring, its tree and its connections
 struct ngDevChannel {
   struct ngDevRing ring;
@@ -70,6 +74,7 @@ struct ngDevChannel {
   uint32_t id;
   uint32_t pad;
 };
+
 // the device side of a communicator (one rank)
 struct ngDevComm {
   int32_t rank;
@@ -82,6 +87,7 @@ struct ngDevComm {
   uint32_t buffSizes[3]; // per protocol: bytes of each FIFO
   uint32_t pad2;
 };
+
 // one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none).
 struct ngDevWork {
   uint64_t sendbuff;
@@ -97,6 +103,7 @@ struct ngDevWork {
   int32_t sendPeer;
   int32_t recvPeer;
 };
+
 // every kernel's argument, passed by value. Block b serves the channel of the b-th set bit of channelMask; channel c runs works [chanWorkStart[c], chanWorkStart[c+1]) in order, read from workBuf when it is not 0 and from works otherwise.
 struct ngKernelArgs {
   uint64_t comm; // ngDevComm*
@@ -108,6 +115,7 @@ struct ngKernelArgs {
   uint16_t pad2[15];
   struct ngDevWork works[61];
 };
+
 
 #if defined(__cplusplus)
 
