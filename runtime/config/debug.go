@@ -1,0 +1,212 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// DebugLevel is NCCL_DEBUG: how much the runtime logs. The values are NCCL's
+// (ncclDebugLogLevel).
+type DebugLevel int
+
+// The levels of NCCL_DEBUG, in NCCL's order.
+const (
+	DebugNone    DebugLevel = iota // unset: nothing is logged
+	DebugVersion                   // the version line only
+	DebugWarn                      // warnings
+	DebugInfo                      // warnings and information
+	DebugAbort                     // as INFO; the runtime also aborts on a warning
+	DebugTrace                     // everything, including per-call traces
+)
+
+var debugLevelNames = [...]string{"NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"}
+
+func (l DebugLevel) String() string {
+	if l < 0 || int(l) >= len(debugLevelNames) {
+		return "DebugLevel(" + strconv.Itoa(int(l)) + ")"
+	}
+	return debugLevelNames[l]
+}
+
+// ParseDebugLevel parses an NCCL_DEBUG value, case-insensitively: VERSION,
+// WARN, INFO, ABORT or TRACE (and NONE, or the empty string, for none).
+func ParseDebugLevel(s string) (DebugLevel, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return DebugNone, nil
+	}
+	for i, n := range debugLevelNames {
+		if strings.EqualFold(s, n) {
+			return DebugLevel(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown debug level %q", s)
+}
+
+// LevelVersion is the slog level of the version line, which NCCL prints at
+// every NCCL_DEBUG level but NONE.
+const LevelVersion = slog.LevelError + 4
+
+// SlogLevel is the least slog level that the debug level lets through:
+// VERSION -> LevelVersion, WARN -> Warn, INFO and ABORT -> Info, TRACE ->
+// Debug. NONE returns a level above every record's.
+func (l DebugLevel) SlogLevel() slog.Level {
+	switch l {
+	case DebugVersion:
+		return LevelVersion
+	case DebugWarn:
+		return slog.LevelWarn
+	case DebugInfo, DebugAbort:
+		return slog.LevelInfo
+	case DebugTrace:
+		return slog.LevelDebug
+	}
+	return LevelVersion + 1
+}
+
+// Subsys is a set of NCCL_DEBUG_SUBSYS subsystems, with NCCL's bit values.
+type Subsys uint64
+
+// The subsystems of NCCL_DEBUG_SUBSYS.
+const (
+	SubsysInit Subsys = 1 << iota
+	SubsysColl
+	SubsysP2P
+	SubsysSHM
+	SubsysNet
+	SubsysGraph
+	SubsysTuning
+	SubsysEnv
+	SubsysAlloc
+	SubsysCall
+	SubsysProxy
+	SubsysNVLS
+	SubsysBootstrap
+	SubsysReg
+	SubsysProfile
+	SubsysRAS
+	// SubsysAll is every subsystem (NCCL's ALL).
+	SubsysAll Subsys = ^Subsys(0)
+	// DefaultSubsys is NCCL's default mask: INIT, BOOTSTRAP and ENV.
+	DefaultSubsys = SubsysInit | SubsysBootstrap | SubsysEnv
+)
+
+var subsysNames = [...]string{"INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS"}
+
+// String lists the subsystems joined by '|' ("INIT|ENV"), "ALL" for all.
+func (s Subsys) String() string {
+	if s == SubsysAll {
+		return "ALL"
+	}
+	var parts []string
+	for i, n := range subsysNames {
+		if s&(1<<i) != 0 {
+			parts = append(parts, n)
+		}
+	}
+	if rest := s &^ (1<<len(subsysNames) - 1); rest != 0 {
+		parts = append(parts, "0x"+strconv.FormatUint(uint64(rest), 16))
+	}
+	if len(parts) == 0 {
+		return "NONE"
+	}
+	return strings.Join(parts, "|")
+}
+
+// ParseSubsys parses an NCCL_DEBUG_SUBSYS value: a comma-separated,
+// case-insensitive list of subsystem names (INIT, COLL, P2P, SHM, NET, GRAPH,
+// TUNING, ENV, ALLOC, CALL, PROXY, NVLS, BOOTSTRAP, REG, PROFILE, RAS, ALL).
+// A leading '^' inverts it: every subsystem but those listed. Unlike NCCL,
+// which ignores names it does not know, an unknown name is an error.
+func ParseSubsys(v string) (Subsys, error) {
+	v = strings.TrimSpace(v)
+	invert := strings.HasPrefix(v, "^")
+	var mask Subsys
+	if invert {
+		v, mask = v[1:], SubsysAll
+	}
+	for tok := range strings.SplitSeq(v, ",") {
+		tok = strings.TrimSpace(tok)
+		if tok == "" {
+			continue
+		}
+		b, ok := lookupSubsys(tok)
+		if !ok {
+			return 0, fmt.Errorf("unknown subsystem %q", tok)
+		}
+		if invert {
+			mask &^= b
+		} else {
+			mask |= b
+		}
+	}
+	return mask, nil
+}
+
+func lookupSubsys(name string) (Subsys, bool) {
+	if strings.EqualFold(name, "ALL") {
+		return SubsysAll, true
+	}
+	for i, n := range subsysNames {
+		if strings.EqualFold(name, n) {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+var subsysWant = strings.Join(subsysNames[:], ", ") + ", ALL, comma-separated, optionally after '^'"
+
+// ExpandDebugFile expands NCCL_DEBUG_FILE's patterns as NCCL does: %h is the
+// host name, %p the process id, %% a percent sign; any other %x is kept.
+func ExpandDebugFile(pattern, host string, pid int) string {
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		if c != '%' || i+1 == len(pattern) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch pattern[i] {
+		case '%':
+			b.WriteByte('%')
+		case 'h':
+			b.WriteString(host)
+		case 'p':
+			b.WriteString(strconv.Itoa(pid))
+		default:
+			b.WriteByte('%')
+			b.WriteByte(pattern[i])
+		}
+	}
+	return b.String()
+}
+
+// OpenDebugFile opens where the log goes: NCCL_DEBUG_FILE, expanded and
+// created (truncated), when it is set and NCCL_DEBUG is above VERSION (as
+// NCCL does); standard output otherwise, behind a Close that does nothing.
+// The caller closes what it gets.
+func (c Config) OpenDebugFile() (io.WriteCloser, error) {
+	if c.DebugFile == "" || c.Debug <= DebugVersion {
+		return nopCloser{os.Stdout}, nil
+	}
+	host, _ := os.Hostname()
+	if i := strings.IndexByte(host, '.'); i > 0 {
+		host = host[:i] // NCCL cuts the host name at the first '.'
+	}
+	path := ExpandDebugFile(c.DebugFile, host, os.Getpid())
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: NCCL_DEBUG_FILE=%q: %w", c.DebugFile, err)
+	}
+	return f, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

@@ -1,0 +1,215 @@
+package tune
+
+import (
+	"math"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+)
+
+// The cost model follows NCCL's src/graph/tuning.cc (2.19 and later): a
+// call's time is latency + bytes / algorithm bandwidth, where
+//
+//   - latency is a base latency per (algorithm, protocol) plus one hop
+//     latency per step: a ring takes 2(n-1) steps for AllReduce, n-1 for
+//     AllGather and ReduceScatter, n for Broadcast and Reduce; a tree
+//     climbs and descends its depth (a chain of the ranks inside a node,
+//     a binary tree of depth log2(nodes) across nodes);
+//   - bandwidth is channels × per-channel bandwidth, scaled by how much of
+//     the link a protocol's lines carry as data (LL: 8 data bytes of 16, and
+//     NCCL's measured model keeps 1/3 to 1/4 of the link; LL128: 120 of 128
+//     bytes, ≈0.92; SIMPLE: all of it), capped per channel at NCCL's
+//     measured Hopper limits, and converted to algorithm bandwidth (a ring
+//     moves n/nsteps of the data per step; a tree halves it).
+//
+// Only RING and TREE have a model: they are the algorithms the device
+// library implements (kspace.Implemented). Times are in microseconds and
+// bandwidths in GB/s (= bytes per ns, so bytes / (1000 × GB/s) is µs).
+
+// Hardware classes of NCCL's latency table.
+const (
+	hwNVLink = iota
+	hwPCI
+	hwNet
+)
+
+// baseLat is NCCL's base latency (µs) per algorithm (TREE, RING) and protocol.
+var baseLat = [2][kspace.NumProtos]float64{
+	kspace.Tree: {6.8, 14.0, 8.4},
+	kspace.Ring: {6.6, 14.0, 8.4},
+}
+
+// hwLat is NCCL's latency per hop (µs) per hardware class, algorithm and
+// protocol.
+var hwLat = [3][2][kspace.NumProtos]float64{
+	hwNVLink: {kspace.Tree: {0.6, 1.25, 4.0}, kspace.Ring: {0.6, 1.9, 3.4}},
+	hwPCI:    {kspace.Tree: {1.0, 1.9, 4.0}, kspace.Ring: {1.0, 2.5, 5.7}},
+	hwNet:    {kspace.Tree: {5.0, 8.5, 14.0}, kspace.Ring: {2.7, 4.0, 14.0}},
+}
+
+// NCCL's measured per-channel limits (GB/s) on Hopper, by node count class
+// (1, 2, more).
+var (
+	llMaxBW          = [3]float64{87.7, 22.5, 19.0}
+	perChRingLL128BW = [3]float64{36.7, 36.7, 36.7}
+	perChTreeLL128BW = [3]float64{36.7, 36.7, 29.0}
+	perChTreeBW      = [3]float64{38.7, 41.4, 36.0}
+)
+
+// treeCorrection is NCCL's empirical correction of tree bandwidth for medium
+// sizes, indexed by protocol and log2(bytes/64).
+var treeCorrection = [kspace.NumProtos][22]float64{
+	{1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0},
+	{1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0},
+	{.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9},
+}
+
+// Per-thread byte thresholds below which a call uses fewer channels (then
+// fewer threads): NCCL_LL_THREAD_THRESHOLD, NCCL_LL128_THREAD_THRESHOLD,
+// NCCL_SIMPLE_THREAD_THRESHOLD. Ring LL's is multiplied by the rank count.
+var threadThreshold = [kspace.NumProtos]int64{8, 8, 64}
+
+// netOverhead is the per-step cost (µs) of posting to the network, which
+// bounds a multi-node ring's intra-node hops from below (×3 for SIMPLE).
+const netOverhead = 1.0
+
+// p2pLLThreshold is NCCL_P2P_LL_THRESHOLD's default: SendRecv uses LL up to
+// this many bytes.
+const p2pLLThreshold = 16384
+
+func log2i(n int64) int {
+	l := 0
+	for n >>= 1; n > 0; n >>= 1 {
+		l++
+	}
+	return l
+}
+
+// nodeClass indexes the per-node-count tables.
+func (t *Tuner) nodeClass() int { return min(t.topo.NNodes, 3) - 1 }
+
+// steps returns the ring steps of a collective in total and across nodes.
+func (t *Tuner) steps(c kspace.Coll) (nsteps, inter int) {
+	n, nodes := t.topo.NRanks, t.topo.NNodes
+	switch c {
+	case kspace.AllReduce:
+		nsteps = 2 * (n - 1)
+		if nodes > 1 {
+			inter = 2 * nodes
+		}
+	case kspace.AllGather, kspace.AllGatherV, kspace.ReduceScatter:
+		nsteps, inter = n-1, nodes-1
+	default:
+		nsteps, inter = n, nodes
+	}
+	return nsteps, min(inter, nsteps)
+}
+
+// latency returns the latency (µs) of one call.
+func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64) float64 {
+	nodes := t.topo.NNodes
+	intraHW := hwNVLink
+	if t.topo.IntraLink == LinkPCI {
+		intraHW = hwPCI
+	}
+	intra, inter := hwLat[intraHW][a][p], hwLat[hwNet][a][p]
+	lat := baseLat[a][p]
+	switch a {
+	case kspace.Ring:
+		nsteps, nInter := t.steps(c)
+		if c == kspace.Broadcast || c == kspace.Reduce {
+			hw := intraHW
+			if nodes > 1 {
+				hw = hwNet
+			}
+			return lat + float64(nsteps)*hwLat[hw][a][p]
+		}
+		if nodes > 1 {
+			ov := netOverhead
+			if p == kspace.Simple {
+				ov *= 3
+			}
+			intra = math.Max(intra, ov)
+		}
+		lat += float64(nsteps-nInter)*intra + float64(nInter)*inter
+		if p == kspace.Simple && nodes > 1 && c == kspace.AllReduce && float64(nBytes) >= float64(t.topo.NRanks)/16*65536 {
+			lat *= 1.9 // NCCL's ring plateau
+		}
+		return lat
+	case kspace.Tree:
+		perNode := t.topo.NRanks / nodes
+		return lat + 2*(float64(perNode-1)*intra+float64(log2i(int64(nodes)))*inter)
+	}
+	return math.Inf(1)
+}
+
+// bandwidth returns the algorithm bandwidth (GB/s) of a call on nc channels.
+func (t *Tuner) bandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, nBytes int64) float64 {
+	nodes, k := t.topo.NNodes, t.nodeClass()
+	bw := t.topo.IntraBW
+	if nodes > 1 {
+		bw = math.Min(bw, t.topo.InterBW)
+	}
+	ncf := float64(nc)
+	bus := ncf * bw
+	ppn := float64(t.topo.NRanks) / float64(nodes)
+	switch a {
+	case kspace.Ring:
+		switch p {
+		case kspace.LL:
+			f := 1.0 / 3
+			if nodes > 1 || c == kspace.AllReduce || c == kspace.Reduce {
+				f = 1.0 / 4
+			}
+			bus = math.Min(llMaxBW[k], bus*f)
+		case kspace.LL128:
+			f := 0.92
+			if ppn < 2 {
+				f = 0.7
+			}
+			bus = math.Min(bus*f, ncf*perChRingLL128BW[k])
+		}
+		nsteps, _ := t.steps(c)
+		return bus * float64(t.topo.NRanks) / float64(nsteps)
+	case kspace.Tree:
+		bus = math.Min(bus*0.92, ncf*perChTreeBW[k])
+		switch p {
+		case kspace.LL:
+			bus = math.Min(bus/3.8, llMaxBW[k])
+		case kspace.LL128:
+			f := 120.0 / 128
+			if nodes == 1 {
+				f = 7.0 / 9
+			}
+			bus = math.Min(bus*f, ncf*perChTreeLL128BW[k])
+		}
+		if l := log2i(nBytes >> 6); l < len(treeCorrection[p]) {
+			bus *= treeCorrection[p][l]
+		}
+		return bus * 0.5
+	}
+	return 0
+}
+
+// p2pTime models one SendRecv: one hop on a ring-like connection.
+func (t *Tuner) p2pTime(p kspace.Proto, nc int, nBytes int64) float64 {
+	hw := hwNVLink
+	bw := t.topo.IntraBW
+	if t.topo.NNodes > 1 {
+		hw, bw = hwNet, math.Min(bw, t.topo.InterBW)
+	} else if t.topo.IntraLink == LinkPCI {
+		hw = hwPCI
+	}
+	eff := [kspace.NumProtos]float64{0.5, 120.0 / 128, 1}[p]
+	return baseLat[kspace.Ring][p] + hwLat[hw][kspace.Ring][p] + float64(nBytes)/(1000*float64(nc)*bw*eff)
+}
+
+// modeled reports whether the model covers algorithm a for collective c.
+func modeled(c kspace.Coll, a kspace.Algo) bool {
+	switch a {
+	case kspace.Ring:
+		return c != kspace.SendRecv
+	case kspace.Tree:
+		return c == kspace.AllReduce
+	}
+	return false
+}
