@@ -1,0 +1,273 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Context is a device's primary CUDA context, retained by
+// Device.PrimaryContext. Every operation through it makes it current on the
+// calling thread inside the same cgo call, so it can be used from any
+// goroutine.
+type Context struct {
+	h   C.CUcontext
+	dev Device
+}
+
+// DevicePtr is a device address (CUdeviceptr).
+type DevicePtr uint64
+
+// badArg returns an error for a bad argument, wrapping ErrInvalidValue.
+func badArg(op, format string, args ...any) error {
+	return fmt.Errorf("cuda: %s: %s: %w", op, fmt.Sprintf(format, args...), ErrInvalidValue)
+}
+
+// wrap adds the operation and device to a driver error.
+func (c *Context) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("cuda: %s on device %d: %w", op, int(c.dev), err)
+}
+
+// ctx checks that the driver is usable and c is a live context, and returns
+// its handle.
+func (c *Context) ctx(op string) (C.CUcontext, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, badArg(op, "nil *Context")
+	}
+	if c.h == nil {
+		return nil, badArg(op, "context of device %d is released", int(c.dev))
+	}
+	return c.h, nil
+}
+
+// PrimaryContext retains the device's primary context
+// (cuDevicePrimaryCtxRetain). Each call retains it once more and returns a
+// separate *Context for the same underlying context; release each with
+// Release.
+func (d Device) PrimaryContext() (*Context, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	var h C.CUcontext
+	if err := check("cuDevicePrimaryCtxRetain", Result(C.ncu_primary_ctx_retain(&h, C.CUdevice(d)))); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", int(d), err)
+	}
+	return &Context{h: h, dev: d}, nil
+}
+
+// Release releases this retain of the primary context
+// (cuDevicePrimaryCtxRelease_v2). The Context is unusable afterwards; the
+// underlying context lives on while other retains hold it.
+func (c *Context) Release() error {
+	if _, err := c.ctx("Release"); err != nil {
+		return err
+	}
+	c.h = nil
+	return c.wrap("Release", check("cuDevicePrimaryCtxRelease", Result(C.ncu_primary_ctx_release(C.CUdevice(c.dev)))))
+}
+
+// Device returns the context's device.
+func (c *Context) Device() Device { return c.dev }
+
+// Handle returns the raw CUcontext, for passing to other CUDA libraries.
+func (c *Context) Handle() uintptr { return uintptr(C.ncu_ctx_to(c.h)) }
+
+// Synchronize waits for all work in the context to finish
+// (cuCtxSynchronize).
+func (c *Context) Synchronize() error {
+	h, err := c.ctx("Synchronize")
+	if err != nil {
+		return err
+	}
+	return c.wrap("Synchronize", check("cuCtxSynchronize", Result(C.ncu_ctx_synchronize(h))))
+}
+
+// EnablePeerAccess lets kernels in c access memory allocated in peer's
+// context (cuCtxEnablePeerAccess). Access that is already enabled, and a
+// peer on the same device, are not errors.
+func (c *Context) EnablePeerAccess(peer *Context) error {
+	h, err := c.ctx("EnablePeerAccess")
+	if err != nil {
+		return err
+	}
+	ph, err := peer.ctx("EnablePeerAccess (peer)")
+	if err != nil {
+		return err
+	}
+	if peer.dev == c.dev {
+		return nil
+	}
+	r := Result(C.ncu_ctx_enable_peer_access(h, ph))
+	if r == ResultPeerAccessAlreadyEnabled {
+		return nil
+	}
+	return c.wrap(fmt.Sprintf("EnablePeerAccess(peer device %d)", int(peer.dev)), check("cuCtxEnablePeerAccess", r))
+}
+
+// MemAlloc allocates n bytes of device memory (cuMemAlloc_v2).
+func (c *Context) MemAlloc(n uint64) (DevicePtr, error) {
+	h, err := c.ctx("MemAlloc")
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, badArg("MemAlloc", "size is 0")
+	}
+	var p C.CUdeviceptr
+	if err := check("cuMemAlloc", Result(C.ncu_mem_alloc(h, &p, C.size_t(n)))); err != nil {
+		return 0, c.wrap(fmt.Sprintf("MemAlloc(%d bytes)", n), err)
+	}
+	return DevicePtr(p), nil
+}
+
+// MemFree frees memory from MemAlloc (cuMemFree_v2).
+func (c *Context) MemFree(p DevicePtr) error {
+	h, err := c.ctx("MemFree")
+	if err != nil {
+		return err
+	}
+	if p == 0 {
+		return badArg("MemFree", "null device pointer")
+	}
+	return c.wrap(fmt.Sprintf("MemFree(%#x)", uint64(p)), check("cuMemFree", Result(C.ncu_mem_free(h, C.CUdeviceptr(p)))))
+}
+
+// MemAllocHost allocates n bytes of page-locked host memory that is
+// portable across contexts and mapped into the device address space
+// (cuMemHostAlloc with CU_MEMHOSTALLOC_PORTABLE|CU_MEMHOSTALLOC_DEVICEMAP).
+// HostDevicePointer gives its device address. Free it with MemFreeHost.
+func (c *Context) MemAllocHost(n uint64) (unsafe.Pointer, error) {
+	h, err := c.ctx("MemAllocHost")
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, badArg("MemAllocHost", "size is 0")
+	}
+	var p unsafe.Pointer
+	if err := check("cuMemHostAlloc", Result(C.ncu_mem_host_alloc(h, &p, C.size_t(n), 0x1|0x2))); err != nil {
+		return nil, c.wrap(fmt.Sprintf("MemAllocHost(%d bytes)", n), err)
+	}
+	return p, nil
+}
+
+// MemFreeHost frees memory from MemAllocHost (cuMemFreeHost).
+func (c *Context) MemFreeHost(p unsafe.Pointer) error {
+	h, err := c.ctx("MemFreeHost")
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return badArg("MemFreeHost", "nil pointer")
+	}
+	return c.wrap("MemFreeHost", check("cuMemFreeHost", Result(C.ncu_mem_free_host(h, p))))
+}
+
+// HostDevicePointer returns the device address of mapped page-locked host
+// memory (cuMemHostGetDevicePointer_v2).
+func (c *Context) HostDevicePointer(p unsafe.Pointer) (DevicePtr, error) {
+	h, err := c.ctx("HostDevicePointer")
+	if err != nil {
+		return 0, err
+	}
+	if p == nil {
+		return 0, badArg("HostDevicePointer", "nil pointer")
+	}
+	var d C.CUdeviceptr
+	if err := check("cuMemHostGetDevicePointer", Result(C.ncu_mem_host_device_pointer(h, &d, p))); err != nil {
+		return 0, c.wrap("HostDevicePointer", err)
+	}
+	return DevicePtr(d), nil
+}
+
+// checkCopy validates copy arguments; a zero-length copy needs no pointers.
+func checkCopy(op string, n uint64, ptrs ...bool) error {
+	if n == 0 {
+		return nil
+	}
+	for i, ok := range ptrs {
+		if !ok {
+			which := "destination"
+			if i == 1 {
+				which = "source"
+			}
+			return badArg(op, "nil/null %s for %d bytes", which, n)
+		}
+	}
+	return nil
+}
+
+// MemcpyHtoD copies n bytes from host memory src to device memory dst and
+// waits for the copy (cuMemcpyHtoD_v2). src may be Go memory holding no Go
+// pointers.
+func (c *Context) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, n uint64) error {
+	h, err := c.ctx("MemcpyHtoD")
+	if err != nil {
+		return err
+	}
+	if err := checkCopy("MemcpyHtoD", n, dst != 0, src != nil); err != nil || n == 0 {
+		return err
+	}
+	return c.wrap(fmt.Sprintf("MemcpyHtoD(%d bytes)", n), check("cuMemcpyHtoD", Result(C.ncu_memcpy_htod(h, C.CUdeviceptr(dst), src, C.size_t(n)))))
+}
+
+// MemcpyDtoH copies n bytes from device memory src to host memory dst and
+// waits for the copy (cuMemcpyDtoH_v2).
+func (c *Context) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, n uint64) error {
+	h, err := c.ctx("MemcpyDtoH")
+	if err != nil {
+		return err
+	}
+	if err := checkCopy("MemcpyDtoH", n, dst != nil, src != 0); err != nil || n == 0 {
+		return err
+	}
+	return c.wrap(fmt.Sprintf("MemcpyDtoH(%d bytes)", n), check("cuMemcpyDtoH", Result(C.ncu_memcpy_dtoh(h, dst, C.CUdeviceptr(src), C.size_t(n)))))
+}
+
+// MemcpyDtoD copies n bytes between device addresses (cuMemcpyDtoD_v2).
+func (c *Context) MemcpyDtoD(dst, src DevicePtr, n uint64) error {
+	h, err := c.ctx("MemcpyDtoD")
+	if err != nil {
+		return err
+	}
+	if err := checkCopy("MemcpyDtoD", n, dst != 0, src != 0); err != nil || n == 0 {
+		return err
+	}
+	return c.wrap(fmt.Sprintf("MemcpyDtoD(%d bytes)", n), check("cuMemcpyDtoD", Result(C.ncu_memcpy_dtod(h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))))
+}
+
+// MemsetD8 sets n bytes at p to v (cuMemsetD8_v2).
+func (c *Context) MemsetD8(p DevicePtr, v byte, n uint64) error {
+	h, err := c.ctx("MemsetD8")
+	if err != nil {
+		return err
+	}
+	if err := checkCopy("MemsetD8", n, p != 0); err != nil || n == 0 {
+		return err
+	}
+	return c.wrap(fmt.Sprintf("MemsetD8(%d bytes)", n), check("cuMemsetD8", Result(C.ncu_memset_d8(h, C.CUdeviceptr(p), C.uchar(v), C.size_t(n)))))
+}
+
+// MemGetInfo returns the free and total memory of the context's device
+// (cuMemGetInfo_v2).
+func (c *Context) MemGetInfo() (free, total uint64, err error) {
+	h, err := c.ctx("MemGetInfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	var f, t C.size_t
+	if err := check("cuMemGetInfo", Result(C.ncu_mem_get_info(h, &f, &t))); err != nil {
+		return 0, 0, c.wrap("MemGetInfo", err)
+	}
+	return uint64(f), uint64(t), nil
+}

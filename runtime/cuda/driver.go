@@ -1,0 +1,87 @@
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// LibraryEnv names the environment variable that, when set, replaces
+// "libcuda.so.1" as the file Init loads.
+const LibraryEnv = "NCCLGO_CUDA_DRIVER_LIBRARY"
+
+var (
+	initOnce sync.Once
+	initErr  error
+	loaded   atomic.Bool // the library is open and its symbols resolved
+)
+
+// Init loads the CUDA driver library, resolves the entry points this
+// package uses (the versioned ones, such as cuMemAlloc_v2, by their
+// versioned names) and calls cuInit(0). It runs once per process; later
+// calls return the first result. Every other function calls it, so calling
+// it explicitly is only needed to learn early whether CUDA is usable.
+// Failures wrap ErrNoDriver.
+func Init() error {
+	initOnce.Do(func() { initErr = doInit() })
+	return initErr
+}
+
+func doInit() error {
+	lib := os.Getenv(LibraryEnv)
+	if lib == "" {
+		lib = "libcuda.so.1"
+	}
+	clib := C.CString(lib)
+	defer C.free(unsafe.Pointer(clib))
+	var buf [512]C.char
+	switch C.ncu_load(clib, &buf[0], C.size_t(len(buf))) {
+	case 0:
+	case 1:
+		return fmt.Errorf("%w: dlopen %s: %s", ErrNoDriver, lib, C.GoString(&buf[0]))
+	default:
+		return fmt.Errorf("%w: %s", ErrNoDriver, C.GoString(&buf[0]))
+	}
+	loaded.Store(true)
+	if err := check("cuInit", Result(C.ncu_init())); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	return nil
+}
+
+// driverErrorText asks the loaded driver for a code's name and description.
+func driverErrorText(r Result) (name, desc string, ok bool) {
+	if !loaded.Load() {
+		return "", "", false
+	}
+	var n, d *C.char
+	if C.ncu_error_name(C.CUresult(r), &n) != 0 || n == nil {
+		return "", "", false
+	}
+	if C.ncu_error_string(C.CUresult(r), &d) != 0 || d == nil {
+		return C.GoString(n), "", true
+	}
+	return C.GoString(n), C.GoString(d), true
+}
+
+// DriverVersion returns the CUDA version the driver supports, encoded as
+// 1000*major + 10*minor (12020 for CUDA 12.2).
+func DriverVersion() (int, error) {
+	if err := Init(); err != nil {
+		return 0, err
+	}
+	var v C.int
+	if err := check("cuDriverGetVersion", Result(C.ncu_driver_version(&v))); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}

@@ -1,0 +1,417 @@
+// dlopen shim for the CUDA driver API. Every context-bound wrapper makes the
+// given context current on the calling OS thread and performs the real call
+// within the same C call, so goroutine migration between threads cannot
+// separate the two.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shim.h"
+
+#define CUAPI
+
+// X(pointer name, symbol, required, return, params)
+#define NCU_SYMBOLS(X)                                                                          \
+  X(cuInit, "cuInit", 1, (unsigned flags))                                                      \
+  X(cuGetErrorName, "cuGetErrorName", 1, (CUresult r, const char** s))                          \
+  X(cuGetErrorString, "cuGetErrorString", 1, (CUresult r, const char** s))                      \
+  X(cuDriverGetVersion, "cuDriverGetVersion", 1, (int* v))                                      \
+  X(cuDeviceGetCount, "cuDeviceGetCount", 1, (int* n))                                          \
+  X(cuDeviceGet, "cuDeviceGet", 1, (CUdevice* d, int ordinal))                                  \
+  X(cuDeviceGetName, "cuDeviceGetName", 1, (char* buf, int len, CUdevice d))                    \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 1, (int* v, int attr, CUdevice d))            \
+  X(cuDeviceTotalMem, "cuDeviceTotalMem_v2", 1, (size_t* v, CUdevice d))                        \
+  X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", 1, (char* buf, int len, CUdevice d))            \
+  X(cuDeviceGetUuid_v2, "cuDeviceGetUuid_v2", 0, (CUuuid* u, CUdevice d))                       \
+  X(cuDeviceGetUuid, "cuDeviceGetUuid", 0, (CUuuid* u, CUdevice d))                             \
+  X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", 1, (int* v, CUdevice d, CUdevice p))        \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext* c, CUdevice d))        \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice d))                 \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext c))                                       \
+  X(cuCtxSynchronize, "cuCtxSynchronize", 1, (void))                                            \
+  X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
+  X(cuMemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr* p, size_t n))                                 \
+  X(cuMemFree, "cuMemFree_v2", 1, (CUdeviceptr p))                                              \
+  X(cuMemHostAlloc, "cuMemHostAlloc", 1, (void** p, size_t n, unsigned flags))                  \
+  X(cuMemFreeHost, "cuMemFreeHost", 1, (void* p))                                               \
+  X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 1,                               \
+    (CUdeviceptr* d, void* p, unsigned flags))                                                  \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", 1, (CUdeviceptr dst, const void* src, size_t n))           \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", 1, (void* dst, CUdeviceptr src, size_t n))                 \
+  X(cuMemcpyDtoD, "cuMemcpyDtoD_v2", 1, (CUdeviceptr dst, CUdeviceptr src, size_t n))           \
+  X(cuMemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr p, unsigned char v, size_t n))                 \
+  X(cuMemGetInfo, "cuMemGetInfo_v2", 1, (size_t* f, size_t* t))                                 \
+  X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", 1,                                               \
+    (CUdeviceptr dst, const void* src, size_t n, CUstream s))                                   \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 1,                                               \
+    (void* dst, CUdeviceptr src, size_t n, CUstream s))                                         \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 1,                                               \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))                                   \
+  X(cuMemsetD8Async, "cuMemsetD8Async", 1,                                                      \
+    (CUdeviceptr p, unsigned char v, size_t n, CUstream s))                                     \
+  X(cuMemsetD32Async, "cuMemsetD32Async", 1,                                                    \
+    (CUdeviceptr p, unsigned int v, size_t n, CUstream s))                                      \
+  X(cuStreamCreate, "cuStreamCreate", 1, (CUstream* s, unsigned flags))                         \
+  X(cuStreamDestroy, "cuStreamDestroy_v2", 1, (CUstream s))                                     \
+  X(cuStreamSynchronize, "cuStreamSynchronize", 1, (CUstream s))                                \
+  X(cuStreamQuery, "cuStreamQuery", 1, (CUstream s))                                            \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent", 1, (CUstream s, CUevent e, unsigned flags))         \
+  X(cuLaunchKernel, "cuLaunchKernel", 1,                                                        \
+    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,             \
+     unsigned bz, unsigned smem, CUstream s, void** params, void** extra))                      \
+  X(cuEventCreate, "cuEventCreate", 1, (CUevent* e, unsigned flags))                            \
+  X(cuEventRecord, "cuEventRecord", 1, (CUevent e, CUstream s))                                 \
+  X(cuEventSynchronize, "cuEventSynchronize", 1, (CUevent e))                                   \
+  X(cuEventQuery, "cuEventQuery", 1, (CUevent e))                                               \
+  X(cuEventDestroy, "cuEventDestroy_v2", 1, (CUevent e))                                        \
+  X(cuEventElapsedTime, "cuEventElapsedTime", 1, (float* ms, CUevent a, CUevent b))             \
+  X(cuModuleLoadDataEx, "cuModuleLoadDataEx", 1,                                                \
+    (CUmodule* m, const void* image, unsigned n, int* opts, void** vals))                       \
+  X(cuModuleUnload, "cuModuleUnload", 1, (CUmodule m))                                          \
+  X(cuModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction* f, CUmodule m, const char* n))  \
+  X(cuModuleGetGlobal, "cuModuleGetGlobal_v2", 1,                                               \
+    (CUdeviceptr* p, size_t* n, CUmodule m, const char* name))                                  \
+  X(cuFuncGetAttribute, "cuFuncGetAttribute", 1, (int* v, int attr, CUfunction f))              \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute", 0, (CUfunction f, int attr, int v))               \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", \
+    1, (int* n, CUfunction f, int block, size_t smem))                                          \
+  X(cuIpcGetMemHandle, "cuIpcGetMemHandle", 1, (CUipcMemHandle* h, CUdeviceptr p))              \
+  X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", 1,                                             \
+    (CUdeviceptr* p, CUipcMemHandle h, unsigned flags))                                         \
+  X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 1, (CUdeviceptr p))                             \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 0,                          \
+    (size_t* g, const CUmemAllocationProp* prop, int option))                                   \
+  X(cuMemCreate, "cuMemCreate", 0,                                                              \
+    (CUmemGenericAllocationHandle* h, size_t n, const CUmemAllocationProp* prop,                \
+     unsigned long long flags))                                                                 \
+  X(cuMemAddressReserve, "cuMemAddressReserve", 0,                                              \
+    (CUdeviceptr* p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags))       \
+  X(cuMemMap, "cuMemMap", 0,                                                                    \
+    (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,                       \
+     unsigned long long flags))                                                                 \
+  X(cuMemSetAccess, "cuMemSetAccess", 0,                                                        \
+    (CUdeviceptr p, size_t n, const CUmemAccessDesc* desc, size_t count))                       \
+  X(cuMemUnmap, "cuMemUnmap", 0, (CUdeviceptr p, size_t n))                                     \
+  X(cuMemAddressFree, "cuMemAddressFree", 0, (CUdeviceptr p, size_t n))                         \
+  X(cuMemRelease, "cuMemRelease", 0, (CUmemGenericAllocationHandle h))                          \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 0,                            \
+    (void* out, CUmemGenericAllocationHandle h, int type, unsigned long long flags))            \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 0,                        \
+    (CUmemGenericAllocationHandle* h, void* os, int type))
+
+#define NCU_DECLARE(name, sym, req, params) static CUresult(CUAPI* p_##name) params;
+NCU_SYMBOLS(NCU_DECLARE)
+#undef NCU_DECLARE
+
+static void* ncu_lib;
+
+int ncu_loaded(void) { return ncu_lib != NULL; }
+
+// ncu_load opens the driver library (libcuda.so.1 normally) and resolves
+// every symbol. It returns 0 on success; otherwise 1 (dlopen failed) or 2 (a
+// required symbol is missing) with a message in err. It is called once.
+int ncu_load(const char* path, char* err, size_t errlen) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    const char* e = dlerror();
+    snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+    return 1;
+  }
+#define NCU_RESOLVE(name, sym, req, params)                                                  \
+  p_##name = (CUresult(CUAPI*) params)dlsym(lib, sym);                                      \
+  if (p_##name == NULL && req) {                                                             \
+    snprintf(err, errlen, "%s lacks symbol %s (driver too old?)", path, sym);           \
+    dlclose(lib);                                                                            \
+    return 2;                                                                                \
+  }
+  NCU_SYMBOLS(NCU_RESOLVE)
+#undef NCU_RESOLVE
+  ncu_lib = lib;
+  return 0;
+}
+
+CUresult ncu_init(void) { return p_cuInit(0); }
+
+CUresult ncu_error_name(CUresult r, const char** s) { return p_cuGetErrorName(r, s); }
+CUresult ncu_error_string(CUresult r, const char** s) { return p_cuGetErrorString(r, s); }
+
+#define SETCTX(c)                          \
+  do {                                     \
+    CUresult _r = p_cuCtxSetCurrent(c);    \
+    if (_r != NCU_SUCCESS) return _r;      \
+  } while (0)
+#define NEED(p)                                      \
+  do {                                               \
+    if (p == NULL) return NCU_ERROR_NOT_SUPPORTED;   \
+  } while (0)
+
+CUresult ncu_driver_version(int* v) { return p_cuDriverGetVersion(v); }
+CUresult ncu_device_count(int* n) { return p_cuDeviceGetCount(n); }
+CUresult ncu_device_get(CUdevice* d, int ordinal) { return p_cuDeviceGet(d, ordinal); }
+CUresult ncu_device_name(char* buf, int len, CUdevice d) { return p_cuDeviceGetName(buf, len, d); }
+CUresult ncu_device_attribute(int* v, int attr, CUdevice d) {
+  return p_cuDeviceGetAttribute(v, attr, d);
+}
+CUresult ncu_device_total_mem(size_t* v, CUdevice d) { return p_cuDeviceTotalMem(v, d); }
+CUresult ncu_device_pci_bus_id(char* buf, int len, CUdevice d) {
+  return p_cuDeviceGetPCIBusId(buf, len, d);
+}
+CUresult ncu_device_uuid(CUuuid* u, CUdevice d) {
+  if (p_cuDeviceGetUuid_v2 != NULL) return p_cuDeviceGetUuid_v2(u, d);
+  NEED(p_cuDeviceGetUuid);
+  return p_cuDeviceGetUuid(u, d);
+}
+CUresult ncu_device_can_access_peer(int* v, CUdevice d, CUdevice peer) {
+  return p_cuDeviceCanAccessPeer(v, d, peer);
+}
+
+CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
+CUresult ncu_primary_ctx_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
+CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
+  SETCTX(c);
+  return p_cuCtxEnablePeerAccess(peer, 0);
+}
+CUresult ncu_ctx_synchronize(CUcontext c) {
+  SETCTX(c);
+  return p_cuCtxSynchronize();
+}
+
+CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n) {
+  SETCTX(c);
+  return p_cuMemAlloc(p, n);
+}
+CUresult ncu_mem_free(CUcontext c, CUdeviceptr p) {
+  SETCTX(c);
+  return p_cuMemFree(p);
+}
+CUresult ncu_mem_host_alloc(CUcontext c, void** p, size_t n, unsigned flags) {
+  SETCTX(c);
+  return p_cuMemHostAlloc(p, n, flags);
+}
+CUresult ncu_mem_free_host(CUcontext c, void* p) {
+  SETCTX(c);
+  return p_cuMemFreeHost(p);
+}
+CUresult ncu_mem_host_device_pointer(CUcontext c, CUdeviceptr* d, void* p) {
+  SETCTX(c);
+  return p_cuMemHostGetDevicePointer(d, p, 0);
+}
+CUresult ncu_memcpy_htod(CUcontext c, CUdeviceptr dst, const void* src, size_t n) {
+  SETCTX(c);
+  return p_cuMemcpyHtoD(dst, src, n);
+}
+CUresult ncu_memcpy_dtoh(CUcontext c, void* dst, CUdeviceptr src, size_t n) {
+  SETCTX(c);
+  return p_cuMemcpyDtoH(dst, src, n);
+}
+CUresult ncu_memcpy_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  SETCTX(c);
+  return p_cuMemcpyDtoD(dst, src, n);
+}
+CUresult ncu_memset_d8(CUcontext c, CUdeviceptr p, unsigned char v, size_t n) {
+  SETCTX(c);
+  return p_cuMemsetD8(p, v, n);
+}
+CUresult ncu_mem_get_info(CUcontext c, size_t* freeb, size_t* total) {
+  SETCTX(c);
+  return p_cuMemGetInfo(freeb, total);
+}
+
+CUresult ncu_stream_create(CUcontext c, CUstream* s, unsigned flags) {
+  SETCTX(c);
+  return p_cuStreamCreate(s, flags);
+}
+CUresult ncu_stream_destroy(CUcontext c, CUstream s) {
+  SETCTX(c);
+  return p_cuStreamDestroy(s);
+}
+CUresult ncu_stream_synchronize(CUcontext c, CUstream s) {
+  SETCTX(c);
+  return p_cuStreamSynchronize(s);
+}
+CUresult ncu_stream_query(CUcontext c, CUstream s) {
+  SETCTX(c);
+  return p_cuStreamQuery(s);
+}
+CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e) {
+  SETCTX(c);
+  return p_cuStreamWaitEvent(s, e, 0);
+}
+CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  SETCTX(c);
+  return p_cuMemcpyHtoDAsync(dst, src, n, s);
+}
+CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  SETCTX(c);
+  return p_cuMemcpyDtoHAsync(dst, src, n, s);
+}
+CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  SETCTX(c);
+  return p_cuMemcpyDtoDAsync(dst, src, n, s);
+}
+CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+  SETCTX(c);
+  return p_cuMemsetD8Async(p, v, n, s);
+}
+CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
+  SETCTX(c);
+  return p_cuMemsetD32Async(p, v, n, s);
+}
+
+// ncu_launch passes the packed argument buffer through cuLaunchKernel's
+// extra array. The driver copies the buffer at launch time, so it need not
+// outlive the call.
+CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                    unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
+                    void* args, size_t size) {
+  SETCTX(c);
+  if (size == 0) return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, NULL);
+  void* extra[] = {
+      (void*)(uintptr_t)0x01, args,   // CU_LAUNCH_PARAM_BUFFER_POINTER
+      (void*)(uintptr_t)0x02, &size,  // CU_LAUNCH_PARAM_BUFFER_SIZE
+      (void*)(uintptr_t)0x00,         // CU_LAUNCH_PARAM_END
+  };
+  return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, extra);
+}
+
+CUresult ncu_event_create(CUcontext c, CUevent* e, unsigned flags) {
+  SETCTX(c);
+  return p_cuEventCreate(e, flags);
+}
+CUresult ncu_event_record(CUcontext c, CUevent e, CUstream s) {
+  SETCTX(c);
+  return p_cuEventRecord(e, s);
+}
+CUresult ncu_event_synchronize(CUcontext c, CUevent e) {
+  SETCTX(c);
+  return p_cuEventSynchronize(e);
+}
+CUresult ncu_event_query(CUcontext c, CUevent e) {
+  SETCTX(c);
+  return p_cuEventQuery(e);
+}
+CUresult ncu_event_destroy(CUcontext c, CUevent e) {
+  SETCTX(c);
+  return p_cuEventDestroy(e);
+}
+CUresult ncu_event_elapsed(CUcontext c, float* ms, CUevent start, CUevent end) {
+  SETCTX(c);
+  return p_cuEventElapsedTime(ms, start, end);
+}
+
+CUresult ncu_module_load(CUcontext c, CUmodule* m, const void* image, char* log, size_t loglen) {
+  SETCTX(c);
+  int opts[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
+  void* vals[2] = {log, (void*)(uintptr_t)loglen};
+  if (log == NULL || loglen == 0) return p_cuModuleLoadDataEx(m, image, 0, NULL, NULL);
+  log[0] = 0;
+  return p_cuModuleLoadDataEx(m, image, 2, opts, vals);
+}
+CUresult ncu_module_unload(CUcontext c, CUmodule m) {
+  SETCTX(c);
+  return p_cuModuleUnload(m);
+}
+CUresult ncu_module_function(CUcontext c, CUfunction* f, CUmodule m, const char* name) {
+  SETCTX(c);
+  return p_cuModuleGetFunction(f, m, name);
+}
+CUresult ncu_module_global(CUcontext c, CUdeviceptr* p, size_t* n, CUmodule m, const char* name) {
+  SETCTX(c);
+  return p_cuModuleGetGlobal(p, n, m, name);
+}
+CUresult ncu_func_attribute(CUcontext c, int* v, int attr, CUfunction f) {
+  SETCTX(c);
+  return p_cuFuncGetAttribute(v, attr, f);
+}
+CUresult ncu_func_set_attribute(CUcontext c, CUfunction f, int attr, int v) {
+  NEED(p_cuFuncSetAttribute);
+  SETCTX(c);
+  return p_cuFuncSetAttribute(f, attr, v);
+}
+CUresult ncu_occupancy(CUcontext c, int* n, CUfunction f, int block, size_t smem) {
+  SETCTX(c);
+  return p_cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem);
+}
+
+CUresult ncu_ipc_get(CUcontext c, CUipcMemHandle* h, CUdeviceptr p) {
+  SETCTX(c);
+  return p_cuIpcGetMemHandle(h, p);
+}
+CUresult ncu_ipc_open(CUcontext c, CUdeviceptr* p, CUipcMemHandle* h) {
+  SETCTX(c);
+  return p_cuIpcOpenMemHandle(p, *h, 0x1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
+}
+CUresult ncu_ipc_close(CUcontext c, CUdeviceptr p) {
+  SETCTX(c);
+  return p_cuIpcCloseMemHandle(p);
+}
+
+static void ncu_fill_prop(CUmemAllocationProp* prop, CUdevice d) {
+  memset(prop, 0, sizeof(*prop));
+  prop->type = 1;                 // CU_MEM_ALLOCATION_TYPE_PINNED
+  prop->requestedHandleTypes = 1; // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+  prop->location.type = 1;        // CU_MEM_LOCATION_TYPE_DEVICE
+  prop->location.id = d;
+}
+
+CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int recommended) {
+  NEED(p_cuMemGetAllocationGranularity);
+  SETCTX(c);
+  CUmemAllocationProp prop;
+  ncu_fill_prop(&prop, d);
+  return p_cuMemGetAllocationGranularity(g, &prop, recommended ? 1 : 0);
+}
+CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d) {
+  NEED(p_cuMemCreate);
+  SETCTX(c);
+  CUmemAllocationProp prop;
+  ncu_fill_prop(&prop, d);
+  return p_cuMemCreate(h, n, &prop, 0);
+}
+CUresult ncu_mem_address_reserve(CUcontext c, CUdeviceptr* p, size_t n, size_t align) {
+  NEED(p_cuMemAddressReserve);
+  SETCTX(c);
+  return p_cuMemAddressReserve(p, n, align, 0, 0);
+}
+CUresult ncu_mem_map(CUcontext c, CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h) {
+  NEED(p_cuMemMap);
+  SETCTX(c);
+  return p_cuMemMap(p, n, 0, h, 0);
+}
+CUresult ncu_mem_set_access(CUcontext c, CUdeviceptr p, size_t n, const int* devs, size_t ndev) {
+  NEED(p_cuMemSetAccess);
+  SETCTX(c);
+  CUmemAccessDesc desc[64];
+  if (ndev == 0 || ndev > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+  for (size_t i = 0; i < ndev; i++) {
+    desc[i].location.type = 1; // CU_MEM_LOCATION_TYPE_DEVICE
+    desc[i].location.id = devs[i];
+    desc[i].flags = 3;         // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+  }
+  return p_cuMemSetAccess(p, n, desc, ndev);
+}
+CUresult ncu_mem_unmap(CUcontext c, CUdeviceptr p, size_t n) {
+  NEED(p_cuMemUnmap);
+  SETCTX(c);
+  return p_cuMemUnmap(p, n);
+}
+CUresult ncu_mem_address_free(CUcontext c, CUdeviceptr p, size_t n) {
+  NEED(p_cuMemAddressFree);
+  SETCTX(c);
+  return p_cuMemAddressFree(p, n);
+}
+CUresult ncu_mem_release(CUcontext c, CUmemGenericAllocationHandle h) {
+  NEED(p_cuMemRelease);
+  SETCTX(c);
+  return p_cuMemRelease(h);
+}
+CUresult ncu_mem_export_fd(CUcontext c, int* fd, CUmemGenericAllocationHandle h) {
+  NEED(p_cuMemExportToShareableHandle);
+  SETCTX(c);
+  return p_cuMemExportToShareableHandle(fd, h, 1 /* POSIX fd */, 0);
+}
+CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd) {
+  NEED(p_cuMemImportFromShareableHandle);
+  SETCTX(c);
+  return p_cuMemImportFromShareableHandle(h, (void*)(uintptr_t)fd, 1 /* POSIX fd */);
+}

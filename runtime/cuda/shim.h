@@ -1,0 +1,146 @@
+// Minimal CUDA driver API declarations for the dlopen shim. Written by hand
+// so that the package builds without CUDA headers; only the typedefs, enum
+// values and struct layouts this package uses are declared.
+#ifndef NCCLGO_CUDA_SHIM_H
+#define NCCLGO_CUDA_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char bytes[16]; } CUuuid;
+
+typedef struct {
+  int type; // CUmemLocationType
+  int id;
+} CUmemLocation;
+
+typedef struct {
+  int type;                 // CUmemAllocationType
+  int requestedHandleTypes; // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+  CUmemLocation location;
+  int flags; // CUmemAccess_flags
+} CUmemAccessDesc;
+
+enum {
+  NCU_SUCCESS = 0,
+  NCU_ERROR_NOT_INITIALIZED = 3,
+  NCU_ERROR_NOT_FOUND = 500,
+  NCU_ERROR_NOT_SUPPORTED = 801,
+};
+
+// Loading.
+int ncu_load(const char* path, char* err, size_t errlen);
+int ncu_loaded(void);
+CUresult ncu_init(void);
+
+// Errors (work without cuInit once the library is loaded).
+CUresult ncu_error_name(CUresult r, const char** s);
+CUresult ncu_error_string(CUresult r, const char** s);
+
+// Driver and devices.
+CUresult ncu_driver_version(int* v);
+CUresult ncu_device_count(int* n);
+CUresult ncu_device_get(CUdevice* d, int ordinal);
+CUresult ncu_device_name(char* buf, int len, CUdevice d);
+CUresult ncu_device_attribute(int* v, int attr, CUdevice d);
+CUresult ncu_device_total_mem(size_t* v, CUdevice d);
+CUresult ncu_device_pci_bus_id(char* buf, int len, CUdevice d);
+CUresult ncu_device_uuid(CUuuid* u, CUdevice d);
+CUresult ncu_device_can_access_peer(int* v, CUdevice d, CUdevice peer);
+
+// Contexts.
+CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d);
+CUresult ncu_primary_ctx_release(CUdevice d);
+CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer);
+CUresult ncu_ctx_synchronize(CUcontext c);
+
+// Memory (all set the context current first).
+CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);
+CUresult ncu_mem_free(CUcontext c, CUdeviceptr p);
+CUresult ncu_mem_host_alloc(CUcontext c, void** p, size_t n, unsigned flags);
+CUresult ncu_mem_free_host(CUcontext c, void* p);
+CUresult ncu_mem_host_device_pointer(CUcontext c, CUdeviceptr* d, void* p);
+CUresult ncu_memcpy_htod(CUcontext c, CUdeviceptr dst, const void* src, size_t n);
+CUresult ncu_memcpy_dtoh(CUcontext c, void* dst, CUdeviceptr src, size_t n);
+CUresult ncu_memcpy_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n);
+CUresult ncu_memset_d8(CUcontext c, CUdeviceptr p, unsigned char v, size_t n);
+CUresult ncu_mem_get_info(CUcontext c, size_t* freeb, size_t* total);
+
+// Streams.
+CUresult ncu_stream_create(CUcontext c, CUstream* s, unsigned flags);
+CUresult ncu_stream_destroy(CUcontext c, CUstream s);
+CUresult ncu_stream_synchronize(CUcontext c, CUstream s);
+CUresult ncu_stream_query(CUcontext c, CUstream s);
+CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e);
+CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
+CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s);
+CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t n, CUstream s);
+CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                    unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
+                    void* args, size_t size);
+
+// Events.
+CUresult ncu_event_create(CUcontext c, CUevent* e, unsigned flags);
+CUresult ncu_event_record(CUcontext c, CUevent e, CUstream s);
+CUresult ncu_event_synchronize(CUcontext c, CUevent e);
+CUresult ncu_event_query(CUcontext c, CUevent e);
+CUresult ncu_event_destroy(CUcontext c, CUevent e);
+CUresult ncu_event_elapsed(CUcontext c, float* ms, CUevent start, CUevent end);
+
+// Modules and functions.
+CUresult ncu_module_load(CUcontext c, CUmodule* m, const void* image, char* log, size_t loglen);
+CUresult ncu_module_unload(CUcontext c, CUmodule m);
+CUresult ncu_module_function(CUcontext c, CUfunction* f, CUmodule m, const char* name);
+CUresult ncu_module_global(CUcontext c, CUdeviceptr* p, size_t* n, CUmodule m, const char* name);
+CUresult ncu_func_attribute(CUcontext c, int* v, int attr, CUfunction f);
+CUresult ncu_func_set_attribute(CUcontext c, CUfunction f, int attr, int v);
+CUresult ncu_occupancy(CUcontext c, int* n, CUfunction f, int block, size_t smem);
+
+// IPC.
+CUresult ncu_ipc_get(CUcontext c, CUipcMemHandle* h, CUdeviceptr p);
+CUresult ncu_ipc_open(CUcontext c, CUdeviceptr* p, CUipcMemHandle* h);
+CUresult ncu_ipc_close(CUcontext c, CUdeviceptr p);
+
+// Virtual memory management.
+CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int recommended);
+CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d);
+CUresult ncu_mem_address_reserve(CUcontext c, CUdeviceptr* p, size_t n, size_t align);
+CUresult ncu_mem_map(CUcontext c, CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h);
+CUresult ncu_mem_set_access(CUcontext c, CUdeviceptr p, size_t n, const int* devs, size_t ndev);
+CUresult ncu_mem_unmap(CUcontext c, CUdeviceptr p, size_t n);
+CUresult ncu_mem_address_free(CUcontext c, CUdeviceptr p, size_t n);
+CUresult ncu_mem_release(CUcontext c, CUmemGenericAllocationHandle h);
+CUresult ncu_mem_export_fd(CUcontext c, int* fd, CUmemGenericAllocationHandle h);
+CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd);
+
+// Conversions between opaque handles and integers, done in C so that Go
+// never converts a uintptr to a pointer.
+static inline CUstream ncu_stream_from(uintptr_t h) { return (CUstream)h; }
+static inline uintptr_t ncu_stream_to(CUstream s) { return (uintptr_t)s; }
+static inline uintptr_t ncu_ctx_to(CUcontext c) { return (uintptr_t)c; }
+
+#endif
