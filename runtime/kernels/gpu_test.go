@@ -1,0 +1,170 @@
+package kernels
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// gpuContext returns device 0's primary context, or skips.
+func gpuContext(t *testing.T) *cuda.Context {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	n, err := cuda.DeviceCount()
+	require.NoError(t, err)
+	if n == 0 {
+		t.Skip("no CUDA device")
+	}
+	dev, err := cuda.GetDevice(0)
+	require.NoError(t, err)
+	ctx, err := dev.PrimaryContext()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ctx.Release() })
+	return ctx
+}
+
+// gpuImage returns the image from $NCCLGO_FATBIN (or the other places
+// FindImage searches), or skips.
+func gpuImage(t *testing.T) []byte {
+	t.Helper()
+	img, src, err := FindImage("")
+	if errors.Is(err, ErrNoImage) && os.Getenv(EnvFatbin) == "" {
+		t.Skipf("no kernel image (set %s): %v", EnvFatbin, err)
+	}
+	require.NoError(t, err)
+	t.Logf("image: %s (%d bytes)", src, len(img))
+	return img
+}
+
+func TestGPULoadResolvesEverything(t *testing.T) {
+	ctx := gpuContext(t)
+	img := gpuImage(t)
+
+	start := time.Now()
+	set, err := Load(ctx, img)
+	require.NoError(t, err)
+	t.Logf("first Load: %v", time.Since(start))
+	defer func() { assert.NoError(t, set.Release()) }()
+
+	present := 0
+	for i, k := range generated.Kernels {
+		if set.Kernel(i) != nil {
+			present++
+		} else {
+			t.Logf("absent on sm_%d: %s", set.Arch()/10, k.Symbol)
+		}
+	}
+	t.Logf("%d of %d kernels present on sm_%d", present, len(generated.Kernels), set.Arch()/10)
+	tab, err := set.FuncTable()
+	require.NoError(t, err)
+	assert.NotZero(t, tab)
+
+	runnable := 0
+	for _, f := range kspace.Rows() {
+		e, err := set.Lookup(f)
+		if _, rerr := Resolve(f); rerr != nil {
+			assert.Error(t, err, "%v", f)
+			continue
+		}
+		if err != nil {
+			require.ErrorIs(t, err, ErrUnsupported, "%v", f)
+			assert.Greater(t, generated.Funcs[mustResolve(t, f)].Req.Arch, set.Arch(), "%v: %v", f, err)
+			continue
+		}
+		require.NotNil(t, e.Kernel, "%v", f)
+		assert.Equal(t, generated.Kernels[generated.Funcs[e.FuncID].Kernel].Symbol, e.Kernel.Name())
+		runnable++
+	}
+	t.Logf("%d rows runnable", runnable)
+
+	for _, nt := range []int{64, 256, 512, generated.MaxNthreads} {
+		n, err := set.MaxBlocksPerSM(nt)
+		require.NoError(t, err)
+		t.Logf("MaxBlocksPerSM(%d) = %d", nt, n)
+		assert.Positive(t, n)
+	}
+	_, err = set.MaxBlocksPerSM(0)
+	assert.Error(t, err)
+}
+
+func mustResolve(t *testing.T, f kspace.Func) int {
+	id, err := Resolve(f)
+	require.NoError(t, err)
+	return id
+}
+
+func TestGPULoadIsSharedAcrossRanks(t *testing.T) {
+	ctx := gpuContext(t)
+	img := gpuImage(t)
+
+	const ranks = 8
+	sets := make([]*Set, ranks)
+	errs := make([]error, ranks)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each rank reads its own copy, as separate communicators would:
+			// the content hash, not the slice, keys the cache.
+			mine := img
+			if r%2 == 1 {
+				mine = append([]byte(nil), img...)
+			}
+			sets[r], errs[r] = Load(ctx, mine)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	t.Logf("%d concurrent Loads: %v", ranks, elapsed)
+	for r := range ranks {
+		require.NoError(t, errs[r])
+		assert.Same(t, sets[0].m, sets[r].m, "rank %d has its own module", r)
+	}
+	assert.Less(t, elapsed, 3*time.Second, "sanity bound; the init target for 8 ranks is 300 ms in all")
+
+	e0, err := sets[0].Lookup(kspace.SendRecvFunc)
+	require.NoError(t, err)
+	for r := range ranks {
+		require.NoError(t, sets[r].Release())
+		require.NoError(t, sets[r].Release(), "Release is idempotent")
+	}
+	_, err = sets[0].Lookup(kspace.SendRecvFunc)
+	assert.ErrorIs(t, err, ErrReleased)
+	assert.NotNil(t, e0.Kernel)
+	cache.mu.Lock()
+	assert.Empty(t, cache.mods, "the last Release unloads the module")
+	cache.mu.Unlock()
+}
+
+func TestGPUMismatchedImage(t *testing.T) {
+	ctx := gpuContext(t)
+	ptx := []byte(".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry ngSomethingElse()\n{\n\tret;\n}\n")
+	_, err := Load(ctx, ptx)
+	require.Error(t, err)
+	var me *MismatchError
+	require.ErrorAs(t, err, &me)
+	assert.ErrorIs(t, err, ErrMismatch)
+	assert.Contains(t, err.Error(), "fatbin lacks ngDevKernel_")
+	assert.Contains(t, err.Error(), "rebuild the fatbin from this generated/ tree")
+	t.Log(err)
+
+	_, err = Load(ctx, []byte("\x7fELF not really"))
+	require.Error(t, err)
+	t.Log(err)
+	cache.mu.Lock()
+	assert.Empty(t, cache.mods, "failed loads leave nothing cached")
+	cache.mu.Unlock()
+}
