@@ -1,0 +1,89 @@
+package bootstrap
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestIfSpecGrammar(t *testing.T) {
+	names := []string{"eth0", "eth10", "ib0", "docker0", "lo", "virbr0"}
+	cases := map[string][]string{
+		"eth":         {"eth0", "eth10"},
+		"eth,ib":      {"eth0", "eth10", "ib0"},
+		"=eth0":       {"eth0"},
+		"=eth1":       nil,
+		"^docker,lo":  {"eth0", "eth10", "ib0", "virbr0"},
+		"^=docker0":   {"eth0", "eth10", "ib0", "lo", "virbr0"},
+		"eth0:1234":   {"eth0"},
+		" ib , lo ":   {"ib0", "lo"},
+		"^=eth0,eth1": {"eth10", "ib0", "docker0", "lo", "virbr0"},
+	}
+	for spec, want := range cases {
+		m := parseIfSpec(spec)
+		var got []string
+		for _, n := range names {
+			if m.match(n) {
+				got = append(got, n)
+			}
+		}
+		assert.Equal(t, want, got, "spec %q", spec)
+	}
+}
+
+func TestPickAddr(t *testing.T) {
+	ip := netip.MustParseAddr
+	ifs := []ifaceAddrs{
+		{name: "lo", up: true, loopback: true, addrs: []netip.Addr{ip("127.0.0.1"), ip("::1")}},
+		{name: "docker0", up: true, addrs: []netip.Addr{ip("172.17.0.1")}},
+		{name: "eth0", up: false, addrs: []netip.Addr{ip("10.0.0.1")}},
+		{name: "eth1", up: true, addrs: []netip.Addr{ip("fe80::1%eth1"), ip("2001:db8::1"), ip("10.0.0.2")}},
+	}
+	pick := func(spec string, fam int) string {
+		a, _, err := pickAddr(ifs, spec, fam)
+		require.NoError(t, err)
+		return a.String()
+	}
+	assert.Equal(t, "10.0.0.2", pick("", 0), "first up non-loopback, IPv4 preferred")
+	assert.Equal(t, "2001:db8::1", pick("", 6))
+	assert.Equal(t, "127.0.0.1", pick("lo", 0))
+	assert.Equal(t, "::1", pick("=lo", 6))
+	assert.Equal(t, "172.17.0.1", pick("^eth,lo", 0))
+	assert.Equal(t, "172.17.0.1", pickNoEth(t, ifs), "docker before loopback")
+	_, _, err := pickAddr(ifs, "ib", 0)
+	require.ErrorContains(t, err, `NCCL_SOCKET_IFNAME="ib"`)
+	require.ErrorContains(t, err, "interfaces: lo, docker0, eth0, eth1")
+	a, _, err := pickAddr(nil, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1", a.String(), "nothing up: loopback")
+}
+
+// pickNoEth drops the eth interfaces: docker comes before loopback.
+func pickNoEth(t *testing.T, ifs []ifaceAddrs) string {
+	t.Helper()
+	a, _, err := pickAddr(ifs[:2], "", 0)
+	require.NoError(t, err)
+	return a.String()
+}
+
+func TestTimeoutResolution(t *testing.T) {
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "")
+	d, err := Options{}.timeout()
+	require.NoError(t, err)
+	assert.Equal(t, DefaultTimeout, d)
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "2.5")
+	d, err = Options{}.timeout()
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, d)
+	d, err = Options{Timeout: time.Second}.timeout()
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, d, "Options override the environment")
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "-1")
+	_, err = Options{}.timeout()
+	require.ErrorContains(t, err, "positive number of seconds")
+	_, err = Options{Family: "AF_UNIX"}.family()
+	require.ErrorContains(t, err, "want AF_INET or AF_INET6")
+}

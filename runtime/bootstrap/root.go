@@ -1,0 +1,364 @@
+package bootstrap
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Root serves the check-in of one communicator: it collects the listen
+// address of every rank and, once all have arrived, sends each of them the
+// full table. It runs in its own goroutines from NewRoot until the check-in
+// is served, it times out, its context ends, or Close is called.
+type Root struct {
+	ln      net.Listener
+	id      UniqueID
+	magic   uint64
+	timeout time.Duration
+	log     *slog.Logger
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
+	err     error // outcome, set before done is closed
+
+	mu      sync.Mutex
+	closing bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup // accept loop and connection handlers
+}
+
+// NewRoot starts a root and returns it with the UniqueID that ranks pass to
+// Init. It listens on Options.Addr, else NCCL_COMM_ID, else the interface
+// that Options.Interface / NCCL_SOCKET_IFNAME selects, else the first up
+// non-loopback interface, else loopback. Cancelling ctx stops the root.
+func NewRoot(ctx context.Context, opts Options) (*Root, UniqueID, error) {
+	timeout, err := opts.timeout()
+	if err != nil {
+		return nil, UniqueID{}, err
+	}
+	addr, err := rootListenAddr(opts)
+	if err != nil {
+		return nil, UniqueID{}, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, UniqueID{}, fmt.Errorf("bootstrap: root listen on %s: %w", addr, err)
+	}
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return nil, UniqueID{}, fmt.Errorf("bootstrap: root listen address %s: %w", ln.Addr(), err)
+	}
+	if ap.Addr().IsUnspecified() {
+		// Listening on 0.0.0.0 or ::; advertise an address ranks can reach.
+		fam, _ := opts.family()
+		ifs, err := systemInterfaces()
+		if err == nil {
+			if a, _, err2 := pickAddr(ifs, opts.ifaceSpec(), fam); err2 == nil {
+				ap = netip.AddrPortFrom(a, ap.Port())
+			}
+		}
+	}
+	id, err := newUniqueID(ap)
+	if err != nil {
+		ln.Close()
+		return nil, UniqueID{}, err
+	}
+	magic, _, _ := id.decode()
+	ctx, cancel := context.WithCancelCause(ctx)
+	r := &Root{
+		ln: ln, id: id, magic: magic, timeout: timeout,
+		log:    opts.logger().With("role", "root", "addr", ap.String()),
+		cancel: cancel, done: make(chan struct{}),
+		conns: make(map[net.Conn]struct{}),
+	}
+	go r.serve(ctx)
+	return r, id, nil
+}
+
+// ID returns the root's UniqueID.
+func (r *Root) ID() UniqueID { return r.id }
+
+// Addr returns the address the root listens on.
+func (r *Root) Addr() net.Addr { return r.ln.Addr() }
+
+// Done is closed when the root has stopped.
+func (r *Root) Done() <-chan struct{} { return r.done }
+
+// Wait waits until the root stops (or ctx ends) and returns its outcome: nil
+// once every rank received the table; a *TimeoutError (ErrTimeout) naming the
+// ranks that never checked in; ErrClosed after Close; the context's error
+// when NewRoot's context ended.
+func (r *Root) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("bootstrap: waiting for root: %w", context.Cause(ctx))
+	}
+}
+
+// Close stops the root if it is still serving and waits for its goroutines
+// to exit. It is safe to call more than once and after the root finished.
+func (r *Root) Close() error {
+	r.cancel(ErrClosed)
+	<-r.done
+	return nil
+}
+
+// track registers an accepted connection so that shutdown can close it.
+func (r *Root) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *Root) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+type rootEventKind int
+
+const (
+	evHello rootEventKind = iota
+	evQuery
+	evGone
+)
+
+type rootEvent struct {
+	kind rootEventKind
+	conn net.Conn
+	h    hello
+}
+
+func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}, deadline time.Time) {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !r.track(c) {
+			c.Close()
+			return
+		}
+		r.wg.Add(1)
+		go r.handle(c, events, quit, deadline)
+	}
+}
+
+// handle reads the hello of one connection, then its queries, forwarding
+// them to serve.
+func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{}, deadline time.Time) {
+	defer r.wg.Done()
+	defer r.untrack(c)
+	defer c.Close()
+	send := func(ev rootEvent) bool {
+		select {
+		case events <- ev:
+			return true
+		case <-quit:
+			return false
+		}
+	}
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(deadline)
+	b, err := readFrame(br, maxHelloSize)
+	var h hello
+	if err == nil {
+		h, err = decodeHello(b, r.magic)
+		if err == nil && h.kind != helloCheckIn {
+			err = fmt.Errorf("%w: hello kind %d sent to the root", ErrBadMagic, h.kind)
+		}
+	} else if errors.Is(err, errFrameTooLong) {
+		err = fmt.Errorf("%w: %v", ErrBadMagic, err)
+	}
+	if err != nil {
+		select {
+		case <-quit: // shutting down: not the stranger's fault
+		default:
+			lvl := slog.LevelDebug
+			if errors.Is(err, ErrBadMagic) {
+				lvl = slog.LevelWarn
+			}
+			r.log.Log(context.Background(), lvl, "bootstrap root: rejected connection", "remote", c.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if !send(rootEvent{kind: evHello, conn: c, h: h}) {
+		return
+	}
+	for {
+		b, err := readFrame(br, 16)
+		if err != nil || len(b) != 1 || b[0] != msgQuery {
+			send(rootEvent{kind: evGone, conn: c, h: h})
+			return
+		}
+		if !send(rootEvent{kind: evQuery, conn: c, h: h}) {
+			return
+		}
+	}
+}
+
+// serve runs the check-in state machine; it alone writes to rank
+// connections.
+func (r *Root) serve(ctx context.Context) {
+	defer close(r.done)
+	defer r.cancel(nil)
+	start := time.Now()
+	deadline := start.Add(r.timeout)
+	events := make(chan rootEvent)
+	quit := make(chan struct{})
+	r.wg.Add(1)
+	go r.acceptLoop(events, quit, deadline)
+
+	timer := time.NewTimer(r.timeout)
+	defer timer.Stop()
+	nRanks := 0
+	arrived := map[int]net.Conn{}
+	addrs := map[int]string{}
+	hungUp := map[int]bool{}
+	missing := func() []int {
+		m := []int{}
+		for i := 0; i < nRanks; i++ {
+			if _, ok := arrived[i]; !ok {
+				m = append(m, i)
+			}
+		}
+		return m
+	}
+	write := func(c net.Conn, payload []byte) {
+		_ = c.SetWriteDeadline(time.Now().Add(min(r.timeout, 5*time.Second)))
+		if err := writeFrame(c, payload); err != nil {
+			r.log.Debug("bootstrap root: write failed", "remote", c.RemoteAddr().String(), "err", err)
+		}
+	}
+	graceful := false
+loop:
+	for {
+		select {
+		case ev := <-events:
+			switch ev.kind {
+			case evHello:
+				h := ev.h
+				if nRanks == 0 {
+					nRanks = h.nRanks
+				}
+				var why string
+				switch {
+				case h.nRanks != nRanks:
+					why = fmt.Sprintf("rank %d says %d ranks, others said %d", h.rank, h.nRanks, nRanks)
+				case arrived[h.rank] != nil && !hungUp[h.rank]:
+					why = fmt.Sprintf("rank %d checked in twice", h.rank)
+				}
+				if why != "" {
+					r.log.Warn("bootstrap root: rejected check-in", "remote", ev.conn.RemoteAddr().String(), "reason", why)
+					write(ev.conn, append([]byte{msgReject}, why...))
+					ev.conn.Close()
+					continue
+				}
+				arrived[h.rank] = ev.conn
+				addrs[h.rank] = h.addr
+				delete(hungUp, h.rank)
+				r.log.Debug("bootstrap root: rank checked in", "rank", h.rank, "nranks", nRanks, "addr", h.addr)
+				if len(arrived) == nRanks {
+					table := make([]string, nRanks)
+					for i := range table {
+						table[i] = addrs[i]
+					}
+					payload := encodeTable(table)
+					for _, c := range arrived {
+						write(c, payload)
+					}
+					r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "elapsed", time.Since(start))
+					graceful = true
+					break loop
+				}
+			case evQuery:
+				if arrived[ev.h.rank] == ev.conn {
+					write(ev.conn, status{afterMS: uint64(time.Since(start).Milliseconds()), nRanks: nRanks, missing: missing()}.encode())
+				}
+			case evGone:
+				// A rank that hung up still counts as checked in (it is
+				// not "missing"), but it may check in again.
+				if arrived[ev.h.rank] == ev.conn {
+					r.log.Warn("bootstrap root: rank hung up before the check-in completed", "rank", ev.h.rank)
+					hungUp[ev.h.rank] = true
+				}
+			}
+		case <-timer.C:
+			m := missing()
+			if nRanks == 0 {
+				r.err = &TimeoutError{Op: "root", After: r.timeout, Cause: errors.New("no rank checked in")}
+			} else {
+				r.err = &TimeoutError{After: r.timeout, Missing: m, NRanks: nRanks}
+			}
+			r.log.Warn(r.err.Error())
+			payload := status{final: true, afterMS: uint64(r.timeout.Milliseconds()), nRanks: nRanks, missing: m}.encode()
+			for _, c := range arrived {
+				write(c, payload)
+			}
+			graceful = true
+			break loop
+		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			if errors.Is(cause, ErrClosed) {
+				r.err = fmt.Errorf("bootstrap: root closed with ranks %s of %d missing: %w", formatRanks(missing()), nRanks, ErrClosed)
+			} else {
+				r.err = fmt.Errorf("bootstrap: root stopped with ranks %s of %d missing: %w", formatRanks(missing()), nRanks, cause)
+			}
+			break loop
+		}
+	}
+
+	// Shut down: no more connections; strangers and pending connections are
+	// closed now; rank connections are half-closed so that the ranks read
+	// everything, and closed when they hang up or after a grace period.
+	close(quit)
+	r.ln.Close()
+	r.mu.Lock()
+	r.closing = true
+	for c := range r.conns {
+		isRank := false
+		for _, rc := range arrived {
+			isRank = isRank || rc == c
+		}
+		if graceful && isRank {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+				continue
+			}
+		}
+		c.Close()
+	}
+	r.mu.Unlock()
+	waited := make(chan struct{})
+	go func() { r.wg.Wait(); close(waited) }()
+	grace := time.NewTimer(min(r.timeout, 2*time.Second))
+	defer grace.Stop()
+	select {
+	case <-waited:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	<-waited
+}

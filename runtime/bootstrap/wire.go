@@ -1,0 +1,209 @@
+package bootstrap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+)
+
+// Frame and message constants; see the package documentation.
+const (
+	helloCheckIn = 1 // rank → root
+	helloPeer    = 2 // rank → rank
+
+	msgQuery  = 'Q'
+	msgTable  = 'T'
+	msgStatus = 'S'
+	msgReject = 'R'
+
+	classUser = 0 // Send/Recv
+	classColl = 1 // AllGather/Barrier ring steps
+
+	// MaxMessageSize is the largest payload Send accepts.
+	MaxMessageSize = 1 << 30
+	msgHeader      = 1 + 8
+	maxRootReply   = 64 << 20
+)
+
+// writeFrame writes one frame made of the concatenation of parts, with a
+// single writev where the platform has it.
+func writeFrame(w io.Writer, parts ...[]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > MaxMessageSize+msgHeader {
+		return fmt.Errorf("bootstrap: frame of %d bytes exceeds the %d byte limit", n, MaxMessageSize+msgHeader)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(n))
+	bufs := make(net.Buffers, 0, len(parts)+1)
+	bufs = append(bufs, hdr[:])
+	for _, p := range parts {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	_, err := bufs.WriteTo(w)
+	return err
+}
+
+var errFrameTooLong = errors.New("frame too long")
+
+// readFrame reads one frame of at most max payload bytes.
+func readFrame(r io.Reader, max int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if uint64(n) > uint64(max) {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", errFrameTooLong, n, max)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// hello is the first frame on every connection.
+type hello struct {
+	magic  uint64
+	kind   byte
+	rank   int
+	nRanks int
+	addr   string // check-in only: the rank's listen address
+}
+
+func (h hello) encode() []byte {
+	b := make([]byte, 0, 17+2+len(h.addr))
+	b = binary.BigEndian.AppendUint64(b, h.magic)
+	b = append(b, h.kind)
+	b = binary.BigEndian.AppendUint32(b, uint32(h.rank))
+	b = binary.BigEndian.AppendUint32(b, uint32(h.nRanks))
+	if h.kind == helloCheckIn {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(h.addr)))
+		b = append(b, h.addr...)
+	}
+	return b
+}
+
+// decodeHello parses and checks a hello against the expected magic. Every
+// failure wraps ErrBadMagic.
+func decodeHello(b []byte, magic uint64) (hello, error) {
+	var h hello
+	if len(b) < 17 {
+		return h, fmt.Errorf("%w: %d-byte hello, want at least 17", ErrBadMagic, len(b))
+	}
+	h.magic = binary.BigEndian.Uint64(b)
+	if h.magic != magic {
+		return h, fmt.Errorf("%w: magic %#016x", ErrBadMagic, h.magic)
+	}
+	h.kind = b[8]
+	h.rank = int(binary.BigEndian.Uint32(b[9:]))
+	h.nRanks = int(binary.BigEndian.Uint32(b[13:]))
+	rest := b[17:]
+	switch h.kind {
+	case helloCheckIn:
+		if len(rest) < 2 || len(rest) != 2+int(binary.BigEndian.Uint16(rest)) {
+			return h, fmt.Errorf("%w: check-in hello with a malformed address", ErrBadMagic)
+		}
+		h.addr = string(rest[2:])
+	case helloPeer:
+		if len(rest) != 0 {
+			return h, fmt.Errorf("%w: peer hello with %d trailing bytes", ErrBadMagic, len(rest))
+		}
+	default:
+		return h, fmt.Errorf("%w: hello kind %d", ErrBadMagic, h.kind)
+	}
+	if h.nRanks < 1 || h.nRanks > 1<<24 || h.rank >= h.nRanks {
+		return h, fmt.Errorf("%w: rank %d of %d", ErrBadMagic, h.rank, h.nRanks)
+	}
+	return h, nil
+}
+
+func encodeTable(addrs []string) []byte {
+	b := []byte{msgTable}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(addrs)))
+	for _, a := range addrs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
+		b = append(b, a...)
+	}
+	return b
+}
+
+func decodeTable(b []byte, n int) ([]string, error) {
+	bad := func(why string) ([]string, error) {
+		return nil, fmt.Errorf("bootstrap: malformed address table from root: %s", why)
+	}
+	if len(b) < 5 || b[0] != msgTable {
+		return bad("short")
+	}
+	if got := int(binary.BigEndian.Uint32(b[1:])); got != n {
+		return bad(fmt.Sprintf("%d entries for %d ranks", got, n))
+	}
+	b = b[5:]
+	out := make([]string, n)
+	for i := range out {
+		if len(b) < 2 {
+			return bad("truncated")
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+l {
+			return bad("truncated")
+		}
+		out[i] = string(b[2 : 2+l])
+		b = b[2+l:]
+	}
+	if len(b) != 0 {
+		return bad("trailing bytes")
+	}
+	return out, nil
+}
+
+// status is the root's answer to a query, or its final word on a timeout.
+type status struct {
+	final   bool
+	afterMS uint64
+	nRanks  int
+	missing []int
+}
+
+func (s status) encode() []byte {
+	b := []byte{msgStatus, 0}
+	if s.final {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, s.afterMS)
+	b = binary.BigEndian.AppendUint32(b, uint32(s.nRanks))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.missing)))
+	for _, r := range s.missing {
+		b = binary.BigEndian.AppendUint32(b, uint32(r))
+	}
+	return b
+}
+
+func decodeStatus(b []byte) (status, error) {
+	var s status
+	if len(b) < 18 || b[0] != msgStatus {
+		return s, errors.New("bootstrap: malformed status from root")
+	}
+	s.final = b[1] == 1
+	s.afterMS = binary.BigEndian.Uint64(b[2:])
+	s.nRanks = int(binary.BigEndian.Uint32(b[10:]))
+	n := int(binary.BigEndian.Uint32(b[14:]))
+	if len(b) != 18+4*n {
+		return s, errors.New("bootstrap: malformed status from root")
+	}
+	s.missing = make([]int, n)
+	for i := range s.missing {
+		s.missing[i] = int(binary.BigEndian.Uint32(b[18+4*i:]))
+	}
+	return s, nil
+}
