@@ -1,0 +1,107 @@
+// all_reduce.h — AllReduce: RING (reduce-scatter then all-gather around the
+// ring, 2*(nRanks-1) steps per loop) and TREE (reduce up the tree, then
+// broadcast down; the root turns its reduced chunk around in the same step).
+// Work: count = elements of the whole buffer, the channel handles
+// [chanOffset, chanOffset+chanCount). In-place when sendbuff == recvbuff.
+#ifndef NG_ALL_REDUCE_H_
+#define NG_ALL_REDUCE_H_
+#include "ng_coll_common.h"
+
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ void ngAllReduceRing(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const struct ngDevWork w = sh->work;
+  const int N = sh->comm.nRanks;
+  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
+  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
+  const int64_t total = (int64_t)w.chanCount;
+  if (N == 1) {
+    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, true);
+    return;
+  }
+  int prev = sh->channel.ring.prev, next = sh->channel.ring.next;
+  const int idx = sh->channel.ring.index;
+  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
+  const int64_t cap = ngStepElems<T, Proto>(sh);
+  const int64_t gran = ngGranule<T>();
+  for (int64_t off = 0; off < total;) {
+    const int64_t rem = total - off;
+    const int64_t chunk = ngMin64(cap, ngAlignUp((rem + N - 1) / N, gran));
+    for (int j = 0; j <= 2 * N - 2; j++) {
+      const int c = ngMod(idx - 1 - j, N);
+      const int64_t s = off + (int64_t)c * chunk;
+      const int n = s >= total ? 0 : (int)ngMin64(chunk, total - s);
+      bool ok;
+      if (j == 0) ok = prims.step(src + s, nullptr, n, false, true, false);
+      else if (j < N - 1) ok = prims.step(src + s, nullptr, n, true, true, false);
+      else if (j == N - 1) ok = prims.step(src + s, dst + s, n, true, true, true);
+      else if (j < 2 * N - 2) ok = prims.step(nullptr, dst + s, n, true, true, false);
+      else ok = prims.step(nullptr, dst + s, n, true, false, false);
+      if (!ok) return;
+    }
+    off += chunk * N;
+  }
+  prims.finish();
+}
+
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const struct ngDevWork w = sh->work;
+  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
+  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
+  const int64_t total = (int64_t)w.chanCount;
+  int up = sh->channel.tree.up;
+  int down[NG_MAX_TREE_ARITY];
+  int nDown = 0;
+#pragma unroll
+  for (int i = 0; i < NG_MAX_TREE_ARITY; i++) {
+    int d = sh->channel.tree.down[i];
+    down[i] = -1;
+    if (d >= 0) down[nDown++] = d;
+  }
+  if (sh->comm.nRanks == 1 || (up < 0 && nDown == 0)) {
+    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, true);
+    return;
+  }
+  const int64_t cap = ngStepElems<T, Proto>(sh);
+  if (up < 0) {
+    // Root: receive from the children, reduce with our input, finish, send back down.
+    ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, NG_MAX_TREE_ARITY> prims(sh, g, down, nDown, down, nDown);
+    for (int64_t off = 0; off < total; off += cap) {
+      const int n = (int)ngMin64(cap, total - off);
+      if (!prims.step(src + off, dst + off, n, true, true, true)) return;
+    }
+    prims.finish();
+    return;
+  }
+  {
+    ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, 1> prims(sh, g, down, nDown, &up, 1);
+    for (int64_t off = 0; off < total; off += cap) {
+      const int n = (int)ngMin64(cap, total - off);
+      if (!prims.step(src + off, nullptr, n, true, true, false)) return;
+    }
+    prims.finish();
+  }
+  {
+    ngPrims<T, Op, Proto, 1, NG_MAX_TREE_ARITY> prims(sh, g, &up, 1, down, nDown);
+    for (int64_t off = 0; off < total; off += cap) {
+      const int n = (int)ngMin64(cap, total - off);
+      if (!prims.step(nullptr, dst + off, n, true, true, false)) return;
+    }
+    prims.finish();
+  }
+}
+
+template <typename T, typename Op, int Algo, int Proto>
+struct ngCollFunc<NG_COLL_AllReduce, T, Op, Algo, Proto> {
+  static __device__ __forceinline__ void run(struct ngShmem* sh) {
+    if constexpr (Algo == NG_ALGO_RING) ngAllReduceRing<T, Op, Proto>(sh);
+    else if constexpr (Algo == NG_ALGO_TREE) ngAllReduceTree<T, Op, Proto>(sh);
+    else ngReportUnsupported(sh);
+  }
+};
+
+#endif // NG_ALL_REDUCE_H_

@@ -1,0 +1,232 @@
+// ng_device.h — the core of ncclgo's device library.
+//
+// Every generated translation unit includes this header first, then the
+// header of its collective. It provides:
+//
+//   * the macros the generated code expands (NG_DEV_FUNC, NG_DEV_FUNC_UNSUPPORTED,
+//     NG_DEV_FUNC_DECL, NG_DEV_FUNC_PTR, NG_DEV_FUNC_NOP, NG_DEV_KERNEL,
+//     NG_DEV_KERNEL_NOP, NG_DEV_KERNEL_GENERIC) and ngDevFuncPtr_t;
+//   * the block-shared state (struct ngShmem) every device function receives;
+//   * the kernel work loop (ngKernelMain).
+//
+// Device function signature:  __device__ void ngDevFunc_<sym>(struct ngShmem* sh)
+// The kernel owns one `__shared__ struct ngShmem` per block; it holds copies of
+// the ngDevComm, of this block's ngDevChannel and of the current ngDevWork,
+// plus a block-wide abort word. Functions are reached either inlined (the
+// kernel's own function id) or through ngDevFuncTable[funcId].
+//
+// Threads: a function uses the first nThreads threads of the block
+// (work.nWarps*32 when non-zero, capped at blockDim.x); the rest return at
+// once. Functions synchronise with named barriers (ids 1..3), never with
+// __syncthreads, so a function may run on a subset of the block.
+#ifndef NG_DEVICE_H_
+#define NG_DEVICE_H_
+
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
+#include "ngabi.h"
+
+// Block-shared state handed to every device function.
+struct ngShmem {
+  struct ngDevComm comm;       // copy of the communicator
+  struct ngDevChannel channel; // copy of this block's channel
+  struct ngDevWork work;       // the work being run
+  int32_t aborted;             // non-zero: stop (abort flag seen or error); read through ngAborted()
+  int32_t channelId;
+};
+
+typedef void (*ngDevFuncPtr_t)(struct ngShmem*);
+
+extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[];
+extern "C" __device__ int const ngDevFuncCount;
+
+// ---- errors and abort -------------------------------------------------------
+
+// ngRecordError stores code into *comm->errorFlag unless an error is already there.
+__device__ __forceinline__ void ngRecordError(struct ngShmem* sh, uint32_t code) {
+  uint32_t* ef = reinterpret_cast<uint32_t*>(sh->comm.errorFlag);
+  if (ef) atomicCAS(ef, 0u, code);
+}
+
+__device__ __forceinline__ int ngAborted(struct ngShmem* sh) {
+  return *reinterpret_cast<volatile int32_t*>(&sh->aborted);
+}
+
+__device__ __forceinline__ void ngSetAborted(struct ngShmem* sh) {
+  *reinterpret_cast<volatile int32_t*>(&sh->aborted) = 1;
+}
+
+// ngCheckAbort polls the host abort flag (and the block abort word). It
+// returns true when the caller must stop; the first thread to see the host
+// flag records NG_DEV_ERR_ABORTED.
+static __device__ __noinline__ bool ngCheckAbort(struct ngShmem* sh) {
+  if (ngAborted(sh)) return true;
+  volatile uint32_t* af = reinterpret_cast<volatile uint32_t*>(sh->comm.abortFlag);
+  if (af && *af != 0) {
+    ngRecordError(sh, NG_DEV_ERR_ABORTED);
+    ngSetAborted(sh);
+    return true;
+  }
+  return false;
+}
+
+// Spins between abort polls.
+#ifndef NG_SPINS_BEFORE_ABORT_CHECK
+#define NG_SPINS_BEFORE_ABORT_CHECK 4096
+#endif
+
+// ---- thread groups and barriers ----------------------------------------------
+
+// A group of whole warps [first, first+nThreads) that synchronise on named
+// barrier barId.
+struct ngGroup {
+  int tid;      // index within the group
+  int nThreads; // multiple of 32
+  int barId;    // 1..15
+};
+
+__device__ __forceinline__ void ngBarrier(const ngGroup& g) {
+  if (g.nThreads == 32) {
+    __syncwarp();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"r"(g.barId), "r"(g.nThreads) : "memory");
+  }
+}
+
+// ---- memory helpers -------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t ngLdVolatile(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void ngStVolatile(uint64_t* p, uint64_t v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Number of threads a function may use for the current work.
+__device__ __forceinline__ int ngWorkThreads(struct ngShmem* sh) {
+  int n = blockDim.x & ~31;
+  int w = sh->work.nWarps;
+  if (w != 0 && w * 32 < n) n = w * 32;
+  return n;
+}
+
+__device__ __forceinline__ void ngReportUnsupported(struct ngShmem* sh) {
+  if (threadIdx.x == 0) ngRecordError(sh, NG_DEV_ERR_UNSUPPORTED);
+}
+
+static __device__ __noinline__ void ngDevFuncUnsupported(struct ngShmem* sh) { ngReportUnsupported(sh); }
+
+// ---- the kernel -----------------------------------------------------------------
+
+__device__ __forceinline__ int ngNthSetBit(uint64_t mask, int n) {
+  for (int i = 0; i < n; i++) mask &= mask - 1; // drop the n lowest set bits
+  return mask ? __ffsll((long long)mask) - 1 : -1;
+}
+
+__device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid) {
+  if (fid >= 0 && fid < ngDevFuncCount) {
+    ngDevFuncPtr_t f = ngDevFuncTable[fid];
+    if (f != nullptr) {
+      f(sh);
+      return;
+    }
+  }
+  if (threadIdx.x == 0) {
+    ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+    ngSetAborted(sh);
+  }
+}
+
+// FnId: the function this kernel inlines (-1: none; -2: report every work
+// unsupported); F: that function.
+template <int FnId, ngDevFuncPtr_t F>
+__device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
+  __shared__ struct ngShmem sh;
+  const int tid = threadIdx.x;
+  const int c = ngNthSetBit(args.channelMask, blockIdx.x);
+  if (c < 0) return; // more blocks than channels: nothing to do (uniform over the block)
+  const struct ngDevComm* comm = reinterpret_cast<const struct ngDevComm*>(args.comm);
+  // Copy the communicator (7 words) and the channel (8 words) into shared memory.
+  if (tid < 7) {
+    reinterpret_cast<uint64_t*>(&sh.comm)[tid] = reinterpret_cast<const uint64_t*>(comm)[tid];
+  } else if (tid >= 32 && tid < 40) {
+    const struct ngDevChannel* chans = reinterpret_cast<const struct ngDevChannel*>(comm->channels);
+    reinterpret_cast<uint64_t*>(&sh.channel)[tid - 32] = reinterpret_cast<const uint64_t*>(chans + c)[tid - 32];
+  } else if (tid == 64) {
+    sh.aborted = 0;
+    sh.channelId = c;
+  }
+  __syncthreads();
+  const struct ngDevWork* works =
+      args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
+  const int wEnd = args.chanWorkStart[c + 1];
+  for (int w = args.chanWorkStart[c]; w < wEnd; w++) {
+    if (tid < 8) reinterpret_cast<uint64_t*>(&sh.work)[tid] = reinterpret_cast<const uint64_t*>(works + w)[tid];
+    __syncthreads();
+    const int fid = sh.work.funcId;
+    if (FnId == -2) {
+      ngDevFuncUnsupported(&sh);
+    } else if (FnId >= 0 && fid == FnId) {
+      F(&sh);
+    } else {
+      ngRunWorkDispatch(&sh, fid);
+    }
+    __syncthreads();
+    if (ngAborted(&sh)) break;
+  }
+}
+
+// ---- the generated code's contract -------------------------------------------
+
+#define NG_DEV_FUNC_DECL(sym) __device__ void ngDevFunc_##sym(struct ngShmem* sh);
+#define NG_DEV_FUNC_PTR(sym) (&ngDevFunc_##sym)
+#define NG_DEV_FUNC_NOP(sym) \
+  __device__ void ngDevFunc_##sym(struct ngShmem* sh) { (void)sh; }
+
+// ngCollFunc<Coll, T, Op, Algo, Proto>::run(sh) is specialised by the collective headers.
+template <int Coll, typename T, typename Op, int Algo, int Proto>
+struct ngCollFunc;
+
+#define NG_COLL_Broadcast 0
+#define NG_COLL_Reduce 1
+#define NG_COLL_AllGather 2
+#define NG_COLL_AllGatherV 3
+#define NG_COLL_ReduceScatter 4
+#define NG_COLL_AllReduce 5
+#define NG_COLL_SendRecv 6
+
+#define NG_DEV_FUNC(sym, Coll, RedOp, T, Algo, Proto)                                          \
+  __device__ void ngDevFunc_##sym(struct ngShmem* sh) {                                       \
+    ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_##Proto>::run(sh); \
+  }
+
+#define NG_DEV_FUNC_UNSUPPORTED(sym, Coll, RedOp, T, Algo, Proto) \
+  __device__ void ngDevFunc_##sym(struct ngShmem* sh) { ngReportUnsupported(sh); }
+
+#define NG_KERNEL_SIGNATURE(sym)                                       \
+  extern "C" __global__ void __launch_bounds__(NG_MAX_NTHREADS, 1) \
+  ngDevKernel_##sym(__grid_constant__ struct ngKernelArgs const args)
+
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId) \
+  NG_KERNEL_SIGNATURE(sym) { ngKernelMain<fnId, &ngDevFunc_##sym>(args); }
+
+// Arch too old for the kernel's type: every work reports unsupported.
+#define NG_DEV_KERNEL_NOP(sym, fnId) \
+  NG_KERNEL_SIGNATURE(sym) { (void)(fnId); ngKernelMain<-2, &ngDevFuncUnsupported>(args); }
+
+#define NG_DEV_KERNEL_GENERIC(sym) \
+  NG_KERNEL_SIGNATURE(sym) { ngKernelMain<-1, &ngDevFuncUnsupported>(args); }
+
+#include "ng_reduce.h"
+#include "ng_prims.h"
+
+#endif // NG_DEVICE_H_

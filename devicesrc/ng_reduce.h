@@ -1,0 +1,220 @@
+// ng_reduce.h — reduction operators over ncclgo's 12 element types.
+//
+// An operator is a small struct built from the work descriptor:
+//   T reduce(T a, T b)  combines two values (commutative);
+//   T pre(T x)          applied to a rank's own input before it is combined
+//                       (PreMulSum: x * scalar; identity otherwise);
+//   T post(T x)         applied once to the final result (SumPostDiv: x / divisor).
+//   kPre / kPost        whether pre / post do anything (lets loops skip them).
+// ngPackReduce/ngPackPre/ngPackPost apply them lane-wise to 8- or 16-byte packs.
+//
+// redOpArg conventions (ngDevWork.redOpArg):
+//   MinMax     : 1 = min, 0 = max.
+//   PreMulSum  : the scalar's bits (type T, zero-extended), or with
+//                NG_WORK_REDOP_ARG_PTR a device pointer to a T.
+//   SumPostDiv : the divisor in bits 0..62; bit 63 set = divide as signed
+//                (the runtime maps signed types onto the unsigned functions).
+// Half-precision arithmetic is native on sm_80+ (bf16) / sm_53+ (half); fp8
+// types compute in float and round back.
+#ifndef NG_REDUCE_H_
+#define NG_REDUCE_H_
+
+#include <stdint.h>
+
+// ---- scalar arithmetic per type -----------------------------------------------
+
+template <typename T>
+struct ngArith {
+  static __device__ __forceinline__ T add(T a, T b) { return a + b; }
+  static __device__ __forceinline__ T mul(T a, T b) { return a * b; }
+  static __device__ __forceinline__ T min(T a, T b) { return b < a ? b : a; }
+  static __device__ __forceinline__ T max(T a, T b) { return b > a ? b : a; }
+};
+
+// 8-bit integers promote to int in C++; keep them wrapping.
+template <>
+struct ngArith<uint8_t> {
+  static __device__ __forceinline__ uint8_t add(uint8_t a, uint8_t b) { return (uint8_t)(a + b); }
+  static __device__ __forceinline__ uint8_t mul(uint8_t a, uint8_t b) { return (uint8_t)(a * b); }
+  static __device__ __forceinline__ uint8_t min(uint8_t a, uint8_t b) { return b < a ? b : a; }
+  static __device__ __forceinline__ uint8_t max(uint8_t a, uint8_t b) { return b > a ? b : a; }
+};
+template <>
+struct ngArith<int8_t> {
+  static __device__ __forceinline__ int8_t add(int8_t a, int8_t b) { return (int8_t)(a + b); }
+  static __device__ __forceinline__ int8_t mul(int8_t a, int8_t b) { return (int8_t)(a * b); }
+  static __device__ __forceinline__ int8_t min(int8_t a, int8_t b) { return b < a ? b : a; }
+  static __device__ __forceinline__ int8_t max(int8_t a, int8_t b) { return b > a ? b : a; }
+};
+
+template <>
+struct ngArith<half> {
+  static __device__ __forceinline__ half add(half a, half b) { return __hadd(a, b); }
+  static __device__ __forceinline__ half mul(half a, half b) { return __hmul(a, b); }
+  static __device__ __forceinline__ half min(half a, half b) { return __hlt(b, a) ? b : a; }
+  static __device__ __forceinline__ half max(half a, half b) { return __hgt(b, a) ? b : a; }
+};
+
+#if CUDART_VERSION >= 11000
+template <>
+struct ngArith<__nv_bfloat16> {
+  typedef __nv_bfloat16 T;
+  static __device__ __forceinline__ float f(T x) { return __bfloat162float(x); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static __device__ __forceinline__ T add(T a, T b) { return __hadd(a, b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return __hmul(a, b); }
+#else
+  static __device__ __forceinline__ T add(T a, T b) { return __float2bfloat16(f(a) + f(b)); }
+  static __device__ __forceinline__ T mul(T a, T b) { return __float2bfloat16(f(a) * f(b)); }
+#endif
+  static __device__ __forceinline__ T min(T a, T b) { return f(b) < f(a) ? b : a; }
+  static __device__ __forceinline__ T max(T a, T b) { return f(b) > f(a) ? b : a; }
+};
+#endif
+
+#if CUDART_VERSION >= 11080
+template <typename F8>
+struct ngArithFp8 {
+  static __device__ __forceinline__ float f(F8 x) { return static_cast<float>(x); }
+  static __device__ __forceinline__ F8 add(F8 a, F8 b) { return F8(f(a) + f(b)); }
+  static __device__ __forceinline__ F8 mul(F8 a, F8 b) { return F8(f(a) * f(b)); }
+  static __device__ __forceinline__ F8 min(F8 a, F8 b) { return f(b) < f(a) ? b : a; }
+  static __device__ __forceinline__ F8 max(F8 a, F8 b) { return f(b) > f(a) ? b : a; }
+};
+template <>
+struct ngArith<__nv_fp8_e4m3> : ngArithFp8<__nv_fp8_e4m3> {};
+template <>
+struct ngArith<__nv_fp8_e5m2> : ngArithFp8<__nv_fp8_e5m2> {};
+#endif
+
+// Raw bit copy between a T and an integer of the same or larger size.
+template <typename T>
+__device__ __forceinline__ T ngBitsTo(uint64_t bits) {
+  T v;
+  memcpy(&v, &bits, sizeof(T)); // little endian: the low bytes
+  return v;
+}
+
+// ---- operators ------------------------------------------------------------------
+
+template <typename T>
+struct ngOpCopy {
+  static constexpr bool kPre = false, kPost = false;
+  __device__ __forceinline__ explicit ngOpCopy(const struct ngDevWork&) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { (void)a; return b; }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+
+template <typename T>
+struct ngOpSum {
+  static constexpr bool kPre = false, kPost = false;
+  __device__ __forceinline__ explicit ngOpSum(const struct ngDevWork&) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return ngArith<T>::add(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+
+template <typename T>
+struct ngOpProd {
+  static constexpr bool kPre = false, kPost = false;
+  __device__ __forceinline__ explicit ngOpProd(const struct ngDevWork&) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return ngArith<T>::mul(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+
+template <typename T>
+struct ngOpMinMax {
+  static constexpr bool kPre = false, kPost = false;
+  bool isMin;
+  __device__ __forceinline__ explicit ngOpMinMax(const struct ngDevWork& w) : isMin(w.redOpArg != 0) {}
+  __device__ __forceinline__ T reduce(T a, T b) const {
+    return isMin ? ngArith<T>::min(a, b) : ngArith<T>::max(a, b);
+  }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+
+template <typename T>
+struct ngOpPreMulSum {
+  static constexpr bool kPre = true, kPost = false;
+  T scalar;
+  __device__ __forceinline__ explicit ngOpPreMulSum(const struct ngDevWork& w) {
+    if (w.flags & NG_WORK_REDOP_ARG_PTR) {
+      scalar = *reinterpret_cast<const T*>(w.redOpArg);
+    } else {
+      scalar = ngBitsTo<T>(w.redOpArg);
+    }
+  }
+  __device__ __forceinline__ T reduce(T a, T b) const { return ngArith<T>::add(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return ngArith<T>::mul(x, scalar); }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+
+template <typename T> struct ngSigned { typedef T type; };
+template <> struct ngSigned<uint8_t> { typedef int8_t type; };
+template <> struct ngSigned<uint32_t> { typedef int32_t type; };
+template <> struct ngSigned<uint64_t> { typedef int64_t type; };
+
+template <typename T>
+struct ngOpSumPostDiv {
+  static constexpr bool kPre = false, kPost = true;
+  uint64_t divisor;
+  bool isSigned;
+  __device__ __forceinline__ explicit ngOpSumPostDiv(const struct ngDevWork& w)
+      : divisor(w.redOpArg & ~(1ull << 63)), isSigned((w.redOpArg >> 63) != 0) {
+    if (divisor == 0) divisor = 1;
+  }
+  __device__ __forceinline__ T reduce(T a, T b) const { return ngArith<T>::add(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const {
+    typedef typename ngSigned<T>::type S;
+    if (isSigned) return (T)((S)x / (S)(int64_t)divisor);
+    return (T)(x / (T)divisor);
+  }
+};
+
+// ---- packs ----------------------------------------------------------------------
+// P is uint64_t (8 bytes) or uint4 (16 bytes); lanes are sizeof(P)/sizeof(T) values of T.
+
+template <typename T, typename Op, typename P>
+__device__ __forceinline__ P ngPackReduce(const Op& op, P a, P b) {
+  constexpr int N = sizeof(P) / sizeof(T);
+  T ea[N], eb[N];
+  memcpy(ea, &a, sizeof(P));
+  memcpy(eb, &b, sizeof(P));
+#pragma unroll
+  for (int i = 0; i < N; i++) ea[i] = op.reduce(ea[i], eb[i]);
+  P r;
+  memcpy(&r, ea, sizeof(P));
+  return r;
+}
+
+template <typename T, typename Op, typename P>
+__device__ __forceinline__ P ngPackPre(const Op& op, P a) {
+  if (!Op::kPre) return a;
+  constexpr int N = sizeof(P) / sizeof(T);
+  T ea[N];
+  memcpy(ea, &a, sizeof(P));
+#pragma unroll
+  for (int i = 0; i < N; i++) ea[i] = op.pre(ea[i]);
+  P r;
+  memcpy(&r, ea, sizeof(P));
+  return r;
+}
+
+template <typename T, typename Op, typename P>
+__device__ __forceinline__ P ngPackPost(const Op& op, P a) {
+  if (!Op::kPost) return a;
+  constexpr int N = sizeof(P) / sizeof(T);
+  T ea[N];
+  memcpy(ea, &a, sizeof(P));
+#pragma unroll
+  for (int i = 0; i < N; i++) ea[i] = op.post(ea[i]);
+  P r;
+  memcpy(&r, ea, sizeof(P));
+  return r;
+}
+
+#endif // NG_REDUCE_H_

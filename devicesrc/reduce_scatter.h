@@ -1,0 +1,53 @@
+// reduce_scatter.h — ReduceScatter, RING: block b of the result (count
+// elements, b = rank) is the reduction of every rank's sendbuff block b.
+// Each chunk travels nRanks-1 hops; the final hop lands in recvbuff.
+// Work: count = elements per rank, sendbuff holds nRanks*count, the channel
+// handles [chanOffset, chanOffset+chanCount) of each block.
+#ifndef NG_REDUCE_SCATTER_H_
+#define NG_REDUCE_SCATTER_H_
+#include "ng_coll_common.h"
+
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ void ngReduceScatterRing(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const struct ngDevWork w = sh->work;
+  const int N = sh->comm.nRanks;
+  const int64_t count = (int64_t)w.count;
+  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
+  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
+  const int64_t total = (int64_t)w.chanCount;
+  const int me = sh->comm.rank;
+  if (N == 1) {
+    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, true);
+    return;
+  }
+  int prev = sh->channel.ring.prev, next = sh->channel.ring.next;
+  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
+  const int64_t cap = ngStepElems<T, Proto>(sh);
+  for (int64_t off = 0; off < total; off += cap) {
+    const int n = (int)ngMin64(cap, total - off);
+    for (int j = 0; j < N; j++) {
+      bool ok;
+      if (j == 0) {
+        ok = prims.step(src + (int64_t)ngRingRank(sh, N - 1) * count + off, nullptr, n, false, true, false);
+      } else if (j < N - 1) {
+        ok = prims.step(src + (int64_t)ngRingRank(sh, N - 1 - j) * count + off, nullptr, n, true, true, false);
+      } else {
+        ok = prims.step(src + (int64_t)me * count + off, dst + off, n, true, false, true);
+      }
+      if (!ok) return;
+    }
+  }
+  prims.finish();
+}
+
+template <typename T, typename Op, int Algo, int Proto>
+struct ngCollFunc<NG_COLL_ReduceScatter, T, Op, Algo, Proto> {
+  static __device__ __forceinline__ void run(struct ngShmem* sh) {
+    if constexpr (Algo == NG_ALGO_RING) ngReduceScatterRing<T, Op, Proto>(sh);
+    else ngReportUnsupported(sh);
+  }
+};
+
+#endif // NG_REDUCE_SCATTER_H_
