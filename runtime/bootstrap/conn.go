@@ -89,7 +89,12 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	}
 	ctxErr := func(what string, last error) error {
 		if timedOut() {
-			return &TimeoutError{Op: fmt.Sprintf("rank %d: %s", rank, what), After: time.Since(start).Round(time.Millisecond), Cause: last}
+			te := &TimeoutError{Op: fmt.Sprintf("rank %d: %s", rank, what), After: timeout, Cause: last}
+			if context.Cause(ictx) != errInitTimeout {
+				te.After = time.Since(start).Round(time.Millisecond)
+				te.Cause = errors.Join(last, context.DeadlineExceeded)
+			}
+			return te
 		}
 		return fmt.Errorf("bootstrap: rank %d: %s: %w", rank, what, context.Cause(ictx))
 	}
@@ -105,7 +110,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 
 	// Listen where the others can reach us.
 	var ip netip.Addr
-	if spec := opts.ifaceSpec(); spec != "" || fam != 0 {
+	if spec := opts.ifaceSpec(); spec != "" {
 		ifs, err := systemInterfaces()
 		if err != nil {
 			return nil, err
@@ -152,7 +157,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 			reply, err = readFrame(br, maxRootReply)
 		}
 		if err != nil {
-			return nil, &TimeoutError{Op: fmt.Sprintf("rank %d: waiting for root at %s (no answer about missing ranks)", rank, rootAddr), After: timeout}
+			return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
 		}
 	} else if err != nil && ictx.Err() != nil {
 		return nil, ctxErr("check-in with root at "+rootAddr, err)
@@ -172,6 +177,9 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 			return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
 		}
 		after := timeout
+		if context.Cause(ictx) != errInitTimeout {
+			after = time.Since(start).Round(time.Millisecond) // the caller's deadline came first
+		}
 		if st.final {
 			after = time.Duration(st.afterMS) * time.Millisecond
 		}

@@ -134,6 +134,16 @@ func TestMissingRank(t *testing.T) {
 		}
 		require.EqualError(t, root.Wait(ctx), "bootstrap: timed out after 700ms waiting for ranks [1 3] of 4 to check in")
 	})
+	t.Run("caller-deadline", func(t *testing.T) {
+		root, id, err := NewRoot(context.Background(), loopbackOpts(10*time.Second))
+		require.NoError(t, err)
+		defer root.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err = Init(ctx, id, 1, 2, loopbackOpts(10*time.Second))
+		require.ErrorIs(t, err, ErrTimeout)
+		require.ErrorContains(t, err, "waiting for ranks [0] of 2 to check in")
+	})
 	t.Run("no-root", func(t *testing.T) {
 		ctx := context.Background()
 		root, id, err := NewRoot(ctx, loopbackOpts(time.Second))
