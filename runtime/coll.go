@@ -1,0 +1,427 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+)
+
+type kspaceFunc = kspace.Func
+
+// checker validates the arguments of one call.
+type checker struct {
+	op  string
+	c   *Comm
+	err error
+}
+
+func (k *checker) fail(arg string, v any, want string) {
+	if k.err == nil {
+		k.err = &ArgError{Op: k.op, Arg: arg, Value: v, Want: want}
+	}
+}
+
+func (k *checker) count(arg string, n int, dt DataType, mult int) {
+	if n < 0 {
+		k.fail(arg, n, "a count >= 0")
+		return
+	}
+	if es := dt.Size(); es > 0 && n > 0 && uint64(n) > uint64(math.MaxInt64)/uint64(es)/uint64(max(mult, 1)) {
+		k.fail(arg, n, fmt.Sprintf("a count whose bytes (× %d ranks) fit in int64", mult))
+	}
+}
+
+func (k *checker) dtype(dt DataType) {
+	if !dt.valid() {
+		k.fail("datatype", int(dt), "Int8 .. Float8e5m2 (0..11)")
+	}
+}
+
+func (k *checker) buf(arg string, p cuda.DevicePtr, n int) {
+	if p == 0 && n > 0 {
+		k.fail(arg, "0 (null)", "a device address (the count is not 0)")
+	}
+}
+
+func (k *checker) rank(arg string, r int) {
+	if r < 0 || r >= k.c.nRanks {
+		k.fail(arg, r, fmt.Sprintf("a rank in 0..%d", k.c.nRanks-1))
+	}
+}
+
+func (k *checker) stream(s *cuda.Stream) {
+	switch {
+	case s == nil:
+		k.fail("stream", "nil", "a stream of device "+fmt.Sprint(k.c.device))
+	case s.Context() == nil:
+		k.fail("stream", "a stream without context", "a stream of device "+fmt.Sprint(k.c.device))
+	case int(s.Context().Device()) != k.c.device:
+		k.fail("stream", fmt.Sprintf("a stream of device %d", int(s.Context().Device())), fmt.Sprintf("a stream of rank %d's device %d", k.c.rank, k.c.device))
+	}
+}
+
+// redOp resolves a reduction op for dt.
+func (k *checker) redOp(op RedOp, dt DataType) devOp {
+	if k.err != nil {
+		return devOp{}
+	}
+	switch op {
+	case Sum:
+		return devOp{op: kspace.Sum}
+	case Prod:
+		return devOp{op: kspace.Prod}
+	case Max:
+		return devOp{op: kspace.MinMax, arg: 0}
+	case Min:
+		return devOp{op: kspace.MinMax, arg: 1}
+	case Avg:
+		if dt.IsFloat() {
+			return devOp{op: kspace.PreMulSum, arg: scalarBits(1/float64(k.c.nRanks), dt)}
+		}
+		return devOp{op: kspace.SumPostDiv, arg: uint64(k.c.nRanks)}
+	}
+	k.c.mu.Lock()
+	d, ok := k.c.userOps[op]
+	udt := k.c.userTypes[op]
+	k.c.mu.Unlock()
+	if !ok {
+		k.fail("op", op, "Sum, Prod, Max, Min, Avg or a PreMulSum op of this communicator (Comm.NewPreMulSum)")
+		return devOp{}
+	}
+	if udt != dt {
+		k.fail("op", op, fmt.Sprintf("an op made for %s (it was made for %s)", dt, udt))
+	}
+	return d
+}
+
+// begin starts validating a call of c.
+func begin(op string, c *Comm) (*checker, error) {
+	if err := c.usable(op); err != nil {
+		return nil, err
+	}
+	return &checker{op: op, c: c}, nil
+}
+
+// NewPreMulSum creates a reduction op that multiplies every input by
+// scalar before summing (NCCL's ncclRedOpCreatePreMulSum), for data type
+// dt. scalar is a Go number (converted to dt) or a cuda.DevicePtr to one
+// element of dt in device memory, read when the kernel runs. The op belongs
+// to c; free it with DestroyRedOp.
+func (c *Comm) NewPreMulSum(scalar any, dt DataType) (RedOp, error) {
+	k, err := begin("NewPreMulSum", c)
+	if err != nil {
+		return 0, err
+	}
+	k.dtype(dt)
+	var d devOp
+	switch v := scalar.(type) {
+	case cuda.DevicePtr:
+		if v == 0 {
+			k.fail("scalar", "0 (null)", "a device address or a Go number")
+		}
+		d = devOp{op: kspace.PreMulSum, arg: uint64(v), isPtr: true}
+	default:
+		f, ok := toFloat64(scalar)
+		if !ok {
+			k.fail("scalar", fmt.Sprintf("%T", scalar), "a Go number or a cuda.DevicePtr")
+		}
+		d = devOp{op: kspace.PreMulSum, arg: scalarBits(f, dt)}
+	}
+	if k.err != nil {
+		return 0, k.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op := c.nextOp
+	c.nextOp++
+	c.userOps[op] = d
+	c.userTypes[op] = dt
+	return op, nil
+}
+
+// DestroyRedOp frees an op from NewPreMulSum.
+func (c *Comm) DestroyRedOp(op RedOp) error {
+	if err := c.usable("DestroyRedOp"); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.userOps[op]; !ok {
+		return &ArgError{Op: "DestroyRedOp", Arg: "op", Value: op, Want: "a PreMulSum op of this communicator"}
+	}
+	delete(c.userOps, op)
+	delete(c.userTypes, op)
+	return nil
+}
+
+func collTask(coll kspace.Coll, send, recv cuda.DevicePtr, count int, dt DataType, d devOp, root int) enqueue.Task {
+	return enqueue.Task{Coll: coll, Send: uint64(send), Recv: uint64(recv), Count: uint64(count), Type: dt.kspace(),
+		Op: d.op, OpArg: d.arg, OpArgPtr: d.isPtr, Root: root}
+}
+
+// reduceTask validates a reducing collective.
+func reduceTask(op string, coll kspace.Coll, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, rop RedOp, root int, stream *cuda.Stream, mult int) (enqueue.Task, error) {
+	k, err := begin(op, c)
+	if err != nil {
+		return enqueue.Task{}, err
+	}
+	k.count("count", count, dt, mult)
+	k.dtype(dt)
+	k.buf("sendbuff", send, count)
+	if coll != kspace.Reduce || c.rank == root {
+		k.buf("recvbuff", recv, count)
+	}
+	if coll == kspace.Reduce {
+		k.rank("root", root)
+	}
+	k.stream(stream)
+	d := k.redOp(rop, dt)
+	if k.err != nil {
+		return enqueue.Task{}, k.err
+	}
+	return collTask(coll, send, recv, count, dt, d, root), nil
+}
+
+// AllReduce queues an all-reduce of count elements of dt from send into recv
+// (in place when equal) on every rank of c.
+func (g *Group) AllReduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
+	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream, 1)
+	if err != nil {
+		return err
+	}
+	return g.add("AllReduce", c, stream, t)
+}
+
+// Reduce queues a reduction of count elements into root's recv.
+func (g *Group) Reduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
+	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream, 1)
+	if err != nil {
+		return err
+	}
+	return g.add("Reduce", c, stream, t)
+}
+
+// ReduceScatter queues a reduce-scatter: send holds nRanks × recvCount
+// elements, recv gets this rank's reduced block of recvCount.
+func (g *Group) ReduceScatter(c *Comm, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
+	mult := 1
+	if c != nil {
+		mult = c.nRanks
+	}
+	t, err := reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream, mult)
+	if err != nil {
+		return err
+	}
+	return g.add("ReduceScatter", c, stream, t)
+}
+
+// AllGather queues an all-gather: every rank's sendCount elements land in
+// recv (nRanks × sendCount) at rank × sendCount.
+func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
+	k, err := begin("AllGather", c)
+	if err != nil {
+		return err
+	}
+	k.count("sendcount", sendCount, dt, c.nRanks)
+	k.dtype(dt)
+	k.buf("sendbuff", send, sendCount)
+	k.buf("recvbuff", recv, sendCount)
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	return g.add("AllGather", c, stream, collTask(kspace.AllGather, send, recv, sendCount, dt, devOp{}, 0))
+}
+
+// Broadcast queues a broadcast of count elements from root's send to every
+// rank's recv.
+func (g *Group) Broadcast(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	k, err := begin("Broadcast", c)
+	if err != nil {
+		return err
+	}
+	k.count("count", count, dt, 1)
+	k.dtype(dt)
+	k.rank("root", root)
+	if k.err == nil && c.rank == root {
+		k.buf("sendbuff", send, count)
+	}
+	k.buf("recvbuff", recv, count)
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	return g.add("Broadcast", c, stream, collTask(kspace.Broadcast, send, recv, count, dt, devOp{}, root))
+}
+
+func p2pTask(send bool, buf cuda.DevicePtr, count int, dt DataType, peer int) enqueue.Task {
+	t := enqueue.Task{Coll: kspace.SendRecv, Count: uint64(count) * uint64(dt.Size()), Peer: peer, IsSend: send, Type: dt.kspace(), Root: -1}
+	if send {
+		t.Send = uint64(buf)
+	} else {
+		t.Recv = uint64(buf)
+	}
+	return t
+}
+
+func (g *Group) p2p(op string, send bool, c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	k, err := begin(op, c)
+	if err != nil {
+		return err
+	}
+	k.count("count", count, dt, 1)
+	k.dtype(dt)
+	k.buf("buff", buf, count)
+	k.rank("peer", peer)
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	return g.add(op, c, stream, p2pTask(send, buf, count, dt, peer))
+}
+
+// Send queues sending count elements of buf to peer, which must post a
+// matching Recv.
+func (g *Group) Send(c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	return g.p2p("Send", true, c, buf, count, dt, peer, stream)
+}
+
+// Recv queues receiving count elements from peer into buf.
+func (g *Group) Recv(c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	return g.p2p("Recv", false, c, buf, count, dt, peer, stream)
+}
+
+// AllToAll queues an all-to-all of count elements per pair: block p of
+// send goes to rank p, block p of recv comes from rank p.
+func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
+	k, err := begin("AllToAll", c)
+	if err != nil {
+		return err
+	}
+	k.count("count", count, dt, c.nRanks)
+	k.dtype(dt)
+	k.buf("sendbuff", send, count)
+	k.buf("recvbuff", recv, count)
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	bs := cuda.DevicePtr(count * dt.Size())
+	var ts []enqueue.Task
+	for p := range c.nRanks {
+		ts = append(ts, p2pTask(true, send+cuda.DevicePtr(p)*bs, count, dt, p), p2pTask(false, recv+cuda.DevicePtr(p)*bs, count, dt, p))
+	}
+	return g.add("AllToAll", c, stream, ts...)
+}
+
+// Gather queues a gather of every rank's count elements into root's recv
+// (nRanks × count, by rank).
+func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	k, err := begin("Gather", c)
+	if err != nil {
+		return err
+	}
+	k.count("count", count, dt, c.nRanks)
+	k.dtype(dt)
+	k.rank("root", root)
+	k.buf("sendbuff", send, count)
+	if k.err == nil && c.rank == root {
+		k.buf("recvbuff", recv, count)
+	}
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	ts := []enqueue.Task{p2pTask(true, send, count, dt, root)}
+	if c.rank == root {
+		bs := cuda.DevicePtr(count * dt.Size())
+		for p := range c.nRanks {
+			ts = append(ts, p2pTask(false, recv+cuda.DevicePtr(p)*bs, count, dt, p))
+		}
+	}
+	return g.add("Gather", c, stream, ts...)
+}
+
+// Scatter queues a scatter of root's send (nRanks × count, by rank): every
+// rank receives its block into recv.
+func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	k, err := begin("Scatter", c)
+	if err != nil {
+		return err
+	}
+	k.count("count", count, dt, c.nRanks)
+	k.dtype(dt)
+	k.rank("root", root)
+	if k.err == nil && c.rank == root {
+		k.buf("sendbuff", send, count)
+	}
+	k.buf("recvbuff", recv, count)
+	k.stream(stream)
+	if k.err != nil {
+		return k.err
+	}
+	var ts []enqueue.Task
+	if c.rank == root {
+		bs := cuda.DevicePtr(count * dt.Size())
+		for p := range c.nRanks {
+			ts = append(ts, p2pTask(true, send+cuda.DevicePtr(p)*bs, count, dt, p))
+		}
+	}
+	ts = append(ts, p2pTask(false, recv, count, dt, root))
+	return g.add("Scatter", c, stream, ts...)
+}
+
+// AllReduce runs an all-reduce now (see Group.AllReduce): asynchronous on
+// stream.
+func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
+}
+
+// Reduce runs a reduction into root now (see Group.Reduce).
+func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
+}
+
+// ReduceScatter runs a reduce-scatter now (see Group.ReduceScatter).
+func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
+}
+
+// AllGather runs an all-gather now (see Group.AllGather).
+func (c *Comm) AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
+}
+
+// Broadcast runs a broadcast from root now (see Group.Broadcast).
+func (c *Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
+}
+
+// Send sends now (see Group.Send). Outside a group a send to another rank
+// only completes once that rank's matching Recv runs.
+func (c *Comm) Send(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
+}
+
+// Recv receives now (see Group.Recv).
+func (c *Comm) Recv(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
+}
+
+// AllToAll runs an all-to-all now (see Group.AllToAll).
+func (c *Comm) AllToAll(send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.AllToAll(c, send, recv, count, dt, stream) })
+}
+
+// Gather runs a gather into root now (see Group.Gather).
+func (c *Comm) Gather(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Gather(c, send, recv, count, dt, root, stream) })
+}
+
+// Scatter runs a scatter from root now (see Group.Scatter).
+func (c *Comm) Scatter(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	return c.Group(func(g *Group) error { return g.Scatter(c, send, recv, count, dt, root, stream) })
+}

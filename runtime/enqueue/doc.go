@@ -1,0 +1,26 @@
+// Package enqueue turns the calls of one rank into kernel launches: every
+// call is a Task; at the end of a group the planner (Build, a pure function
+// over a Comm description) asks the tuner how to run each task, splits it
+// into per-channel work descriptors (generated.DevWork), orders them so that
+// every rank processes the same works in the same order on every channel,
+// and packs them into launches (Plan). Launcher then runs a plan on a CUDA
+// stream: the work FIFO copy when the works do not fit in the kernel
+// arguments, the self copies, and the kernel itself.
+//
+// # Channels
+//
+// A collective whose tuner choice says n channels runs on channels
+// 0..n-1; each channel handles one contiguous part of the buffer
+// (chanOffset, chanCount), parts aligned to Granule bytes. For AllGather and
+// ReduceScatter the part is of one rank's chunk; Broadcast and AllGather
+// count bytes, the reducing collectives elements.
+//
+// Point-to-point operations are paired by distance: the work for distance
+// d sends to rank+d and receives from rank-d, so that the receiver of every
+// send handles it in a work with the same key (d, i, j) — d the distance,
+// i the index of the operation among those between the two ranks, j the
+// part — on the same channel (P2PChannel). Works of every channel are
+// sorted by that key, which is a global order: the lowest pending key can
+// always progress, so no set of point-to-point operations deadlocks.
+// Sends and receives to oneself are device-to-device copies.
+package enqueue

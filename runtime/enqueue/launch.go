@@ -1,0 +1,157 @@
+package enqueue
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// KernelSource returns the kernel that runs a device function.
+type KernelSource func(f kspace.Func) (*cuda.Function, error)
+
+// Launcher runs plans of one rank on CUDA streams. It owns the work FIFOs
+// of launches whose works do not fit in the kernel arguments: a page-locked
+// staging buffer and a device buffer each, reused once an event recorded
+// after their launch has completed. It is safe for concurrent use.
+type Launcher struct {
+	ctx     *cuda.Context
+	comm    uint64
+	kernels KernelSource
+
+	mu   sync.Mutex
+	bufs []*workBuf
+}
+
+type workBuf struct {
+	host unsafe.Pointer
+	dev  cuda.DevicePtr
+	size uint64
+	ev   *cuda.Event
+	busy bool
+}
+
+// NewLauncher returns a launcher for the device communicator at comm in
+// ctx, taking kernels from kernels.
+func NewLauncher(ctx *cuda.Context, comm uint64, kernels KernelSource) *Launcher {
+	return &Launcher{ctx: ctx, comm: comm, kernels: kernels}
+}
+
+// Run queues p on s: the copies, then every launch (with its work FIFO
+// copy when needed), in order. It returns once everything is queued.
+func (l *Launcher) Run(p *Plan, s *cuda.Stream) error {
+	for _, c := range p.Copies {
+		if err := s.MemcpyDtoDAsync(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), c.Bytes); err != nil {
+			return fmt.Errorf("enqueue: copy of %d bytes: %w", c.Bytes, err)
+		}
+	}
+	for i := range p.Launches {
+		if err := l.launch(&p.Launches[i], s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
+	fn, err := l.kernels(ln.Func)
+	if err != nil {
+		return fmt.Errorf("enqueue: kernel for %s: %w", ln.Func, err)
+	}
+	var wb *workBuf
+	var wbAddr uint64
+	if !ln.Inline() {
+		b := WorkBytes(ln.Works)
+		if wb, err = l.acquire(uint64(len(b))); err != nil {
+			return err
+		}
+		copy(unsafe.Slice((*byte)(wb.host), len(b)), b)
+		if err := s.MemcpyHtoDAsync(wb.dev, wb.host, uint64(len(b))); err != nil {
+			l.release(wb)
+			return fmt.Errorf("enqueue: work FIFO copy (%d works): %w", len(ln.Works), err)
+		}
+		wbAddr = uint64(wb.dev)
+	}
+	args := ln.Args(l.comm, wbAddr)
+	packed := PackArgs(&args)
+	grid := cuda.Dim1(uint32(ln.NBlocks()))
+	block := cuda.Dim1(uint32(ln.NThreads))
+	if err := s.Launch(fn, grid, block, 0, packed); err != nil {
+		if wb != nil {
+			// The copy is queued; keep the buffer busy until it is done.
+			_ = wb.ev.Record(s)
+		}
+		return fmt.Errorf("enqueue: launch of %s (%d blocks × %d threads, %d works): %w",
+			ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
+	}
+	if wb != nil {
+		if err := wb.ev.Record(s); err != nil {
+			return fmt.Errorf("enqueue: recording the work FIFO's event: %w", err)
+		}
+	}
+	return nil
+}
+
+// acquire returns an idle work buffer of at least n bytes, marked busy.
+func (l *Launcher) acquire(n uint64) (*workBuf, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range l.bufs {
+		if b.size < n {
+			continue
+		}
+		if b.busy {
+			done, err := b.ev.Query()
+			if err != nil || !done {
+				continue
+			}
+		}
+		b.busy = true
+		return b, nil
+	}
+	size := uint64(64 << 10)
+	for size < n {
+		size *= 2
+	}
+	b := &workBuf{size: size, busy: true}
+	var err error
+	if b.host, err = l.ctx.MemAllocHost(size); err != nil {
+		return nil, fmt.Errorf("enqueue: work FIFO staging (%d bytes): %w", size, err)
+	}
+	if b.dev, err = l.ctx.MemAlloc(size); err != nil {
+		_ = l.ctx.MemFreeHost(b.host)
+		return nil, fmt.Errorf("enqueue: work FIFO (%d bytes): %w", size, err)
+	}
+	if b.ev, err = l.ctx.NewEvent(true); err != nil {
+		_ = l.ctx.MemFree(b.dev)
+		_ = l.ctx.MemFreeHost(b.host)
+		return nil, fmt.Errorf("enqueue: work FIFO event: %w", err)
+	}
+	l.bufs = append(l.bufs, b)
+	return b, nil
+}
+
+func (l *Launcher) release(b *workBuf) {
+	l.mu.Lock()
+	b.busy = false
+	l.mu.Unlock()
+}
+
+// Close waits for every work FIFO's last launch and frees them. The
+// launcher must not be used afterwards.
+func (l *Launcher) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, b := range l.bufs {
+		if b.busy {
+			errs = append(errs, b.ev.Synchronize())
+		}
+		errs = append(errs, b.ev.Destroy(), l.ctx.MemFree(b.dev), l.ctx.MemFreeHost(b.host))
+	}
+	l.bufs = nil
+	return errors.Join(errs...)
+}

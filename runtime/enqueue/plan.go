@@ -1,0 +1,533 @@
+package enqueue
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+// Granule is the alignment, in bytes, of the boundaries between the parts
+// of one operation that different channels handle (the last part ends
+// wherever the buffer does).
+const Granule = 512
+
+// P2PGranule is the alignment of the parts of a point-to-point operation.
+const P2PGranule = 256
+
+// MinBlockThreads is the smallest block a launch uses: the kernel's
+// prologue (ngKernelMain) copies the communicator and channel with threads
+// 0..64. Works that want fewer threads say so in nWarps.
+const MinBlockThreads = 128
+
+// MaxWorksPerLaunch bounds the works of one launch (chanWorkStart holds
+// 16-bit indices).
+const MaxWorksPerLaunch = 1<<16 - 1
+
+// Task is one call of one rank, as the planner sees it.
+type Task struct {
+	// Coll is the collective, or kspace.SendRecv for Send and Recv.
+	Coll kspace.Coll
+	// Send and Recv are device addresses of the user buffers. A Send task
+	// uses Send only, a Recv task Recv only.
+	Send, Recv uint64
+	// Count is, for collectives, the elements of the whole buffer
+	// (AllReduce, Reduce, Broadcast) or of one rank's chunk (AllGather,
+	// ReduceScatter); for Send and Recv the bytes.
+	Count uint64
+	// Type is the element type (the planner converts to bytes for the
+	// byte-moving collectives).
+	Type kspace.Type
+	// Op is the device reduction op, OpArg its argument (PreMulSum scalar
+	// bits or pointer, SumPostDiv divisor, MinMax 1 for min), OpArgPtr
+	// true when OpArg is a device pointer to the scalar.
+	Op       kspace.RedOp
+	OpArg    uint64
+	OpArgPtr bool
+	// Root is the root rank of Broadcast and Reduce.
+	Root int
+	// Peer is the peer of Send and Recv; IsSend tells them apart.
+	Peer   int
+	IsSend bool
+}
+
+// Comm is the planner's view of one rank's communicator.
+type Comm struct {
+	Rank, NRanks int
+	// NChannels is the number of channels set up; no work lands on a
+	// channel at or above it.
+	NChannels int
+	// P2PChannelsPerPeer is the number of channels the traffic between two
+	// ranks at one distance spreads over (see P2PChannel).
+	P2PChannelsPerPeer int
+}
+
+// Chooser picks how to run a call (tune.Tuner implements it).
+type Chooser interface {
+	Choose(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nBytes int64) (tune.Choice, error)
+}
+
+// FuncLookup returns a device function's id in the function table and the
+// index of the kernel that runs it, or an error when the build lacks it.
+type FuncLookup func(f kspace.Func) (funcID, kernel int, err error)
+
+// GeneratedLookup is the FuncLookup of the generated tables: the row
+// (kspace.RowOf) mapped through generated.RowToID. Functions left out of
+// the build, and stubs without a device implementation, are errors.
+func GeneratedLookup(f kspace.Func) (int, int, error) {
+	row, ok := kspace.RowOf(f)
+	if !ok || row >= len(generated.RowToID) || generated.RowToID[row] < 0 {
+		return 0, 0, fmt.Errorf("enqueue: %s is not a valid device function", f)
+	}
+	id := int(generated.RowToID[row])
+	info := generated.Funcs[id]
+	if info.Func != kspace.Primary(f) {
+		return 0, 0, fmt.Errorf("enqueue: %s is not in this build (filter %q)", f, generated.Filter)
+	}
+	if !info.Implemented {
+		return 0, 0, fmt.Errorf("enqueue: %s has no device implementation", f)
+	}
+	return id, info.Kernel, nil
+}
+
+// Copy is a device-to-device copy that replaces a kernel (a send to and
+// receive from oneself, or a collective over one rank).
+type Copy struct {
+	Dst, Src uint64
+	Bytes    uint64
+}
+
+// Decision records how the planner runs one task, for logging.
+type Decision struct {
+	Coll      kspace.Coll
+	Bytes     int64
+	Choice    tune.Choice
+	NChannels int // channels actually used
+}
+
+// Launch is one kernel launch of a plan.
+type Launch struct {
+	// Func is the function whose kernel to launch (the first work's), and
+	// Kernel that kernel's index in generated.Kernels.
+	Func   kspace.Func
+	Kernel int
+	// NThreads is the block size: the largest of the works' choices.
+	NThreads int
+	// ChannelMask has a bit per channel with works; the grid has one block
+	// per bit.
+	ChannelMask uint64
+	// Works are sorted by channel; ChanWorkStart[c] is the first work of
+	// channel c and ChanWorkStart[64] their number.
+	Works         []generated.DevWork
+	ChanWorkStart [generated.MaxChannels + 1]uint16
+}
+
+// NBlocks is the grid size: the number of channels with works.
+func (l *Launch) NBlocks() int {
+	n := 0
+	for m := l.ChannelMask; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
+}
+
+// Inline reports whether the works fit in the kernel arguments.
+func (l *Launch) Inline() bool { return len(l.Works) <= generated.WorkInlineMax }
+
+// Args returns the kernel arguments for the device communicator comm;
+// workBuf is the device copy of the works when they do not fit inline
+// (ignored otherwise).
+func (l *Launch) Args(comm, workBuf uint64) generated.KernelArgs {
+	var a generated.KernelArgs
+	a.Comm = comm
+	a.ChannelMask = l.ChannelMask
+	a.NWork = uint32(len(l.Works))
+	a.ChanWorkStart = l.ChanWorkStart
+	if l.Inline() {
+		copy(a.Works[:], l.Works)
+	} else {
+		a.WorkBuf = workBuf
+	}
+	return a
+}
+
+// Plan is what one rank launches at the end of a group: copies first, then
+// the launches in order, all on one stream.
+type Plan struct {
+	Copies    []Copy
+	Launches  []Launch
+	Decisions []Decision
+}
+
+// Empty reports whether the plan does nothing.
+func (p *Plan) Empty() bool { return len(p.Copies) == 0 && len(p.Launches) == 0 }
+
+// KernelArgsSize is the size of the packed kernel arguments.
+const KernelArgsSize = int(unsafe.Sizeof(generated.KernelArgs{}))
+
+// PackArgs returns a's bytes as the kernel receives them (little-endian,
+// the C layout, exactly 4096 bytes).
+func PackArgs(a *generated.KernelArgs) []byte {
+	b := make([]byte, KernelArgsSize)
+	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(a)), KernelArgsSize))
+	return b
+}
+
+// WorkBytes returns works' bytes as the device reads them.
+func WorkBytes(works []generated.DevWork) []byte {
+	if len(works) == 0 {
+		return nil
+	}
+	n := len(works) * int(unsafe.Sizeof(generated.DevWork{}))
+	b := make([]byte, n)
+	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&works[0])), n))
+	return b
+}
+
+// ErrInvalidPlan is wrapped by Build's errors about tasks that cannot be
+// planned (mismatched self send/receive, too many works).
+var ErrInvalidPlan = errors.New("invalid operations")
+
+// unitBytes is the size of the unit a collective's counts are in: bytes for
+// the byte-moving collectives, the element otherwise.
+func byteMoving(c kspace.Coll) bool {
+	return c == kspace.Broadcast || c == kspace.AllGather || c == kspace.AllGatherV
+}
+
+// split divides n units into at most k parts whose boundaries are
+// multiples of granule units; it returns the parts' offsets and counts,
+// none empty.
+func split(n uint64, k int, granule uint64) (offs, counts []uint64) {
+	if n == 0 {
+		return nil, nil
+	}
+	if granule == 0 {
+		granule = 1
+	}
+	if maxParts := (n + granule - 1) / granule; uint64(k) > maxParts {
+		k = int(maxParts)
+	}
+	k = max(k, 1)
+	per := (n + uint64(k) - 1) / uint64(k)
+	per = (per + granule - 1) / granule * granule
+	for off := uint64(0); off < n; off += per {
+		offs = append(offs, off)
+		counts = append(counts, min(per, n-off))
+	}
+	return offs, counts
+}
+
+// P2PChannel is the channel that part j of the traffic at distance d
+// (1..nRanks-1) uses.
+func P2PChannel(c Comm, d, j int) int {
+	k := max(1, min(c.P2PChannelsPerPeer, c.NChannels))
+	return ((d-1)*k + j%k) % c.NChannels
+}
+
+// P2PChannels lists the channels the traffic at distance d may use.
+func P2PChannels(c Comm, d int) []int {
+	k := max(1, min(c.P2PChannelsPerPeer, c.NChannels))
+	var out []int
+	for j := range k {
+		ch := P2PChannel(c, d, j)
+		if !slices.Contains(out, ch) {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+type chanWork struct {
+	ch  int
+	key [3]int // p2p (d, i, j); collectives use their order
+	w   generated.DevWork
+	nt  int
+}
+
+// Build plans the tasks of one rank. Collectives keep their order and come
+// before point-to-point operations. It never launches anything.
+func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error) {
+	var p Plan
+	if c.NRanks < 1 || c.Rank < 0 || c.Rank >= c.NRanks {
+		return p, fmt.Errorf("enqueue: %w: rank %d of %d", ErrInvalidPlan, c.Rank, c.NRanks)
+	}
+	if c.NChannels < 1 || c.NChannels > generated.MaxChannels {
+		return p, fmt.Errorf("enqueue: %w: %d channels, want 1..%d", ErrInvalidPlan, c.NChannels, generated.MaxChannels)
+	}
+	if lookup == nil {
+		lookup = GeneratedLookup
+	}
+	// Collectives, grouped into launches of one kernel.
+	var cur *Launch
+	var curWorks []chanWork
+	flush := func() {
+		if cur != nil {
+			finishLaunch(cur, curWorks)
+			p.Launches = append(p.Launches, *cur)
+			cur, curWorks = nil, nil
+		}
+	}
+	var p2p []Task
+	for ti, t := range tasks {
+		if t.Coll == kspace.SendRecv {
+			p2p = append(p2p, t)
+			continue
+		}
+		ws, dec, cp, fn, err := planColl(c, t, choose)
+		if err != nil {
+			return Plan{}, fmt.Errorf("enqueue: task %d (%s): %w", ti, t.Coll, err)
+		}
+		if cp != nil {
+			p.Copies = append(p.Copies, *cp)
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		p.Decisions = append(p.Decisions, dec)
+		id, kern, err := lookup(fn)
+		if err != nil {
+			return Plan{}, fmt.Errorf("enqueue: task %d: %w", ti, err)
+		}
+		for i := range ws {
+			ws[i].w.FuncId = uint16(id)
+			ws[i].key = [3]int{ti, 0, 0}
+		}
+		if cur != nil && (cur.Kernel != kern || len(curWorks)+len(ws) > MaxWorksPerLaunch) {
+			flush()
+		}
+		if cur == nil {
+			cur = &Launch{Func: fn, Kernel: kern}
+		}
+		curWorks = append(curWorks, ws...)
+	}
+	flush()
+	if len(p2p) > 0 {
+		l, cps, decs, err := planP2P(c, p2p, choose, lookup)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.Copies = append(p.Copies, cps...)
+		p.Decisions = append(p.Decisions, decs...)
+		if l != nil {
+			p.Launches = append(p.Launches, *l)
+		}
+	}
+	return p, nil
+}
+
+// finishLaunch sorts the works by channel (stably, so each channel keeps
+// the key order) and fills the channel index.
+func finishLaunch(l *Launch, ws []chanWork) {
+	slices.SortStableFunc(ws, func(a, b chanWork) int {
+		if a.ch != b.ch {
+			return a.ch - b.ch
+		}
+		return slices.Compare(a.key[:], b.key[:])
+	})
+	l.Works = make([]generated.DevWork, len(ws))
+	l.NThreads = MinBlockThreads
+	for _, w := range ws {
+		l.NThreads = max(l.NThreads, w.nt)
+	}
+	var counts [generated.MaxChannels]int
+	for i, w := range ws {
+		l.Works[i] = w.w
+		if w.nt < l.NThreads {
+			l.Works[i].NWarps = uint8(w.nt / 32)
+		}
+		counts[w.ch]++
+		l.ChannelMask |= 1 << uint(w.ch)
+	}
+	n := 0
+	for ch := range generated.MaxChannels {
+		l.ChanWorkStart[ch] = uint16(n)
+		n += counts[ch]
+	}
+	l.ChanWorkStart[generated.MaxChannels] = uint16(n)
+}
+
+// funcOf is the device function of a collective choice.
+func funcOf(t Task, ch tune.Choice) kspace.Func {
+	f := kspace.Func{Coll: t.Coll, RedOp: kspace.Unset, Type: kspace.Unset, Algo: ch.Algo, Proto: ch.Proto}
+	if t.Coll.HasRedOp() {
+		f.RedOp, f.Type = t.Op, t.Type
+	}
+	return f
+}
+
+// planColl splits one collective over its channels. A collective over one
+// rank becomes a copy (unless it has to scale, PreMulSum).
+func planColl(c Comm, t Task, choose Chooser) ([]chanWork, Decision, *Copy, kspace.Func, error) {
+	es := uint64(t.Type.Size())
+	units := t.Count // in the task's unit
+	unit := es
+	if byteMoving(t.Coll) {
+		units, unit = t.Count*es, 1
+	}
+	total := t.Count * es // bytes of the buffer the tuner sizes
+	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
+		total *= uint64(c.NRanks)
+	}
+	dec := Decision{Coll: t.Coll, Bytes: int64(total)}
+	if t.Count == 0 {
+		return nil, dec, nil, kspace.Func{}, nil
+	}
+	if c.NRanks == 1 && !(t.Coll.HasRedOp() && t.Op == kspace.PreMulSum) {
+		var cp *Copy
+		if t.Send != t.Recv {
+			cp = &Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Count * es}
+		}
+		return nil, dec, cp, kspace.Func{}, nil
+	}
+	ch, err := choose.Choose(t.Coll, t.Op, t.Type, int64(total))
+	if err != nil {
+		return nil, dec, nil, kspace.Func{}, err
+	}
+	dec.Choice = ch
+	fn := ch.Func
+	if fn == (kspace.Func{}) {
+		fn = funcOf(t, ch)
+	}
+	nc := min(max(ch.NChannels, 1), c.NChannels)
+	granule := max(Granule/unit, 1)
+	offs, counts := split(units, nc, granule)
+	dec.NChannels = len(offs)
+	ws := make([]chanWork, len(offs))
+	for i := range offs {
+		w := generated.DevWork{
+			Sendbuff:   t.Send,
+			Recvbuff:   t.Recv,
+			Count:      units,
+			ChanOffset: offs[i],
+			ChanCount:  counts[i],
+			RedOpArg:   t.OpArg,
+			Root:       int32(t.Root),
+			SendPeer:   -1,
+			RecvPeer:   -1,
+		}
+		if t.OpArgPtr {
+			w.Flags |= generated.WorkRedopArgPtr
+		}
+		ws[i] = chanWork{ch: i, w: w, nt: ch.NThreads}
+	}
+	return ws, dec, nil, fn, nil
+}
+
+// p2pPart is one part of a send or receive.
+type p2pPart struct {
+	buf   uint64
+	bytes uint64
+}
+
+// planP2P pairs and splits the point-to-point tasks (see the package doc).
+func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, []Copy, []Decision, error) {
+	n := c.NRanks
+	sends := make([][]Task, n) // by peer, in call order, empty ones dropped
+	recvs := make([][]Task, n)
+	for i, t := range tasks {
+		if t.Peer < 0 || t.Peer >= n {
+			return nil, nil, nil, fmt.Errorf("enqueue: %w: point-to-point task %d: peer %d outside 0..%d", ErrInvalidPlan, i, t.Peer, n-1)
+		}
+		if t.Count == 0 {
+			continue
+		}
+		if t.IsSend {
+			sends[t.Peer] = append(sends[t.Peer], t)
+		} else {
+			recvs[t.Peer] = append(recvs[t.Peer], t)
+		}
+	}
+	var copies []Copy
+	me := c.Rank
+	if len(sends[me]) != len(recvs[me]) {
+		return nil, nil, nil, fmt.Errorf("enqueue: %w: rank %d sends %d non-empty messages to itself but receives %d",
+			ErrInvalidPlan, me, len(sends[me]), len(recvs[me]))
+	}
+	for i := range sends[me] {
+		s, r := sends[me][i], recvs[me][i]
+		if s.Count != r.Count {
+			return nil, nil, nil, fmt.Errorf("enqueue: %w: rank %d's message %d to itself is %d bytes but the matching receive is %d bytes",
+				ErrInvalidPlan, me, i, s.Count, r.Count)
+		}
+		if s.Send != r.Recv {
+			copies = append(copies, Copy{Dst: r.Recv, Src: s.Send, Bytes: s.Count})
+		}
+	}
+	var decs []Decision
+	parts := func(t Task) ([]p2pPart, tune.Choice, error) {
+		ch, err := choose.Choose(kspace.SendRecv, kspace.Unset, kspace.Unset, int64(t.Count))
+		if err != nil {
+			return nil, ch, err
+		}
+		k := min(max(ch.NChannels, 1), max(1, min(c.P2PChannelsPerPeer, c.NChannels)))
+		offs, counts := split(t.Count, k, P2PGranule)
+		buf := t.Recv
+		if t.IsSend {
+			buf = t.Send
+		}
+		out := make([]p2pPart, len(offs))
+		for i := range offs {
+			out[i] = p2pPart{buf: buf + offs[i], bytes: counts[i]}
+		}
+		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Count), Choice: ch, NChannels: len(offs)})
+		return out, ch, nil
+	}
+	var ws []chanWork
+	for d := 1; d < n; d++ {
+		to, from := (me+d)%n, (me-d+n)%n
+		ss, rs := sends[to], recvs[from]
+		for i := 0; i < max(len(ss), len(rs)); i++ {
+			var sp, rp []p2pPart
+			nt := 0
+			if i < len(ss) {
+				var ch tune.Choice
+				var err error
+				if sp, ch, err = parts(ss[i]); err != nil {
+					return nil, nil, nil, fmt.Errorf("enqueue: send to %d: %w", to, err)
+				}
+				nt = max(nt, ch.NThreads)
+			}
+			if i < len(rs) {
+				var ch tune.Choice
+				var err error
+				if rp, ch, err = parts(rs[i]); err != nil {
+					return nil, nil, nil, fmt.Errorf("enqueue: receive from %d: %w", from, err)
+				}
+				nt = max(nt, ch.NThreads)
+			}
+			for j := 0; j < max(len(sp), len(rp)); j++ {
+				w := generated.DevWork{SendPeer: -1, RecvPeer: -1, Root: -1}
+				if j < len(sp) {
+					w.Sendbuff, w.Count, w.SendPeer = sp[j].buf, sp[j].bytes, int32(to)
+				}
+				if j < len(rp) {
+					w.Recvbuff, w.ChanCount, w.RecvPeer = rp[j].buf, rp[j].bytes, int32(from)
+				}
+				ws = append(ws, chanWork{ch: P2PChannel(c, d, j), key: [3]int{d, i, j}, w: w, nt: nt})
+			}
+		}
+	}
+	if len(ws) == 0 {
+		return nil, copies, decs, nil
+	}
+	if len(ws) > MaxWorksPerLaunch {
+		return nil, nil, nil, fmt.Errorf("enqueue: %w: %d point-to-point works in one group, at most %d", ErrInvalidPlan, len(ws), MaxWorksPerLaunch)
+	}
+	id, kern, err := lookup(kspace.SendRecvFunc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i := range ws {
+		ws[i].w.FuncId = uint16(id)
+		if ws[i].nt == 0 {
+			ws[i].nt = 512
+		}
+	}
+	l := &Launch{Func: kspace.SendRecvFunc, Kernel: kern}
+	finishLaunch(l, ws)
+	return l, copies, decs, nil
+}

@@ -1,0 +1,76 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ncclgo/ncclgo/generated"
+)
+
+// Errors for errors.Is.
+var (
+	// ErrInvalidArgument is wrapped by every *ArgError.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidUsage: a group misused (ended twice, used after End) or a
+	// communicator used after Destroy.
+	ErrInvalidUsage = errors.New("invalid usage")
+	// ErrAborted: the communicator was aborted (Abort), or a kernel stopped
+	// because it was.
+	ErrAborted = errors.New("communicator aborted")
+	// ErrDestroyed: the communicator was destroyed.
+	ErrDestroyed = errors.New("communicator destroyed")
+	// ErrUnsupported: a kernel ran a function the device library does not
+	// implement.
+	ErrUnsupported = errors.New("operation not supported by the device library")
+	// ErrDevice: the device reported an error (see DeviceError).
+	ErrDevice = errors.New("device error")
+)
+
+// ArgError reports a bad argument: which one, its value and what is valid.
+type ArgError struct {
+	Op    string // the call ("AllReduce"); may be empty
+	Arg   string // the argument ("count", "root", "stream")
+	Value any
+	Want  string
+}
+
+func (e *ArgError) Error() string {
+	op := ""
+	if e.Op != "" {
+		op = e.Op + ": "
+	}
+	return fmt.Sprintf("ncclgo: %s%s=%v: want %s", op, e.Arg, e.Value, e.Want)
+}
+
+// Unwrap returns ErrInvalidArgument.
+func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
+
+// DeviceError is an error a kernel stored in the communicator's error flag.
+type DeviceError struct {
+	Rank int
+	Code uint32 // NG_DEV_ERR_*
+}
+
+func (e *DeviceError) Error() string {
+	what := "unknown device error"
+	switch e.Code {
+	case generated.DevErrUnsupported:
+		what = "a kernel ran a function without a device implementation"
+	case generated.DevErrAborted:
+		what = "a kernel stopped waiting because the communicator was aborted"
+	case generated.DevErrBadWork:
+		what = "a kernel received a malformed work descriptor"
+	}
+	return fmt.Sprintf("ncclgo: rank %d: %s (device error %d)", e.Rank, what, e.Code)
+}
+
+// Unwrap maps the code onto ErrUnsupported, ErrAborted or ErrDevice.
+func (e *DeviceError) Unwrap() error {
+	switch e.Code {
+	case generated.DevErrUnsupported:
+		return ErrUnsupported
+	case generated.DevErrAborted:
+		return ErrAborted
+	}
+	return ErrDevice
+}

@@ -1,0 +1,165 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+)
+
+// Group collects calls and launches them together, like NCCL's
+// ncclGroupStart/ncclGroupEnd, but as an explicit value instead of
+// thread-local state:
+//
+//	g := runtime.NewGroup()
+//	g.Send(comm, buf, n, runtime.Float32, peer, stream)
+//	g.Recv(comm, buf2, n, runtime.Float32, peer, stream)
+//	err := g.End()
+//
+// Nothing launches until the outermost End: Start nests. A group may hold
+// calls of several communicators (the ranks of one process, for instance),
+// each with one stream; at End the calls of each communicator become as few
+// kernel launches as possible. Point-to-point calls of one group are
+// matched as a whole, so sends and receives between the same ranks may come
+// in any order within the group. A Group must not be used after its
+// outermost End; it is safe for concurrent use.
+type Group struct {
+	mu      sync.Mutex
+	depth   int
+	ended   bool
+	entries []*groupEntry
+}
+
+type groupEntry struct {
+	comm   *Comm
+	stream *cuda.Stream
+	tasks  []enqueue.Task
+}
+
+// NewGroup starts a group (depth 1).
+func NewGroup() *Group { return &Group{depth: 1} }
+
+// Start opens a nested level; only the outermost End launches.
+func (g *Group) Start() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return fmt.Errorf("ncclgo: Group.Start: %w: the group has ended", ErrInvalidUsage)
+	}
+	g.depth++
+	return nil
+}
+
+// End closes a level; the outermost End plans and launches every call of
+// the group. It fails, launching nothing, when any communicator's calls
+// cannot be planned; it fails with ErrInvalidUsage when the group has
+// already ended.
+func (g *Group) End() error {
+	g.mu.Lock()
+	if g.ended || g.depth == 0 {
+		g.mu.Unlock()
+		return fmt.Errorf("ncclgo: Group.End: %w: the group has already ended", ErrInvalidUsage)
+	}
+	g.depth--
+	if g.depth > 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	g.ended = true
+	entries := g.entries
+	g.entries = nil
+	g.mu.Unlock()
+	return launch(entries)
+}
+
+// Discard ends the group without launching anything.
+func (g *Group) Discard() {
+	g.mu.Lock()
+	g.ended = true
+	g.entries = nil
+	g.mu.Unlock()
+}
+
+// add queues tasks of c on stream.
+func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Task) error {
+	if g == nil {
+		return &ArgError{Op: op, Arg: "group", Value: "nil", Want: "a group from NewGroup"}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return fmt.Errorf("ncclgo: %s: %w: the group has ended", op, ErrInvalidUsage)
+	}
+	for _, e := range g.entries {
+		if e.comm != c {
+			continue
+		}
+		if e.stream.Handle() != stream.Handle() {
+			return &ArgError{Op: op, Arg: "stream", Value: fmt.Sprintf("%#x", stream.Handle()),
+				Want: fmt.Sprintf("the stream of rank %d's earlier calls in this group (%#x)", c.rank, e.stream.Handle())}
+		}
+		e.tasks = append(e.tasks, tasks...)
+		return nil
+	}
+	g.entries = append(g.entries, &groupEntry{comm: c, stream: stream, tasks: tasks})
+	return nil
+}
+
+// launch plans every entry, then launches them in order.
+func launch(entries []*groupEntry) error {
+	plans := make([]enqueue.Plan, len(entries))
+	for i, e := range entries {
+		if err := e.comm.usable("Group.End"); err != nil {
+			return err
+		}
+		p, err := enqueue.Build(e.comm.plan, e.tasks, e.comm.tuner, lookupFor(e.comm))
+		if err != nil {
+			return fmt.Errorf("ncclgo: rank %d: %w", e.comm.rank, err)
+		}
+		plans[i] = p
+	}
+	var errs []error
+	for i, e := range entries {
+		if plans[i].Empty() {
+			continue
+		}
+		if err := e.comm.run(&plans[i], e.stream); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lookupFor resolves device functions through c's kernel set.
+func lookupFor(c *Comm) enqueue.FuncLookup {
+	if c.kset == nil {
+		return enqueue.GeneratedLookup
+	}
+	return func(f kspaceFunc) (int, int, error) {
+		e, err := c.kset.Lookup(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		id, kern, err := enqueue.GeneratedLookup(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		if id != e.FuncID {
+			return 0, 0, fmt.Errorf("ncclgo: %s: table id %d but the kernel set says %d", f, id, e.FuncID)
+		}
+		return id, kern, nil
+	}
+}
+
+// Group runs fn with a new group and ends it: every call fn makes on g
+// launches together when fn returns. When fn fails nothing launches.
+func (c *Comm) Group(fn func(g *Group) error) error {
+	g := NewGroup()
+	if err := fn(g); err != nil {
+		g.Discard()
+		return err
+	}
+	return g.End()
+}

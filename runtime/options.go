@@ -1,0 +1,127 @@
+package runtime
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
+)
+
+// Options configure a communicator. A nil *Options, and every field left
+// at its zero value, take the environment (NCCL_* variables) or the
+// defaults; fields that are set override the environment.
+type Options struct {
+	// Overrides replaces NCCL_* settings (NCCL_ALGO, NCCL_PROTO,
+	// NCCL_NCHANNELS, NCCL_BUFFSIZE, NCCL_DEBUG, ...): every non-nil field
+	// wins over the environment.
+	config.Overrides
+	// BootstrapTimeout bounds every wait of the bootstrap network (zero:
+	// NCCL_BOOTSTRAP_TIMEOUT, else 120 s).
+	BootstrapTimeout time.Duration
+	// Logger receives the communicator's logs instead of the NCCL_DEBUG
+	// logger (NCCL's line format on standard output or NCCL_DEBUG_FILE).
+	// NCCL_DEBUG and NCCL_DEBUG_SUBSYS still filter what it gets only when
+	// it is nil.
+	Logger *slog.Logger
+	// KernelImage is the path of the kernel fatbin; empty searches
+	// $NCCLGO_FATBIN, the embedded image and build/ncclgo.fatbin (see
+	// kernels.FindImage).
+	KernelImage string
+	// P2PChannelsPerPeer is the number of channels the traffic between two
+	// ranks spreads over (0: 2).
+	P2PChannelsPerPeer int
+}
+
+// settings is what the options resolve to.
+type settings struct {
+	cfg        config.Config
+	log        *slog.Logger
+	logCloser  *sharedCloser
+	bootstrap  bootstrap.Options
+	image      string
+	p2pPerPeer int
+}
+
+// sharedCloser closes a log file when the last communicator using it is
+// destroyed.
+type sharedCloser struct {
+	refs atomic.Int64
+	c    io.Closer
+}
+
+func (s *sharedCloser) retain() *sharedCloser {
+	if s != nil {
+		s.refs.Add(1)
+	}
+	return s
+}
+
+func (s *sharedCloser) release() error {
+	if s == nil || s.refs.Add(-1) != 0 {
+		return nil
+	}
+	return s.c.Close()
+}
+
+// resolve reads the environment and applies o. The log file, if any, is
+// returned with no reference; each communicator retains it.
+func (o *Options) resolve() (settings, error) {
+	var s settings
+	cfg, err := config.Load()
+	if err != nil {
+		return s, err
+	}
+	if o != nil {
+		if cfg, err = cfg.Apply(o.Overrides); err != nil {
+			return s, err
+		}
+		s.bootstrap.Timeout = o.BootstrapTimeout
+		s.image = o.KernelImage
+		s.p2pPerPeer = o.P2PChannelsPerPeer
+		if o.P2PChannelsPerPeer < 0 {
+			return s, &ArgError{Arg: "Options.P2PChannelsPerPeer", Value: o.P2PChannelsPerPeer, Want: "0 (default) or a positive channel count"}
+		}
+		s.log = o.Logger
+	}
+	if s.p2pPerPeer == 0 {
+		s.p2pPerPeer = 2
+	}
+	s.cfg = cfg
+	if cfg.SocketIfname.IsSet() {
+		s.bootstrap.Interface = cfg.SocketIfname.String()
+	}
+	s.bootstrap.Family = cfg.SocketFamily
+	if s.log == nil {
+		w, err := cfg.OpenDebugFile()
+		if err != nil {
+			return s, err
+		}
+		if w == nil {
+			w = nopWriteCloser{os.Stdout}
+		}
+		s.logCloser = &sharedCloser{c: w}
+		s.log = config.NewLogger(cfg, w)
+	}
+	s.bootstrap.Logger = s.log
+	return s, nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func hostID(cfg config.Config) string {
+	if cfg.HostID != "" {
+		return cfg.HostID
+	}
+	h, _ := os.Hostname()
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	return h
+}

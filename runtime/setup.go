@@ -1,0 +1,318 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/graph"
+	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/ncclgo/ncclgo/runtime/topo"
+	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+// DefaultNChannels is the number of channels a communicator sets up when
+// NCCL_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS do not say
+// otherwise (fewer when ranks share a GPU and fewer keep them resident).
+const DefaultNChannels = 16
+
+// intraBW is the bandwidth of one channel within a node, GB/s, for the
+// tuner's model (NCCL's figure for SM90 NVLink).
+const intraBW = 20.0
+
+// peerInfo is what ranks tell each other at init.
+type peerInfo struct {
+	PID    int
+	Host   string
+	Device int
+	BusID  string
+}
+
+// initRank sets rank net.Rank() up on device; on error it frees what it
+// acquired but leaves net to the caller.
+func initRank(ctx context.Context, net bootstrap.Network, device int, s settings) (_ *Comm, err error) {
+	rank, n := net.Rank(), net.Size()
+	c := &Comm{rank: rank, nRanks: n, device: device, s: s, net: net,
+		events: map[uintptr]*cuda.Event{}, userOps: map[RedOp]devOp{}, userTypes: map[RedOp]DataType{}, nextOp: NumRedOps}
+	c.log = s.log.With("rank", rank)
+	fail := func(err error) (*Comm, error) {
+		c.net = nil // the caller closes it
+		c.s.logCloser = nil
+		_ = c.free()
+		return nil, fmt.Errorf("ncclgo: init of rank %d on device %d: %w", rank, device, err)
+	}
+	dev, err := cuda.GetDevice(device)
+	if err != nil {
+		return fail(err)
+	}
+	if c.gpu, err = topo.Describe(dev); err != nil {
+		return fail(err)
+	}
+	// Who runs where.
+	me := peerInfo{PID: os.Getpid(), Host: hostID(s.cfg), Device: device, BusID: c.gpu.BusID}
+	b, _ := json.Marshal(me)
+	all, err := net.AllGather(ctx, b)
+	if err != nil {
+		return fail(fmt.Errorf("exchanging rank descriptions: %w", err))
+	}
+	peers := make([]peerInfo, n)
+	tpeers := make([]transport.Peer, n)
+	devs := make([]int, n)
+	for r, raw := range all {
+		if err := json.Unmarshal(raw, &peers[r]); err != nil {
+			return fail(fmt.Errorf("rank %d's description: %w", r, err))
+		}
+		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device}
+		devs[r] = peers[r].Device
+	}
+	var remote []string
+	for r, p := range peers {
+		if p.PID != me.PID || p.Host != me.Host {
+			remote = append(remote, fmt.Sprintf("rank %d (pid %d on %s)", r, p.PID, p.Host))
+		}
+	}
+	if len(remote) > 0 {
+		return fail(fmt.Errorf("rank %d (pid %d on %s) cannot reach %s: %w", rank, me.PID, me.Host, strings.Join(remote, ", "), transport.ErrCrossProcess))
+	}
+	c.layout = topo.NewLayout(devs)
+	if c.layout.NGPUs > 1 {
+		if err := c.layout.ProbePeers(topo.CUDAPeers); err != nil {
+			return fail(err)
+		}
+	}
+	if c.cctx, err = dev.PrimaryContext(); err != nil {
+		return fail(err)
+	}
+	// Kernels.
+	image, src, err := kernels.FindImage(s.image)
+	if err != nil {
+		return fail(err)
+	}
+	if c.kset, err = kernels.Load(c.cctx, image); err != nil {
+		return fail(fmt.Errorf("loading kernels from %s: %w", src, err))
+	}
+	blocksPerSM, err := c.kset.MaxBlocksPerSM(generated.MaxNthreads)
+	if err != nil {
+		return fail(err)
+	}
+	// Tuning and channels.
+	topoCh := DefaultNChannels
+	if s.cfg.MaxNChannels > 0 {
+		topoCh = s.cfg.MaxNChannels
+	}
+	tp := tune.Topology{NRanks: n, NNodes: 1, NGPUs: c.layout.NGPUs, RanksPerGPU: c.layout.RanksPerGPU,
+		SMCount: c.gpu.SMCount, BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: tune.LinkNVLink, NChannels: topoCh}
+	c.tuner, err = tune.New(tp, s.cfg, kernels.Available, tune.WithLogger(s.log.With("rank", rank)))
+	if err != nil {
+		return fail(err)
+	}
+	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
+	c.rings = graph.Rings(c.layout, c.nChannels)
+	c.trees = graph.Trees(n, c.nChannels)
+	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.p2pPerPeer}
+	c.log.Info(fmt.Sprintf("init: %d ranks, %s, %d channels, %d SMs × %d blocks/SM, kernels from %s",
+		n, c.layout, c.nChannels, c.gpu.SMCount, blocksPerSM, src), config.SubsysInit.Attr())
+	if rank == 0 {
+		for ch, ring := range c.rings {
+			c.log.Info(fmt.Sprintf("Channel %02d/%02d : %s", ch, c.nChannels, joinInts(ring)), config.SubsysInit.Attr())
+		}
+	}
+	for ch, t := range c.trees {
+		c.log.Info(fmt.Sprintf("Trees [%d] %s->%d->%d", ch, joinInts(t.Down[rank]), rank, t.Up[rank]), config.SubsysInit.Attr())
+	}
+	// Connections.
+	canAccess := func(d int) bool {
+		if d == device {
+			return true
+		}
+		other, err := cuda.GetDevice(d)
+		if err != nil {
+			return false
+		}
+		ok, err := dev.CanAccessPeer(other)
+		if err != nil || !ok {
+			return false
+		}
+		octx, err := other.PrimaryContext()
+		if err != nil {
+			return false
+		}
+		defer octx.Release()
+		return c.cctx.EnablePeerAccess(octx) == nil
+	}
+	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
+	edges := Edges(c.plan, c.rings, c.trees)
+	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, canAccess); err != nil {
+		return fail(err)
+	}
+	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
+	// Flags and device structures.
+	if c.flags, err = c.cctx.MemAllocHost(64); err != nil {
+		return fail(err)
+	}
+	clear(unsafe.Slice((*byte)(c.flags), 64))
+	if c.flagsDev, err = c.cctx.HostDevicePointer(c.flags); err != nil {
+		return fail(err)
+	}
+	img, err := c.deviceImage(sizes)
+	if err != nil {
+		return fail(err)
+	}
+	if c.devMem, err = c.cctx.MemAlloc(uint64(len(img))); err != nil {
+		return fail(err)
+	}
+	// The image's pointers are relative to devMem: relocate now.
+	img = c.relocate(img)
+	if err := c.cctx.MemcpyHtoD(c.devMem, unsafe.Pointer(&img[0]), uint64(len(img))); err != nil {
+		return fail(err)
+	}
+	c.launcher = enqueue.NewLauncher(c.cctx, uint64(c.devMem), func(f kspace.Func) (*cuda.Function, error) {
+		e, err := c.kset.Lookup(f)
+		if err != nil {
+			return nil, err
+		}
+		return e.Kernel, nil
+	})
+	// Everyone is set up before anyone launches.
+	if err := net.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+func joinInts[T ~int | ~int32](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, " ")
+}
+
+// Edges lists the connections rank plan.Rank takes part in: on every
+// channel its ring neighbours and tree neighbours (both directions), and
+// the point-to-point peers at the distances that use the channel.
+func Edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edge {
+	me, n := plan.Rank, plan.NRanks
+	var out []transport.Edge
+	add := func(ch, from, to int) {
+		if from != to && from >= 0 && to >= 0 {
+			out = append(out, transport.Edge{Channel: ch, From: from, To: to})
+		}
+	}
+	for ch := range plan.NChannels {
+		if n == 1 {
+			break
+		}
+		if ch < len(rings) {
+			prev, next, _, _ := graph.RingView(rings[ch], me)
+			add(ch, me, next)
+			add(ch, prev, me)
+		}
+		if ch < len(trees) {
+			t := trees[ch]
+			if up := t.Up[me]; up >= 0 {
+				add(ch, me, up)
+				add(ch, up, me)
+			}
+			for _, d := range t.Children(me) {
+				add(ch, me, d)
+				add(ch, d, me)
+			}
+		}
+	}
+	for d := 1; d < n; d++ {
+		for _, ch := range enqueue.P2PChannels(plan, d) {
+			add(ch, me, (me+d)%n)
+			add(ch, (me-d+n)%n, me)
+		}
+	}
+	slices.SortFunc(out, func(a, b transport.Edge) int {
+		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
+	})
+	return slices.Compact(out)
+}
+
+// Offsets in the device image.
+func (c *Comm) imageLayout() (chans, peers, users, total int) {
+	const align = 256
+	up := func(x int) int { return (x + align - 1) / align * align }
+	chans = up(int(unsafe.Sizeof(generated.DevComm{})))
+	peers = up(chans + c.nChannels*int(unsafe.Sizeof(generated.DevChannel{})))
+	users = up(peers + c.nChannels*c.nRanks*int(unsafe.Sizeof(generated.DevPeer{})))
+	total = up(users + c.nChannels*c.nRanks*4)
+	return
+}
+
+// relocBase marks pointers into the image that relocate adds devMem to.
+// Image-relative pointers are stored as offsets with this high bit set.
+const relocBit = uint64(1) << 63
+
+// deviceImage builds the bytes of DevComm, the channels, the peer arrays
+// and the rings' user ranks, with image-relative pointers (relocBit set).
+func (c *Comm) deviceImage(sizes transport.Sizes) ([]byte, error) {
+	chOff, peerOff, userOff, total := c.imageLayout()
+	img := make([]byte, total)
+	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
+	dc := generated.DevComm{
+		Rank: int32(c.rank), NRanks: int32(c.nRanks), NChannels: int32(c.nChannels),
+		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4,
+		Channels: relocBit | uint64(chOff), BuffSizes: sizes,
+	}
+	put(0, unsafe.Pointer(&dc), unsafe.Sizeof(dc))
+	peerSize := int(unsafe.Sizeof(generated.DevPeer{}))
+	for ch := range c.nChannels {
+		var dch generated.DevChannel
+		dch.Id = uint32(ch)
+		prev, next, index, users := graph.RingView(c.rings[ch], c.rank)
+		uo := userOff + ch*c.nRanks*4
+		dch.Ring = generated.DevRing{Prev: int32(prev), Next: int32(next), Index: int32(index), UserRanks: relocBit | uint64(uo)}
+		put(uo, unsafe.Pointer(&users[0]), uintptr(4*len(users)))
+		t := c.trees[ch]
+		dch.Tree = generated.DevTree{Up: int32(t.Up[c.rank]), Down: [3]int32{-1, -1, -1}, Depth: int32(t.Depth)}
+		for i, d := range t.Down[c.rank] {
+			if i < 3 {
+				dch.Tree.Down[i] = int32(d)
+			}
+		}
+		po := peerOff + ch*c.nRanks*peerSize
+		dch.Peers = relocBit | uint64(po)
+		for p := range c.nRanks {
+			var dp generated.DevPeer
+			dp.Send = c.conns.Send[transport.Key{Channel: ch, Peer: p}]
+			dp.Recv = c.conns.Recv[transport.Key{Channel: ch, Peer: p}]
+			put(po+p*peerSize, unsafe.Pointer(&dp), uintptr(peerSize))
+		}
+		put(chOff+ch*int(unsafe.Sizeof(dch)), unsafe.Pointer(&dch), unsafe.Sizeof(dch))
+	}
+	return img, nil
+}
+
+// relocate rewrites the image-relative pointers of deviceImage into device
+// addresses.
+func (c *Comm) relocate(img []byte) []byte {
+	chOff, _, _, _ := c.imageLayout()
+	fix := func(off int) {
+		p := (*uint64)(unsafe.Pointer(&img[off]))
+		if *p&relocBit != 0 {
+			*p = uint64(c.devMem) + (*p &^ relocBit)
+		}
+	}
+	fix(int(unsafe.Offsetof(generated.DevComm{}.Channels)))
+	for ch := range c.nChannels {
+		base := chOff + ch*int(unsafe.Sizeof(generated.DevChannel{}))
+		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Ring)) + int(unsafe.Offsetof(generated.DevRing{}.UserRanks)))
+		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Peers)))
+	}
+	return img
+}
