@@ -2,7 +2,10 @@ package kernels
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,8 +42,8 @@ func gpuContext(t *testing.T) *cuda.Context {
 func gpuImage(t *testing.T) []byte {
 	t.Helper()
 	img, src, err := FindImage("")
-	if errors.Is(err, ErrNoImage) && os.Getenv(EnvFatbin) == "" {
-		t.Skipf("no kernel image (set %s): %v", EnvFatbin, err)
+	if errors.Is(err, ErrNoImage) && (os.Getenv(EnvFatbin) == "" || errors.Is(err, fs.ErrNotExist)) {
+		t.Skipf("no kernel image (set %s to a fatbin built from this generated/ tree): %v", EnvFatbin, err)
 	}
 	require.NoError(t, err)
 	t.Logf("image: %s (%d bytes)", src, len(img))
@@ -167,4 +170,93 @@ func TestGPUMismatchedImage(t *testing.T) {
 	cache.mu.Lock()
 	assert.Empty(t, cache.mods, "failed loads leave nothing cached")
 	cache.mu.Unlock()
+}
+
+// syntheticPTX is a stand-in image with every symbol the tables name (empty
+// kernels, a zeroed function table) except the kernels for which skip
+// returns true. It exercises Load, Lookup, sharing and occupancy without
+// the real device library.
+func syntheticPTX(skip func(generated.KernelInfo) bool) []byte {
+	var b strings.Builder
+	b.WriteString(".version 7.0\n.target sm_50\n.address_size 64\n")
+	fmt.Fprintf(&b, ".visible .global .align 8 .u64 %s[%d];\n", generated.FuncTableSymbol, len(generated.Funcs)+1)
+	for _, k := range generated.Kernels {
+		if !skip(k) {
+			fmt.Fprintf(&b, ".visible .entry %s()\n{\n\tret;\n}\n", k.Symbol)
+		}
+	}
+	return []byte(b.String())
+}
+
+func TestGPUSyntheticImage(t *testing.T) {
+	ctx := gpuContext(t)
+	fp8 := func(k generated.KernelInfo) bool { return k.Req.Arch >= 900 }
+	img := syntheticPTX(fp8)
+
+	const ranks = 8
+	sets := make([]*Set, ranks)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, ranks)
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sets[r], errs[r] = Load(ctx, append([]byte(nil), img...))
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d concurrent Loads of a %d-byte PTX image: %v", ranks, len(img), time.Since(start))
+	for r := range ranks {
+		require.NoError(t, errs[r])
+		assert.Same(t, sets[0].m, sets[r].m)
+	}
+	set := sets[0]
+
+	e, err := set.Lookup(kspace.SendRecvFunc)
+	require.NoError(t, err)
+	assert.Equal(t, "ngDevKernel_SendRecv", e.Kernel.Name())
+	assert.True(t, e.Specialized)
+
+	f := kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.I32, Algo: kspace.Ring, Proto: kspace.Simple}
+	e, err = set.Lookup(f)
+	require.NoError(t, err)
+	assert.Equal(t, "ngDevKernel_AllReduce_Sum_u32_RING_LL", e.Kernel.Name())
+	assert.False(t, e.Specialized)
+	assert.Equal(t, mustResolve(t, f), e.FuncID)
+
+	// The fp8 kernels were left out: their functions are unsupported, the
+	// others unaffected.
+	_, err = set.Lookup(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F8E4M3, Algo: kspace.Ring, Proto: kspace.LL})
+	require.ErrorIs(t, err, ErrUnsupported)
+	assert.Contains(t, err.Error(), "not in the image")
+	t.Log(err)
+
+	_, err = set.Lookup(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.NVLS, Proto: kspace.Simple})
+	assert.ErrorIs(t, err, ErrUnsupported)
+
+	n, err := set.MaxBlocksPerSM(generated.MaxNthreads)
+	require.NoError(t, err)
+	t.Logf("MaxBlocksPerSM(%d) = %d for empty kernels", generated.MaxNthreads, n)
+	assert.Positive(t, n)
+
+	for _, s := range sets {
+		require.NoError(t, s.Release())
+	}
+	cache.mu.Lock()
+	assert.Empty(t, cache.mods)
+	cache.mu.Unlock()
+
+	// A kernel with no requirement missing is a mismatch naming it.
+	img = syntheticPTX(func(k generated.KernelInfo) bool { return k.Symbol == "ngDevKernel_AllReduce_Sum_f32_RING_LL" })
+	_, err = Load(ctx, img)
+	require.ErrorIs(t, err, ErrMismatch)
+	assert.Contains(t, err.Error(), "fatbin lacks ngDevKernel_AllReduce_Sum_f32_RING_LL (tables built with")
+
+	// A function table of the wrong size is a mismatch too.
+	img = []byte(strings.Replace(string(syntheticPTX(fp8)), fmt.Sprintf("[%d]", len(generated.Funcs)+1), "[3]", 1))
+	_, err = Load(ctx, img)
+	require.ErrorIs(t, err, ErrMismatch)
+	assert.Contains(t, err.Error(), "bytes of ngDevFuncTable, the Go tables want")
+	t.Log(err)
 }

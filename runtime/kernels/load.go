@@ -25,7 +25,7 @@ var ErrMismatch = errors.New("kernels: image does not match the generated tables
 type MismatchError struct {
 	// Symbol is the kernel or global that is missing or wrong.
 	Symbol string
-	// Detail says what is wrong ("lacks", or a size mismatch).
+	// Detail says what is wrong; empty means the image lacks Symbol.
 	Detail string
 	// Filter is the filter the Go tables were generated with.
 	Filter string
@@ -34,7 +34,11 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	s := fmt.Sprintf("kernels: fatbin %s %s (tables built with %s); rebuild the fatbin from this generated/ tree", e.Detail, e.Symbol, describeFilter(e.Filter))
+	d := e.Detail
+	if d == "" {
+		d = "lacks " + e.Symbol
+	}
+	s := fmt.Sprintf("kernels: fatbin %s (tables built with %s); rebuild the fatbin from this generated/ tree", d, describeFilter(e.Filter))
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -198,19 +202,19 @@ func (m *module) load(image []byte) (err error) {
 		if !k.Req.IsZero() {
 			// Compiled out for this target (#if guards on the arch or the
 			// CUDA version): its functions are unsupported here.
-			m.absent[i] = fmt.Sprintf("kernel %s is not in the image (it needs %s; device %d is sm_%d%d)", k.Symbol, k.Req, int(dev), major, minor)
+			m.absent[i] = fmt.Sprintf("kernel %s is not in the image: its build compiled it out (it needs %s; device %d is sm_%d%d)", k.Symbol, k.Req, int(dev), major, minor)
 			continue
 		}
-		return &MismatchError{Symbol: k.Symbol, Detail: "lacks", Filter: genTables.filter, Err: ferr}
+		return &MismatchError{Symbol: k.Symbol, Filter: genTables.filter, Err: ferr}
 	}
 	p, size, err := mod.Global(generated.FuncTableSymbol)
 	if err != nil {
-		return &MismatchError{Symbol: generated.FuncTableSymbol, Detail: "lacks", Filter: genTables.filter, Err: err}
+		return &MismatchError{Symbol: generated.FuncTableSymbol, Filter: genTables.filter, Err: err}
 	}
 	if want := uint64(8 * (len(genTables.funcs) + 1)); size != want {
 		return &MismatchError{
 			Symbol: generated.FuncTableSymbol,
-			Detail: fmt.Sprintf("has %d function-table entries, the Go tables %d, in", size/8-1, len(genTables.funcs)),
+			Detail: fmt.Sprintf("has %d bytes of %s, the Go tables want %d (%d functions and a terminator)", size, generated.FuncTableSymbol, want, len(genTables.funcs)),
 			Filter: genTables.filter,
 		}
 	}

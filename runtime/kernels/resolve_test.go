@@ -158,7 +158,7 @@ func TestResolveFiltered(t *testing.T) {
 func TestDescribeFilter(t *testing.T) {
 	assert.Equal(t, "no filter (every function)", describeFilter(""))
 	assert.Equal(t, `filter "SendRecv"`, describeFilter("SendRecv"))
-	e := &MismatchError{Symbol: "ngDevKernel_AllReduce_Sum_f32_RING_LL", Detail: "lacks", Filter: "AllReduce Sum f32 * *"}
+	e := &MismatchError{Symbol: "ngDevKernel_AllReduce_Sum_f32_RING_LL", Filter: "AllReduce Sum f32 * *"}
 	assert.Equal(t, `kernels: fatbin lacks ngDevKernel_AllReduce_Sum_f32_RING_LL (tables built with filter "AllReduce Sum f32 * *"); rebuild the fatbin from this generated/ tree`, e.Error())
 	assert.ErrorIs(t, e, ErrMismatch)
 }
