@@ -228,3 +228,10 @@ func TestCheckTreeRejects(t *testing.T) {
 	bad.Up[bad.Root()] = 3
 	assert.Error(t, CheckTree(bad, 4))
 }
+
+func TestTreeView(t *testing.T) {
+	tr := Trees(12, 1)[0]
+	v := tr.View(4)
+	assert.Equal(t, generated.DevTree{Up: 8, Down: [3]int32{2, 6, -1}, Depth: int32(tr.Depth)}, v)
+	assert.Equal(t, int32(-1), tr.View(0).Up)
+}

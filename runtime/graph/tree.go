@@ -256,3 +256,15 @@ func CheckTree(t Tree, nRanks int) error {
 	}
 	return nil
 }
+
+// View returns rank r's view of the tree in the device's layout.
+func (t Tree) View(r int) generated.DevTree {
+	v := generated.DevTree{Up: int32(t.Up[r]), Depth: int32(t.Depth)}
+	for i := range v.Down {
+		v.Down[i] = -1
+		if i < len(t.Down[r]) {
+			v.Down[i] = int32(t.Down[r][i])
+		}
+	}
+	return v
+}
