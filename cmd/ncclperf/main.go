@@ -1,0 +1,525 @@
+// Command ncclperf measures ncclgo's collectives with nccl-tests' flags and
+// columns, and can run the same sweep through a real NCCL library in the same
+// run (-compare) to print the ratio.
+//
+//	ncclperf -coll allreduce -b 8 -e 512M -f 2 -g 2 [-compare libnccl.so.2]
+//
+// Ranks are placed round-robin over the visible GPUs unless -devices lists
+// them, so -g 4 on a one-GPU machine puts four ranks on that GPU.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// coll is a collective ncclperf can sweep.
+type coll int
+
+const (
+	collAllReduce coll = iota
+	collAllGather
+	collReduceScatter
+	collBroadcast
+	collReduce
+)
+
+var collNames = []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}
+
+func (c coll) String() string { return collNames[c] }
+
+func parseColl(s string) (coll, error) {
+	norm := strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	for i, n := range collNames {
+		if n == norm {
+			return coll(i), nil
+		}
+	}
+	return 0, fmt.Errorf("-coll %q: unknown collective; valid are %s", s, strings.Join(collNames, ", "))
+}
+
+// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests does.
+func (c coll) busFactor(n int) float64 {
+	switch c {
+	case collAllReduce:
+		return 2 * float64(n-1) / float64(n)
+	case collAllGather, collReduceScatter:
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// backend runs one collective on every rank, as one group, on streams[r].
+type backend interface {
+	Name() string
+	Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error
+	Close() error
+}
+
+type config struct {
+	coll            coll
+	minBytes        int64
+	maxBytes        int64
+	factor          int64
+	step            int64
+	nRanks          int
+	devices         []int
+	iters, warmup   int
+	check           bool
+	op              redOp
+	dt              dataType
+	root            int
+	compare, fatbin string
+}
+
+func parseSize(flagName, s string) (int64, error) {
+	mult := int64(1)
+	t := strings.ToUpper(strings.TrimSpace(s))
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("-%s %q: want a byte count like 8, 64K, 128M or 1G", flagName, s)
+	}
+	return v * mult, nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	collS := fs.String("coll", "allreduce", "collective: "+strings.Join(collNames, ", "))
+	b := fs.String("b", "32M", "minimum size in bytes")
+	e := fs.String("e", "32M", "maximum size in bytes")
+	f := fs.Int64("f", 2, "multiplication factor between sizes")
+	i := fs.String("i", "0", "increment between sizes (instead of -f)")
+	fs.IntVar(&c.nRanks, "g", 1, "number of ranks (placed round-robin over the visible GPUs)")
+	devs := fs.String("devices", "", "comma-separated device of each rank (overrides round-robin)")
+	fs.IntVar(&c.iters, "n", 20, "timed iterations per size")
+	fs.IntVar(&c.warmup, "w", 5, "warm-up iterations per size")
+	chk := fs.Int("c", 1, "check results (0 or 1)")
+	opS := fs.String("o", "sum", "reduction op: "+strings.Join(opNames, ", "))
+	dtS := fs.String("d", "float", "data type: "+strings.Join(typeNames, ", "))
+	fs.IntVar(&c.root, "r", 0, "root rank for broadcast and reduce")
+	fs.StringVar(&c.compare, "compare", "", "path or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
+	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo fatbin (default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.coll, err = parseColl(*collS); err != nil {
+		return nil, err
+	}
+	if c.minBytes, err = parseSize("b", *b); err != nil {
+		return nil, err
+	}
+	if c.maxBytes, err = parseSize("e", *e); err != nil {
+		return nil, err
+	}
+	if c.step, err = parseSize("i", *i); err != nil {
+		return nil, err
+	}
+	c.factor = *f
+	if c.maxBytes < c.minBytes {
+		return nil, fmt.Errorf("-e %d is below -b %d", c.maxBytes, c.minBytes)
+	}
+	if c.step == 0 && c.factor < 2 {
+		return nil, fmt.Errorf("-f %d: want a factor of at least 2 (or -i for a fixed increment)", c.factor)
+	}
+	if c.nRanks < 1 {
+		return nil, fmt.Errorf("-g %d: want at least 1 rank", c.nRanks)
+	}
+	if c.iters < 1 || c.warmup < 0 {
+		return nil, fmt.Errorf("-n %d -w %d: want n >= 1 and w >= 0", c.iters, c.warmup)
+	}
+	c.check = *chk != 0
+	if c.op, err = parseOp(*opS); err != nil {
+		return nil, err
+	}
+	if c.dt, err = parseType(*dtS); err != nil {
+		return nil, err
+	}
+	if c.root < 0 || c.root >= c.nRanks {
+		return nil, fmt.Errorf("-r %d: want a root in [0, %d)", c.root, c.nRanks)
+	}
+	if *devs != "" {
+		for _, s := range strings.Split(*devs, ",") {
+			d, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("-devices %q: want comma-separated device ordinals", *devs)
+			}
+			c.devices = append(c.devices, d)
+		}
+		if len(c.devices) != c.nRanks {
+			return nil, fmt.Errorf("-devices lists %d devices for -g %d ranks", len(c.devices), c.nRanks)
+		}
+	}
+	return c, nil
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		os.Exit(2)
+	}
+	if err := run(c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		os.Exit(1)
+	}
+}
+
+// rankBuffers are one rank's device buffers and stream.
+type rankBuffers struct {
+	ctx        *cuda.Context
+	send, recv cuda.DevicePtr
+	stream     *cuda.Stream
+}
+
+func run(c *config, w io.Writer) error {
+	if err := cuda.Init(); err != nil {
+		return err
+	}
+	if c.devices == nil {
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return err
+		}
+		for r := range c.nRanks {
+			c.devices = append(c.devices, r%n)
+		}
+	}
+	ranks := make([]rankBuffers, c.nRanks)
+	sendBytes, recvBytes := c.bufferBytes(c.maxBytes)
+	for r := range ranks {
+		dev, err := cuda.GetDevice(c.devices[r])
+		if err != nil {
+			return err
+		}
+		if ranks[r].ctx, err = dev.PrimaryContext(); err != nil {
+			return err
+		}
+		if ranks[r].send, err = ranks[r].ctx.MemAlloc(uint64(max(sendBytes, 16))); err != nil {
+			return err
+		}
+		if ranks[r].recv, err = ranks[r].ctx.MemAlloc(uint64(max(recvBytes, 16))); err != nil {
+			return err
+		}
+		if ranks[r].stream, err = ranks[r].ctx.NewStream(true); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, rb := range ranks {
+			rb.stream.Destroy()
+			rb.ctx.MemFree(rb.send)
+			rb.ctx.MemFree(rb.recv)
+			rb.ctx.Release()
+		}
+	}()
+
+	ours, err := openNcclgo(c)
+	if err != nil {
+		return err
+	}
+	defer ours.Close()
+	var ref backend
+	if c.compare != "" {
+		nb, err := openNCCL(c.compare, c.devices)
+		if err != nil {
+			return err
+		}
+		defer nb.Close()
+		ref = nb
+	}
+
+	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
+	fmt.Fprintf(w, "# ncclgo: %s\n", ours.Name())
+	if ref != nil {
+		fmt.Fprintf(w, "# reference: %s (%s)\n", ref.Name(), c.compare)
+	}
+	hdr := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "size", "count", "type", "redop", "root",
+		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	units := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "(B)", "(elements)", "", "", "",
+		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	if ref != nil {
+		hdr += fmt.Sprintf("   %9s %7s %7s", "nccl(us)", "busbw", "ratio")
+		units += fmt.Sprintf("   %9s %7s %7s", "oop", "(GB/s)", "bw/bw")
+	}
+	fmt.Fprintf(w, "#%s\n%s\n%s\n", strings.Repeat(" ", 10)+"out-of-place / in-place", hdr, units)
+	totalWrong := 0
+	var busSum float64
+	var nSizes int
+	for size := c.minBytes; size <= c.maxBytes; size = c.next(size) {
+		count := c.countFor(size)
+		row := fmt.Sprintf("%12d %12d %8s %6s %6d", count*int64(c.dt.size())*c.elemsPerCount(), count, c.dt, c.op, c.root)
+		var oopBus float64
+		var oopTime float64
+		for _, inPlace := range []bool{false, true} {
+			res, err := c.measure(ours, ranks, count, inPlace)
+			if err != nil {
+				return fmt.Errorf("size %d, in-place %v: %w", size, inPlace, err)
+			}
+			totalWrong += res.wrong
+			wrong := strconv.Itoa(res.wrong)
+			if !c.check {
+				wrong = "N/A"
+			}
+			row += fmt.Sprintf("   %9.2f %7.2f %7.2f %6s", res.usec, res.algbw, res.busbw, wrong)
+			if !inPlace {
+				oopBus, oopTime = res.busbw, res.usec
+			}
+		}
+		busSum += oopBus
+		nSizes++
+		if ref != nil {
+			res, err := c.measure(ref, ranks, count, false)
+			if err != nil {
+				return fmt.Errorf("reference, size %d: %w", size, err)
+			}
+			ratio := oopBus / res.busbw
+			if res.busbw == 0 || math.IsNaN(ratio) {
+				ratio = res.usec / oopTime
+			}
+			row += fmt.Sprintf("   %9.2f %7.2f %7.3f", res.usec, res.busbw, ratio)
+		}
+		fmt.Fprintln(w, row)
+		if c.next(size) == size {
+			break
+		}
+	}
+	fmt.Fprintf(w, "# Out of bounds values : %d %s\n", totalWrong, map[bool]string{true: "OK", false: "FAILED"}[totalWrong == 0])
+	fmt.Fprintf(w, "# Avg bus bandwidth    : %g\n", busSum/float64(max(nSizes, 1)))
+	if totalWrong > 0 {
+		return fmt.Errorf("%d wrong values", totalWrong)
+	}
+	return nil
+}
+
+func (c *config) next(size int64) int64 {
+	if c.step > 0 {
+		return size + c.step
+	}
+	if size == 0 {
+		return 1
+	}
+	return size * c.factor
+}
+
+// elemsPerCount is how many counts one "size" covers: nccl-tests sizes
+// allgather and reducescatter by the whole buffer, nRanks chunks of count.
+func (c *config) elemsPerCount() int64 {
+	if c.coll == collAllGather || c.coll == collReduceScatter {
+		return int64(c.nRanks)
+	}
+	return 1
+}
+
+// countFor is the count argument of the collective for a size in bytes.
+func (c *config) countFor(size int64) int64 {
+	return size / int64(c.dt.size()) / c.elemsPerCount()
+}
+
+// bufferBytes is what each rank's send and receive buffers need for size.
+func (c *config) bufferBytes(size int64) (send, recv int64) {
+	count := c.countFor(size) * int64(c.dt.size())
+	switch c.coll {
+	case collAllGather:
+		return count, count * int64(c.nRanks)
+	case collReduceScatter:
+		return count * int64(c.nRanks), count
+	}
+	return count, count
+}
+
+type result struct {
+	usec, algbw, busbw float64
+	wrong              int
+}
+
+func (c *config) buffers(ranks []rankBuffers, count int64, inPlace bool) (send, recv []cuda.DevicePtr) {
+	ts := int64(c.dt.size())
+	for r, rb := range ranks {
+		s, d := rb.send, rb.recv
+		if inPlace {
+			switch c.coll {
+			case collAllGather:
+				s = d + cuda.DevicePtr(int64(r)*count*ts)
+			case collReduceScatter:
+				d = s + cuda.DevicePtr(int64(r)*count*ts)
+			default:
+				s = d
+			}
+		}
+		send, recv = append(send, s), append(recv, d)
+	}
+	return send, recv
+}
+
+func (c *config) measure(b backend, ranks []rankBuffers, count int64, inPlace bool) (result, error) {
+	send, recv := c.buffers(ranks, count, inPlace)
+	streams := make([]*cuda.Stream, len(ranks))
+	for r := range ranks {
+		streams[r] = ranks[r].stream
+	}
+	var res result
+	if c.check {
+		if err := c.fill(ranks, send, count); err != nil {
+			return res, err
+		}
+		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
+			return res, err
+		}
+		if err := syncAll(streams); err != nil {
+			return res, err
+		}
+		wrong, err := c.verify(ranks, recv, count)
+		if err != nil {
+			return res, err
+		}
+		res.wrong = wrong
+	}
+	for range c.warmup {
+		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
+			return res, err
+		}
+	}
+	if err := syncAll(streams); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	for range c.iters {
+		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
+			return res, err
+		}
+	}
+	if err := syncAll(streams); err != nil {
+		return res, err
+	}
+	sec := time.Since(start).Seconds() / float64(c.iters)
+	bytes := float64(count * int64(c.dt.size()) * c.elemsPerCount())
+	res.usec = sec * 1e6
+	res.algbw = bytes / sec / 1e9
+	res.busbw = res.algbw * c.coll.busFactor(len(ranks))
+	return res, nil
+}
+
+func syncAll(streams []*cuda.Stream) error {
+	for _, s := range streams {
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendCount is the number of elements each rank sends.
+func (c *config) sendCount(count int64) int64 {
+	if c.coll == collReduceScatter {
+		return count * int64(c.nRanks)
+	}
+	return count
+}
+
+func (c *config) fill(ranks []rankBuffers, send []cuda.DevicePtr, count int64) error {
+	n := c.sendCount(count)
+	for r, rb := range ranks {
+		vals := make([]float64, n)
+		for i := range vals {
+			vals[i] = fillValue(r, i, c.op)
+		}
+		b := encode(c.dt, vals)
+		if len(b) == 0 {
+			continue
+		}
+		if err := rb.ctx.MemcpyHtoD(send[r], unsafe.Pointer(&b[0]), uint64(len(b))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reduceAt reduces element i of every rank's send buffer.
+func (c *config) reduceAt(i int) float64 {
+	n := c.nRanks
+	acc := fillValue(0, i, c.op)
+	for r := 1; r < n; r++ {
+		v := fillValue(r, i, c.op)
+		switch c.op {
+		case opSum, opAvg:
+			acc += v
+		case opProd:
+			acc *= v
+		case opMax:
+			acc = math.Max(acc, v)
+		case opMin:
+			acc = math.Min(acc, v)
+		}
+	}
+	if c.op == opAvg {
+		acc /= float64(n)
+		if !c.dt.isFloat() {
+			acc = math.Floor(acc)
+		}
+	}
+	return acc
+}
+
+func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64) (int, error) {
+	ts := int64(c.dt.size())
+	wrong := 0
+	for r, rb := range ranks {
+		n := count
+		if c.coll == collAllGather {
+			n = count * int64(c.nRanks)
+		}
+		if c.coll == collReduce && r != c.root {
+			continue
+		}
+		if n == 0 {
+			continue
+		}
+		b := make([]byte, n*ts)
+		if err := rb.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), recv[r], uint64(len(b))); err != nil {
+			return 0, err
+		}
+		got := decode(c.dt, b)
+		for i := range got {
+			var want float64
+			switch c.coll {
+			case collAllReduce, collReduce:
+				want = c.reduceAt(i)
+			case collReduceScatter:
+				want = c.reduceAt(r*int(count) + i)
+			case collAllGather:
+				want = fillValue(i/int(count), i%int(count), c.op)
+			case collBroadcast:
+				want = fillValue(c.root, i, c.op)
+			}
+			want = decode(c.dt, encode(c.dt, []float64{want}))[0]
+			if tol := tolerance(c.dt, c.nRanks); math.Abs(got[i]-want) > tol*math.Max(1, math.Abs(want)) {
+				wrong++
+			}
+		}
+	}
+	return wrong, nil
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// ncclgoBackend runs the sweep through ncclgo's runtime: one communicator of
+// len(devices) ranks in this process, every rank's call in one group.
+type ncclgoBackend struct {
+	comms    []*runtime.Comm
+	initTime time.Duration
+}
+
+func openNcclgo(c *config) (*ncclgoBackend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	comms, err := runtime.InitAll(ctx, c.devices, &runtime.Options{KernelImage: c.fatbin})
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo init: %w", err)
+	}
+	return &ncclgoBackend{comms: comms, initTime: time.Since(start)}, nil
+}
+
+func (b *ncclgoBackend) Name() string {
+	return fmt.Sprintf("%d ranks, %d channels, init %v", len(b.comms), b.comms[0].NChannels(), b.initTime.Round(time.Millisecond))
+}
+
+func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
+	g := runtime.NewGroup()
+	for r, comm := range b.comms {
+		var err error
+		rdt, rop := runtime.DataType(dt), runtime.RedOp(op)
+		switch c {
+		case collAllReduce:
+			err = g.AllReduce(comm, send[r], recv[r], count, rdt, rop, streams[r])
+		case collAllGather:
+			err = g.AllGather(comm, send[r], recv[r], count, rdt, streams[r])
+		case collReduceScatter:
+			err = g.ReduceScatter(comm, send[r], recv[r], count, rdt, rop, streams[r])
+		case collBroadcast:
+			err = g.Broadcast(comm, send[r], recv[r], count, rdt, root, streams[r])
+		case collReduce:
+			err = g.Reduce(comm, send[r], recv[r], count, rdt, rop, root, streams[r])
+		}
+		if err != nil {
+			g.Discard()
+			return err
+		}
+	}
+	if err := g.End(); err != nil {
+		return err
+	}
+	for _, comm := range b.comms {
+		if err := comm.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *ncclgoBackend) Close() error {
+	var first error
+	for _, c := range b.comms {
+		if err := c.Destroy(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
