@@ -60,6 +60,9 @@ func (k *checker) stream(s *cuda.Stream) {
 		k.fail("stream", "a stream without context", "a stream of device "+fmt.Sprint(k.c.device))
 	case int(s.Context().Device()) != k.c.device:
 		k.fail("stream", fmt.Sprintf("a stream of device %d", int(s.Context().Device())), fmt.Sprintf("a stream of rank %d's device %d", k.c.rank, k.c.device))
+	case s.Handle() == 0 && k.c.layout.RanksPerGPU > 1:
+		k.fail("stream", "the legacy default stream (0)",
+			"a stream of its own per rank: ranks sharing a GPU would serialize on the default stream and deadlock")
 	}
 }
 
@@ -177,8 +180,8 @@ func reduceTask(op string, coll kspace.Coll, c *Comm, send, recv cuda.DevicePtr,
 	if coll == kspace.Reduce {
 		k.rank("root", root)
 	}
-	k.stream(stream)
 	d := k.redOp(rop, dt)
+	k.stream(stream)
 	if k.err != nil {
 		return enqueue.Task{}, k.err
 	}

@@ -34,14 +34,15 @@ type Memory interface {
 // Sizes are the FIFO sizes in bytes, per protocol (LL, LL128, SIMPLE).
 type Sizes [3]uint32
 
-// Validate checks that every FIFO splits into generated.Steps slots of
-// whole 128-byte lines.
+// Validate checks the sizes against the device library's requirements
+// (devicesrc/ng_prims.h): every FIFO splits into generated.Steps slots of
+// whole lines; SIMPLE a multiple of 1024 bytes, LL of 1024, LL128 of 2048.
 func (s Sizes) Validate() error {
 	names := [3]string{"LL", "LL128", "SIMPLE"}
+	mult := [3]uint32{1024, 2048, 1024}
 	for p, n := range s {
-		if n == 0 || n%(generated.Steps*128) != 0 {
-			return fmt.Errorf("transport: %s buffer of %d bytes: want a positive multiple of %d (%d slots of 128-byte lines)",
-				names[p], n, generated.Steps*128, generated.Steps)
+		if n == 0 || n%mult[p] != 0 {
+			return fmt.Errorf("transport: %s buffer of %d bytes: want a positive multiple of %d", names[p], n, mult[p])
 		}
 	}
 	return nil
@@ -112,18 +113,17 @@ var ErrCrossProcess = errors.New("connections between processes are not supporte
 // reports whether rank me's device can load and store the memory of
 // device d (true for its own device).
 func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, peers []Peer, edges []Edge, sizes Sizes,
-	canAccess func(dev int) bool) (set *Set, err error) {
+	canAccess func(dev int) bool) (_ *Set, err error) {
 	if err := sizes.Validate(); err != nil {
 		return nil, err
 	}
 	if len(peers) != net.Size() {
 		return nil, fmt.Errorf("transport: %d peer descriptions for %d ranks", len(peers), net.Size())
 	}
-	set = &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}, mem: mem}
+	set := &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}, mem: mem}
 	defer func() {
 		if err != nil {
 			_ = set.Close()
-			set = nil
 		}
 	}()
 	self := peers[me]

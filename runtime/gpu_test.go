@@ -1,0 +1,386 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/stretchr/testify/require"
+)
+
+// gpuOrSkip skips without a driver, a device or a kernel image.
+func gpuOrSkip(t *testing.T) {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("GPU test skipped: no CUDA driver: %v", err)
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("GPU test skipped: no CUDA device (%v)", err)
+	}
+	if _, _, err := kernels.FindImage(""); err != nil {
+		t.Skipf("GPU test skipped: no kernel image (build one with `make kernels` or set NCCLGO_FATBIN): %v", err)
+	}
+}
+
+// rankEnv is one rank's stream and buffers.
+type rankEnv struct {
+	c      *Comm
+	ctx    *cuda.Context
+	s      *cuda.Stream
+	allocs []cuda.DevicePtr
+}
+
+func (e *rankEnv) alloc(t *testing.T, n int) cuda.DevicePtr {
+	t.Helper()
+	p, err := e.ctx.MemAlloc(uint64(max(n, 1)))
+	require.NoError(t, err)
+	require.NoError(t, e.ctx.MemsetD8(p, 0, uint64(max(n, 1))))
+	e.allocs = append(e.allocs, p)
+	return p
+}
+
+func (e *rankEnv) put(t *testing.T, p cuda.DevicePtr, v []float32) {
+	t.Helper()
+	if len(v) > 0 {
+		require.NoError(t, e.ctx.MemcpyHtoD(p, unsafe.Pointer(&v[0]), uint64(4*len(v))))
+	}
+}
+
+func (e *rankEnv) get(t *testing.T, p cuda.DevicePtr, n int) []float32 {
+	t.Helper()
+	v := make([]float32, n)
+	if n > 0 {
+		require.NoError(t, e.ctx.MemcpyDtoH(unsafe.Pointer(&v[0]), p, uint64(4*n)))
+	}
+	return v
+}
+
+func setup(t *testing.T, devs []int, opts *Options) []*rankEnv {
+	t.Helper()
+	start := time.Now()
+	comms, err := InitAll(context.Background(), devs, opts)
+	require.NoError(t, err)
+	t.Logf("InitAll(%v): %v, %d channels", devs, time.Since(start).Round(time.Millisecond), comms[0].NChannels())
+	envs := make([]*rankEnv, len(comms))
+	for i, c := range comms {
+		dev, err := cuda.GetDevice(c.Device())
+		require.NoError(t, err)
+		ctx, err := dev.PrimaryContext()
+		require.NoError(t, err)
+		s, err := ctx.NewStream(true)
+		require.NoError(t, err)
+		envs[i] = &rankEnv{c: c, ctx: ctx, s: s}
+	}
+	t.Cleanup(func() {
+		for _, e := range envs {
+			for _, p := range e.allocs {
+				_ = e.ctx.MemFree(p)
+			}
+		}
+		for _, e := range envs {
+			require.NoError(t, e.c.Destroy())
+			_ = e.s.Destroy()
+			_ = e.ctx.Release()
+		}
+	})
+	return envs
+}
+
+// waitAll waits for every rank; on a timeout it aborts them all.
+func waitAll(t *testing.T, envs []*rankEnv) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, e := range envs {
+		if err := e.c.Wait(ctx); err != nil {
+			for _, e := range envs {
+				e.c.Abort()
+			}
+			t.Fatalf("rank %d: %v", e.c.Rank(), err)
+		}
+	}
+}
+
+func val(r, i int) float32 { return float32((r+1)*(i%13) + r) }
+
+func checkEq(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	bad := 0
+	for i := range want {
+		if got[i] != want[i] {
+			if bad < 5 {
+				t.Errorf("%s: element %d = %v, want %v", what, i, got[i], want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%s: %d of %d elements wrong", what, bad, len(want))
+	}
+}
+
+func runAllReduce(t *testing.T, envs []*rankEnv, count int, grouped bool) {
+	n := len(envs)
+	send := make([]cuda.DevicePtr, n)
+	recv := make([]cuda.DevicePtr, n)
+	want := make([]float32, count)
+	for r, e := range envs {
+		send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+		v := make([]float32, count)
+		for i := range v {
+			v[i] = val(r, i)
+			want[i] += v[i]
+		}
+		e.put(t, send[r], v)
+	}
+	if grouped {
+		g := NewGroup()
+		for r, e := range envs {
+			require.NoError(t, g.AllReduce(e.c, send[r], recv[r], count, Float32, Sum, e.s))
+		}
+		require.NoError(t, g.End())
+	} else {
+		for r, e := range envs {
+			require.NoError(t, e.c.AllReduce(send[r], recv[r], count, Float32, Sum, e.s))
+		}
+	}
+	waitAll(t, envs)
+	for r, e := range envs {
+		checkEq(t, fmt.Sprintf("rank %d AllReduce(%d)", r, count), e.get(t, recv[r], count), want)
+	}
+}
+
+func TestGPUAllReduce(t *testing.T) {
+	gpuOrSkip(t)
+	for _, devs := range [][]int{{0, 0}, {0, 0, 0, 0}} {
+		t.Run(fmt.Sprintf("%dranks", len(devs)), func(t *testing.T) {
+			envs := setup(t, devs, nil)
+			for _, count := range []int{1, 7, 1000, 1 << 18, 1<<18 + 3} {
+				runAllReduce(t, envs, count, true)
+			}
+			runAllReduce(t, envs, 12345, false)
+		})
+	}
+}
+
+func TestGPUAllReduceAlgoProto(t *testing.T) {
+	gpuOrSkip(t)
+	for _, algo := range []string{"RING", "TREE"} {
+		for _, proto := range []string{"LL", "LL128", "SIMPLE"} {
+			t.Run(algo+"/"+proto, func(t *testing.T) {
+				envs := setup(t, []int{0, 0, 0}, &Options{Overrides: config.Overrides{Algo: new(algo), Proto: new(proto)}})
+				for _, count := range []int{5, 4096, 1 << 18} {
+					runAllReduce(t, envs, count, true)
+				}
+			})
+		}
+	}
+}
+
+func TestGPUCollectives(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0, 0, 0}, nil)
+	n := len(envs)
+	for _, count := range []int{3, 1000, 100003} {
+		t.Run(fmt.Sprintf("AllGather/%d", count), func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			want := make([]float32, n*count)
+			g := NewGroup()
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*n*count)
+				v := make([]float32, count)
+				for i := range v {
+					v[i] = val(r, i)
+					want[r*count+i] = v[i]
+				}
+				e.put(t, send[r], v)
+				require.NoError(t, g.AllGather(e.c, send[r], recv[r], count, Float32, e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			for r, e := range envs {
+				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], n*count), want)
+			}
+		})
+		t.Run(fmt.Sprintf("ReduceScatter/%d", count), func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			sum := make([]float32, n*count)
+			g := NewGroup()
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*n*count), e.alloc(t, 4*count)
+				v := make([]float32, n*count)
+				for i := range v {
+					v[i] = val(r, i)
+					sum[i] += v[i]
+				}
+				e.put(t, send[r], v)
+				require.NoError(t, g.ReduceScatter(e.c, send[r], recv[r], count, Float32, Sum, e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			for r, e := range envs {
+				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], count), sum[r*count:(r+1)*count])
+			}
+		})
+		t.Run(fmt.Sprintf("Broadcast/%d", count), func(t *testing.T) {
+			const root = 2
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			want := make([]float32, count)
+			for i := range want {
+				want[i] = val(root, i)
+			}
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+				if r == root {
+					e.put(t, send[r], want)
+				}
+			}
+			for r, e := range envs {
+				require.NoError(t, e.c.Broadcast(send[r], recv[r], count, Float32, root, e.s))
+			}
+			waitAll(t, envs)
+			for r, e := range envs {
+				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], count), want)
+			}
+		})
+		t.Run(fmt.Sprintf("Reduce/%d", count), func(t *testing.T) {
+			const root = 1
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			want := make([]float32, count)
+			g := NewGroup()
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+				v := make([]float32, count)
+				for i := range v {
+					v[i] = val(r, i)
+					want[i] = max(want[i], v[i])
+				}
+				e.put(t, send[r], v)
+				require.NoError(t, g.Reduce(e.c, send[r], recv[r], count, Float32, Max, root, e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			checkEq(t, "root", envs[root].get(t, recv[root], count), want)
+		})
+		t.Run(fmt.Sprintf("AllReduceAvg/%d", count), func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			want := make([]float32, count)
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+				v := make([]float32, count)
+				for i := range v {
+					v[i] = float32(4 * (r + i%5))
+					want[i] += v[i] / 4
+				}
+				e.put(t, send[r], v)
+			}
+			for r, e := range envs {
+				require.NoError(t, e.c.AllReduce(send[r], recv[r], count, Float32, Avg, e.s))
+			}
+			waitAll(t, envs)
+			for r, e := range envs {
+				got := e.get(t, recv[r], count)
+				for i := range want {
+					if math.Abs(float64(got[i]-want[i])) > 1e-3 {
+						t.Fatalf("rank %d element %d = %v, want %v", r, i, got[i], want[i])
+					}
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("AllToAll/%d", count), func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			g := NewGroup()
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*n*count), e.alloc(t, 4*n*count)
+				v := make([]float32, n*count)
+				for i := range v {
+					v[i] = float32(r*1000000 + i)
+				}
+				e.put(t, send[r], v)
+				require.NoError(t, g.AllToAll(e.c, send[r], recv[r], count, Float32, e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			for r, e := range envs {
+				want := make([]float32, n*count)
+				for p := range n {
+					for i := range count {
+						want[p*count+i] = float32(p*1000000 + r*count + i)
+					}
+				}
+				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], n*count), want)
+			}
+		})
+		t.Run(fmt.Sprintf("SendRecvRing/%d", count), func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+				v := make([]float32, count)
+				for i := range v {
+					v[i] = val(r, i)
+				}
+				e.put(t, send[r], v)
+			}
+			g := NewGroup()
+			for r, e := range envs {
+				require.NoError(t, g.Send(e.c, send[r], count, Float32, (r+1)%n, e.s))
+				require.NoError(t, g.Recv(e.c, recv[r], count, Float32, (r+n-1)%n, e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			for r, e := range envs {
+				p := (r + n - 1) % n
+				want := make([]float32, count)
+				for i := range want {
+					want[i] = val(p, i)
+				}
+				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], count), want)
+			}
+		})
+	}
+}
+
+// Many aggregated collectives in one group use a work FIFO.
+func TestGPUWorkFIFO(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0}, nil)
+	const ops, count = 80, 1000
+	send := make([][]cuda.DevicePtr, len(envs))
+	g := NewGroup()
+	for r, e := range envs {
+		for k := range ops {
+			p := e.alloc(t, 4*count)
+			v := make([]float32, count)
+			for i := range v {
+				v[i] = float32(k + r + i%3)
+			}
+			e.put(t, p, v)
+			send[r] = append(send[r], p)
+			require.NoError(t, g.AllReduce(e.c, p, p, count, Float32, Sum, e.s))
+		}
+	}
+	require.NoError(t, g.End())
+	waitAll(t, envs)
+	for r, e := range envs {
+		for k := range ops {
+			got := e.get(t, send[r][k], count)
+			for i := range got {
+				if w := float32(2*k + 1 + 2*(i%3)); got[i] != w {
+					t.Fatalf("rank %d op %d element %d = %v, want %v", r, k, i, got[i], w)
+				}
+			}
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Setenv("NCCL_NVLS_ENABLE", "0")
+	os.Exit(m.Run())
+}
