@@ -1,10 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
+
+	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 
 // dataType has nccl.h's ncclDataType_t values.
@@ -78,105 +78,9 @@ func fillValue(r, i int, op redOp) float64 {
 	return float64((r*7+i)%3 + 1)
 }
 
-// encode writes vals in type t.
-func encode(t dataType, vals []float64) []byte {
-	sz := t.size()
-	b := make([]byte, len(vals)*sz)
-	for i, v := range vals {
-		p := b[i*sz:]
-		switch t {
-		case int8T, uint8T:
-			p[0] = byte(int64(v))
-		case int32T, uint32T:
-			binary.LittleEndian.PutUint32(p, uint32(int64(v)))
-		case int64T, uint64T:
-			binary.LittleEndian.PutUint64(p, uint64(int64(v)))
-		case float16T:
-			binary.LittleEndian.PutUint16(p, uint16(toMini(v, 5, 10)))
-		case float32T:
-			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(v)))
-		case float64T:
-			binary.LittleEndian.PutUint64(p, math.Float64bits(v))
-		case bfloat16T:
-			binary.LittleEndian.PutUint16(p, uint16(math.Float32bits(float32(v))>>16))
-		case float8e4m3T:
-			p[0] = byte(toMini(v, 4, 3))
-		case float8e5m2T:
-			p[0] = byte(toMini(v, 5, 2))
-		}
-	}
-	return b
-}
+func encode(t dataType, vals []float64) []byte { return numfmt.Encode(numfmt.Type(t), vals) }
 
-// decode reads n values of type t.
-func decode(t dataType, b []byte) []float64 {
-	sz := t.size()
-	out := make([]float64, len(b)/sz)
-	for i := range out {
-		p := b[i*sz:]
-		switch t {
-		case int8T:
-			out[i] = float64(int8(p[0]))
-		case uint8T:
-			out[i] = float64(p[0])
-		case int32T:
-			out[i] = float64(int32(binary.LittleEndian.Uint32(p)))
-		case uint32T:
-			out[i] = float64(binary.LittleEndian.Uint32(p))
-		case int64T:
-			out[i] = float64(int64(binary.LittleEndian.Uint64(p)))
-		case uint64T:
-			out[i] = float64(binary.LittleEndian.Uint64(p))
-		case float16T:
-			out[i] = fromMini(uint32(binary.LittleEndian.Uint16(p)), 5, 10)
-		case float32T:
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
-		case float64T:
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(p))
-		case bfloat16T:
-			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(p)) << 16))
-		case float8e4m3T:
-			out[i] = fromMini(uint32(p[0]), 4, 3)
-		case float8e5m2T:
-			out[i] = fromMini(uint32(p[0]), 5, 2)
-		}
-	}
-	return out
-}
-
-// toMini encodes a non-negative value in a small float format with e
-// exponent bits and m mantissa bits, rounding to nearest.
-func toMini(v float64, e, m int) uint32 {
-	if v <= 0 {
-		return 0
-	}
-	bias := 1<<(e-1) - 1
-	exp := int(math.Floor(math.Log2(v)))
-	if exp < 1-bias {
-		exp = 1 - bias // subnormal
-		mant := uint32(math.Round(v / math.Ldexp(1, exp-m)))
-		return mant
-	}
-	mant := uint32(math.Round((v/math.Ldexp(1, exp) - 1) * float64(uint32(1)<<m)))
-	if mant == 1<<m {
-		mant, exp = 0, exp+1
-	}
-	return uint32(exp+bias)<<m | mant
-}
-
-func fromMini(x uint32, e, m int) float64 {
-	bias := 1<<(e-1) - 1
-	sign := 1.0
-	if x>>(e+m)&1 == 1 {
-		sign = -1
-	}
-	exp := int(x>>m) & (1<<e - 1)
-	mant := float64(x & (1<<m - 1))
-	if exp == 0 {
-		return sign * mant * math.Ldexp(1, 1-bias-m)
-	}
-	return sign * (1 + mant/float64(uint32(1)<<m)) * math.Ldexp(1, exp-bias)
-}
+func decode(t dataType, b []byte) []float64 { return numfmt.Decode(numfmt.Type(t), b) }
 
 // tolerance is the relative error accepted for a reduction of n values in t.
 func tolerance(t dataType, n int) float64 {
