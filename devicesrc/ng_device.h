@@ -216,8 +216,15 @@ struct ngCollFunc;
   extern "C" __global__ void __launch_bounds__(NG_MAX_NTHREADS, 1) \
   ngDevKernel_##sym(__grid_constant__ struct ngKernelArgs const args)
 
+// The host pass only needs the kernel's stub; the device function it inlines
+// may be defined for some device architectures only.
+#if defined(__CUDA_ARCH__)
 #define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId) \
   NG_KERNEL_SIGNATURE(sym) { ngKernelMain<fnId, &ngDevFunc_##sym>(args); }
+#else
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId) \
+  NG_KERNEL_SIGNATURE(sym) { (void)args; }
+#endif
 
 // Arch too old for the kernel's type: every work reports unsupported.
 #define NG_DEV_KERNEL_NOP(sym, fnId) \

@@ -16,8 +16,8 @@
 //                (the runtime maps signed types onto the unsigned functions).
 // Half-precision arithmetic is native on sm_80+ (bf16) / sm_53+ (half); fp8
 // types compute in float and round back.
-#ifndef NG_REDUCE_H_
-#define NG_REDUCE_H_
+#ifndef NG_REDOPS_H_
+#define NG_REDOPS_H_
 
 #include <stdint.h>
 
@@ -217,4 +217,4 @@ __device__ __forceinline__ P ngPackPost(const Op& op, P a) {
   return r;
 }
 
-#endif // NG_REDUCE_H_
+#endif // NG_REDOPS_H_
