@@ -57,17 +57,19 @@ bench:
 
 ## bundle: what the GPU machine (no Go there) needs: test binaries and tools,
 ## built here; sources (generated/, devicesrc/) travel with the tree.
+# GPU_PKGS are the packages whose tests touch the GPU.
+GPU_PKGS ?= ./runtime ./runtime/cuda ./runtime/kernels ./runtime/transport ./tests
+STRIP    = -ldflags=-s\ -w
+
 bundle:
 	rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)/bin $(BUNDLE)/tests
-	CGO_ENABLED=1 $(GO) build -o $(BUNDLE)/bin/ncclgen ./cmd/ncclgen
-	@if [ -d cmd/ncclperf ] && ls cmd/ncclperf/*.go >/dev/null 2>&1; then CGO_ENABLED=1 $(GO) build -o $(BUNDLE)/bin/ncclperf ./cmd/ncclperf; fi
-	@for p in $$($(GO) list ./runtime/... ./tests/... 2>/dev/null); do \
-		name=$$(echo $$p | sed 's|github.com/ncclgo/ncclgo/||; s|/|_|g'); \
-		if $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}yes{{end}}' $$p | grep -q yes; then \
-			CGO_ENABLED=1 $(GO) test -c -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
-		fi; \
+	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclgen ./cmd/ncclgen
+	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclperf ./cmd/ncclperf
+	@for p in $(GPU_PKGS); do \
+		name=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \
+		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
 	done
-	@ls -la $(BUNDLE)/bin $(BUNDLE)/tests
+	@du -sh $(BUNDLE); ls -la $(BUNDLE)/bin $(BUNDLE)/tests
 
 ## gpu-test: on the GPU machine, from the bundle: build the fatbin, then run every GPU test.
 gpu-test:
