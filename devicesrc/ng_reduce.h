@@ -9,7 +9,8 @@
 // ngPackReduce/ngPackPre/ngPackPost apply them lane-wise to 8- or 16-byte packs.
 //
 // redOpArg conventions (ngDevWork.redOpArg):
-//   MinMax     : 1 = min, 0 = max.
+//   MinMax     : bit 0: 1 = min, 0 = max; bit 63 set = compare as signed
+//                (the generator maps signed MinMax onto the unsigned functions).
 //   PreMulSum  : the scalar's bits (type T, zero-extended), or with
 //                NG_WORK_REDOP_ARG_PTR a device pointer to a T.
 //   SumPostDiv : the divisor in bits 0..62; bit 63 set = divide as signed
@@ -20,6 +21,7 @@
 #define NG_REDOPS_H_
 
 #include <stdint.h>
+#include <type_traits>
 
 // ---- scalar arithmetic per type -----------------------------------------------
 
@@ -124,12 +126,27 @@ struct ngOpProd {
   __device__ __forceinline__ T post(T x) const { return x; }
 };
 
+template <typename T> struct ngSigned { typedef T type; };
+template <> struct ngSigned<uint8_t> { typedef int8_t type; };
+template <> struct ngSigned<uint32_t> { typedef int32_t type; };
+template <> struct ngSigned<uint64_t> { typedef int64_t type; };
+
+// The generator maps signed MinMax (non-NVLS) onto the unsigned function, so
+// bit 63 of redOpArg asks for signed comparison; bit 0 chooses min (1) or max (0).
 template <typename T>
 struct ngOpMinMax {
   static constexpr bool kPre = false, kPost = false;
-  bool isMin;
-  __device__ __forceinline__ explicit ngOpMinMax(const struct ngDevWork& w) : isMin(w.redOpArg != 0) {}
+  bool isMin, isSigned;
+  __device__ __forceinline__ explicit ngOpMinMax(const struct ngDevWork& w)
+      : isMin((w.redOpArg & 1) != 0), isSigned((w.redOpArg >> 63) != 0) {}
   __device__ __forceinline__ T reduce(T a, T b) const {
+    typedef typename ngSigned<T>::type S;
+    if (!std::is_same<S, T>::value && isSigned) {
+      S sa, sb;
+      memcpy(&sa, &a, sizeof(T));
+      memcpy(&sb, &b, sizeof(T));
+      return isMin ? (sb < sa ? b : a) : (sb > sa ? b : a);
+    }
     return isMin ? ngArith<T>::min(a, b) : ngArith<T>::max(a, b);
   }
   __device__ __forceinline__ T pre(T x) const { return x; }
@@ -151,11 +168,6 @@ struct ngOpPreMulSum {
   __device__ __forceinline__ T pre(T x) const { return ngArith<T>::mul(x, scalar); }
   __device__ __forceinline__ T post(T x) const { return x; }
 };
-
-template <typename T> struct ngSigned { typedef T type; };
-template <> struct ngSigned<uint8_t> { typedef int8_t type; };
-template <> struct ngSigned<uint32_t> { typedef int32_t type; };
-template <> struct ngSigned<uint64_t> { typedef int64_t type; };
 
 template <typename T>
 struct ngOpSumPostDiv {
