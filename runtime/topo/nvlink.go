@@ -16,8 +16,9 @@ var ErrNoNVML = errors.New("topo: NVML is not available")
 // layout (an NVSwitch) counts as a switch link.
 type NVLinkFunc func(busID string) (remotes []string, err error)
 
-// NVML is the NVLinkFunc backed by NVML (go-nvml). It is compiled in with
-// the ncclgo_nvml build tag; otherwise it returns ErrNoNVML.
+// NVML is the NVLinkFunc backed by NVML (go-nvml, which dlopens
+// libnvidia-ml.so.1 at run time); without the library it returns an error
+// wrapping ErrNoNVML.
 var NVML NVLinkFunc = nvmlLinks
 
 // ProbeNVLinks fills l.NVLinks and l.SwitchLinks from fn, given the PCI bus

@@ -1,5 +1,3 @@
-//go:build ncclgo_nvml
-
 package topo
 
 import (
