@@ -1,6 +1,7 @@
 // all_reduce.h — AllReduce: RING (reduce-scatter then all-gather around the
 // ring, 2*(nRanks-1) steps per loop) and TREE (reduce up the tree, then
-// broadcast down; the root turns its reduced chunk around in the same step).
+// broadcast down, interleaved chunk by chunk; the root turns its reduced chunk
+// around in the same step).
 // Work: count = elements of the whole buffer, the channel handles
 // [chanOffset, chanOffset+chanCount). In-place when sendbuff == recvbuff.
 #ifndef NG_ALL_REDUCE_H_
@@ -77,22 +78,27 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
     prims.finish();
     return;
   }
-  {
-    ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, 1> prims(sh, g, down, nDown, &up, 1);
-    for (int64_t off = 0; off < total; off += cap) {
-      const int n = (int)ngMin64(cap, total - off);
-      if (!prims.step(src + off, nullptr, n, true, true, false)) return;
+  // Up and down interleaved: chunk k goes up, then chunk k-lag comes down. A
+  // node that sent every chunk up before receiving any would deadlock once a
+  // work has more than NG_STEPS chunks (the root couples its receive from a
+  // child with its send to that child); lag <= NG_STEPS-2 keeps every link's
+  // window open while still pipelining across the tree's depth.
+  ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, 1> upP(sh, g, down, nDown, &up, 1);
+  ngPrims<T, Op, Proto, 1, NG_MAX_TREE_ARITY> dnP(sh, g, &up, 1, down, nDown);
+  const int64_t nChunks = (total + cap - 1) / cap;
+  constexpr int64_t lag = NG_STEPS / 2;
+  for (int64_t k = 0; k < nChunks + lag; k++) {
+    if (k < nChunks) {
+      const int64_t off = k * cap;
+      if (!upP.step(src + off, nullptr, (int)ngMin64(cap, total - off), true, true, false)) return;
     }
-    prims.finish();
-  }
-  {
-    ngPrims<T, Op, Proto, 1, NG_MAX_TREE_ARITY> prims(sh, g, &up, 1, down, nDown);
-    for (int64_t off = 0; off < total; off += cap) {
-      const int n = (int)ngMin64(cap, total - off);
-      if (!prims.step(nullptr, dst + off, n, true, true, false)) return;
+    if (k >= lag) {
+      const int64_t off = (k - lag) * cap;
+      if (!dnP.step(nullptr, dst + off, (int)ngMin64(cap, total - off), true, true, false)) return;
     }
-    prims.finish();
   }
+  upP.finish();
+  dnP.finish();
 }
 
 template <typename T, typename Op, int Algo, int Proto>

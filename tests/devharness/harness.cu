@@ -176,6 +176,12 @@ struct World {
     CK(cudaDeviceSynchronize());
   }
 
+  void reset() {
+    int n = N, c = C;
+    destroy();
+    init(n, c);
+  }
+
   void destroy() {
     CK(cudaDeviceSynchronize());
     for (void* p : allocs) CK(cudaFree(p));
@@ -574,40 +580,41 @@ static void bandwidth(int C, int nThreads, size_t bytes, const char* fname, int 
   W.destroy();
 }
 
-// Runs the correctness suite on one world; stops at the first failure that
-// left the connections in an unknown state (timeout or device error).
+// Runs the correctness suite on one world; after a failure that may have left
+// the connections in an unknown state (timeout, device error) it rebuilds the
+// world and goes on.
 static bool suite(World& W, bool quick) {
   const int N = W.N;
   std::vector<size_t> sizes = {0, 1, 7, 1023, (1u << 20) + 3};
   for (int proto = 2; proto >= 0; proto--) {
     const std::string P = protoName(proto);
     for (size_t n : sizes) {
-      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_RING_" + P, n, false, 0, 512)) return false;
-      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_RING_" + P, n, true, 1, 256)) return false;
-      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_TREE_" + P, n, false, 1, 512)) return false;
-      if (!testAllGather(W, proto, n, false, 2, 512)) return false;
-      if (!testAllGather(W, proto, n, true, 0, 640)) return false;
-      if (!testReduce<float>(W, CReduceScatter, OpSum, "ReduceScatter_Sum_f32_RING_" + P, n, false, 1, 512)) return false;
-      if (!testReduce<float>(W, CReduceScatter, OpSum, "ReduceScatter_Sum_f32_RING_" + P, n, true, 0, 512)) return false;
-      if (!testBroadcast(W, proto, n, N - 1, 2, 512)) return false;
-      if (!testReduce<float>(W, CReduce, OpSum, "Reduce_Sum_f32_RING_" + P, n, false, 0, 512, 0.5, N / 2)) return false;
+      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_RING_" + P, n, false, 0, 512)) W.reset();
+      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_RING_" + P, n, true, 1, 256)) W.reset();
+      if (!testReduce<float>(W, CAllReduce, OpSum, "AllReduce_Sum_f32_TREE_" + P, n, false, 1, 512)) W.reset();
+      if (!testAllGather(W, proto, n, false, 2, 512)) W.reset();
+      if (!testAllGather(W, proto, n, true, 0, 640)) W.reset();
+      if (!testReduce<float>(W, CReduceScatter, OpSum, "ReduceScatter_Sum_f32_RING_" + P, n, false, 1, 512)) W.reset();
+      if (!testReduce<float>(W, CReduceScatter, OpSum, "ReduceScatter_Sum_f32_RING_" + P, n, true, 0, 512)) W.reset();
+      if (!testBroadcast(W, proto, n, N - 1, 2, 512)) W.reset();
+      if (!testReduce<float>(W, CReduce, OpSum, "Reduce_Sum_f32_RING_" + P, n, false, 0, 512, 0.5, N / 2)) W.reset();
       if (quick && n > 1023) break;
     }
     const size_t n = 65537;
-    if (!testReduce<uint32_t>(W, CAllReduce, OpSum, "AllReduce_Sum_u32_RING_" + P, n, false, 0, 512)) return false;
-    if (!testReduce<int32_t>(W, CAllReduce, OpMin, "AllReduce_MinMax_u32_RING_" + P, n, false, 0, 512)) return false;
-    if (!testReduce<int32_t>(W, CAllReduce, OpMax, "AllReduce_MinMax_u32_TREE_" + P, n, false, 0, 512)) return false;
-    if (!testReduce<half>(W, CAllReduce, OpPreMul, "AllReduce_PreMulSum_f16_RING_" + P, n, false, 1, 512)) return false;
-    if (!testReduce<uint32_t>(W, CAllReduce, OpPostDiv, "AllReduce_SumPostDiv_u32_RING_" + P, n, false, 0, 512)) return false;
-    if (!testReduce<__nv_bfloat16>(W, CAllReduce, OpProd, "AllReduce_Prod_bf16_RING_" + P, n, false, 1, 512)) return false;
-    if (!testReduce<__nv_fp8_e4m3>(W, CAllReduce, OpSum, "AllReduce_Sum_f8e4m3_RING_" + P, n, false, 3, 512)) return false;
-    if (!testReduce<__nv_fp8_e4m3>(W, CAllReduce, OpSum, "AllReduce_Sum_f8e4m3_TREE_" + P, n, false, 0, 512)) return false;
+    if (!testReduce<uint32_t>(W, CAllReduce, OpSum, "AllReduce_Sum_u32_RING_" + P, n, false, 0, 512)) W.reset();
+    if (!testReduce<int32_t>(W, CAllReduce, OpMin, "AllReduce_MinMax_u32_RING_" + P, n, false, 0, 512)) W.reset();
+    if (!testReduce<int32_t>(W, CAllReduce, OpMax, "AllReduce_MinMax_u32_TREE_" + P, n, false, 0, 512)) W.reset();
+    if (!testReduce<half>(W, CAllReduce, OpPreMul, "AllReduce_PreMulSum_f16_RING_" + P, n, false, 1, 512)) W.reset();
+    if (!testReduce<uint32_t>(W, CAllReduce, OpPostDiv, "AllReduce_SumPostDiv_u32_RING_" + P, n, false, 0, 512)) W.reset();
+    if (!testReduce<__nv_bfloat16>(W, CAllReduce, OpProd, "AllReduce_Prod_bf16_RING_" + P, n, false, 1, 512)) W.reset();
+    if (!testReduce<__nv_fp8_e4m3>(W, CAllReduce, OpSum, "AllReduce_Sum_f8e4m3_RING_" + P, n, false, 3, 512)) W.reset();
+    if (!testReduce<__nv_fp8_e4m3>(W, CAllReduce, OpSum, "AllReduce_Sum_f8e4m3_TREE_" + P, n, false, 0, 512)) W.reset();
   }
   if (N > 1) {
     for (size_t b : {(size_t)0, (size_t)1, (size_t)1023, (size_t)(1 << 20) + 3, (size_t)5 << 20})
       for (int d = 1; d < N && d <= 2; d++)
-        if (!testSendRecv(W, b, d, 512)) return false;
-    if (!testSendRecv(W, 100000, 1, 64)) return false;
+        if (!testSendRecv(W, b, d, 512)) W.reset();
+    if (!testSendRecv(W, 100000, 1, 64)) W.reset();
   }
   return true;
 }
