@@ -76,10 +76,18 @@ func (k *checker) redOp(op RedOp, dt DataType) devOp {
 		return devOp{op: kspace.Sum}
 	case Prod:
 		return devOp{op: kspace.Prod}
-	case Max:
-		return devOp{op: kspace.MinMax, arg: 0}
-	case Min:
-		return devOp{op: kspace.MinMax, arg: 1}
+	case Max, Min:
+		// Bit 0 picks min; bit 63 asks for a signed comparison, since
+		// signed MinMax runs the unsigned function (kspace.Primary;
+		// devicesrc/ng_reduce.h ngOpMinMax).
+		var arg uint64
+		if op == Min {
+			arg = 1
+		}
+		if dt.kspace().IsSigned() {
+			arg |= 1 << 63
+		}
+		return devOp{op: kspace.MinMax, arg: arg}
 	case Avg:
 		if dt.IsFloat() {
 			return devOp{op: kspace.PreMulSum, arg: scalarBits(1/float64(k.c.nRanks), dt)}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	goruntime "runtime"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -383,4 +385,231 @@ func TestGPUWorkFIFO(t *testing.T) {
 func TestMain(m *testing.M) {
 	os.Setenv("NCCL_NVLS_ENABLE", "0")
 	os.Exit(m.Run())
+}
+
+// Eight ranks on one GPU, with sizes at which NCCL 2.30 deadlocks.
+func TestGPUEightRanksOneGPU(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0, 0, 0, 0, 0, 0, 0}, nil)
+	for _, count := range []int{2, 1 << 18, 1 << 20, 1<<22 + 5} {
+		runAllReduce(t, envs, count, count%2 == 0)
+	}
+	n := len(envs)
+	const count = 1 << 18 // 1 MiB per rank
+	send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+	for r, e := range envs {
+		send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*n*count)
+		v := make([]float32, count)
+		for i := range v {
+			v[i] = val(r, i)
+		}
+		e.put(t, send[r], v)
+	}
+	start := time.Now()
+	const iters = 20
+	for range iters {
+		for r, e := range envs {
+			require.NoError(t, e.c.AllGather(send[r], recv[r], count, Float32, e.s))
+		}
+	}
+	waitAll(t, envs)
+	t.Logf("AllGather 8 ranks × 1 MiB: %v per call", time.Since(start)/iters)
+	for r, e := range envs {
+		got := e.get(t, recv[r], n*count)
+		for p := range n {
+			for i := 0; i < count; i += 997 {
+				if got[p*count+i] != val(p, i) {
+					t.Fatalf("rank %d block %d element %d = %v, want %v", r, p, i, got[p*count+i], val(p, i))
+				}
+			}
+		}
+	}
+}
+
+// Integer and custom reductions.
+func TestGPUReductionOps(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0, 0}, nil)
+	n := len(envs)
+	const count = 5000
+	type opCase struct {
+		name string
+		dt   DataType
+		op   func(e *rankEnv) RedOp
+		ref  func(vals []int32) float64
+	}
+	sumOf := func(v []int32) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += float64(x)
+		}
+		return s
+	}
+	cases := []opCase{
+		{"SumInt32", Int32, func(*rankEnv) RedOp { return Sum }, sumOf},
+		{"MinInt32", Int32, func(*rankEnv) RedOp { return Min }, func(v []int32) float64 {
+			m := v[0]
+			for _, x := range v {
+				m = min(m, x)
+			}
+			return float64(m)
+		}},
+		{"MaxInt8AsInt32", Int32, func(*rankEnv) RedOp { return Max }, func(v []int32) float64 {
+			m := v[0]
+			for _, x := range v {
+				m = max(m, x)
+			}
+			return float64(m)
+		}},
+		{"ProdInt32", Int32, func(*rankEnv) RedOp { return Prod }, func(v []int32) float64 {
+			p := int32(1)
+			for _, x := range v {
+				p *= x
+			}
+			return float64(p)
+		}},
+		{"AvgInt32", Int32, func(*rankEnv) RedOp { return Avg }, func(v []int32) float64 { return float64(int32(sumOf(v)) / int32(len(v))) }},
+		{"PreMulSumF32", Float32, func(e *rankEnv) RedOp {
+			op, err := e.c.NewPreMulSum(0.5, Float32)
+			require.NoError(t, err)
+			return op
+		}, func(v []int32) float64 { return sumOf(v) * 0.5 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			in := make([][]int32, n)
+			g := NewGroup()
+			for r, e := range envs {
+				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*count)
+				in[r] = make([]int32, count)
+				buf := make([]float32, count)
+				for i := range count {
+					in[r][i] = int32((r*7+i)%11 - 3)
+					if tc.dt == Float32 {
+						buf[i] = float32(in[r][i])
+					} else {
+						buf[i] = math.Float32frombits(uint32(in[r][i]))
+					}
+				}
+				e.put(t, send[r], buf)
+				require.NoError(t, g.AllReduce(e.c, send[r], recv[r], count, tc.dt, tc.op(e), e.s))
+			}
+			require.NoError(t, g.End())
+			waitAll(t, envs)
+			for r, e := range envs {
+				got := e.get(t, recv[r], count)
+				for i := range count {
+					vals := make([]int32, n)
+					for p := range n {
+						vals[p] = in[p][i]
+					}
+					want := tc.ref(vals)
+					g := float64(got[i])
+					if tc.dt == Int32 {
+						g = float64(int32(math.Float32bits(got[i])))
+					}
+					if g != want {
+						t.Fatalf("rank %d element %d = %v, want %v (inputs %v)", r, i, g, want, vals)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A receive that no rank matches blocks until Abort.
+func TestGPUAbort(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0}, nil)
+	e := envs[0]
+	buf := e.alloc(t, 4096)
+	require.NoError(t, e.c.Recv(buf, 1024, Float32, 1, e.s))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := e.c.Wait(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the unmatched receive waits")
+	e.c.Abort()
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = e.c.Wait(ctx)
+	require.ErrorIs(t, err, ErrAborted)
+	t.Logf("after Abort: %v", err)
+	require.ErrorIs(t, e.c.AllReduce(buf, buf, 1, Float32, Sum, e.s), ErrAborted)
+}
+
+// Ranks as goroutines joined through GetUniqueID and InitRank (TCP
+// bootstrap), and no goroutine left after Destroy.
+func TestGPUInitRank(t *testing.T) {
+	gpuOrSkip(t)
+	before := goruntime.NumGoroutine()
+	ctx := context.Background()
+	id, err := GetUniqueID(ctx)
+	require.NoError(t, err)
+	const n = 3
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { comms[r], errs[r] = InitRank(ctx, n, id, r, 0, nil) })
+	}
+	wg.Wait()
+	for r := range n {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	envs := make([]*rankEnv, n)
+	for r, c := range comms {
+		dev, _ := cuda.GetDevice(0)
+		cctx, err := dev.PrimaryContext()
+		require.NoError(t, err)
+		s, err := cctx.NewStream(true)
+		require.NoError(t, err)
+		envs[r] = &rankEnv{c: c, ctx: cctx, s: s}
+	}
+	runAllReduce(t, envs, 100000, false)
+	for _, e := range envs {
+		for _, p := range e.allocs {
+			_ = e.ctx.MemFree(p)
+		}
+		require.NoError(t, e.c.Destroy())
+		_ = e.s.Destroy()
+		_ = e.ctx.Release()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for goruntime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := goruntime.NumGoroutine(); g > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after Destroy:\n%s", before, g, buf[:goruntime.Stack(buf, true)])
+	}
+}
+
+// A big AllReduce, timed.
+func TestGPUAllReduceLarge(t *testing.T) {
+	gpuOrSkip(t)
+	envs := setup(t, []int{0, 0}, nil)
+	const count = 64 << 20 // 256 MiB of f32
+	send := make([]cuda.DevicePtr, len(envs))
+	for r, e := range envs {
+		send[r] = e.alloc(t, 4*count)
+		require.NoError(t, e.ctx.MemsetD8(send[r], 0, 4*count))
+	}
+	run := func() {
+		g := NewGroup()
+		for r, e := range envs {
+			require.NoError(t, g.AllReduce(e.c, send[r], send[r], count, Float32, Sum, e.s))
+		}
+		require.NoError(t, g.End())
+		waitAll(t, envs)
+	}
+	run()
+	start := time.Now()
+	const iters = 5
+	for range iters {
+		run()
+	}
+	d := time.Since(start) / iters
+	bytes := float64(4 * count)
+	t.Logf("AllReduce 2 ranks 256 MiB: %v, algbw %.1f GB/s, busbw %.1f GB/s", d, bytes/d.Seconds()/1e9, bytes/d.Seconds()/1e9)
 }

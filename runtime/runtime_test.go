@@ -161,8 +161,10 @@ func TestRedOpMapping(t *testing.T) {
 	c := fakeComm(t, 0, 4)
 	k := &checker{op: "x", c: c}
 	assert.Equal(t, devOp{op: kspace.Sum}, k.redOp(Sum, Float32))
-	assert.Equal(t, devOp{op: kspace.MinMax, arg: 0}, k.redOp(Max, Int32))
-	assert.Equal(t, devOp{op: kspace.MinMax, arg: 1}, k.redOp(Min, Int32))
+	assert.Equal(t, devOp{op: kspace.MinMax, arg: 1 << 63}, k.redOp(Max, Int32))
+	assert.Equal(t, devOp{op: kspace.MinMax, arg: 1<<63 | 1}, k.redOp(Min, Int64))
+	assert.Equal(t, devOp{op: kspace.MinMax, arg: 1}, k.redOp(Min, Uint32))
+	assert.Equal(t, devOp{op: kspace.MinMax, arg: 0}, k.redOp(Max, Float16))
 	assert.Equal(t, devOp{op: kspace.PreMulSum, arg: uint64(math.Float32bits(0.25))}, k.redOp(Avg, Float32))
 	assert.Equal(t, devOp{op: kspace.PreMulSum, arg: 0x3400}, k.redOp(Avg, Float16))
 	assert.Equal(t, devOp{op: kspace.SumPostDiv, arg: 4}, k.redOp(Avg, Int64))
