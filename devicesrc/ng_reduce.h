@@ -141,11 +141,13 @@ struct ngOpMinMax {
       : isMin((w.redOpArg & 1) != 0), isSigned((w.redOpArg >> 63) != 0) {}
   __device__ __forceinline__ T reduce(T a, T b) const {
     typedef typename ngSigned<T>::type S;
-    if (!std::is_same<S, T>::value && isSigned) {
-      S sa, sb;
-      memcpy(&sa, &a, sizeof(T));
-      memcpy(&sb, &b, sizeof(T));
-      return isMin ? (sb < sa ? b : a) : (sb > sa ? b : a);
+    if constexpr (!std::is_same<S, T>::value) {
+      if (isSigned) {
+        S sa, sb;
+        memcpy(&sa, &a, sizeof(T));
+        memcpy(&sb, &b, sizeof(T));
+        return isMin ? (sb < sa ? b : a) : (sb > sa ? b : a);
+      }
     }
     return isMin ? ngArith<T>::min(a, b) : ngArith<T>::max(a, b);
   }
