@@ -92,7 +92,12 @@ func (k *checker) redOp(op RedOp, dt DataType) devOp {
 		if dt.IsFloat() {
 			return devOp{op: kspace.PreMulSum, arg: scalarBits(1/float64(k.c.nRanks), dt)}
 		}
-		return devOp{op: kspace.SumPostDiv, arg: uint64(k.c.nRanks)}
+		// Bit 63: divide as signed (signed types run the unsigned function).
+		arg := uint64(k.c.nRanks)
+		if dt.kspace().IsSigned() {
+			arg |= 1 << 63
+		}
+		return devOp{op: kspace.SumPostDiv, arg: arg}
 	}
 	k.c.mu.Lock()
 	d, ok := k.c.userOps[op]

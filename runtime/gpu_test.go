@@ -603,8 +603,33 @@ func TestGPUAllReduceLarge(t *testing.T) {
 		require.NoError(t, g.End())
 		waitAll(t, envs)
 	}
-	run()
+	small := make([]cuda.DevicePtr, len(envs))
+	for r, e := range envs {
+		small[r] = e.alloc(t, 8)
+	}
+	for k := range 110 {
+		if k == 10 {
+			waitAll(t, envs)
+		}
+		start := time.Now()
+		for r, e := range envs {
+			require.NoError(t, e.c.AllReduce(small[r], small[r], 2, Float32, Sum, e.s))
+		}
+		if k == 109 {
+			waitAll(t, envs)
+			t.Logf("AllReduce 2 ranks 8 B: last launch pair %v", time.Since(start))
+		}
+	}
 	start := time.Now()
+	for range 100 {
+		for r, e := range envs {
+			require.NoError(t, e.c.AllReduce(small[r], small[r], 2, Float32, Sum, e.s))
+		}
+	}
+	waitAll(t, envs)
+	t.Logf("AllReduce 2 ranks 8 B: %v per call (100 back to back)", time.Since(start)/100)
+	run()
+	start = time.Now()
 	const iters = 5
 	for range iters {
 		run()
