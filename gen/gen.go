@@ -269,7 +269,7 @@ func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, e
 		Filter:      s.Filter.String(),
 		Arches:      opts.Arches,
 		IncludeDirs: []string{"include", opts.DeviceSrc},
-		NVCCFlags:   []string{"-std=c++17"},
+		NVCCFlags:   []string{"-std=c++17", fmt.Sprintf("-maxrregcount=%d", maxRegisters())},
 	}
 	names := func(fs []kspace.Func) []string {
 		out := []string{}
@@ -302,6 +302,20 @@ func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, e
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// maxRegisters is the register budget of a thread when a block of
+// NG_MAX_NTHREADS threads must fit one SM's 64 Ki registers: every kernel
+// is launch-bounded to that, and functions reached through the device table
+// must not need more registers than their calling kernel has, or the device
+// link fails.
+func maxRegisters() int {
+	for _, c := range abi.Consts {
+		if c.Name == "NG_MAX_NTHREADS" {
+			return int(65536/c.Value) / 8 * 8
+		}
+	}
+	panic("gen: NG_MAX_NTHREADS is not declared")
 }
 
 // WriteDir writes files under dir and removes files of the kinds the
