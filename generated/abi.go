@@ -116,7 +116,7 @@ type DevWork struct {
 	Count      uint64
 	ChanOffset uint64
 	ChanCount  uint64
-	RedOpArg   uint64 // PreMulSum scalar bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv divisor; MinMax: 1 for min, 0 for max; AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes
+	RedOpArg   uint64 // PreMulSum: the scalar's bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv: the divisor in bits 0-62; MinMax: bit 0 is 1 for min, 0 for max; for both, bit 63 asks for signed arithmetic (signed types share the unsigned functions); AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes
 	FuncId     uint16 // index in the device function table
 	Flags      uint8  // NG_WORK_* bits
 	NWarps     uint8  // warps to use, 0 for all

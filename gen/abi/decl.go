@@ -120,7 +120,7 @@ var DevWork = &Struct{
 		{Name: "count", Scalar: U64},
 		{Name: "chanOffset", Scalar: U64},
 		{Name: "chanCount", Scalar: U64},
-		{Name: "redOpArg", Scalar: U64, Doc: "PreMulSum scalar bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv divisor; MinMax: 1 for min, 0 for max; AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes"},
+		{Name: "redOpArg", Scalar: U64, Doc: "PreMulSum: the scalar's bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv: the divisor in bits 0-62; MinMax: bit 0 is 1 for min, 0 for max; for both, bit 63 asks for signed arithmetic (signed types share the unsigned functions); AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes"},
 		{Name: "funcId", Scalar: U16, Doc: "index in the device function table"},
 		{Name: "flags", Scalar: U8, Doc: "NG_WORK_* bits"},
 		{Name: "nWarps", Scalar: U8, Doc: "warps to use, 0 for all"},
