@@ -11,7 +11,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test clean
+.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test gpu-verify clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -79,6 +79,10 @@ gpu-test:
 		dir=$$(basename $$t .test | sed 's|_|/|g'); \
 		( cd $$dir 2>/dev/null || true; NCCLGO_FATBIN=$(CURDIR)/$(FATBIN) NCCL_NVLS_ENABLE=0 $(CURDIR)/$$t -test.v -test.count=1 $(TESTFLAGS) ) || fail=1; \
 	done; exit $$fail
+
+## gpu-verify: the whole GPU-machine check from the bundle (build timings, tests, benchmarks).
+gpu-verify:
+	bash tests/gpu-verify.sh
 
 clean:
 	rm -rf build $(BUNDLE)
