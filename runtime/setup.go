@@ -25,7 +25,7 @@ import (
 // DefaultNChannels is the number of channels a communicator sets up when
 // NCCL_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS do not say
 // otherwise (fewer when ranks share a GPU and fewer keep them resident).
-const DefaultNChannels = 16
+const DefaultNChannels = 32
 
 // intraBW is the bandwidth of one channel within a node, GB/s, for the
 // tuner's model (NCCL's figure for SM90 NVLink).
