@@ -10,7 +10,7 @@ mkdir -p "$OUT" build
 export NCCL_NVLS_ENABLE=0
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 JOBS=${JOBS:-$(nproc)}
-STEPS=${STEPS:-build tests perf}
+STEPS=${STEPS:-build perf tests}
 B=bundle/bin
 ROOT=$PWD
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "elapsed $(( ($(date +%s%N) - s) / 1000000 )) ms (rc=$rc): $*"; return $rc; }
@@ -32,14 +32,6 @@ if [[ " $STEPS " == *" build "* ]]; then
 fi
 export NCCLGO_FATBIN=$PWD/build/ncclgo.fatbin
 
-if [[ " $STEPS " == *" tests "* ]]; then
-  for bin in bundle/tests/*.test; do
-    name=$(basename "$bin" .test); dir=${name//_//}
-    echo "== $name"
-    (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} 2>&1) | tail -${TAIL:-25}
-  done 2>&1 | tee "$OUT/tests.log" | grep -v '^=== RUN' | tail -200
-fi
-
 if [[ " $STEPS " == *" perf "* ]]; then
   NCCL_LIB=${NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2*' 2>/dev/null | head -1)}
   CMP=${NCCL_LIB:+-compare $NCCL_LIB}
@@ -47,4 +39,12 @@ if [[ " $STEPS " == *" perf "* ]]; then
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 200 -w 20 $CMP
   t $B/ncclperf -coll allreduce -b 512M -e 512M -g 2 -n 10 -w 3 $CMP
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 50 -w 5
+fi
+
+if [[ " $STEPS " == *" tests "* ]]; then
+  for bin in bundle/tests/*.test; do
+    name=$(basename "$bin" .test); dir=${name//_//}
+    echo "== $name"
+    (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} 2>&1) | tail -${TAIL:-25}
+  done 2>&1 | tee "$OUT/tests.log" | grep -v '^=== RUN' | tail -200
 fi
