@@ -45,6 +45,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
   for bin in bundle/tests/*.test; do
     name=$(basename "$bin" .test); dir=${name//_//}
     echo "== $name"
-    (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} 2>&1) | tail -${TAIL:-25}
-  done 2>&1 | tee "$OUT/tests.log" | grep -v '^=== RUN' | tail -200
+    (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} > "$OUT/$name.log" 2>&1)
+    grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|elapsed' "$OUT/$name.log" | tail -${TAIL:-25}
+  done
 fi
