@@ -33,11 +33,11 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	cache := fs.String("cache", "", "cache directory (default: "+nvbuild.DefaultCacheDir()+")")
 	gen := fs.String("gen", "generated", "generated tree holding manifest.json (with --only: where to generate; default build/gen-<filter hash>)")
 	nvcc := fs.String("nvcc", "", "nvcc binary (default: $NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc)")
-	noPTX := fs.Bool("no-ptx", false, "leave out the PTX image for newer GPUs (skips the LTO compiles and link)")
+	ptx := fs.Bool("ptx", false, "add a PTX image of the newest arch for newer GPUs (LTO compiles and a whole-program link: minutes for the full set)")
 	var xflags multiFlag
 	fs.Var(&xflags, "Xnvcc", "extra nvcc flag for every compile, e.g. -Xnvcc=-Xptxas=-maxrregcount=96 (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: ncclgen build [flags]\n\nCompiles the generated CUDA sources into one fatbin (SASS per arch + PTX of the newest).\n\n")
+		fmt.Fprintf(fs.Output(), "usage: ncclgen build [flags]\n\nCompiles the generated CUDA sources into one fatbin (SASS per arch; with --ptx, plus PTX of the newest).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -97,7 +97,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		NVCC:       *nvcc,
 		Progress:   stdout,
 		ExtraFlags: xflags,
-		NoPTX:      *noPTX,
+		PTX:        *ptx,
 	})
 	if err != nil {
 		return fmt.Errorf("build: %w", err)

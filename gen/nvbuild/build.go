@@ -41,9 +41,10 @@ type Options struct {
 	// e.g. "-Xptxas=-maxrregcount=96", "-lineinfo". They are part of the
 	// cache key.
 	ExtraFlags []string
-	// NoPTX leaves out the forward-compatible PTX image (and the LTO
-	// compiles and link that produce it); see the package documentation.
-	NoPTX bool
+	// PTX adds the forward-compatible PTX image of the newest arch (LTO
+	// compiles of every unit and one whole-program LTO link, which takes
+	// minutes for the full kernel set); see the package documentation.
+	PTX bool
 }
 
 // Result describes a finished build.
@@ -54,7 +55,7 @@ type Result struct {
 	// ArchSource says where Arches came from: "options", "local GPU",
 	// "manifest" or "default".
 	ArchSource string
-	PTXArch    string // "compute_90", or "" with NoPTX
+	PTXArch    string // "compute_90", or "" without Options.PTX
 	Filter     string // the manifest's filter
 	Units      int    // translation units in the manifest
 
@@ -201,7 +202,7 @@ func Build(ctx context.Context, opt Options) (*Result, error) {
 			NVCC: nvcc, NVCCRelease: tc.release,
 		},
 	}
-	if !opt.NoPTX {
+	if opt.PTX {
 		if b.nvvm, err = nvvmPath(nvcc, cacheDir); err != nil {
 			return nil, err
 		}
@@ -237,7 +238,7 @@ func (b *builder) run(ctx context.Context) error {
 	for _, a := range b.arches {
 		b.targets = append(b.targets, &target{name: a, arch: a, ext: ".cubin"})
 	}
-	if !b.opt.NoPTX {
+	if b.opt.PTX {
 		n := ptxArchFor(b.arches[len(b.arches)-1])
 		b.targets = append(b.targets, &target{name: "lto_" + n, arch: n, lto: true, ext: ".fatbin"})
 		b.res.PTXArch = "compute_" + n

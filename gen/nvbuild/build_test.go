@@ -171,7 +171,7 @@ func TestFakeBuildAndCache(t *testing.T) {
 func TestFakeBuildNoPTX(t *testing.T) {
 	e := newFakeEnv(t)
 	opt := e.opts()
-	opt.NoPTX = true
+	opt.PTX = false
 	opt.Arches = []string{"sm_90"}
 	res, err := Build(context.Background(), opt)
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestFakeBuildParallel(t *testing.T) {
 	e.writeManifest(t, files)
 	opt := e.opts()
 	opt.Arches = []string{"sm_90"}
-	opt.NoPTX = true
+	opt.PTX = false
 	opt.Jobs = 4
 	start := time.Now()
 	res, err := Build(context.Background(), opt)
@@ -231,7 +231,7 @@ func TestFakeBuildCompileError(t *testing.T) {
 	e.writeManifest(t, files)
 	opt := e.opts()
 	opt.Arches = []string{"sm_90"}
-	opt.NoPTX = true
+	opt.PTX = false
 	opt.Jobs = 4
 	start := time.Now()
 	_, err := Build(context.Background(), opt)

@@ -174,5 +174,5 @@ func (e *fakeEnv) takeLog(t *testing.T) []string {
 }
 
 func (e *fakeEnv) opts() Options {
-	return Options{GenDir: e.gen, Arches: []string{"sm_80", "sm_90"}, Jobs: 4, Out: e.out, CacheDir: e.cache, NVCC: e.nvcc}
+	return Options{GenDir: e.gen, Arches: []string{"sm_80", "sm_90"}, Jobs: 4, Out: e.out, CacheDir: e.cache, NVCC: e.nvcc, PTX: true}
 }

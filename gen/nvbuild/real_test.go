@@ -85,7 +85,7 @@ func TestRealNVCC(t *testing.T) {
 	}
 	var log strings.Builder
 	opt := Options{GenDir: gen, Arches: []string{realArch()}, Jobs: 4, Out: out,
-		CacheDir: filepath.Join(root, "cache"), NVCC: nvcc, Progress: &log}
+		CacheDir: filepath.Join(root, "cache"), NVCC: nvcc, Progress: &log, PTX: true}
 	res, err := Build(context.Background(), opt)
 	require.NoError(t, err, log.String())
 	t.Log(log.String())
