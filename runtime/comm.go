@@ -379,6 +379,9 @@ func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) error {
 		return fmt.Errorf("ncclgo: rank %d: %w", c.rank, ErrDestroyed)
 	}
 	for _, d := range p.Decisions {
+		if !c.log.Enabled(context.Background(), slog.LevelInfo) {
+			break // skip formatting on the launch path when nobody listens
+		}
 		c.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
 			config.SubsysColl.Attr())
 	}
