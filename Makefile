@@ -38,16 +38,19 @@ vet:
 unit:
 	$(GO) test -count=1 ./...
 
+# GENERATED are the trees `go generate ./...` writes.
+GENERATED = generated tests/devharness/gen
+
 check-generated:
 	$(GO) generate ./...
-	@if [ -n "$$(git status --porcelain -- generated)" ]; then \
-		echo "generated/ differs from 'go generate ./...' output in:"; \
-		git status --porcelain -- generated; \
-		git diff --stat -- generated; \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		echo "generated files differ from 'go generate ./...' output in:"; \
+		git status --porcelain -- $(GENERATED); \
+		git diff --stat -- $(GENERATED); \
 		echo "Regenerate with 'go generate ./...' and commit (never edit generated/ by hand)."; \
 		exit 1; \
 	fi
-	@echo "generated/ is up to date"
+	@echo "generated trees are up to date: $(GENERATED)"
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseFilter -fuzztime 30s ./gen/kspace/

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the device harness from the slim generated tree in gen/ (made with
-#   go run ./cmd/tmpgen generate --out tests/devharness/gen --devicesrc ../../../devicesrc --only "<filter in gen/cuda/device_table.cu>")
+#   go generate ./tests/devharness, see doc.go)
 # plus devicesrc/, then runs it. Usage: bash tests/devharness/run.sh [harness args]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"

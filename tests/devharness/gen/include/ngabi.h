@@ -95,7 +95,7 @@ struct ngDevWork {
   uint64_t count;
   uint64_t chanOffset;
   uint64_t chanCount;
-  uint64_t redOpArg; // PreMulSum scalar bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv divisor; MinMax: 1 for min, 0 for max; AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes
+  uint64_t redOpArg; // PreMulSum: the scalar's bits (or, with NG_WORK_REDOP_ARG_PTR, a device pointer to it); SumPostDiv: the divisor in bits 0-62; MinMax: bit 0 is 1 for min, 0 for max; for both, bit 63 asks for signed arithmetic (signed types share the unsigned functions); AllGatherV: uint64_t* counts[nRanks] then displacements[nRanks], in bytes
   uint16_t funcId; // index in the device function table
   uint8_t flags; // NG_WORK_* bits
   uint8_t nWarps; // warps to use, 0 for all
