@@ -11,7 +11,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test gpu-verify clean
+.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test gpu-verify embed clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -82,6 +82,13 @@ gpu-test:
 		dir=$$(basename $$t .test | sed 's|_|/|g'); \
 		( cd $$dir 2>/dev/null || true; NCCLGO_FATBIN=$(CURDIR)/$(FATBIN) NCCL_NVLS_ENABLE=0 $(CURDIR)/$$t -test.v -test.count=1 $(TESTFLAGS) ) || fail=1; \
 	done; exit $$fail
+
+## embed: copy $(FATBIN) into runtime/kernels so that `go build -tags ncclgo_embed`
+## puts the kernels inside the binary (then no NCCLGO_FATBIN is needed at run time).
+embed: kernels
+	@test -f $(FATBIN) || { echo "no $(FATBIN): build the kernels first (needs nvcc)"; exit 1; }
+	cp $(FATBIN) runtime/kernels/ncclgo.fatbin
+	@echo "now: go build -tags ncclgo_embed ./your/program"
 
 ## gpu-verify: the whole GPU-machine check from the bundle (build timings, tests, benchmarks).
 gpu-verify:
