@@ -20,6 +20,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/gen/abi"
 	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/gen/templates"
 )
 
@@ -97,7 +98,7 @@ func Generate(opts Options) (Files, error) {
 	if files["include/ngabi.h"], err = emitABIHeader(); err != nil {
 		return nil, err
 	}
-	if files["manifest.json"], err = emitManifest(s, units, opts); err != nil {
+	if files[nvbuild.ManifestName], err = emitManifest(s, units, opts); err != nil {
 		return nil, err
 	}
 	if files["tables.go"], err = emitGoTables(s, opts); err != nil {
@@ -238,34 +239,9 @@ func emitABIHeader() ([]byte, error) {
 	}{append(slices.Clone(abi.Consts), spaceConsts()...), cStructs()})
 }
 
-// Manifest is the build manifest that `ncclgen build` reads.
-type Manifest struct {
-	Version     int            `json:"version"`
-	Filter      string         `json:"filter"`
-	Arches      []string       `json:"arches"`
-	IncludeDirs []string       `json:"include_dirs"`
-	NVCCFlags   []string       `json:"nvcc_flags"`
-	Units       []ManifestUnit `json:"units"`
-}
-
-// ManifestUnit is one translation unit of the manifest.
-type ManifestUnit struct {
-	File      string       `json:"file"`
-	Coll      string       `json:"coll"`
-	Functions []string     `json:"functions"`
-	Kernels   []string     `json:"kernels"`
-	Requires  ManifestReqs `json:"requires"`
-}
-
-// ManifestReqs is the strictest requirement among a unit's functions.
-type ManifestReqs struct {
-	CUDART int `json:"cudart"`
-	Arch   int `json:"arch"`
-}
-
 func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, error) {
-	m := Manifest{
-		Version:     1,
+	m := nvbuild.Manifest{
+		Version:     nvbuild.ManifestVersion,
 		Filter:      s.Filter.String(),
 		Arches:      opts.Arches,
 		IncludeDirs: []string{"include", opts.DeviceSrc},
@@ -279,7 +255,7 @@ func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, e
 		return out
 	}
 	for _, u := range units {
-		mu := ManifestUnit{File: "cuda/" + u.Name, Coll: u.Coll.String(), Functions: names(u.Funcs), Kernels: names(u.Kernels)}
+		mu := nvbuild.Unit{File: "cuda/" + u.Name, Coll: u.Coll.String(), Functions: names(u.Funcs), Kernels: names(u.Kernels)}
 		for _, f := range append(slices.Clone(u.Funcs), u.Kernels...) {
 			r := kspace.KernelReq(f)
 			mu.Requires.CUDART = max(mu.Requires.CUDART, r.CUDART)
@@ -287,7 +263,7 @@ func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, e
 		}
 		m.Units = append(m.Units, mu)
 	}
-	table := ManifestUnit{File: "cuda/device_table.cu", Functions: []string{}, Kernels: []string{}}
+	table := nvbuild.Unit{File: "cuda/device_table.cu", Functions: []string{}, Kernels: []string{}}
 	if s.KernelID(kspace.GenericKernel) >= 0 {
 		table.Kernels = append(table.Kernels, kspace.GenericKernel.String())
 	}
