@@ -106,6 +106,15 @@ func init() {
 	}
 }
 
+// spaceOf is the kernel space of a build with the filter pattern only.
+func spaceOf(only string) (*kspace.Space, error) {
+	f, err := kspace.ParseFilter(only)
+	if err != nil {
+		return nil, err
+	}
+	return kspace.NewSpace(f)
+}
+
 func runList(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -114,11 +123,7 @@ func runList(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	f, err := kspace.ParseFilter(*only)
-	if err != nil {
-		return err
-	}
-	s, err := kspace.NewSpace(f)
+	s, err := spaceOf(*only)
 	if err != nil {
 		return err
 	}
@@ -162,14 +167,11 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f, err := kspace.ParseFilter(*only)
+	s, err := spaceOf(*only)
 	if err != nil {
 		return err
 	}
-	s, err := kspace.NewSpace(f)
-	if err != nil {
-		return err
-	}
+	f := s.Filter
 	row, _ := kspace.RowOf(fn)
 	fmt.Fprintf(stdout, "function:     %s\n", fn)
 	fmt.Fprintf(stdout, "row:          %d\n", row)

@@ -72,7 +72,7 @@ func TestBadInput(t *testing.T) {
 	_, err = runCLI(t, "explain", "AllReduce Sum f32 RING LL9")
 	assert.ErrorContains(t, err, "valid protocols are LL, LL128, SIMPLE")
 	_, err = runCLI(t, "generate", "--out", t.TempDir(), "--arch", "sm_42")
-	assert.ErrorContains(t, err, `unknown arch "sm_42"`)
+	assert.ErrorContains(t, err, `bad target arch "sm_42"; valid: sm_70`)
 	_, err = runCLI(t, "frobnicate")
 	assert.ErrorContains(t, err, "valid commands are")
 }
