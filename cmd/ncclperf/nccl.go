@@ -126,10 +126,25 @@ func openNCCL(lib string, devices []int) (*ncclBackend, error) {
 		unsafe.Slice(devs, n)[i] = C.int(d)
 	}
 	if err := b.check("ncclCommInitAll", C.ng_nccl_init_all(b.lib, comms, C.int(n), devs)); err != nil {
+		if sharesGPU(devices) && b.version < 23000 {
+			return nil, fmt.Errorf("-compare %q: %s refuses ranks that share a GPU (devices %v); NCCL 2.30 or newer allows it with NCCL_MULTI_RANK_GPU_ENABLE=1: %w", lib, b.Name(), devices, err)
+		}
 		return nil, err
 	}
 	b.comms = append([]C.ncclComm_t(nil), unsafe.Slice(comms, n)...)
 	return b, nil
+}
+
+// sharesGPU reports whether a device appears twice.
+func sharesGPU(devices []int) bool {
+	seen := map[int]bool{}
+	for _, d := range devices {
+		if seen[d] {
+			return true
+		}
+		seen[d] = true
+	}
+	return false
 }
 
 func (b *ncclBackend) check(op string, r C.int) error {
