@@ -36,6 +36,7 @@ type Comm struct {
 	net                  bootstrap.Network
 
 	cctx      *cuda.Context
+	peers     *cudaPeers // peer contexts this rank enabled access to
 	kset      *kernels.Set
 	tuner     *tune.Tuner
 	layout    topo.Layout
@@ -342,6 +343,10 @@ func (c *Comm) free() error {
 	}
 	if c.net != nil {
 		errs = append(errs, c.net.Close())
+	}
+	if c.peers != nil {
+		errs = append(errs, c.peers.Close())
+		c.peers = nil
 	}
 	if c.cctx != nil {
 		errs = append(errs, c.cctx.Release())

@@ -172,6 +172,48 @@ func TestGPUAllReduce(t *testing.T) {
 	}
 }
 
+// TestGPUSeveralGPUs runs InitAll over 2, 4 and 8 GPUs (as many as are
+// visible) and 2 GPUs × 2 ranks, checking AllReduce with every algorithm
+// and protocol, and that the channels follow NVLink's 32 per GPU.
+func TestGPUSeveralGPUs(t *testing.T) {
+	gpuOrSkip(t)
+	n, err := cuda.DeviceCount()
+	require.NoError(t, err)
+	if n < 2 {
+		t.Skipf("needs 2 or more GPUs, %d visible", n)
+	}
+	layouts := [][]int{{0, 1}, {0, 0, 1, 1}}
+	for _, g := range []int{4, 8} {
+		if g <= n {
+			devs := make([]int, g)
+			for i := range devs {
+				devs[i] = i
+			}
+			layouts = append(layouts, devs)
+		}
+	}
+	for _, devs := range layouts {
+		t.Run(fmt.Sprint(devs), func(t *testing.T) {
+			a, b := cuda.Device(devs[0]), cuda.Device(devs[len(devs)-1])
+			if ok, err := a.CanAccessPeer(b); err != nil || !ok {
+				t.Skipf("device %d cannot access device %d (%v)", a, b, err)
+			}
+			for _, ap := range [][2]string{{"RING", "LL"}, {"RING", "LL128"}, {"RING", "SIMPLE"}, {"TREE", "LL"}, {"TREE", "SIMPLE"}} {
+				t.Run(ap[0]+"/"+ap[1], func(t *testing.T) {
+					envs := setup(t, devs, &Options{Overrides: config.Overrides{Algo: new(ap[0]), Proto: new(ap[1])}})
+					require.Equal(t, DefaultNChannels, envs[0].c.NChannels())
+					for r, e := range envs {
+						require.Equal(t, devs[r], e.c.Device())
+					}
+					for _, count := range []int{1, 1000, 1<<20 + 3} {
+						runAllReduce(t, envs, count, true)
+					}
+				})
+			}
+		})
+	}
+}
+
 func TestGPUAllReduceAlgoProto(t *testing.T) {
 	gpuOrSkip(t)
 	for _, algo := range []string{"RING", "TREE"} {

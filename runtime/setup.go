@@ -90,8 +90,15 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		if err := c.layout.ProbePeers(topo.CUDAPeers); err != nil {
 			return fail(err)
 		}
+		if err := c.layout.ProbeNVLinks(busIDsByGPU(c.layout, peers), topo.NVML); err != nil && rank == 0 {
+			c.log.Info(fmt.Sprintf("NVLink counts unknown (the tuner assumes NVLink): %v", err), config.SubsysInit.Attr())
+		}
 	}
 	if c.cctx, err = dev.PrimaryContext(); err != nil {
+		return fail(err)
+	}
+	c.peers = &cudaPeers{self: c.cctx}
+	if err := enablePeers(c.layout, rank, c.peers); err != nil {
 		return fail(err)
 	}
 	// Kernels.
@@ -107,19 +114,13 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	// Tuning and channels.
-	topoCh := DefaultNChannels
-	if s.cfg.MaxNChannels > 0 {
-		topoCh = s.cfg.MaxNChannels
-	}
-	tp := tune.Topology{NRanks: n, NNodes: 1, NGPUs: c.layout.NGPUs, RanksPerGPU: c.layout.RanksPerGPU,
-		SMCount: c.gpu.SMCount, BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: tune.LinkNVLink, NChannels: topoCh}
+	tp := tuneTopology(c.layout, c.gpu, blocksPerSM, s.cfg)
 	c.tuner, err = tune.New(tp, s.cfg, kernels.Available, tune.WithLogger(s.log.With("rank", rank)))
 	if err != nil {
 		return fail(err)
 	}
 	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
-	c.rings = graph.Rings(c.layout, c.nChannels)
-	c.trees = graph.Trees(n, c.nChannels)
+	c.rings, c.trees = buildGraphs(c.layout, c.nChannels)
 	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.p2pPerPeer}
 	c.log.Info(fmt.Sprintf("init: %d ranks, %s, %d channels, %d SMs × %d blocks/SM, kernels from %s",
 		n, c.layout, c.nChannels, c.gpu.SMCount, blocksPerSM, src), config.SubsysInit.Attr())
@@ -132,25 +133,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		c.log.Info(fmt.Sprintf("Trees [%d] %s->%d->%d", ch, joinInts(t.Down[rank]), rank, t.Up[rank]), config.SubsysInit.Attr())
 	}
 	// Connections.
-	canAccess := func(d int) bool {
-		if d == device {
-			return true
-		}
-		other, err := cuda.GetDevice(d)
-		if err != nil {
-			return false
-		}
-		ok, err := dev.CanAccessPeer(other)
-		if err != nil || !ok {
-			return false
-		}
-		octx, err := other.PrimaryContext()
-		if err != nil {
-			return false
-		}
-		defer octx.Release()
-		return c.cctx.EnablePeerAccess(octx) == nil
-	}
+	canAccess := peerAccessFunc(c.layout, rank)
 	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
 	edges := Edges(c.plan, c.rings, c.trees)
 	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, canAccess); err != nil {

@@ -1,6 +1,6 @@
 // Package tests is ncclgo's GPU correctness suite: every built collective,
 // reduction op, data type, algorithm and protocol, for several ranks sharing
-// one GPU, odd and unaligned sizes, in-place and out-of-place, checked
+// one GPU or spread over several, odd and unaligned sizes, in-place and out-of-place, checked
 // against a host reference (exact for integers; for floats, the tolerance
 // that the reduction order implies).
 //
@@ -9,6 +9,10 @@
 //
 //	NCCLGO_TEST_RANKS   rank counts, default "1,2,3,4,8"
 //	NCCLGO_TEST_LARGE   1 adds the 64 Mi-element cases (default on)
+//	NCCLGO_TEST_DEVICES device ordinals, e.g. "0,1,2,3": rank r runs on
+//	                    the (r mod len)-th of them, so with as many ranks as
+//	                    devices each rank has a GPU of its own; default "0"
+//	                    (every rank on device 0)
 package tests
 
 import (
@@ -59,12 +63,37 @@ func rankCounts(t *testing.T) []int {
 	return out
 }
 
-// world is one communicator of n ranks sharing GPU 0, with a stream and
-// buffers per rank.
+// testDevices parses NCCLGO_TEST_DEVICES (default: device 0 only).
+func testDevices(t *testing.T) []int {
+	s := strings.TrimSpace(os.Getenv("NCCLGO_TEST_DEVICES"))
+	if s == "" {
+		return []int{0}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		require.NoError(t, err, "NCCLGO_TEST_DEVICES=%q", s)
+		require.GreaterOrEqual(t, d, 0, "NCCLGO_TEST_DEVICES=%q", s)
+		out = append(out, d)
+	}
+	return out
+}
+
+// rankDevices places n ranks round-robin over devs.
+func rankDevices(devs []int, n int) []int {
+	out := make([]int, n)
+	for r := range out {
+		out[r] = devs[r%len(devs)]
+	}
+	return out
+}
+
+// world is one communicator of n ranks, placed on NCCLGO_TEST_DEVICES, with
+// a stream and buffers per rank in its own device's context.
 type world struct {
 	t       *testing.T
 	comms   []*runtime.Comm
-	ctx     *cuda.Context
+	ctxs    []*cuda.Context // rank r's device's primary context
 	streams []*cuda.Stream
 	send    []cuda.DevicePtr
 	recv    []cuda.DevicePtr
@@ -73,17 +102,24 @@ type world struct {
 
 func newWorld(t *testing.T, n int, algo, proto string, bufBytes uint64) *world {
 	t.Helper()
-	dev, err := cuda.GetDevice(0)
-	require.NoError(t, err)
-	ctx, err := dev.PrimaryContext()
-	require.NoError(t, err)
-	w := &world{t: t, ctx: ctx, size: bufBytes}
+	devs := rankDevices(testDevices(t), n)
+	w := &world{t: t, size: bufBytes}
+	t.Cleanup(w.close)
+	for _, d := range devs {
+		dev, err := cuda.GetDevice(d)
+		require.NoError(t, err)
+		ctx, err := dev.PrimaryContext()
+		require.NoError(t, err)
+		w.ctxs = append(w.ctxs, ctx)
+	}
 	opts := &runtime.Options{Overrides: config.Overrides{Algo: &algo, Proto: &proto}}
 	initCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w.comms, err = runtime.InitAll(initCtx, make([]int, n), opts)
+	var err error
+	w.comms, err = runtime.InitAll(initCtx, devs, opts)
 	require.NoError(t, err)
-	for range n {
+	for r := range n {
+		ctx := w.ctxs[r]
 		s, err := ctx.NewStream(true)
 		require.NoError(t, err)
 		a, err := ctx.MemAlloc(bufBytes)
@@ -92,7 +128,6 @@ func newWorld(t *testing.T, n int, algo, proto string, bufBytes uint64) *world {
 		require.NoError(t, err)
 		w.streams, w.send, w.recv = append(w.streams, s), append(w.send, a), append(w.recv, b)
 	}
-	t.Cleanup(w.close)
 	return w
 }
 
@@ -102,10 +137,16 @@ func (w *world) close() {
 	}
 	for i := range w.streams {
 		w.streams[i].Destroy()
-		w.ctx.MemFree(w.send[i])
-		w.ctx.MemFree(w.recv[i])
 	}
-	w.ctx.Release()
+	for i := range w.send {
+		w.ctxs[i].MemFree(w.send[i])
+	}
+	for i := range w.recv {
+		w.ctxs[i].MemFree(w.recv[i])
+	}
+	for _, ctx := range w.ctxs {
+		ctx.Release()
+	}
 }
 
 func (w *world) sync() {
@@ -118,24 +159,26 @@ func (w *world) sync() {
 	}
 }
 
-func (w *world) upload(p cuda.DevicePtr, b []byte) {
+// upload copies b to p, an address in rank r's buffers.
+func (w *world) upload(r int, p cuda.DevicePtr, b []byte) {
 	if len(b) > 0 {
-		require.NoError(w.t, w.ctx.MemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
+		require.NoError(w.t, w.ctxs[r].MemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
 	}
 }
 
-func (w *world) download(p cuda.DevicePtr, n int) []byte {
+// download reads n bytes at p, an address in rank r's buffers.
+func (w *world) download(r int, p cuda.DevicePtr, n int) []byte {
 	b := make([]byte, n)
 	if n > 0 {
-		require.NoError(w.t, w.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(n)))
+		require.NoError(w.t, w.ctxs[r].MemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(n)))
 	}
 	return b
 }
 
 func (w *world) poison() {
 	for i := range w.comms {
-		require.NoError(w.t, w.ctx.MemsetD8(w.send[i], 0xa5, w.size))
-		require.NoError(w.t, w.ctx.MemsetD8(w.recv[i], 0x5a, w.size))
+		require.NoError(w.t, w.ctxs[i].MemsetD8(w.send[i], 0xa5, w.size))
+		require.NoError(w.t, w.ctxs[i].MemsetD8(w.recv[i], 0x5a, w.size))
 	}
 }
 
@@ -407,7 +450,7 @@ func runOne(t *testing.T, w *world, coll kspace.Coll, ty numfmt.Type, o op, coun
 		if coll == kspace.ReduceScatter {
 			in = count * n
 		}
-		w.upload(send[r], fill(ty, o, r, in))
+		w.upload(r, send[r], fill(ty, o, r, in))
 	}
 	g := runtime.NewGroup()
 	var redOps []runtime.RedOp
@@ -452,18 +495,18 @@ func runOne(t *testing.T, w *world, coll kspace.Coll, ty numfmt.Type, o op, coun
 		label := fmt.Sprintf("%s rank %d/%d", what, r, n)
 		switch coll {
 		case kspace.AllReduce:
-			check(t, label, ty, w.download(recv[r], count*es), reduced, tol)
+			check(t, label, ty, w.download(r, recv[r], count*es), reduced, tol)
 		case kspace.Reduce:
 			if r == root {
-				check(t, label, ty, w.download(recv[r], count*es), reduced, tol)
+				check(t, label, ty, w.download(r, recv[r], count*es), reduced, tol)
 			}
 		case kspace.ReduceScatter:
-			check(t, label, ty, w.download(recv[r], count*es), func(i int) float64 { return reduced(r*count + i) }, tol)
+			check(t, label, ty, w.download(r, recv[r], count*es), func(i int) float64 { return reduced(r*count + i) }, tol)
 		case kspace.AllGather:
 			c := max(count, 1)
-			check(t, label, ty, w.download(recv[r], n*count*es), func(i int) float64 { return inputs[i/c][(i%c)%period] }, exact)
+			check(t, label, ty, w.download(r, recv[r], n*count*es), func(i int) float64 { return inputs[i/c][(i%c)%period] }, exact)
 		case kspace.Broadcast:
-			check(t, label, ty, w.download(recv[r], count*es), func(i int) float64 { return inputs[root][i%period] }, exact)
+			check(t, label, ty, w.download(r, recv[r], count*es), func(i int) float64 { return inputs[root][i%period] }, exact)
 		}
 	}
 }
@@ -481,7 +524,7 @@ func TestSendRecv(t *testing.T) {
 			for _, count := range []int{0, 1, 7, 1023, 1<<20 + 3} {
 				w.poison()
 				for r := range n {
-					w.upload(w.send[r], fill(numfmt.Uint8, ops[0], r, count))
+					w.upload(r, w.send[r], fill(numfmt.Uint8, ops[0], r, count))
 				}
 				g := runtime.NewGroup()
 				for r, c := range w.comms {
@@ -492,14 +535,14 @@ func TestSendRecv(t *testing.T) {
 				w.sync()
 				for r := range n {
 					from := (r + n - 1) % n
-					check(t, fmt.Sprintf("sendrecv count=%d rank %d", count, r), numfmt.Uint8, w.download(w.recv[r]+2, count),
+					check(t, fmt.Sprintf("sendrecv count=%d rank %d", count, r), numfmt.Uint8, w.download(r, w.recv[r]+2, count),
 						func(i int) float64 { return input(numfmt.Uint8, ops[0], from, i) }, func(float64) float64 { return 0 })
 				}
 
 				// AllToAll: block j of rank r goes to rank j, landing at block r.
 				per := count / n
 				for r := range n {
-					w.upload(w.send[r], fill(numfmt.Uint8, ops[0], r, per*n))
+					w.upload(r, w.send[r], fill(numfmt.Uint8, ops[0], r, per*n))
 				}
 				g = runtime.NewGroup()
 				for r, c := range w.comms {
@@ -508,7 +551,7 @@ func TestSendRecv(t *testing.T) {
 				require.NoError(t, g.End())
 				w.sync()
 				for r := range n {
-					check(t, fmt.Sprintf("alltoall per=%d rank %d", per, r), numfmt.Uint8, w.download(w.recv[r], per*n),
+					check(t, fmt.Sprintf("alltoall per=%d rank %d", per, r), numfmt.Uint8, w.download(r, w.recv[r], per*n),
 						func(i int) float64 { return input(numfmt.Uint8, ops[0], i/max(per, 1), r*per+i%max(per, 1)) },
 						func(float64) float64 { return 0 })
 				}
@@ -558,4 +601,15 @@ func TestNoDeadlockManyRanks(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRankDevices(t *testing.T) {
+	t.Setenv("NCCLGO_TEST_DEVICES", "")
+	require.Equal(t, []int{0}, testDevices(t))
+	require.Equal(t, []int{0, 0, 0}, rankDevices(testDevices(t), 3), "default: every rank on device 0")
+	t.Setenv("NCCLGO_TEST_DEVICES", "0, 1,2,3")
+	devs := testDevices(t)
+	require.Equal(t, []int{0, 1, 2, 3}, rankDevices(devs, 4), "one rank per listed device")
+	require.Equal(t, []int{0, 1, 2, 3, 0, 1, 2, 3}, rankDevices(devs, 8))
+	require.Equal(t, []int{0, 1}, rankDevices(devs, 2))
 }

@@ -3,6 +3,18 @@
 # (that machine has nvcc but no Go): build the full kernel set and time it
 # (full, no-op, one changed unit), run the GPU tests, then the benchmarks
 # against the machine's NCCL. Logs go to $OUT (or build/verify).
+#
+# STEPS (default "build perf tests") may also name, for a machine of N GPUs
+# (N from nvidia-smi, or NGPUS=...), with one rank per GPU in one process:
+#   multigpu-tests  the correctness suite (tests.test -test.short, no 64 Mi cases)
+#                   with NCCLGO_TEST_DEVICES=0,..,N-1 and NCCLGO_TEST_RANKS=${MG_RANKS:-N}
+#                   (MG_RANKS=2,4,8 covers 2, 4 and 8 GPUs in one run: rank r on GPU r),
+#                   then runtime.test's TestGPUSeveralGPUs; logs in $OUT/multigpu-*.log
+#   multigpu-perf   ncclperf -compare against NCCL_LIB for allreduce, allgather,
+#                   reducescatter and broadcast, 8 B to ${MG_MAX:-8G}, -f ${MG_F:-2},
+#                   -g N; each table in $OUT/<coll>.txt, a verdict in $OUT/summary.txt
+#   multigpu        both
+# e.g. STEPS="build multigpu" OUT=... bash tests/gpu-verify.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/verify}
@@ -11,6 +23,7 @@ export NCCL_NVLS_ENABLE=0
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 JOBS=${JOBS:-$(nproc)}
 STEPS=${STEPS:-build perf tests}
+[[ " $STEPS " == *" multigpu "* ]] && STEPS="$STEPS multigpu-tests multigpu-perf"
 B=bundle/bin
 ROOT=$PWD
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "elapsed $(( ($(date +%s%N) - s) / 1000000 )) ms (rc=$rc): $*"; return $rc; }
@@ -47,5 +60,43 @@ if [[ " $STEPS " == *" tests "* ]]; then
     echo "== $name"
     (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} > "$OUT/$name.log" 2>&1)
     grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|elapsed' "$OUT/$name.log" | tail -${TAIL:-25}
+  done
+fi
+
+NGPUS=${NGPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)}
+DEVS=$(seq -s, 0 $((NGPUS - 1)))
+NCCL_LIB=${NCCL_LIB:-}
+for cand in /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2 \
+            $(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF}') \
+            $(find /opt /usr -name 'libnccl.so.2*' 2>/dev/null); do
+  [[ -z "$NCCL_LIB" && -e "$cand" ]] && NCCL_LIB=$cand
+done
+
+if [[ " $STEPS " == *" multigpu-tests "* ]]; then
+  nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+  echo "== suite over $NGPUS GPUs (NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS})"
+  (cd tests && NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS} NCCLGO_TEST_LARGE=${NCCLGO_TEST_LARGE:-0} \
+    t timeout ${MG_TEST_TIMEOUT:-330} "$ROOT/bundle/tests/tests.test" -test.v -test.short -test.count=1 -test.timeout=${MG_TEST_TIMEOUT:-330}s ${TESTFLAGS:-} \
+    > "$OUT/multigpu-tests.log" 2>&1)
+  grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|^    --- (PASS|FAIL)|checks|elapsed' "$OUT/multigpu-tests.log" | tail -${TAIL:-40}
+  echo "== runtime TestGPUSeveralGPUs"
+  (cd runtime && t timeout 120 "$ROOT/bundle/tests/runtime.test" -test.v -test.run 'TestGPUSeveralGPUs' -test.count=1 \
+    > "$OUT/multigpu-runtime.log" 2>&1)
+  grep -E -- '--- (PASS|FAIL|SKIP)|^(FAIL|ok|PASS|panic)|InitAll|elapsed' "$OUT/multigpu-runtime.log" | tail -${TAIL:-40}
+fi
+
+if [[ " $STEPS " == *" multigpu-perf "* ]]; then
+  [[ -e "$OUT/topo.txt" ]] || nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+  echo "== ncclperf over $NGPUS GPUs, reference ${NCCL_LIB:-none} (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE)"
+  : > "$OUT/summary.txt"
+  for coll in allreduce allgather reducescatter broadcast; do
+    cmd="$B/ncclperf -coll $coll -b 8 -e ${MG_MAX:-8G} -f ${MG_F:-2} -g $NGPUS -n ${MG_N:-50} -w ${MG_W:-10} ${NCCL_LIB:+-compare $NCCL_LIB}"
+    echo "# command: NCCL_NVLS_ENABLE=0 NCCLGO_FATBIN=build/ncclgo.fatbin $cmd" > "$OUT/$coll.txt"
+    t timeout ${MG_PERF_TIMEOUT:-120} $cmd >> "$OUT/$coll.txt" 2>&1 || tail -3 "$OUT/$coll.txt"
+    grep -E '^# (ncclgo|reference):' "$OUT/$coll.txt" | head -2
+    # Acceptance: the ratio (column NF-1; > 1: ncclgo better) is >= 1 at
+    # every size (busbw from 64 KiB, time below).
+    awk -v coll=$coll '$1 ~ /^[0-9]+$/ && NF > 14 { n++; if ($(NF-1) + 0 < 1) { bad++; worst = worst sprintf(" %s:%s", $1, $(NF-1)) } }
+      END { printf "%-14s %d sizes, %d below NCCL%s\n", coll, n, bad, (bad ? ":" worst : "") }' "$OUT/$coll.txt" | tee -a "$OUT/summary.txt"
   done
 fi

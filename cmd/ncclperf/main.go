@@ -5,7 +5,22 @@
 //	ncclperf -coll allreduce -b 8 -e 512M -f 2 -g 2 [-compare libnccl.so.2]
 //
 // Ranks are placed round-robin over the visible GPUs unless -devices lists
-// them, so -g 4 on a one-GPU machine puts four ranks on that GPU.
+// them, so -g 4 on a one-GPU machine puts four ranks on that GPU and -g 8
+// on an eight-GPU machine one rank on each. -coll all sweeps AllReduce,
+// AllGather, ReduceScatter and Broadcast in turn, one table each, with one
+// initialisation of each library.
+//
+// With -compare, the last columns are the reference library's out-of-place
+// time and busbw and the ratio, > 1 when ncclgo is better: below
+// ratioSplit (64 KiB, the size column) it is NCCL's time over ncclgo's
+// (latency), from there ncclgo's busbw over NCCL's (both out-of-place); the
+// "by" column says which.
+//
+// Checking (-c 1) stays cheap at any size: inputs are periodic, so each
+// rank uploads at most fillChunk elements and the device replicates them;
+// outputs up to -check-max bytes per rank are checked whole, larger ones on
+// sampled windows (evenly spread, plus the rank-chunk boundaries of
+// AllGather).
 package main
 
 import (
@@ -15,6 +30,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +51,13 @@ const (
 )
 
 var collNames = []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}
+
+// allColls is what -coll all sweeps.
+var allColls = []coll{collAllReduce, collAllGather, collReduceScatter, collBroadcast}
+
+// ratioSplit is the size from which the ratio compares busbw rather than
+// time.
+const ratioSplit = 64 << 10
 
 func (c coll) String() string { return collNames[c] }
 
@@ -68,6 +91,8 @@ type backend interface {
 
 type config struct {
 	coll            coll
+	colls           []coll // the sweeps to run (-coll all: allColls)
+	checkMax        int64  // bytes of one rank's output checked whole
 	minBytes        int64
 	maxBytes        int64
 	factor          int64
@@ -104,7 +129,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
-	collS := fs.String("coll", "allreduce", "collective: "+strings.Join(collNames, ", "))
+	collS := fs.String("coll", "allreduce", "collective: "+strings.Join(collNames, ", ")+", or all (allreduce, allgather, reducescatter, broadcast)")
+	cmax := fs.String("check-max", "64M", "with -c 1, outputs up to this many bytes per rank are checked whole, larger ones on sampled windows")
 	b := fs.String("b", "32M", "minimum size in bytes")
 	e := fs.String("e", "32M", "maximum size in bytes")
 	f := fs.Int64("f", 2, "multiplication factor between sizes")
@@ -123,7 +149,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, err
 	}
 	var err error
-	if c.coll, err = parseColl(*collS); err != nil {
+	if strings.EqualFold(*collS, "all") {
+		c.colls = allColls
+	} else {
+		if c.coll, err = parseColl(*collS); err != nil {
+			return nil, err
+		}
+		c.colls = []coll{c.coll}
+	}
+	if c.checkMax, err = parseSize("check-max", *cmax); err != nil {
 		return nil, err
 	}
 	if c.minBytes, err = parseSize("b", *b); err != nil {
@@ -204,12 +238,16 @@ func run(c *config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		for r := range c.nRanks {
-			c.devices = append(c.devices, r%n)
-		}
+		c.devices = placeRanks(c.nRanks, n)
 	}
 	ranks := make([]rankBuffers, c.nRanks)
-	sendBytes, recvBytes := c.bufferBytes(c.maxBytes)
+	var sendBytes, recvBytes int64
+	for _, k := range c.colls {
+		cc := *c
+		cc.coll = k
+		s, r := cc.bufferBytes(c.maxBytes)
+		sendBytes, recvBytes = max(sendBytes, s), max(recvBytes, r)
+	}
 	for r := range ranks {
 		dev, err := cuda.GetDevice(c.devices[r])
 		if err != nil {
@@ -252,18 +290,67 @@ func run(c *config, w io.Writer) error {
 		ref = nb
 	}
 
+	var errs []error
+	for i, k := range c.colls {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		cc := *c
+		cc.coll = k
+		if err := cc.sweep(w, ranks, ours, ref); err != nil {
+			if len(c.colls) == 1 {
+				return err
+			}
+			fmt.Fprintf(w, "# %s: %v\n", k, err)
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// placeRanks puts n ranks round-robin on the visible GPUs: one rank per GPU
+// when n does not exceed them.
+func placeRanks(n, visible int) []int {
+	devs := make([]int, n)
+	for r := range devs {
+		devs[r] = r % max(visible, 1)
+	}
+	return devs
+}
+
+// ratio compares ncclgo's out-of-place result with the reference's at a
+// size (bytes of the size column): > 1 when ncclgo is better. Below
+// ratioSplit it is the reference's time over ncclgo's, from there ncclgo's
+// busbw over the reference's.
+func ratio(size int64, oursUsec, oursBus, refUsec, refBus float64) (float64, string) {
+	if size < ratioSplit || oursBus == 0 || refBus == 0 {
+		if oursUsec == 0 {
+			return math.NaN(), "time"
+		}
+		return refUsec / oursUsec, "time"
+	}
+	return oursBus / refBus, "busbw"
+}
+
+// sweep measures c.coll at every size and prints its table.
+func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) error {
 	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
 	fmt.Fprintf(w, "# ncclgo: %s\n", ours.Name())
 	if ref != nil {
 		fmt.Fprintf(w, "# reference: %s (%s)\n", ref.Name(), c.compare)
+		fmt.Fprintf(w, "# ratio (> 1: ncclgo better, out-of-place): below %d B NCCL time / ncclgo time, from %d B ncclgo busbw / NCCL busbw\n",
+			ratioSplit, ratioSplit)
+	}
+	if c.check {
+		fmt.Fprintf(w, "# check: whole outputs up to %d B per rank, sampled windows above\n", c.checkMax)
 	}
 	hdr := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "size", "count", "type", "redop", "root",
 		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 	units := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "(B)", "(elements)", "", "", "",
 		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
 	if ref != nil {
-		hdr += fmt.Sprintf("   %9s %7s %7s", "nccl(us)", "busbw", "ratio")
-		units += fmt.Sprintf("   %9s %7s %7s", "oop", "(GB/s)", "bw/bw")
+		hdr += fmt.Sprintf("   %9s %7s %7s %5s", "nccl(us)", "busbw", "ratio", "by")
+		units += fmt.Sprintf("   %9s %7s %7s %5s", "oop", "(GB/s)", "(>1 ok)", "")
 	}
 	fmt.Fprintf(w, "#%s\n%s\n%s\n", strings.Repeat(" ", 10)+"out-of-place / in-place", hdr, units)
 	totalWrong := 0
@@ -271,7 +358,8 @@ func run(c *config, w io.Writer) error {
 	var nSizes int
 	for size := c.minBytes; size <= c.maxBytes; size = c.next(size) {
 		count := c.countFor(size)
-		row := fmt.Sprintf("%12d %12d %8s %6s %6d", count*int64(c.dt.size())*c.elemsPerCount(), count, c.dt, c.op, c.root)
+		bytes := count * int64(c.dt.size()) * c.elemsPerCount()
+		row := fmt.Sprintf("%12d %12d %8s %6s %6d", bytes, count, c.dt, c.op, c.root)
 		var oopBus float64
 		var oopTime float64
 		for _, inPlace := range []bool{false, true} {
@@ -296,11 +384,8 @@ func run(c *config, w io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("reference, size %d: %w", size, err)
 			}
-			ratio := oopBus / res.busbw
-			if res.busbw == 0 || math.IsNaN(ratio) {
-				ratio = res.usec / oopTime
-			}
-			row += fmt.Sprintf("   %9.2f %7.2f %7.3f", res.usec, res.busbw, ratio)
+			q, by := ratio(bytes, oopTime, oopBus, res.usec, res.busbw)
+			row += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", res.usec, res.busbw, q, by)
 		}
 		fmt.Fprintln(w, row)
 		if c.next(size) == size {
@@ -440,22 +525,72 @@ func (c *config) sendCount(count int64) int64 {
 	return count
 }
 
+// fillChunk is the most elements of one rank's input that the host encodes
+// and uploads; a multiple of fillValue's period (6).
+const fillChunk = 6 << 16
+
+// fill writes every rank's input: fillValue is periodic in i (period 6), so
+// the host uploads at most fillChunk elements and the device doubles them
+// to the full count.
 func (c *config) fill(ranks []rankBuffers, send []cuda.DevicePtr, count int64) error {
 	n := c.sendCount(count)
+	if n == 0 {
+		return nil
+	}
+	ts := int64(c.dt.size())
 	for r, rb := range ranks {
-		vals := make([]float64, n)
+		first := min(n, fillChunk)
+		vals := make([]float64, first)
 		for i := range vals {
 			vals[i] = fillValue(r, i, c.op)
 		}
 		b := encode(c.dt, vals)
-		if len(b) == 0 {
-			continue
-		}
 		if err := rb.ctx.MemcpyHtoD(send[r], unsafe.Pointer(&b[0]), uint64(len(b))); err != nil {
+			return err
+		}
+		for have := first; have < n; {
+			k := min(have, n-have)
+			if err := rb.ctx.MemcpyDtoD(send[r]+cuda.DevicePtr(have*ts), send[r], uint64(k*ts)); err != nil {
+				return err
+			}
+			have += k
+		}
+		// Device-to-device copies do not wait for the host: finish them
+		// before the collective's streams read the buffer.
+		if err := rb.ctx.Synchronize(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkWindows are the element ranges of an output of n elements that the
+// check reads: all of it up to maxElems, else sampleWindows windows of
+// windowElems spread evenly, plus windows around each of the boundaries
+// (chunk boundaries of AllGather's output).
+func checkWindows(n, maxElems int64, boundaries []int64) [][2]int64 {
+	if n <= maxElems {
+		return [][2]int64{{0, n}}
+	}
+	const sampleWindows, windowElems = 33, 1 << 16
+	var starts []int64
+	for i := range int64(sampleWindows) {
+		starts = append(starts, i*(n-windowElems)/(sampleWindows-1))
+	}
+	for _, b := range boundaries {
+		starts = append(starts, min(max(b-windowElems/2, 0), n-windowElems))
+	}
+	slices.Sort(starts)
+	var out [][2]int64
+	for _, st := range starts {
+		end := st + windowElems
+		if k := len(out); k > 0 && st <= out[k-1][1] {
+			out[k-1][1] = max(out[k-1][1], end)
+			continue
+		}
+		out = append(out, [2]int64{st, end})
+	}
+	return out
 }
 
 // reduceAt reduces element i of every rank's send buffer.
@@ -487,10 +622,15 @@ func (c *config) reduceAt(i int) float64 {
 func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64) (int, error) {
 	ts := int64(c.dt.size())
 	wrong := 0
+	rounded := map[float64]float64{} // want → want in c.dt
 	for r, rb := range ranks {
 		n := count
+		var bounds []int64
 		if c.coll == collAllGather {
 			n = count * int64(c.nRanks)
+			for k := 1; k < c.nRanks; k++ {
+				bounds = append(bounds, int64(k)*count)
+			}
 		}
 		if c.coll == collReduce && r != c.root {
 			continue
@@ -498,26 +638,32 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 		if n == 0 {
 			continue
 		}
-		b := make([]byte, n*ts)
-		if err := rb.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), recv[r], uint64(len(b))); err != nil {
-			return 0, err
-		}
-		got := decode(c.dt, b)
-		for i := range got {
-			var want float64
-			switch c.coll {
-			case collAllReduce, collReduce:
-				want = c.reduceAt(i)
-			case collReduceScatter:
-				want = c.reduceAt(r*int(count) + i)
-			case collAllGather:
-				want = fillValue(i/int(count), i%int(count), c.op)
-			case collBroadcast:
-				want = fillValue(c.root, i, c.op)
+		for _, win := range checkWindows(n, max(c.checkMax/ts, 1), bounds) {
+			b := make([]byte, (win[1]-win[0])*ts)
+			if err := rb.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), recv[r]+cuda.DevicePtr(win[0]*ts), uint64(len(b))); err != nil {
+				return 0, err
 			}
-			want = decode(c.dt, encode(c.dt, []float64{want}))[0]
-			if tol := tolerance(c.dt, c.nRanks); math.Abs(got[i]-want) > tol*math.Max(1, math.Abs(want)) {
-				wrong++
+			for j, g := range decode(c.dt, b) {
+				i := int(win[0]) + j
+				var want float64
+				switch c.coll {
+				case collAllReduce, collReduce:
+					want = c.reduceAt(i)
+				case collReduceScatter:
+					want = c.reduceAt(r*int(count) + i)
+				case collAllGather:
+					want = fillValue(i/int(count), i%int(count), c.op)
+				case collBroadcast:
+					want = fillValue(c.root, i, c.op)
+				}
+				wr, ok := rounded[want]
+				if !ok {
+					wr = decode(c.dt, encode(c.dt, []float64{want}))[0]
+					rounded[want] = wr
+				}
+				if tol := tolerance(c.dt, c.nRanks); math.Abs(g-wr) > tol*math.Max(1, math.Abs(wr)) || math.IsNaN(g) {
+					wrong++
+				}
 			}
 		}
 	}

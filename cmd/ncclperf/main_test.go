@@ -56,3 +56,75 @@ func TestEncodeDecode(t *testing.T) {
 		}
 	}
 }
+
+func TestCollAll(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseFlags([]string{"-coll", "all", "-b", "8", "-e", "8G", "-g", "8"}, &errb)
+	require.NoError(t, err)
+	assert.Equal(t, []coll{collAllReduce, collAllGather, collReduceScatter, collBroadcast}, c.colls)
+	assert.Equal(t, int64(8<<30), c.maxBytes)
+	assert.Equal(t, int64(64<<20), c.checkMax)
+	c, err = parseFlags([]string{"-coll", "reduce", "-check-max", "1G"}, &errb)
+	require.NoError(t, err)
+	assert.Equal(t, []coll{collReduce}, c.colls)
+	assert.Equal(t, int64(1<<30), c.checkMax)
+	// 8 GiB AllGather over 8 ranks: 1 GiB in, 8 GiB out per rank.
+	c = &config{coll: collAllGather, nRanks: 8, dt: float32T}
+	s, r := c.bufferBytes(8 << 30)
+	assert.Equal(t, int64(1<<30), s)
+	assert.Equal(t, int64(8<<30), r)
+}
+
+func TestPlaceRanks(t *testing.T) {
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, placeRanks(8, 8), "one rank per GPU")
+	assert.Equal(t, []int{0, 1}, placeRanks(2, 8))
+	assert.Equal(t, []int{0, 1, 0, 1}, placeRanks(4, 2))
+	assert.Equal(t, []int{0, 0, 0}, placeRanks(3, 1))
+}
+
+func TestRatio(t *testing.T) {
+	// Below 64 KiB: NCCL's time over ours (ours 10 µs, NCCL 20 µs: 2).
+	q, by := ratio(8, 10, 0.0008, 20, 0.0004)
+	assert.InDelta(t, 2.0, q, 1e-9)
+	assert.Equal(t, "time", by)
+	q, by = ratio(64<<10-1, 40, 1, 20, 2)
+	assert.InDelta(t, 0.5, q, 1e-9)
+	assert.Equal(t, "time", by)
+	// From 64 KiB: our busbw over NCCL's.
+	q, by = ratio(64<<10, 10, 300, 12, 250)
+	assert.InDelta(t, 1.2, q, 1e-9)
+	assert.Equal(t, "busbw", by)
+}
+
+func TestCheckWindows(t *testing.T) {
+	assert.Equal(t, [][2]int64{{0, 100}}, checkWindows(100, 100, nil))
+	n := int64(2 << 30)
+	ws := checkWindows(n, 16<<20, []int64{n / 8, n / 2})
+	total := int64(0)
+	for i, w := range ws {
+		assert.Less(t, w[0], w[1])
+		assert.GreaterOrEqual(t, w[0], int64(0))
+		assert.LessOrEqual(t, w[1], n)
+		if i > 0 {
+			assert.Greater(t, w[0], ws[i-1][1], "sorted and disjoint")
+		}
+		total += w[1] - w[0]
+	}
+	assert.Equal(t, int64(0), ws[0][0], "the start is checked")
+	assert.Equal(t, n, ws[len(ws)-1][1], "the end is checked")
+	assert.Less(t, total, int64(4<<20), "a sample, not the whole")
+	covered := func(i int64) bool {
+		for _, w := range ws {
+			if w[0] <= i && i < w[1] {
+				return true
+			}
+		}
+		return false
+	}
+	assert.True(t, covered(n/8-1) && covered(n/8), "chunk boundaries are checked")
+	assert.Zero(t, fillChunk%6, "the uploaded chunk is whole periods of fillValue")
+	for i := range 12 {
+		assert.Equal(t, fillValue(3, i, opSum), fillValue(3, i+6, opSum))
+		assert.Equal(t, fillValue(3, i, opProd), fillValue(3, i+6, opProd))
+	}
+}
