@@ -196,18 +196,18 @@ var ops = []op{
 
 // input is element i of rank r: small values whose sums and products are
 // exact in every type (fp8 gets 0/1 so sums stay representable).
-func input(t numfmt.Type, o op, r, i int) float64 {
+func input(t kspace.Type, o op, r, i int) float64 {
 	if o.name == "prod" {
 		return float64(1 + (r+i)%2)
 	}
-	if t == numfmt.Float8e4m3 || t == numfmt.Float8e5m2 {
+	if t == kspace.F8E4M3 || t == kspace.F8E5M2 {
 		return float64((r + i) % 2)
 	}
 	return float64((r*7+i)%3 + 1)
 }
 
 // reduce is the exact reduction of element i over n ranks.
-func reduce(t numfmt.Type, o op, n, i int) float64 {
+func reduce(t kspace.Type, o op, n, i int) float64 {
 	acc := 0.0
 	for r := range n {
 		v := input(t, o, r, i)
@@ -229,7 +229,7 @@ func reduce(t numfmt.Type, o op, n, i int) float64 {
 	}
 	if o.name == "avg" {
 		acc /= float64(n)
-		if !t.IsFloat() {
+		if t.IsInteger() {
 			acc = math.Floor(acc)
 		}
 	}
@@ -237,14 +237,14 @@ func reduce(t numfmt.Type, o op, n, i int) float64 {
 }
 
 // tolerance for a float reduction over n ranks with value of magnitude v.
-func tolerance(t numfmt.Type, o op, n int, v float64) float64 {
-	if !t.IsFloat() {
+func tolerance(t kspace.Type, o op, n int, v float64) float64 {
+	if t.IsInteger() {
 		return 0
 	}
 	return float64(n+1) * numfmt.Epsilon(t) * math.Max(1, math.Abs(v))
 }
 
-func fill(t numfmt.Type, o op, r, count int) []byte {
+func fill(t kspace.Type, o op, r, count int) []byte {
 	var row [period]float64
 	for k := range row {
 		row[k] = input(t, o, r, k)
@@ -272,7 +272,7 @@ func periodic(f func(i int) float64) func(i int) float64 {
 
 // check compares got with want(i) (before rounding to t) and reports the
 // first few mismatches.
-func check(tb testing.TB, what string, t numfmt.Type, got []byte, want func(i int) float64, tol func(v float64) float64) {
+func check(tb testing.TB, what string, t kspace.Type, got []byte, want func(i int) float64, tol func(v float64) float64) {
 	tb.Helper()
 	vals := numfmt.Decode(t, got)
 	bad := 0
@@ -299,7 +299,7 @@ func check(tb testing.TB, what string, t numfmt.Type, got []byte, want func(i in
 
 // offsetFor is the misalignment the suite applies: 2 bytes where the type
 // allows it, else one element.
-func offsetFor(t numfmt.Type) uint64 { return uint64(max(2, t.Size())) }
+func offsetFor(t kspace.Type) uint64 { return uint64(max(2, t.Size())) }
 
 type config1 struct{ algo, proto string }
 
@@ -312,21 +312,21 @@ var configs = []config1{
 // AllGather u8 only, out-of-place, to keep the host reference cheap.
 const huge = 64 << 20
 
-func counts(coll kspace.Coll, t numfmt.Type, o op, large bool) []int {
+func counts(coll kspace.Coll, t kspace.Type, o op, large bool) []int {
 	c := []int{0, 1, 7, 1023}
 	if o.name == "sum" || o.name == "max" {
 		c = append(c, 1<<20+3)
 	}
-	if large && o.name == "sum" && (coll == kspace.AllReduce && t == numfmt.Float32 || coll == kspace.AllGather && t == numfmt.Uint8) {
+	if large && o.name == "sum" && (coll == kspace.AllReduce && t == kspace.F32 || coll == kspace.AllGather && t == kspace.U8) {
 		c = append(c, huge)
 	}
 	return c
 }
 
-func built(coll kspace.Coll, o op, t numfmt.Type, algo kspace.Algo, proto kspace.Proto) bool {
+func built(coll kspace.Coll, o op, t kspace.Type, algo kspace.Algo, proto kspace.Proto) bool {
 	f := kspace.Func{Coll: coll, RedOp: kspace.Unset, Type: kspace.Unset, Algo: algo, Proto: proto}
 	if coll.HasRedOp() {
-		f.RedOp, f.Type = kspace.Sum, kspace.Type(t)
+		f.RedOp, f.Type = kspace.Sum, t
 		switch o.name {
 		case "prod":
 			f.RedOp = kspace.Prod
@@ -336,7 +336,7 @@ func built(coll kspace.Coll, o op, t numfmt.Type, algo kspace.Algo, proto kspace
 			f.RedOp = kspace.PreMulSum
 		case "avg":
 			f.RedOp = kspace.PreMulSum
-			if !t.IsFloat() {
+			if t.IsInteger() {
 				f.RedOp = kspace.SumPostDiv
 			}
 		}
@@ -377,11 +377,11 @@ func runConfig(t *testing.T, n int, cfg config1, large bool) {
 	}
 	checks := 0
 	for _, coll := range colls {
-		for ty := numfmt.Int8; ty < numfmt.NumTypes; ty++ {
+		for ty := kspace.I8; ty < kspace.NumTypes; ty++ {
 			opList := ops
 			if !coll.HasRedOp() {
 				opList = ops[:1]
-				if ty != numfmt.Uint8 && ty != numfmt.Float32 && ty != numfmt.Float16 {
+				if ty != kspace.U8 && ty != kspace.F32 && ty != kspace.F16 {
 					continue // byte-moving collectives do not depend on the type
 				}
 			}
@@ -408,7 +408,7 @@ func runConfig(t *testing.T, n int, cfg config1, large bool) {
 	require.Positive(t, checks, "no function of this configuration is in the kernel set")
 }
 
-func (w *world) redOp(c *runtime.Comm, o op, ty numfmt.Type) runtime.RedOp {
+func (w *world) redOp(c *runtime.Comm, o op, ty kspace.Type) runtime.RedOp {
 	if o.scalar == 0 {
 		return o.red
 	}
@@ -426,7 +426,7 @@ func (w *world) redOp(c *runtime.Comm, o op, ty numfmt.Type) runtime.RedOp {
 	return r
 }
 
-func runOne(t *testing.T, w *world, coll kspace.Coll, ty numfmt.Type, o op, count int, inPlace bool) {
+func runOne(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, o op, count int, inPlace bool) {
 	n := len(w.comms)
 	es := ty.Size()
 	off := offsetFor(ty)
@@ -524,7 +524,7 @@ func TestSendRecv(t *testing.T) {
 			for _, count := range []int{0, 1, 7, 1023, 1<<20 + 3} {
 				w.poison()
 				for r := range n {
-					w.upload(r, w.send[r], fill(numfmt.Uint8, ops[0], r, count))
+					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, count))
 				}
 				g := runtime.NewGroup()
 				for r, c := range w.comms {
@@ -535,14 +535,14 @@ func TestSendRecv(t *testing.T) {
 				w.sync()
 				for r := range n {
 					from := (r + n - 1) % n
-					check(t, fmt.Sprintf("sendrecv count=%d rank %d", count, r), numfmt.Uint8, w.download(r, w.recv[r]+2, count),
-						func(i int) float64 { return input(numfmt.Uint8, ops[0], from, i) }, func(float64) float64 { return 0 })
+					check(t, fmt.Sprintf("sendrecv count=%d rank %d", count, r), kspace.U8, w.download(r, w.recv[r]+2, count),
+						func(i int) float64 { return input(kspace.U8, ops[0], from, i) }, func(float64) float64 { return 0 })
 				}
 
 				// AllToAll: block j of rank r goes to rank j, landing at block r.
 				per := count / n
 				for r := range n {
-					w.upload(r, w.send[r], fill(numfmt.Uint8, ops[0], r, per*n))
+					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, per*n))
 				}
 				g = runtime.NewGroup()
 				for r, c := range w.comms {
@@ -551,8 +551,8 @@ func TestSendRecv(t *testing.T) {
 				require.NoError(t, g.End())
 				w.sync()
 				for r := range n {
-					check(t, fmt.Sprintf("alltoall per=%d rank %d", per, r), numfmt.Uint8, w.download(r, w.recv[r], per*n),
-						func(i int) float64 { return input(numfmt.Uint8, ops[0], i/max(per, 1), r*per+i%max(per, 1)) },
+					check(t, fmt.Sprintf("alltoall per=%d rank %d", per, r), kspace.U8, w.download(r, w.recv[r], per*n),
+						func(i int) float64 { return input(kspace.U8, ops[0], i/max(per, 1), r*per+i%max(per, 1)) },
 						func(float64) float64 { return 0 })
 				}
 			}

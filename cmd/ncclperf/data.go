@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 
@@ -78,9 +79,9 @@ func fillValue(r, i int, op redOp) float64 {
 	return float64((r*7+i)%3 + 1)
 }
 
-func encode(t dataType, vals []float64) []byte { return numfmt.Encode(numfmt.Type(t), vals) }
+func encode(t dataType, vals []float64) []byte { return numfmt.Encode(kspace.Type(t), vals) }
 
-func decode(t dataType, b []byte) []float64 { return numfmt.Decode(numfmt.Type(t), b) }
+func decode(t dataType, b []byte) []float64 { return numfmt.Decode(kspace.Type(t), b) }
 
 // tolerance is the relative error accepted for a reduction of n values in t.
 func tolerance(t dataType, n int) float64 {

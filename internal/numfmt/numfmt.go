@@ -1,69 +1,41 @@
-// Package numfmt converts between float64 and the element encodings of
-// nccl.h's data types (integers, IEEE half/single/double, bfloat16 and the
-// two fp8 formats), for host-side reference checks in tests and benchmarks.
+// Package numfmt converts between float64 and the element encodings of the
+// kernel space's data types (kspace.Type: integers, IEEE half/single/double,
+// bfloat16 and the two fp8 formats), for host-side reference checks in tests
+// and benchmarks.
 package numfmt
 
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
 )
-
-// Type is a data type with nccl.h's ncclDataType_t value.
-type Type int
-
-// The data types, with nccl.h's values.
-const (
-	Int8 Type = iota
-	Uint8
-	Int32
-	Uint32
-	Int64
-	Uint64
-	Float16
-	Float32
-	Float64
-	Bfloat16
-	Float8e4m3
-	Float8e5m2
-	NumTypes = iota
-)
-
-var names = [...]string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"}
-var sizes = [...]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
-
-func (t Type) String() string { return names[t] }
-
-// Size is the size of one element in bytes.
-func (t Type) Size() int { return sizes[t] }
-
-// IsFloat reports whether t is a floating-point type.
-func (t Type) IsFloat() bool { return t >= Float16 }
 
 // Encode writes vals as elements of type t (integers truncate; floats round
 // to nearest).
-func Encode(t Type, vals []float64) []byte {
+func Encode(t kspace.Type, vals []float64) []byte {
 	sz := t.Size()
 	b := make([]byte, len(vals)*sz)
 	for i, v := range vals {
 		p := b[i*sz:]
 		switch t {
-		case Int8, Uint8:
+		case kspace.I8, kspace.U8:
 			p[0] = byte(int64(v))
-		case Int32, Uint32:
+		case kspace.I32, kspace.U32:
 			binary.LittleEndian.PutUint32(p, uint32(int64(v)))
-		case Int64, Uint64:
+		case kspace.I64, kspace.U64:
 			binary.LittleEndian.PutUint64(p, uint64(int64(v)))
-		case Float16:
+		case kspace.F16:
 			binary.LittleEndian.PutUint16(p, uint16(toMini(v, 5, 10)))
-		case Float32:
+		case kspace.F32:
 			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(v)))
-		case Float64:
+		case kspace.F64:
 			binary.LittleEndian.PutUint64(p, math.Float64bits(v))
-		case Bfloat16:
+		case kspace.BF16:
 			binary.LittleEndian.PutUint16(p, bf16(v))
-		case Float8e4m3:
+		case kspace.F8E4M3:
 			p[0] = byte(toMini(v, 4, 3))
-		case Float8e5m2:
+		case kspace.F8E5M2:
 			p[0] = byte(toMini(v, 5, 2))
 		}
 	}
@@ -71,35 +43,35 @@ func Encode(t Type, vals []float64) []byte {
 }
 
 // Decode reads the elements of b as type t.
-func Decode(t Type, b []byte) []float64 {
+func Decode(t kspace.Type, b []byte) []float64 {
 	sz := t.Size()
 	out := make([]float64, len(b)/sz)
 	for i := range out {
 		p := b[i*sz:]
 		switch t {
-		case Int8:
+		case kspace.I8:
 			out[i] = float64(int8(p[0]))
-		case Uint8:
+		case kspace.U8:
 			out[i] = float64(p[0])
-		case Int32:
+		case kspace.I32:
 			out[i] = float64(int32(binary.LittleEndian.Uint32(p)))
-		case Uint32:
+		case kspace.U32:
 			out[i] = float64(binary.LittleEndian.Uint32(p))
-		case Int64:
+		case kspace.I64:
 			out[i] = float64(int64(binary.LittleEndian.Uint64(p)))
-		case Uint64:
+		case kspace.U64:
 			out[i] = float64(binary.LittleEndian.Uint64(p))
-		case Float16:
+		case kspace.F16:
 			out[i] = fromMini(uint32(binary.LittleEndian.Uint16(p)), 5, 10)
-		case Float32:
+		case kspace.F32:
 			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
-		case Float64:
+		case kspace.F64:
 			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(p))
-		case Bfloat16:
+		case kspace.BF16:
 			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(p)) << 16))
-		case Float8e4m3:
+		case kspace.F8E4M3:
 			out[i] = fromMini(uint32(p[0]), 4, 3)
-		case Float8e5m2:
+		case kspace.F8E5M2:
 			out[i] = fromMini(uint32(p[0]), 5, 2)
 		}
 	}
@@ -107,7 +79,7 @@ func Decode(t Type, b []byte) []float64 {
 }
 
 // Round returns v as type t would store it.
-func Round(t Type, v float64) float64 { return Decode(t, Encode(t, []float64{v}))[0] }
+func Round(t kspace.Type, v float64) float64 { return Decode(t, Encode(t, []float64{v}))[0] }
 
 func bf16(v float64) uint16 {
 	bits := math.Float32bits(float32(v))
@@ -162,19 +134,19 @@ func fromMini(x uint32, e, m int) float64 {
 }
 
 // Epsilon is the relative rounding unit of t (0 for integers).
-func Epsilon(t Type) float64 {
+func Epsilon(t kspace.Type) float64 {
 	switch t {
-	case Float16:
+	case kspace.F16:
 		return 1.0 / 1024
-	case Bfloat16:
+	case kspace.BF16:
 		return 1.0 / 128
-	case Float32:
+	case kspace.F32:
 		return 1.0 / (1 << 23)
-	case Float64:
+	case kspace.F64:
 		return 1.0 / (1 << 52)
-	case Float8e4m3:
+	case kspace.F8E4M3:
 		return 1.0 / 8
-	case Float8e5m2:
+	case kspace.F8E5M2:
 		return 1.0 / 4
 	}
 	return 0
