@@ -225,7 +225,7 @@ echo "functions with spills (arch, spill stores/loads bytes, stack frame, regs, 
 echo "callee-saved registers a non-inlined device function saves as spill stores too:"
 awk -F'\t' '$1 == "F" && $7 + $8 > 0 {printf "%s\t%s\t%s\t%s\t%s\t%s\n", $2, $4, $5, $6, $7, $8}' "$REC" | sort -u |
   sort -t "$(printf '\t')" -k5,5nr -k1,1 -k2,2 |
-  awk -F'\t' '{ n++; if (n <= 40) printf "  %-6s %5d/%-5d stack %5d regs %3s  %s\n", $1, $5, $6, $4, $3, $2 } END { printf "  (%d function(s) with spills%s)\n", n, n > 40 ? ", 40 largest shown" : "" }'
+  awk -F'\t' '{ n++; if (n <= 40) printf "  %-6s %5d/%-5d stack %5d regs %3s  %s\n", $1, $5, $6, $4, $3, $2 } END { printf "  (%d function(s) with spills%s)\n", n, (n > 40 ? ", 40 largest shown" : "") }'
 echo "key functions:"
 awk -F'\t' '$1 == "F" && ($4 ~ /^ngDevFunc_AllReduce_.*_RING_SIMPLE$/ || $4 == "ngDevKernel_AllReduce_Sum_f32_RING_LL") {
     printf "%s\t%s\t%s\t%s\t%s\t%s\n", $2, $4, $5, $6, $7, $8 }' "$REC" | sort -u | sort -t "$(printf '\t')" -k2,2 -k1,1 |
