@@ -518,7 +518,7 @@ __device__ __forceinline__ ngGroup ngWorkGroup(struct ngShmem* sh) {
   return g;
 }
 
-__device__ __forceinline__ int ngDivUp(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+__device__ __forceinline__ int64_t ngDivUp(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __device__ __forceinline__ int64_t ngAlignUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 __device__ __forceinline__ int64_t ngMin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
