@@ -92,6 +92,11 @@ func (k *checker) redOp(op RedOp, dt DataType) devOp {
 		if dt.IsFloat() {
 			return devOp{op: kspace.PreMulSum, arg: scalarBits(1/float64(k.c.nRanks), dt)}
 		}
+		// The device divides in the element type, so the divisor must fit it.
+		if dt.Size() == 1 && k.c.nRanks > math.MaxInt8 && (dt == Int8 || k.c.nRanks > math.MaxUint8) {
+			k.fail("op", "Avg", fmt.Sprintf("Sum, or a wider type: Avg of %s over %d ranks needs a divisor %s cannot hold", dt, k.c.nRanks, dt))
+			return devOp{}
+		}
 		// Bit 63: divide as signed (signed types run the unsigned function).
 		arg := uint64(k.c.nRanks)
 		if dt.kspace().IsSigned() {

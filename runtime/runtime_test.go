@@ -302,3 +302,23 @@ func TestDeviceErrors(t *testing.T) {
 	assert.ErrorIs(t, &DeviceError{Code: 2}, ErrAborted)
 	assert.ErrorIs(t, &DeviceError{Code: 3}, ErrDevice)
 }
+
+// TestAvgByteTypesManyRanks: the device divides in the element type, so
+// Avg of 1-byte integers over more ranks than the type holds is refused.
+func TestAvgByteTypesManyRanks(t *testing.T) {
+	for _, c := range []struct {
+		n  int
+		dt DataType
+		ok bool
+	}{{127, Int8, true}, {128, Int8, false}, {255, Uint8, true}, {256, Uint8, false}, {1000, Int32, true}} {
+		k := &checker{op: "AllReduce", c: &Comm{nRanks: c.n}}
+		k.redOp(Avg, c.dt)
+		if c.ok {
+			assert.NoError(t, k.err, "%d ranks %s", c.n, c.dt)
+			continue
+		}
+		require.Error(t, k.err, "%d ranks %s", c.n, c.dt)
+		assert.ErrorIs(t, k.err, ErrInvalidArgument)
+		assert.Contains(t, k.err.Error(), "Avg")
+	}
+}
