@@ -288,6 +288,17 @@ func p2pTask(send bool, buf cuda.DevicePtr, count int, dt DataType, peer int) en
 	return t
 }
 
+// blockTasks are one send (or receive) per rank p of the p-th block of
+// count elements of buf: the per-peer half of AllToAll, Gather and Scatter.
+func blockTasks(send bool, buf cuda.DevicePtr, count int, dt DataType, nRanks int) []enqueue.Task {
+	bs := cuda.DevicePtr(count * dt.Size())
+	ts := make([]enqueue.Task, 0, nRanks)
+	for p := range nRanks {
+		ts = append(ts, p2pTask(send, buf+cuda.DevicePtr(p)*bs, count, dt, p))
+	}
+	return ts
+}
+
 func (g *Group) p2p(op string, send bool, c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
 	k, err := begin(op, c)
 	if err != nil {
@@ -330,10 +341,10 @@ func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataT
 	if k.err != nil {
 		return k.err
 	}
-	bs := cuda.DevicePtr(count * dt.Size())
-	var ts []enqueue.Task
+	sends, recvs := blockTasks(true, send, count, dt, c.nRanks), blockTasks(false, recv, count, dt, c.nRanks)
+	ts := make([]enqueue.Task, 0, 2*c.nRanks)
 	for p := range c.nRanks {
-		ts = append(ts, p2pTask(true, send+cuda.DevicePtr(p)*bs, count, dt, p), p2pTask(false, recv+cuda.DevicePtr(p)*bs, count, dt, p))
+		ts = append(ts, sends[p], recvs[p])
 	}
 	return g.add("AllToAll", c, stream, ts...)
 }
@@ -358,10 +369,7 @@ func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTyp
 	}
 	ts := []enqueue.Task{p2pTask(true, send, count, dt, root)}
 	if c.rank == root {
-		bs := cuda.DevicePtr(count * dt.Size())
-		for p := range c.nRanks {
-			ts = append(ts, p2pTask(false, recv+cuda.DevicePtr(p)*bs, count, dt, p))
-		}
+		ts = append(ts, blockTasks(false, recv, count, dt, c.nRanks)...)
 	}
 	return g.add("Gather", c, stream, ts...)
 }
@@ -386,10 +394,7 @@ func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTy
 	}
 	var ts []enqueue.Task
 	if c.rank == root {
-		bs := cuda.DevicePtr(count * dt.Size())
-		for p := range c.nRanks {
-			ts = append(ts, p2pTask(true, send+cuda.DevicePtr(p)*bs, count, dt, p))
-		}
+		ts = blockTasks(true, send, count, dt, c.nRanks)
 	}
 	ts = append(ts, p2pTask(false, recv, count, dt, root))
 	return g.add("Scatter", c, stream, ts...)

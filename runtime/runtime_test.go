@@ -322,3 +322,17 @@ func TestAvgByteTypesManyRanks(t *testing.T) {
 		assert.Contains(t, k.err.Error(), "Avg")
 	}
 }
+
+// blockTasks gives the per-peer blocks that AllToAll, Gather and Scatter
+// queue: block p of the buffer goes to (or comes from) rank p.
+func TestBlockTasks(t *testing.T) {
+	c := &Comm{nRanks: 4}
+	sends, recvs := blockTasks(true, 0x10000, 256, Float32, 4), blockTasks(false, 0x20000, 256, Float32, 4)
+	var interleaved []enqueue.Task
+	for p := range 4 {
+		interleaved = append(interleaved, sends[p], recvs[p])
+	}
+	assert.Equal(t, allToAllTasks(c, 0x10000, 0x20000, 256, Float32), interleaved)
+	assert.Equal(t, uint64(0x10000+3*1024), sends[3].Send)
+	assert.Equal(t, 3, recvs[3].Peer)
+}
