@@ -30,11 +30,10 @@ type Conn struct {
 	out     []*peerOut
 	collSeq atomic.Int64
 
-	mu      sync.Mutex
-	closing bool
-	conns   map[net.Conn]struct{} // every socket, to close on shutdown
-	inPeers map[int]bool          // peers with an incoming connection
-	wg      sync.WaitGroup        // accept loop and readers
+	socks   connSet        // every socket, to close on shutdown
+	mu      sync.Mutex     // guards inPeers
+	inPeers map[int]bool   // peers with an incoming connection
+	wg      sync.WaitGroup // accept loop and readers
 }
 
 // peerOut is this rank's outgoing connection to one peer. lock is a
@@ -199,8 +198,8 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		opState: opState{rank: rank, timeout: timeout},
 		size:    nRanks, magic: magic, addrs: addrs,
 		log: log, ln: ln, box: newMailbox(),
-		out:   make([]*peerOut, nRanks),
-		conns: make(map[net.Conn]struct{}), inPeers: make(map[int]bool),
+		out:     make([]*peerOut, nRanks),
+		inPeers: make(map[int]bool),
 	}
 	for i := range c.out {
 		c.out[i] = &peerOut{lock: make(chan struct{}, 1)}
@@ -253,22 +252,6 @@ func (c *Conn) PeerAddr(peer int) string {
 
 func (c *Conn) nextCollSeq() int64 { return c.collSeq.Add(1) }
 
-func (c *Conn) track(nc net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return false
-	}
-	c.conns[nc] = struct{}{}
-	return true
-}
-
-func (c *Conn) untrack(nc net.Conn) {
-	c.mu.Lock()
-	delete(c.conns, nc)
-	c.mu.Unlock()
-}
-
 func (c *Conn) acceptLoop() {
 	defer c.wg.Done()
 	for {
@@ -276,7 +259,7 @@ func (c *Conn) acceptLoop() {
 		if err != nil {
 			return
 		}
-		if !c.track(nc) {
+		if !c.socks.track(nc) {
 			nc.Close()
 			return
 		}
@@ -289,7 +272,7 @@ func (c *Conn) acceptLoop() {
 // messages until it ends.
 func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
-	defer c.untrack(nc)
+	defer c.socks.untrack(nc)
 	defer nc.Close()
 	br := bufio.NewReaderSize(nc, 64<<10)
 	_ = nc.SetReadDeadline(time.Now().Add(c.timeout))
@@ -385,7 +368,7 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 			}
 			return fmt.Errorf("dial rank %d at %s: %w", peer, c.addrs[peer], err)
 		}
-		if !c.track(nc) {
+		if !c.socks.track(nc) {
 			nc.Close()
 			return c.box.closedErr()
 		}
@@ -467,12 +450,7 @@ func (c *Conn) shutdown(err error) {
 	if !c.box.shutdown(err) {
 		return
 	}
-	c.mu.Lock()
-	c.closing = true
-	for nc := range c.conns {
-		nc.Close()
-	}
-	c.mu.Unlock()
+	c.socks.shut(func(nc net.Conn) { nc.Close() })
 	c.ln.Close()
 }
 

@@ -26,10 +26,8 @@ type Root struct {
 	done    chan struct{}
 	err     error // outcome, set before done is closed
 
-	mu      sync.Mutex
-	closing bool
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup // accept loop and connection handlers
+	socks connSet        // every accepted socket, to close on shutdown
+	wg    sync.WaitGroup // accept loop and connection handlers
 }
 
 // NewRoot starts a root and returns it with the UniqueID that ranks pass to
@@ -76,7 +74,6 @@ func NewRoot(ctx context.Context, opts Options) (*Root, UniqueID, error) {
 		ln: ln, id: id, magic: magic, timeout: timeout,
 		log:    opts.logger().With("role", "root", "addr", ap.String()),
 		cancel: cancel, done: make(chan struct{}),
-		conns: make(map[net.Conn]struct{}),
 	}
 	go r.serve(ctx)
 	return r, id, nil
@@ -112,23 +109,6 @@ func (r *Root) Close() error {
 	return nil
 }
 
-// track registers an accepted connection so that shutdown can close it.
-func (r *Root) track(c net.Conn) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing {
-		return false
-	}
-	r.conns[c] = struct{}{}
-	return true
-}
-
-func (r *Root) untrack(c net.Conn) {
-	r.mu.Lock()
-	delete(r.conns, c)
-	r.mu.Unlock()
-}
-
 type rootEventKind int
 
 const (
@@ -150,7 +130,7 @@ func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}, deadlin
 		if err != nil {
 			return
 		}
-		if !r.track(c) {
+		if !r.socks.track(c) {
 			c.Close()
 			return
 		}
@@ -163,7 +143,7 @@ func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}, deadlin
 // them to serve.
 func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{}, deadline time.Time) {
 	defer r.wg.Done()
-	defer r.untrack(c)
+	defer r.socks.untrack(c)
 	defer c.Close()
 	send := func(ev rootEvent) bool {
 		select {
@@ -329,9 +309,7 @@ loop:
 	// everything, and closed when they hang up or after a grace period.
 	close(quit)
 	r.ln.Close()
-	r.mu.Lock()
-	r.closing = true
-	for c := range r.conns {
+	r.socks.shut(func(c net.Conn) {
 		isRank := false
 		for _, rc := range arrived {
 			isRank = isRank || rc == c
@@ -339,12 +317,11 @@ loop:
 		if graceful && isRank {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
-				continue
+				return
 			}
 		}
 		c.Close()
-	}
-	r.mu.Unlock()
+	})
 	waited := make(chan struct{})
 	go func() { r.wg.Wait(); close(waited) }()
 	grace := time.NewTimer(min(r.timeout, 2*time.Second))
@@ -355,10 +332,6 @@ loop:
 	case <-grace.C:
 	case <-ctx.Done():
 	}
-	r.mu.Lock()
-	for c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
+	r.socks.closeAll()
 	<-waited
 }
