@@ -30,6 +30,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +105,8 @@ type config struct {
 	op              redOp
 	dt              dataType
 	root            int
+	hostTime        bool   // -hosttime: report the enqueue loop's own time
+	cpuProfile      string // -cpuprofile: write a Go CPU profile here
 	compare, fatbin string
 }
 
@@ -144,6 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	dtS := fs.String("d", "float", "data type: "+strings.Join(typeNames, ", "))
 	fs.IntVar(&c.root, "r", 0, "root rank for broadcast and reduce")
 	fs.StringVar(&c.compare, "compare", "", "path or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
+	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo fatbin (default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -216,7 +221,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
 		os.Exit(2)
 	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ncclperf: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "ncclperf: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(c, os.Stdout); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
 		os.Exit(1)
 	}
@@ -360,8 +379,7 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 		count := c.countFor(size)
 		bytes := count * int64(c.dt.size()) * c.elemsPerCount()
 		row := fmt.Sprintf("%12d %12d %8s %6s %6d", bytes, count, c.dt, c.op, c.root)
-		var oopBus float64
-		var oopTime float64
+		var oopBus, oopTime, oopHost float64
 		for _, inPlace := range []bool{false, true} {
 			res, err := c.measure(ours, ranks, count, inPlace)
 			if err != nil {
@@ -374,7 +392,7 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 			}
 			row += fmt.Sprintf("   %9.2f %7.2f %7.2f %6s", res.usec, res.algbw, res.busbw, wrong)
 			if !inPlace {
-				oopBus, oopTime = res.busbw, res.usec
+				oopBus, oopTime, oopHost = res.busbw, res.usec, res.hostUsec
 			}
 		}
 		busSum += oopBus
@@ -386,6 +404,11 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 			}
 			q, by := ratio(bytes, oopTime, oopBus, res.usec, res.busbw)
 			row += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", res.usec, res.busbw, q, by)
+			if c.hostTime {
+				row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f, reference %.2f", bytes, oopHost, res.hostUsec)
+			}
+		} else if c.hostTime {
+			row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f", bytes, oopHost)
 		}
 		fmt.Fprintln(w, row)
 		if c.next(size) == size {
@@ -438,6 +461,7 @@ func (c *config) bufferBytes(size int64) (send, recv int64) {
 
 type result struct {
 	usec, algbw, busbw float64
+	hostUsec           float64 // the enqueue loop alone, per iteration
 	wrong              int
 }
 
@@ -497,6 +521,7 @@ func (c *config) measure(b backend, ranks []rankBuffers, count int64, inPlace bo
 			return res, err
 		}
 	}
+	res.hostUsec = time.Since(start).Seconds() * 1e6 / float64(c.iters)
 	if err := syncAll(streams); err != nil {
 		return res, err
 	}
