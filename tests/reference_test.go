@@ -16,8 +16,10 @@ type errRecorder struct {
 	errs []string
 }
 
-func (e *errRecorder) Errorf(format string, args ...any) { e.errs = append(e.errs, fmt.Sprintf(format, args...)) }
-func (e *errRecorder) Helper()                           {}
+func (e *errRecorder) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+func (e *errRecorder) Helper() {}
 
 // TestTileMatchesElementwise checks the suite's fast reference against the
 // element-by-element definition, for every type and several phases.
