@@ -4,7 +4,8 @@
 # (full, no-op, one changed unit), run the GPU tests, then the benchmarks
 # against the machine's NCCL. Logs go to $OUT (or build/verify).
 #
-# STEPS (default "build perf tests") may also name, for a machine of N GPUs
+# STEPS (default "build perf tests") may also name "latency" (8 B
+# diagnostics: enqueue time, CPU profiles in $OUT, protocols forced), and, for a machine of N GPUs
 # (N from nvidia-smi, or NGPUS=...), with one rank per GPU in one process:
 #   multigpu-tests  the correctness suite (tests.test -test.short, no 64 Mi cases)
 #                   with NCCLGO_TEST_DEVICES=0,..,N-1 and NCCLGO_TEST_RANKS=${MG_RANKS:-N}
@@ -52,6 +53,20 @@ if [[ " $STEPS " == *" perf "* ]]; then
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 200 -w 20 $CMP
   t $B/ncclperf -coll allreduce -b 512M -e 512M -g 2 -n 10 -w 3 $CMP
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 50 -w 5
+fi
+
+if [[ " $STEPS " == *" latency "* ]]; then
+  # Small-message latency diagnostics: the enqueue loop's own time next to
+  # the total, a CPU profile of 2 and 8 ranks, and each protocol forced.
+  echo "== latency (8 B AllReduce)"
+  $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 20000 -w 200 -hosttime -cpuprofile "$OUT/ar8-2ranks.prof" | grep -v '^# [a-zA-Z]'
+  $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 5000 -w 100 -hosttime -cpuprofile "$OUT/ar8-8ranks.prof" | grep -v '^# [a-zA-Z]'
+  $B/ncclperf -coll allreduce -b 8 -e 8 -g 1 -n 5000 -w 100 -hosttime | grep -v '^# [a-zA-Z]'
+  for p in LL LL128 SIMPLE; do for ch in 1 2; do
+    echo "-- NCCL_PROTO=$p NCCL_NCHANNELS=$ch"
+    NCCL_PROTO=$p NCCL_NCHANNELS=$ch $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 5000 -w 100 -hosttime | grep -E '^ +[0-9]|host'
+  done; done
+  NCCL_DEBUG=INFO $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -iE 'allreduce 8|ring|tree' | head -8
 fi
 
 if [[ " $STEPS " == *" tests "* ]]; then
