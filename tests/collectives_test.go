@@ -199,6 +199,16 @@ func (w *world) eachRank(fn func(r int)) {
 	wg.Wait()
 }
 
+// settle waits for the uploads and the poisoning: they run on the legacy
+// stream, which the ranks' non-blocking streams do not wait for, and a
+// pageable upload may return before its data has reached the device.
+func (w *world) settle() {
+	w.t.Helper()
+	for _, ctx := range w.ctxs {
+		require.NoError(w.t, ctx.Synchronize())
+	}
+}
+
 func (w *world) poison() {
 	for i := range w.comms {
 		require.NoError(w.t, w.ctxs[i].MemsetD8(w.send[i], 0xa5, w.size))
@@ -497,6 +507,7 @@ func runOne(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, o op, coun
 		}
 		w.upload(r, send[r], fill(ty, o, r, in))
 	}
+	w.settle()
 	g := runtime.NewGroup()
 	var redOps []runtime.RedOp
 	for r, c := range w.comms {
@@ -571,6 +582,7 @@ func TestSendRecv(t *testing.T) {
 				for r := range n {
 					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, count))
 				}
+				w.settle()
 				g := runtime.NewGroup()
 				for r, c := range w.comms {
 					require.NoError(t, g.Send(c, w.send[r], count, runtime.Uint8, (r+1)%n, w.streams[r]))
@@ -589,6 +601,7 @@ func TestSendRecv(t *testing.T) {
 				for r := range n {
 					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, per*n))
 				}
+				w.settle()
 				g = runtime.NewGroup()
 				for r, c := range w.comms {
 					require.NoError(t, g.AllToAll(c, w.send[r], w.recv[r], per, runtime.Uint8, w.streams[r]))

@@ -76,7 +76,8 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
 		wbAddr = uint64(wb.dev)
 	}
 	args := ln.Args(l.comm, wbAddr)
-	packed := PackArgs(&args)
+	// The kernel arguments hold no Go pointers, so cgo may pass them as is.
+	packed := unsafe.Slice((*byte)(unsafe.Pointer(&args)), ln.ArgsSize())
 	grid := cuda.Dim1(uint32(ln.NBlocks()))
 	block := cuda.Dim1(uint32(ln.NThreads))
 	if err := s.Launch(fn, grid, block, 0, packed); err != nil {

@@ -169,12 +169,29 @@ func (p *Plan) Empty() bool { return len(p.Copies) == 0 && len(p.Launches) == 0 
 // KernelArgsSize is the size of the packed kernel arguments.
 const KernelArgsSize = int(unsafe.Sizeof(generated.KernelArgs{}))
 
+// argsHeaderSize is the part of the kernel arguments before the inline works.
+const argsHeaderSize = int(unsafe.Offsetof(generated.KernelArgs{}.Works))
+
 // PackArgs returns a's bytes as the kernel receives them (little-endian,
 // the C layout, exactly 4096 bytes).
 func PackArgs(a *generated.KernelArgs) []byte {
 	b := make([]byte, KernelArgsSize)
 	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(a)), KernelArgsSize))
 	return b
+}
+
+// ArgsSize is how many leading bytes of the kernel arguments a launch must
+// pass: the header and its inline works, rounded up to 16 bytes. The
+// kernel reads no work at or past NWork, so the rest of the 4 KiB block
+// need not be copied at launch (the driver copies what it is given; NCCL
+// passes a partial block the same way). It cuts an 8-byte AllReduce's
+// parameter copy from 4096 bytes to 256.
+func (l *Launch) ArgsSize() int {
+	n := argsHeaderSize
+	if l.Inline() {
+		n += len(l.Works) * int(unsafe.Sizeof(generated.DevWork{}))
+	}
+	return min(KernelArgsSize, (n+15)&^15)
 }
 
 // WorkBytes returns works' bytes as the device reads them.

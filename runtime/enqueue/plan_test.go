@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/generated"
@@ -483,5 +484,17 @@ func TestWithTuner(t *testing.T) {
 		l := p.Launches[0]
 		assert.LessOrEqual(t, l.NBlocks()*4, 132, "4 co-located ranks stay resident")
 		checkCover(t, l, n, Granule/4, l.NBlocks())
+	}
+}
+
+func TestArgsSize(t *testing.T) {
+	require.Equal(t, 192, argsHeaderSize, "the header the device reads before the works")
+	require.Equal(t, 64, int(unsafe.Sizeof(generated.DevWork{})))
+	for _, tc := range []struct{ works, want int }{
+		{0, 192}, {1, 256}, {2, 320}, {generated.WorkInlineMax, KernelArgsSize}, {generated.WorkInlineMax + 1, 192},
+	} {
+		l := Launch{Works: make([]generated.DevWork, tc.works)}
+		require.Equal(t, tc.want, l.ArgsSize(), "%d works", tc.works)
+		require.Zero(t, l.ArgsSize()%16)
 	}
 }

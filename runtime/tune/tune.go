@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
@@ -107,6 +108,24 @@ type Tuner struct {
 	minCh       int
 	maxCh       int
 	nThreads    [kspace.NumProtos]int
+
+	// cands caches, per (collective, op, type), the (algorithm, protocol)
+	// pairs that the build and the settings allow, or why there are none:
+	// neither changes after New, and working them out costs more than
+	// the cost model itself.
+	cands [kspace.NumColls][kspace.NumRedOps][kspace.NumTypes]atomic.Pointer[candidates]
+}
+
+// candidates are the pairs a call may choose from, or the error that says
+// why it has none.
+type candidates struct {
+	pairs []algoProto
+	err   error
+}
+
+type algoProto struct {
+	a kspace.Algo
+	p kspace.Proto
 }
 
 // Option configures a Tuner.
@@ -258,10 +277,13 @@ func (t *Tuner) channels(a kspace.Algo, p kspace.Proto, nBytes int64) (nc, nt in
 	if a == kspace.Ring && p == kspace.LL {
 		thr *= int64(t.topo.NRanks)
 	}
+	// The largest channel count in [minCh, maxCh] that gives each thread
+	// its threshold, or minCh; then fewer threads.
+	if per := int64(nt) * thr; nBytes < int64(nc)*per {
+		nc = max(t.minCh, int(nBytes/per))
+	}
 	for nBytes < int64(nc)*int64(nt)*thr {
 		switch {
-		case nc > t.minCh:
-			nc--
 		case nt%128 == 0 && nt > 2*config.WarpSize:
 			nt /= 2
 		default:
@@ -310,6 +332,43 @@ func algoName(a kspace.Algo) string {
 }
 
 func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nBytes int64) (Choice, error) {
+	o, y := op, ty
+	if !coll.HasRedOp() {
+		o, y = 0, 0 // byte-moving collectives do not depend on them
+	}
+	slot := &t.cands[coll][o][y]
+	cs := slot.Load()
+	if cs == nil {
+		cs = t.candidatesFor(coll, op, ty)
+		slot.Store(cs)
+	}
+	if cs.err != nil {
+		return Choice{}, cs.err
+	}
+	best := Choice{PredictedTime: -1}
+	bestUs := math.Inf(1)
+	for _, ap := range cs.pairs {
+		a, p := ap.a, ap.p
+		nc, nt := t.channels(a, p, nBytes)
+		us := 0.0
+		if t.topo.NRanks > 1 {
+			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
+		} else if !(a == kspace.Ring && p == kspace.Simple) {
+			us = 1e-3 // one rank: prefer RING/SIMPLE, as NCCL does
+		}
+		if us < bestUs {
+			bestUs = us
+			best = Choice{Func: funcOf(coll, op, ty, a, p), Algo: a, Proto: p, NChannels: nc, NThreads: nt}
+		}
+	}
+	best.PredictedTime = micros(bestUs)
+	return best, nil
+}
+
+// candidatesFor works out the (algorithm, protocol) pairs that the build
+// and NCCL_ALGO / NCCL_PROTO leave for coll with op and ty, in the order
+// the cost model visits them, or the error that names what is available.
+func (t *Tuner) candidatesFor(coll kspace.Coll, op kspace.RedOp, ty kspace.Type) *candidates {
 	what := coll.String()
 	if coll.HasRedOp() {
 		what = fmt.Sprintf("%s %s %s", coll, op, ty)
@@ -328,7 +387,7 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		}
 	}
 	if len(availAlgos) == 0 {
-		return Choice{}, fmt.Errorf("tune: %w: %s has no implemented function in this build", ErrNoChoice, what)
+		return &candidates{err: fmt.Errorf("tune: %w: %s has no implemented function in this build", ErrNoChoice, what)}
 	}
 	var algos []kspace.Algo
 	for _, a := range availAlgos {
@@ -337,30 +396,18 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		}
 	}
 	if len(algos) == 0 {
-		return Choice{}, fmt.Errorf("tune: %w: %s leaves no algorithm for %s; available: %s",
-			ErrNoChoice, t.cfg.Algo.Describe(), coll, joinNames(availAlgos))
+		return &candidates{err: fmt.Errorf("tune: %w: %s leaves no algorithm for %s; available: %s",
+			ErrNoChoice, t.cfg.Algo.Describe(), coll, joinNames(availAlgos))}
 	}
-	best := Choice{PredictedTime: -1}
-	bestUs := math.Inf(1)
+	cs := &candidates{}
 	for _, a := range algos {
 		for p := kspace.Proto(0); p < kspace.NumProtos; p++ {
-			if !t.cfg.Proto.Allows(coll, p) || !t.usable(coll, op, ty, a, p) {
-				continue
-			}
-			nc, nt := t.channels(a, p, nBytes)
-			us := 0.0
-			if t.topo.NRanks > 1 {
-				us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
-			} else if !(a == kspace.Ring && p == kspace.Simple) {
-				us = 1e-3 // one rank: prefer RING/SIMPLE, as NCCL does
-			}
-			if us < bestUs {
-				bestUs = us
-				best = Choice{Func: funcOf(coll, op, ty, a, p), Algo: a, Proto: p, NChannels: nc, NThreads: nt}
+			if t.cfg.Proto.Allows(coll, p) && t.usable(coll, op, ty, a, p) {
+				cs.pairs = append(cs.pairs, algoProto{a, p})
 			}
 		}
 	}
-	if best.PredictedTime == -1 {
+	if len(cs.pairs) == 0 {
 		// Every allowed algorithm has a usable protocol, so NCCL_PROTO
 		// excluded them all.
 		var pairs []string
@@ -371,11 +418,10 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 				}
 			}
 		}
-		return Choice{}, fmt.Errorf("tune: %w: %s leaves no protocol for %s (%s); available: %s",
+		cs.err = fmt.Errorf("tune: %w: %s leaves no protocol for %s (%s); available: %s",
 			ErrNoChoice, t.cfg.Proto.Describe(), what, t.cfg.Algo.Describe(), strings.Join(pairs, ", "))
 	}
-	best.PredictedTime = micros(bestUs)
-	return best, nil
+	return cs
 }
 
 func (t *Tuner) chooseP2P(nBytes int64) (Choice, error) {

@@ -1,0 +1,62 @@
+package tune
+
+import (
+	"testing"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
+)
+
+// BenchmarkChoose8B is the tuner's share of an 8-byte AllReduce's host
+// cost, with a build that lacks some functions (so availability matters).
+func BenchmarkChoose8B(b *testing.B) {
+	avail := func(f kspace.Func) bool { return f.Type != kspace.F8E4M3 }
+	tu, err := New(h200(2), config.Config{}, avail)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestChannelsClosedForm checks channels against the step-by-step rule it
+// replaces: drop a channel while each thread gets less than its threshold
+// (down to minCh), then halve the threads.
+func TestChannelsClosedForm(t *testing.T) {
+	for _, topo := range []Topology{h200(2), h200(8), {NRanks: 8, NGPUs: 8, RanksPerGPU: 1, SMCount: 132, BlocksPerSM: 1, IntraBW: 20}} {
+		for _, cfg := range []config.Config{{}, {MinNChannels: 4}, {NChannels: 3}, {NThreads: 256}} {
+			tu, err := New(topo, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range []kspace.Algo{kspace.Ring, kspace.Tree} {
+				for p := kspace.Proto(0); p < kspace.NumProtos; p++ {
+					for nBytes := int64(0); nBytes < 1<<28; nBytes = nBytes*3/2 + 1 {
+						nc, nt := tu.maxCh, tu.nThreads[p]
+						thr := threadThreshold[p]
+						if a == kspace.Ring && p == kspace.LL {
+							thr *= int64(tu.topo.NRanks)
+						}
+						for nBytes < int64(nc)*int64(nt)*thr {
+							if nc > tu.minCh {
+								nc--
+							} else if nt%128 == 0 && nt > 2*config.WarpSize {
+								nt /= 2
+							} else {
+								break
+							}
+						}
+						gc, gt := tu.channels(a, p, nBytes)
+						if gc != nc || gt != nt {
+							t.Fatalf("%+v %+v %s/%s %d B: channels = %d, %d; want %d, %d", topo, cfg, a, p, nBytes, gc, gt, nc, nt)
+						}
+					}
+				}
+			}
+		}
+	}
+}
