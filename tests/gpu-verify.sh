@@ -66,7 +66,11 @@ if [[ " $STEPS " == *" latency "* ]]; then
     echo "-- NCCL_PROTO=$p NCCL_NCHANNELS=$ch"
     NCCL_PROTO=$p NCCL_NCHANNELS=$ch $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 5000 -w 100 -hosttime | grep -E '^ +[0-9]|host'
   done; done
-  NCCL_DEBUG=INFO $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -iE 'allreduce 8|ring|tree' | head -8
+  echo "-- 200 iterations (fewer than the launch queue holds: the enqueue time is the host's own)"
+  for g in 2 8; do $B/ncclperf -coll allreduce -b 8 -e 8 -g $g -n 200 -w 200 -hosttime | grep -E '^ +[0-9]|host'; done
+  NCCL_DEBUG=INFO $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -E 'AllReduce 8 bytes' | head -2
+  echo "-- the driver's own launch cost"
+  (cd runtime/cuda && "$ROOT/bundle/tests/runtime_cuda.test" -test.run XXX -test.bench GPULaunch -test.benchtime 20000x 2>&1 | grep -E 'Benchmark|FAIL')
 fi
 
 if [[ " $STEPS " == *" tests "* ]]; then

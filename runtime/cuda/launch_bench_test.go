@@ -1,0 +1,115 @@
+package cuda
+
+import (
+	"testing"
+)
+
+// BenchmarkGPULaunch measures the host's cost of queueing work on this
+// machine's driver, the floor under ncclgo's small-message latency: a
+// kernel with 16 bytes of parameters, the 4 KiB-parameter kernel given its
+// whole block or only its first 256 bytes, an event record, and a launch
+// on each of two streams (as two ranks of one process do). The queue is
+// drained off the clock every 256 operations, so the figure is host time,
+// not GPU time.
+func BenchmarkGPULaunch(b *testing.B) {
+	if err := Init(); err != nil {
+		b.Skip("no CUDA driver: " + err.Error())
+	}
+	d, err := GetDevice(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := d.PrimaryContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Release()
+	m, err := c.LoadModule([]byte(testPTX))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Unload()
+	add1, err := m.Function("add1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	big, err := m.Function("big")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := c.MemAlloc(4 * 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.MemFree(out)
+	var small, large packArgs
+	small.u64(uint64(out))
+	small.u32(0)
+	small.align(8)
+	large.u64(uint64(out))
+	large.u32(0)
+	for len(large.b) < 4096 {
+		large.u32(0)
+	}
+	s1, err := c.NewStream(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s1.Destroy()
+	s2, err := c.NewStream(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s2.Destroy()
+	ev, err := c.NewEvent(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ev.Destroy()
+
+	run := func(b *testing.B, op func() error) {
+		b.Helper()
+		i := 0
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+			if i++; i%256 == 0 {
+				b.StopTimer()
+				if err := c.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		}
+		if err := c.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	one := Dim1(1)
+	b.Run("params=16B", func(b *testing.B) {
+		run(b, func() error { return s1.Launch(add1, one, Dim1(64), 0, small.b) })
+	})
+	b.Run("params=4096B", func(b *testing.B) {
+		run(b, func() error { return s1.Launch(big, one, Dim1(64), 0, large.b) })
+	})
+	b.Run("params=256of4096B", func(b *testing.B) {
+		run(b, func() error { return s1.Launch(big, one, Dim1(64), 0, large.b[:256]) })
+	})
+	b.Run("eventRecord", func(b *testing.B) {
+		run(b, func() error { return ev.Record(s1) })
+	})
+	b.Run("twoStreams+records", func(b *testing.B) {
+		run(b, func() error {
+			for _, s := range []*Stream{s1, s2} {
+				if err := s.Launch(big, one, Dim1(64), 0, large.b[:256]); err != nil {
+					return err
+				}
+				if err := ev.Record(s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
