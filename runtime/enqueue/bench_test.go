@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/generated"
 )
 
 // BenchmarkSmallAllReduce measures the host cost of planning and packing
@@ -12,13 +13,13 @@ func BenchmarkSmallAllReduce(b *testing.B) {
 	c := Comm{Rank: 0, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
 	tasks := []Task{{Coll: kspace.AllReduce, Send: 1 << 20, Recv: 2 << 20, Count: 2, Type: kspace.F32, Op: kspace.Sum}}
 	ch := fixedChooser{algo: kspace.Ring, proto: kspace.LL, nc: 1, nt: 128}
+	var args generated.KernelArgs
 	b.ReportAllocs()
 	for b.Loop() {
 		p, err := Build(c, tasks, ch, GeneratedLookup)
 		if err != nil {
 			b.Fatal(err)
 		}
-		args := p.Launches[0].Args(0x1000, 0)
-		_ = PackArgs(&args)
+		p.Launches[0].PutArgs(&args, 0x1000, 0)
 	}
 }

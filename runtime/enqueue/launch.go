@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -24,6 +25,9 @@ type Launcher struct {
 
 	mu   sync.Mutex
 	bufs []*workBuf
+
+	argsMu sync.Mutex
+	args   *generated.KernelArgs // the kernel arguments of the launch being queued
 }
 
 type workBuf struct {
@@ -75,12 +79,19 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
 		}
 		wbAddr = uint64(wb.dev)
 	}
-	args := ln.Args(l.comm, wbAddr)
-	// The kernel arguments hold no Go pointers, so cgo may pass them as is.
-	packed := unsafe.Slice((*byte)(unsafe.Pointer(&args)), ln.ArgsSize())
 	grid := cuda.Dim1(uint32(ln.NBlocks()))
 	block := cuda.Dim1(uint32(ln.NThreads))
-	if err := s.Launch(fn, grid, block, 0, packed); err != nil {
+	// The arguments are written into one reused block (the driver copies
+	// them during the launch); they hold no Go pointers, so cgo may pass
+	// them as they are.
+	l.argsMu.Lock()
+	if l.args == nil {
+		l.args = new(generated.KernelArgs)
+	}
+	ln.PutArgs(l.args, l.comm, wbAddr)
+	err = s.Launch(fn, grid, block, 0, unsafe.Slice((*byte)(unsafe.Pointer(l.args)), ln.ArgsSize()))
+	l.argsMu.Unlock()
+	if err != nil {
 		if wb != nil {
 			// The copy is queued; keep the buffer busy until it is done.
 			_ = wb.ev.Record(s)

@@ -143,16 +143,27 @@ func (l *Launch) Inline() bool { return len(l.Works) <= generated.WorkInlineMax 
 // (ignored otherwise).
 func (l *Launch) Args(comm, workBuf uint64) generated.KernelArgs {
 	var a generated.KernelArgs
+	l.PutArgs(&a, comm, workBuf)
+	return a
+}
+
+// PutArgs writes the first ArgsSize bytes of the kernel arguments into a,
+// which may hold an earlier launch's: every header field is set and the
+// inline works copied; what lies past them is left as it was, since the
+// launch does not pass it.
+func (l *Launch) PutArgs(a *generated.KernelArgs, comm, workBuf uint64) {
 	a.Comm = comm
 	a.ChannelMask = l.ChannelMask
+	a.WorkBuf = 0
 	a.NWork = uint32(len(l.Works))
+	a.Pad = 0
 	a.ChanWorkStart = l.ChanWorkStart
+	a.Pad2 = [len(a.Pad2)]uint16{}
 	if l.Inline() {
 		copy(a.Works[:], l.Works)
 	} else {
 		a.WorkBuf = workBuf
 	}
-	return a
 }
 
 // Plan is what one rank launches at the end of a group: copies first, then

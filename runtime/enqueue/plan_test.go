@@ -498,3 +498,20 @@ func TestArgsSize(t *testing.T) {
 		require.Zero(t, l.ArgsSize()%16)
 	}
 }
+
+// TestPutArgsReuse: a block that held a FIFO launch's arguments gets an
+// inline launch's header right, so the kernel does not read a stale FIFO.
+func TestPutArgsReuse(t *testing.T) {
+	fifo := Launch{ChannelMask: 0xff, Works: make([]generated.DevWork, generated.WorkInlineMax+1)}
+	inline := Launch{ChannelMask: 1, Works: []generated.DevWork{{Count: 2}}}
+	inline.ChanWorkStart[1] = 1
+	var a generated.KernelArgs
+	fifo.PutArgs(&a, 0x10, 0xdead0000)
+	require.Equal(t, uint64(0xdead0000), a.WorkBuf)
+	inline.PutArgs(&a, 0x20, 0xdead0000)
+	want := inline.Args(0x20, 0)
+	n := inline.ArgsSize()
+	got := unsafe.Slice((*byte)(unsafe.Pointer(&a)), n)
+	require.Equal(t, unsafe.Slice((*byte)(unsafe.Pointer(&want)), n), got, "the passed bytes equal a fresh block's")
+	require.Zero(t, a.WorkBuf)
+}
