@@ -33,13 +33,12 @@ __device__ __forceinline__ void ngAllReduceRing(struct ngShmem* sh) {
       const int c = ngMod(idx - 1 - j, N);
       const int64_t s = off + (int64_t)c * chunk;
       const int n = s >= total ? 0 : (int)ngMin64(chunk, total - s);
-      bool ok;
-      if (j == 0) ok = prims.step(src + s, nullptr, n, false, true, false);
-      else if (j < N - 1) ok = prims.step(src + s, nullptr, n, true, true, false);
-      else if (j == N - 1) ok = prims.step(src + s, dst + s, n, true, true, true);
-      else if (j < 2 * N - 2) ok = prims.step(nullptr, dst + s, n, true, true, false);
-      else ok = prims.step(nullptr, dst + s, n, true, false, false);
-      if (!ok) return;
+      // Reduce-scatter steps read the input, the last of them and the
+      // all-gather steps write the output; the first step only sends, the
+      // last only receives. One call site keeps the step inlined once.
+      const T* in = j < N ? src + s : nullptr;
+      T* out = j >= N - 1 ? dst + s : nullptr;
+      if (!prims.step(in, out, n, j > 0, j < 2 * N - 2, j == N - 1)) return;
     }
     off += chunk * N;
   }

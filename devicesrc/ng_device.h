@@ -146,9 +146,29 @@ __device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid) {
   }
 }
 
+// ngNoFunc stands for "no second inlined function".
+struct ngNoFunc {
+  static __device__ __forceinline__ void run(struct ngShmem*) {}
+};
+
+// ngRunInlineSimple runs SimpleF inline when fid is SimpleId; without a
+// sibling (SimpleId < 0) it compiles to nothing.
+template <int SimpleId, typename SimpleF>
+__device__ __forceinline__ bool ngRunInlineSimple(struct ngShmem* sh, int fid) {
+  if constexpr (SimpleId >= 0) {
+    if (fid == SimpleId) {
+      SimpleF::run(sh);
+      return true;
+    }
+  }
+  return false;
+}
+
 // FnId: the function this kernel inlines (-1: none; -2: report every work
-// unsupported); F: that function.
-template <int FnId, ngDevFuncPtr_t F>
+// unsupported); F: that function. SimpleId and SimpleF: a second function
+// inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
+// large calls run without the table call's register saves), or -1.
+template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc>
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
@@ -177,6 +197,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
       ngDevFuncUnsupported(&sh);
     } else if (FnId >= 0 && fid == FnId) {
       F(&sh);
+    } else if (ngRunInlineSimple<SimpleId, SimpleF>(&sh, fid)) {
     } else {
       ngRunWorkDispatch(&sh, fid);
     }
@@ -217,12 +238,17 @@ struct ngCollFunc;
   ngDevKernel_##sym(__grid_constant__ struct ngKernelArgs const args)
 
 // The host pass only needs the kernel's stub; the device function it inlines
-// may be defined for some device architectures only.
+// may be defined for some device architectures only. simpleId is the table
+// id of the kernel's SIMPLE sibling (same collective, op, type and
+// algorithm), which runs inline as well, or -1.
 #if defined(__CUDA_ARCH__)
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId) \
-  NG_KERNEL_SIGNATURE(sym) { ngKernelMain<fnId, &ngDevFunc_##sym>(args); }
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId)                   \
+  NG_KERNEL_SIGNATURE(sym) {                                                                \
+    ngKernelMain<fnId, &ngDevFunc_##sym, simpleId,                                          \
+                 ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>>(args); \
+  }
 #else
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId) \
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId) \
   NG_KERNEL_SIGNATURE(sym) { (void)args; }
 #endif
 

@@ -118,24 +118,27 @@ __device__ __forceinline__ void ngStorePack8(T* base, int pack, int nbytes, uint
 
 // ---- connections ---------------------------------------------------------------------
 
+// A connection as the engine holds it: only the FIFO and the step counter
+// live in registers; the rest (head, tail and step pointers, sizes, flags)
+// is read from the connection's ngConnInfo when needed, which keeps the
+// SIMPLE engine within the kernels' register budget.
 struct ngConn {
-  char* buff;        // this protocol's FIFO (the receiver's memory)
-  uint64_t* head;    // consumed steps (receiver writes)
-  uint64_t* tail;    // posted steps (sender writes, SIMPLE)
-  uint64_t* stepPtr; // this side's persistent step counter
-  uint64_t step;     // this side's step counter (same value in every thread)
-  uint32_t slotBytes;
-  uint32_t flags;
+  const struct ngConnInfo* ci;
+  char* buff;    // this protocol's FIFO (the receiver's memory)
+  uint64_t step; // this side's step counter (same value in every thread)
+
+  // consumed steps (receiver writes)
+  __device__ __forceinline__ uint64_t* head() const { return reinterpret_cast<uint64_t*>(ci->head); }
+  // posted steps (sender writes, SIMPLE)
+  __device__ __forceinline__ uint64_t* tail() const { return reinterpret_cast<uint64_t*>(ci->tail); }
+  // this side's persistent step counter
+  __device__ __forceinline__ uint64_t* stepPtr() const { return reinterpret_cast<uint64_t*>(ci->step); }
 };
 
 __device__ __forceinline__ void ngConnLoad(ngConn& c, const struct ngConnInfo* ci, int proto) {
+  c.ci = ci;
   c.buff = reinterpret_cast<char*>(ci->buffs[proto]);
-  c.head = reinterpret_cast<uint64_t*>(ci->head);
-  c.tail = reinterpret_cast<uint64_t*>(ci->tail);
-  c.stepPtr = reinterpret_cast<uint64_t*>(ci->step);
-  c.slotBytes = ci->buffSizes[proto] / NG_STEPS;
-  c.flags = ci->flags;
-  c.step = ngLdVolatile(c.stepPtr);
+  c.step = ngLdVolatile(c.stepPtr());
 }
 
 __device__ __forceinline__ const struct ngConnInfo* ngSendConnInfo(struct ngShmem* sh, int peer) {
@@ -203,10 +206,10 @@ struct ngPrims {
     if (g.tid == 0) {
 #pragma unroll
       for (int k = 0; k < MaxRecv; k++)
-        if (k < nRecv) ngStVolatile(recv[k].stepPtr, recv[k].step);
+        if (k < nRecv) ngStVolatile(recv[k].stepPtr(), recv[k].step);
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
-        if (k < nSend) ngStVolatile(send[k].stepPtr, send[k].step);
+        if (k < nSend) ngStVolatile(send[k].stepPtr(), send[k].step);
     }
   }
 
@@ -220,12 +223,12 @@ struct ngPrims {
       bool ok = true;
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
-        if (k < ns && g.tid == k && send[k].step >= NG_STEPS) ok = ngWaitGE(sh, send[k].head, send[k].step + 1 - NG_STEPS) && ok;
+        if (k < ns && g.tid == k && send[k].step >= NG_STEPS) ok = ngWaitGE(sh, send[k].head(), send[k].step + 1 - NG_STEPS) && ok;
       if (Proto == NG_PROTO_SIMPLE) {
 #pragma unroll
         for (int k = 0; k < MaxRecv; k++)
           if (k < nr && g.tid == 4 + k) {
-            ok = ngWaitGE(sh, recv[k].tail, recv[k].step + 1) && ok;
+            ok = ngWaitGE(sh, recv[k].tail(), recv[k].step + 1) && ok;
             __threadfence();
           }
       }
@@ -244,17 +247,17 @@ struct ngPrims {
       bool sys = false;
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
-        if (k < ns && !(send[k].flags & NG_CONN_SAME_GPU)) sys = true;
+        if (k < ns && !(send[k].ci->flags & NG_CONN_SAME_GPU)) sys = true;
       if (sys) __threadfence_system();
       else __threadfence();
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
-        if (k < ns) ngStVolatile(send[k].tail, send[k].step + 1);
+        if (k < ns) ngStVolatile(send[k].tail(), send[k].step + 1);
     }
     if (nr > 0 && g.tid == 0) {
 #pragma unroll
       for (int k = 0; k < MaxRecv; k++)
-        if (k < nr) ngStVolatile(recv[k].head, recv[k].step + 1);
+        if (k < nr) ngStVolatile(recv[k].head(), recv[k].step + 1);
     }
 #pragma unroll
     for (int k = 0; k < MaxSend; k++)
@@ -266,7 +269,7 @@ struct ngPrims {
   }
 
   __device__ __forceinline__ char* slot(const ngConn& c) const {
-    return c.buff + (size_t)(c.step % NG_STEPS) * c.slotBytes;
+    return c.buff + (size_t)(c.step % NG_STEPS) * (c.ci->buffSizes[Proto] / NG_STEPS);
   }
 
   // ---- SIMPLE ----

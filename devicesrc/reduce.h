@@ -26,10 +26,9 @@ __device__ __forceinline__ void ngReduceRing(struct ngShmem* sh) {
   const int64_t cap = ngStepElems<T, Proto>(sh);
   for (int64_t off = 0; off < total; off += cap) {
     const int n = (int)ngMin64(cap, total - off);
-    bool ok;
-    if (isRoot) ok = prims.step(src + off, dst + off, n, true, false, true);
-    else ok = prims.step(src + off, nullptr, n, !isFirst, true, false);
-    if (!ok) return;
+    // The root receives, finishes and writes recvbuff; the others send,
+    // and all but the first receive. One call site keeps the step inlined once.
+    if (!prims.step(src + off, isRoot ? dst + off : nullptr, n, isRoot || !isFirst, !isRoot, isRoot)) return;
   }
   prims.finish();
 }

@@ -28,15 +28,12 @@ __device__ __forceinline__ void ngReduceScatterRing(struct ngShmem* sh) {
   for (int64_t off = 0; off < total; off += cap) {
     const int n = (int)ngMin64(cap, total - off);
     for (int j = 0; j < N; j++) {
-      bool ok;
-      if (j == 0) {
-        ok = prims.step(src + (int64_t)ngRingRank(sh, N - 1) * count + off, nullptr, n, false, true, false);
-      } else if (j < N - 1) {
-        ok = prims.step(src + (int64_t)ngRingRank(sh, N - 1 - j) * count + off, nullptr, n, true, true, false);
-      } else {
-        ok = prims.step(src + (int64_t)me * count + off, dst + off, n, true, false, true);
-      }
-      if (!ok) return;
+      // Step j reduces block ngRingRank(N-1-j) (our own at the last step,
+      // which lands in recvbuff); the first step only sends, the last only
+      // receives. One call site keeps the step inlined once.
+      const bool last = j == N - 1;
+      const int b = last ? me : ngRingRank(sh, N - 1 - j);
+      if (!prims.step(src + (int64_t)b * count + off, last ? dst + off : nullptr, n, j > 0, !last, last)) return;
     }
   }
   prims.finish();

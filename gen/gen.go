@@ -118,6 +118,9 @@ type cFunc struct {
 	CUDART, Arch                            int
 	Implemented                             bool
 	FuncID                                  int
+	// SimpleID is, for a RING LL kernel, the table id of its function's
+	// SIMPLE sibling, which the kernel runs inline too; -1 otherwise.
+	SimpleID int
 }
 
 var cTypes = [kspace.NumTypes]string{"int8_t", "uint8_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "half", "float", "double", "__nv_bfloat16", "__nv_fp8_e4m3", "__nv_fp8_e5m2"}
@@ -157,9 +160,29 @@ func emitUnit(s *kspace.Space, u kspace.Unit) ([]byte, error) {
 		data.Funcs = append(data.Funcs, newCFunc(s, f))
 	}
 	for _, k := range u.Kernels {
-		data.Kernels = append(data.Kernels, newCFunc(s, k))
+		c := newCFunc(s, k)
+		c.SimpleID = simpleSibling(s, k)
+		data.Kernels = append(data.Kernels, c)
 	}
 	return execTemplate("unit.cu.tmpl", data)
+}
+
+// simpleSibling is the table id of the SIMPLE variant of a RING LL
+// kernel's function when the space has it and ncclgo implements it, else
+// -1. Only RING, and not for the fp8 types: the TREE SIMPLE engine and the
+// fp8 conversions need more registers than a kernel has (ptxas would spill
+// in the kernel's LL path too), so those stay behind the table call.
+func simpleSibling(s *kspace.Space, k kspace.Func) int {
+	if k.Kind != kspace.Ordinary || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
+		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
+		return -1
+	}
+	sib := k
+	sib.Proto = kspace.Simple
+	if !kspace.Implemented(sib.Coll, sib.Algo) {
+		return -1
+	}
+	return s.FuncID(sib)
 }
 
 func emitDeviceTable(s *kspace.Space) ([]byte, error) {

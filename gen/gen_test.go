@@ -2,6 +2,7 @@ package gen
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,4 +162,28 @@ func BenchmarkGenerateFull(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestKernelSimpleSibling: a RING LL kernel names its SIMPLE sibling's table
+// id (which it runs inline), and nothing when the filter leaves it out; TREE
+// kernels never do.
+func TestKernelSimpleSibling(t *testing.T) {
+	s, err := kspace.NewSpace(kspace.MustParseFilter("AllReduce Sum f32 * *"))
+	require.NoError(t, err)
+	simple := s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.Ring, Proto: kspace.Simple})
+	require.GreaterOrEqual(t, simple, 0)
+	files, err := Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 * *")})
+	require.NoError(t, err)
+	unit := string(files["cuda/all_reduce_sum_f32.cu"])
+	assert.Contains(t, unit, fmt.Sprintf("NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, %d, %d)",
+		s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.Ring, Proto: kspace.LL}), simple))
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_TREE_LL, .*, -1\)`, unit)
+
+	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f8e4m3 RING *")})
+	require.NoError(t, err)
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f8e4m3_RING_LL, .*, -1\)`, string(files["cuda/all_reduce_sum_f8e4m3.cu"]), "fp8 keeps SIMPLE behind the table")
+
+	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 RING LL")})
+	require.NoError(t, err)
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_RING_LL, .*, -1\)`, string(files["cuda/all_reduce_sum_f32.cu"]))
 }

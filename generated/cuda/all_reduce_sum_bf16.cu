@@ -38,13 +38,13 @@ NG_DEV_FUNC(AllReduce_Sum_bf16_TREE_SIMPLE, AllReduce, Sum, __nv_bfloat16, TREE,
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_RING_LL, 241)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 241)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 241, 243)
   #endif
 #endif
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_TREE_LL, 244)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 244)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 244, -1)
   #endif
 #endif

@@ -32,13 +32,13 @@ NG_DEV_FUNC(AllReduce_Sum_f8e5m2_TREE_SIMPLE, AllReduce, Sum, __nv_fp8_e5m2, TRE
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_RING_LL, 287)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_RING_LL, AllReduce, Sum, __nv_fp8_e5m2, RING, LL, 287)
+NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_RING_LL, AllReduce, Sum, __nv_fp8_e5m2, RING, LL, 287, -1)
   #endif
 #endif
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_TREE_LL, 290)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_TREE_LL, AllReduce, Sum, __nv_fp8_e5m2, TREE, LL, 290)
+NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_TREE_LL, AllReduce, Sum, __nv_fp8_e5m2, TREE, LL, 290, -1)
   #endif
 #endif
