@@ -241,10 +241,18 @@ struct ngCollFunc;
 // may be defined for some device architectures only. simpleId is the table
 // id of the kernel's SIMPLE sibling (same collective, op, type and
 // algorithm), which runs inline as well, or -1.
+// Before sm_90, ptxas cannot fit the SIMPLE engine next to LL within the
+// kernels' 96 registers without spilling (measured with nvcc 13: 152 bytes on
+// sm_80), so there the sibling stays behind the table call.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define NG_INLINE_SIMPLE_ID(id) (-1)
+#else
+#define NG_INLINE_SIMPLE_ID(id) (id)
+#endif
 #if defined(__CUDA_ARCH__)
 #define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId)                   \
   NG_KERNEL_SIGNATURE(sym) {                                                                \
-    ngKernelMain<fnId, &ngDevFunc_##sym, simpleId,                                          \
+    ngKernelMain<fnId, &ngDevFunc_##sym, NG_INLINE_SIMPLE_ID(simpleId),                     \
                  ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>>(args); \
   }
 #else
