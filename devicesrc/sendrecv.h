@@ -4,9 +4,80 @@
 // When both directions are busy the block's warps split in two halves (named
 // barriers 2 and 3) that run concurrently, so two ranks sending to each
 // other never wait on one another.
+//
+// Direct mode (SIMPLE, connections flagged NG_CONN_DIRECT: the peer's user
+// buffers are load/store accessible): instead of staging through the FIFO,
+// the sender copies straight into the receiver's recvbuff, one logical step
+// per work. The receiver, at its step r, publishes its buffer and size in
+// the connection's ptrExchange slots ([0] pointer, [2] bytes, then [1] =
+// r+1 as the generation); the sender, at the same step (both count the
+// connection's steps), waits for generation s+1, copies, fences and posts
+// tail = s+1; the receiver waits for it and returns the credit (head = r+1).
+// Both step counters advance by one, so FIFO works before and after stay
+// in sequence. A sender whose size differs from the receiver's copies no
+// more than the receiver holds, records NG_DEV_ERR_BAD_WORK and still posts,
+// so neither side hangs.
 #ifndef NG_SENDRECV_H_
 #define NG_SENDRECV_H_
 #include "ng_coll_common.h"
+
+__device__ __forceinline__ void ngFenceFor(const struct ngConnInfo* ci) {
+  if (ci->flags & NG_CONN_SAME_GPU) __threadfence();
+  else __threadfence_system();
+}
+
+// ngDirectSend copies total elements from src into the receiver's published
+// buffer. Returns false on abort.
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, const T* src,
+                                             int64_t total) {
+  uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
+  uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
+  const uint64_t s = ngLdVolatile(stepPtr);
+  if (!ngWaitGE(sh, xch + 1, s + 1)) return false;
+  __threadfence(); // the pointer and size were written before the generation
+  T* dst = reinterpret_cast<T*>(ngLdVolatile(xch));
+  const int64_t room = (int64_t)(ngLdVolatile(xch + 2) / sizeof(T));
+  const int64_t n = ngMin64(total, room);
+  ngPrims<T, Op, Proto, 1, 1> copier(sh, g, nullptr, 0, nullptr, 0);
+  const int64_t cap = ngStepElems<T, Proto>(sh);
+  for (int64_t off = 0; off < n; off += cap) {
+    if (!copier.step(src + off, dst + off, (int)ngMin64(cap, n - off), false, false, false)) return false;
+  }
+  ngBarrier(g);
+  if (g.tid == 0) {
+    if (n != total || room != total) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+    ngFenceFor(ci);
+    ngStVolatile(reinterpret_cast<uint64_t*>(ci->tail), s + 1);
+    ngStVolatile(stepPtr, s + 1);
+  }
+  return true;
+}
+
+// ngDirectRecv publishes dst (total elements) and waits for the sender's
+// copy. Returns false on abort.
+template <typename T>
+__device__ __forceinline__ bool ngDirectRecv(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, T* dst,
+                                             int64_t total) {
+  uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
+  uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
+  const uint64_t r = ngLdVolatile(stepPtr);
+  bool ok = true;
+  if (g.tid == 0) {
+    ngStVolatile(xch, (uint64_t)(uintptr_t)dst);
+    ngStVolatile(xch + 2, (uint64_t)total * sizeof(T));
+    ngFenceFor(ci);
+    ngStVolatile(xch + 1, r + 1);
+    ok = ngWaitGE(sh, reinterpret_cast<const uint64_t*>(ci->tail), r + 1);
+    __threadfence();
+    if (ok) {
+      ngStVolatile(reinterpret_cast<uint64_t*>(ci->head), r + 1);
+      ngStVolatile(stepPtr, r + 1);
+    }
+  }
+  ngBarrier(g);
+  return ok && !ngAborted(sh);
+}
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
@@ -37,6 +108,11 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
   if (sender) {
     const T* src = reinterpret_cast<const T*>(w.sendbuff);
     const int64_t total = (int64_t)w.count;
+    const struct ngConnInfo* ci = ngSendConnInfo(sh, sendPeer);
+    if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
+      ngDirectSend<T, Op, Proto>(sh, g, ci, src, total);
+      return;
+    }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, nullptr, 0, &sendPeer, 1);
     for (int64_t off = 0; off < total; off += cap) {
       if (!prims.step(src + off, nullptr, (int)ngMin64(cap, total - off), false, true, false)) return;
@@ -49,6 +125,11 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
   } else {
     T* dst = reinterpret_cast<T*>(w.recvbuff);
     const int64_t total = (int64_t)w.chanCount;
+    const struct ngConnInfo* ci = ngRecvConnInfo(sh, recvPeer);
+    if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
+      ngDirectRecv<T>(sh, g, ci, dst, total);
+      return;
+    }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &recvPeer, 1, nullptr, 0);
     for (int64_t off = 0; off < total; off += cap) {
       if (!prims.step(nullptr, dst + off, (int)ngMin64(cap, total - off), true, false, false)) return;

@@ -25,7 +25,7 @@ const (
 	DevErrUnsupported = 1
 	// DevErrAborted is NG_DEV_ERR_ABORTED: ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set.
 	DevErrAborted = 2
-	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry).
+	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size.
 	DevErrBadWork = 3
 	// AlgoTree is NG_ALGO_TREE: algorithm.
 	AlgoTree = 0

@@ -59,7 +59,7 @@ func (e *DeviceError) Error() string {
 	case generated.DevErrAborted:
 		what = "a kernel stopped waiting because the communicator was aborted"
 	case generated.DevErrBadWork:
-		what = "a kernel received a malformed work descriptor"
+		what = "a kernel received a malformed work descriptor, or a Send and its Recv disagree on the size"
 	}
 	return fmt.Sprintf("ncclgo: rank %d: %s (device error %d)", e.Rank, what, e.Code)
 }

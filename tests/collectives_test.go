@@ -671,3 +671,32 @@ func TestRankDevices(t *testing.T) {
 	require.Equal(t, []int{0, 1, 2, 3, 0, 1, 2, 3}, rankDevices(devs, 8))
 	require.Equal(t, []int{0, 1}, rankDevices(devs, 2))
 }
+
+// TestSendRecvSizeMismatch: a Send larger than its Recv must neither write
+// past the receive buffer nor hang; the sender's communicator reports a
+// device error.
+func TestSendRecvSizeMismatch(t *testing.T) {
+	gpu(t)
+	const sent, room = 1 << 20, 1 << 19
+	w := newWorld(t, 2, "ring", "SIMPLE", sent+64)
+	w.poison()
+	w.upload(0, w.send[0], fill(kspace.U8, ops[0], 0, sent))
+	w.settle()
+	g := runtime.NewGroup()
+	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, runtime.Uint8, 1, w.streams[0]))
+	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, runtime.Uint8, 0, w.streams[1]))
+	require.NoError(t, g.End())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err0 := w.comms[0].Wait(ctx)
+	require.NoError(t, w.comms[1].Wait(ctx), "the receiver completes")
+	require.ErrorIs(t, err0, runtime.ErrDevice, "the sender reports the mismatch")
+	t.Logf("sender: %v", err0)
+	got := w.download(1, w.recv[1], sent)
+	check(t, "received part", kspace.U8, got[:room], func(i int) float64 { return input(kspace.U8, ops[0], 0, i) }, func(float64) float64 { return 0 })
+	for i := room; i < sent; i++ {
+		if got[i] != 0x5a {
+			t.Fatalf("byte %d past the receive buffer was written (%#x)", i, got[i])
+		}
+	}
+}

@@ -14,7 +14,7 @@ var Consts = []Const{
 	{"NG_CONN_SAME_GPU", 2, "ngConnInfo.flags: the peer runs on this very GPU"},
 	{"NG_DEV_ERR_UNSUPPORTED", 1, "ngDevComm.errorFlag: a kernel ran a function that has no device implementation"},
 	{"NG_DEV_ERR_ABORTED", 2, "ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set"},
-	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry)"},
+	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size"},
 }
 
 // ConnInfo is one direction of a connection between two ranks on one

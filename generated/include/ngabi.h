@@ -17,7 +17,7 @@
 #define NG_CONN_SAME_GPU 2 // ngConnInfo.flags: the peer runs on this very GPU
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
 #define NG_DEV_ERR_ABORTED 2 // ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set
-#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry)
+#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size
 #define NG_ALGO_TREE 0 // algorithm
 #define NG_ALGO_RING 1 // algorithm
 #define NG_ALGO_COLLNET_DIRECT 2 // algorithm
