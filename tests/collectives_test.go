@@ -692,8 +692,9 @@ func TestSendRecvSizeMismatch(t *testing.T) {
 	require.NoError(t, w.comms[1].Wait(ctx), "the receiver completes")
 	require.ErrorIs(t, err0, runtime.ErrDevice, "the sender reports the mismatch")
 	t.Logf("sender: %v", err0)
+	// What lands inside the receive buffer is unspecified (each channel
+	// carries its own share of each side's count); nothing may land past it.
 	got := w.download(1, w.recv[1], sent)
-	check(t, "received part", kspace.U8, got[:room], func(i int) float64 { return input(kspace.U8, ops[0], 0, i) }, func(float64) float64 { return 0 })
 	for i := room; i < sent; i++ {
 		if got[i] != 0x5a {
 			t.Fatalf("byte %d past the receive buffer was written (%#x)", i, got[i])
