@@ -142,8 +142,54 @@ func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int
 	return math.Inf(1)
 }
 
-// bandwidth returns the algorithm bandwidth (GB/s) of a call on nc channels.
+// Ranks that share one GPU share its memory system, which NCCL's model
+// (one rank per GPU) does not see, and ncclgo's protocol engines have
+// throughputs of their own. For them the bus bandwidth (nccl-tests'
+// busbw) of each algorithm and protocol is capped at what ncclgo measured
+// with 2 and 8 ranks on one H200 (AllReduce f32, 256 MiB, 2026-11-29:
+// `NCCL_ALGO=A NCCL_PROTO=P ncclperf -coll allreduce -b 4K -e 256M -f 4 -g N`),
+// interpolated as sharedBusBW × (2/ranksOnTheGPU)^sharedBusExp; the two
+// points give each exponent. Measured busbw, 2 → 8 ranks: RING LL 116 → 44,
+// LL128 186 → 92, SIMPLE 408 → 159; TREE LL 102 → 34, LL128 168 → 67,
+// SIMPLE 373 → 95 GB/s.
+var (
+	sharedBusBW = [2][kspace.NumProtos]float64{
+		kspace.Tree: {102, 168, 373},
+		kspace.Ring: {116, 186, 408},
+	}
+	sharedBusExp = [2][kspace.NumProtos]float64{
+		kspace.Tree: {0.79, 0.66, 0.99},
+		kspace.Ring: {0.70, 0.51, 0.68},
+	}
+)
+
+// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests
+// defines it.
+func busFactor(c kspace.Coll, n int) float64 {
+	switch c {
+	case kspace.AllReduce:
+		return 2 * float64(n-1) / float64(n)
+	case kspace.AllGather, kspace.AllGatherV, kspace.ReduceScatter:
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// bandwidth returns the algorithm bandwidth (GB/s) of a call on nc
+// channels: NCCL's model, capped for ranks that share a GPU.
 func (t *Tuner) bandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, nBytes int64) float64 {
+	bw := t.ncclBandwidth(c, a, p, nc, nBytes)
+	if r := t.topo.RanksPerGPU; r > 1 && (a == kspace.Ring || a == kspace.Tree) {
+		capBus := sharedBusBW[a][p] * math.Pow(2/float64(r), sharedBusExp[a][p])
+		if f := busFactor(c, t.topo.NRanks); f > 0 {
+			bw = math.Min(bw, capBus/f)
+		}
+	}
+	return bw
+}
+
+// ncclBandwidth is NCCL's algorithm bandwidth (GB/s) of a call on nc channels.
+func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, nBytes int64) float64 {
 	nodes, k := t.topo.NNodes, t.nodeClass()
 	bw := t.topo.IntraBW
 	if nodes > 1 {

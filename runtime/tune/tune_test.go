@@ -353,3 +353,34 @@ func ExampleTuner_Choose() {
 	// 8 RING LL 1
 	// 268435456 RING SIMPLE 16
 }
+
+// TestSharedGPUCalibration pins the choices that the shared-GPU caps
+// changed, each the faster one on the H200 (see sharedBusBW): 8 ranks on
+// one GPU ran AllReduce of 4 and 16 MiB in 80–101 and 190 µs with RING
+// SIMPLE against 103 and 374 µs with the LL128 that NCCL's model picked,
+// and AllGather of 16 MiB in 108 µs against 194.
+func TestSharedGPUCalibration(t *testing.T) {
+	eight := Topology{NRanks: 8, NNodes: 1, NGPUs: 1, RanksPerGPU: 8, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 16}
+	tu, err := New(eight, config.Config{}, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		coll  kspace.Coll
+		bytes int64
+	}{{kspace.AllReduce, 4 << 20}, {kspace.AllReduce, 16 << 20}, {kspace.AllGather, 16 << 20}, {kspace.ReduceScatter, 16 << 20}} {
+		ch, err := tu.Choose(tc.coll, kspace.Sum, kspace.F32, tc.bytes)
+		require.NoError(t, err)
+		assert.Equal(t, kspace.Ring, ch.Algo, "%s %d B", tc.coll, tc.bytes)
+		assert.Equal(t, kspace.Simple, ch.Proto, "%s %d B", tc.coll, tc.bytes)
+	}
+	// One rank per GPU: NCCL's model, untouched by the caps.
+	spread := eight
+	spread.RanksPerGPU, spread.NGPUs = 1, 8
+	tu1, err := New(spread, config.Config{}, nil)
+	require.NoError(t, err)
+	tu8, err := New(eight, config.Config{}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, tu1.ncclBandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20),
+		tu1.bandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20))
+	assert.Less(t, tu8.bandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20),
+		tu8.ncclBandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20))
+}
