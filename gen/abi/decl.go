@@ -28,7 +28,7 @@ var ConnInfo = &Struct{
 		{Name: "head", Scalar: U64, Doc: "uint64_t*: steps the receiver has consumed (the sender waits on it for credit)"},
 		{Name: "tail", Scalar: U64, Doc: "uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)"},
 		{Name: "step", Scalar: U64, Doc: "uint64_t*: this side's step counter, kept in device memory between kernels"},
-		{Name: "ptrExchange", Scalar: U64, Doc: "uint64_t[2]*: slots through which the two sides exchange user-buffer pointers in direct mode"},
+		{Name: "ptrExchange", Scalar: U64, Doc: "uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused"},
 		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of the FIFO"},
 		{Name: "flags", Scalar: U32, Doc: "NG_CONN_* bits"},
 	},

@@ -38,7 +38,7 @@ struct ngConnInfo {
   uint64_t head; // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
   uint64_t tail; // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
   uint64_t step; // uint64_t*: this side's step counter, kept in device memory between kernels
-  uint64_t ptrExchange; // uint64_t[2]*: slots through which the two sides exchange user-buffer pointers in direct mode
+  uint64_t ptrExchange; // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused
   uint32_t buffSizes[3]; // per protocol: bytes of the FIFO
   uint32_t flags; // NG_CONN_* bits
 };

@@ -186,3 +186,9 @@ func TestSizesValidate(t *testing.T) {
 	assert.Error(t, Sizes{0, 2048, 1024}.Validate())
 	assert.Error(t, Sizes{1024, 1024, 1024}.Validate())
 }
+
+// TestPtrExchangeRoom: direct mode uses four 8-byte slots (gen/abi's
+// ngConnInfo.ptrExchange); the control block must hold them.
+func TestPtrExchangeRoom(t *testing.T) {
+	require.GreaterOrEqual(t, ctrlBytes-offPtrExchange, 4*8)
+}

@@ -114,7 +114,7 @@ struct World {
             ci.buffs[p] = (uint64_t)dalloc(kBuffSizes[p]);
             ci.buffSizes[p] = kBuffSizes[p];
           }
-          uint64_t* ctr = (uint64_t*)dalloc(6 * sizeof(uint64_t)); // head, tail, sendStep, recvStep, ptrExchange[2]
+          uint64_t* ctr = (uint64_t*)dalloc(8 * sizeof(uint64_t)); // head, tail, sendStep, recvStep, ptrExchange[4]
           ci.head = (uint64_t)(ctr + 0);
           ci.tail = (uint64_t)(ctr + 1);
           ci.ptrExchange = (uint64_t)(ctr + 4);

@@ -59,7 +59,7 @@ type ConnInfo struct {
 	Head        uint64    // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
 	Tail        uint64    // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
 	Step        uint64    // uint64_t*: this side's step counter, kept in device memory between kernels
-	PtrExchange uint64    // uint64_t[2]*: slots through which the two sides exchange user-buffer pointers in direct mode
+	PtrExchange uint64    // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused
 	BuffSizes   [3]uint32 // per protocol: bytes of the FIFO
 	Flags       uint32    // NG_CONN_* bits
 }
