@@ -227,11 +227,11 @@ func byteMoving(c kspace.Coll) bool {
 }
 
 // split divides n units into at most k parts whose boundaries are
-// multiples of granule units; it returns the parts' offsets and counts,
-// none empty.
-func split(n uint64, k int, granule uint64) (offs, counts []uint64) {
+// multiples of granule units, none empty: part i starts at i×per and holds
+// min(per, n-i×per) units.
+func split(n uint64, k int, granule uint64) (per uint64, parts int) {
 	if n == 0 {
-		return nil, nil
+		return 0, 0
 	}
 	if granule == 0 {
 		granule = 1
@@ -240,13 +240,9 @@ func split(n uint64, k int, granule uint64) (offs, counts []uint64) {
 		k = int(maxParts)
 	}
 	k = max(k, 1)
-	per := (n + uint64(k) - 1) / uint64(k)
+	per = (n + uint64(k) - 1) / uint64(k)
 	per = (per + granule - 1) / granule * granule
-	for off := uint64(0); off < n; off += per {
-		offs = append(offs, off)
-		counts = append(counts, min(per, n-off))
-	}
-	return offs, counts
+	return per, int((n + per - 1) / per)
 }
 
 // P2PChannel is the channel that part j of the traffic at distance d
@@ -289,14 +285,18 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 	if lookup == nil {
 		lookup = GeneratedLookup
 	}
-	// Collectives, grouped into launches of one kernel.
-	var cur *Launch
+	// Collectives, grouped into launches of one kernel. The works of the
+	// launch being filled are curWorks[start:]; planColl appends a task's
+	// works after them, and they move to a new launch when they do not fit.
+	var cur Launch
+	open := false
 	var curWorks []chanWork
-	flush := func() {
-		if cur != nil {
-			finishLaunch(cur, curWorks)
-			p.Launches = append(p.Launches, *cur)
-			cur, curWorks = nil, nil
+	start := 0
+	flush := func(end int) {
+		if open {
+			finishLaunch(&cur, curWorks[start:end])
+			p.Launches = append(p.Launches, cur)
+			open, start = false, end
 		}
 	}
 	var p2p []Task
@@ -305,13 +305,19 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 			p2p = append(p2p, t)
 			continue
 		}
-		ws, dec, cp, fn, err := planColl(c, t, choose)
+		before := len(curWorks)
+		var dec Decision
+		var cp *Copy
+		var fn kspace.Func
+		var err error
+		curWorks, dec, cp, fn, err = planColl(c, t, choose, curWorks)
 		if err != nil {
 			return Plan{}, fmt.Errorf("enqueue: task %d (%s): %w", ti, t.Coll, err)
 		}
 		if cp != nil {
 			p.Copies = append(p.Copies, *cp)
 		}
+		ws := curWorks[before:]
 		if len(ws) == 0 {
 			continue
 		}
@@ -324,15 +330,14 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 			ws[i].w.FuncId = uint16(id)
 			ws[i].key = [3]int{ti, 0, 0}
 		}
-		if cur != nil && (cur.Kernel != kern || len(curWorks)+len(ws) > MaxWorksPerLaunch) {
-			flush()
+		if open && (cur.Kernel != kern || len(curWorks)-start > MaxWorksPerLaunch) {
+			flush(before)
 		}
-		if cur == nil {
-			cur = &Launch{Func: fn, Kernel: kern}
+		if !open {
+			cur, open = Launch{Func: fn, Kernel: kern}, true
 		}
-		curWorks = append(curWorks, ws...)
 	}
-	flush()
+	flush(len(curWorks))
 	if len(p2p) > 0 {
 		l, cps, decs, err := planP2P(c, p2p, choose, lookup)
 		if err != nil {
@@ -389,7 +394,7 @@ func funcOf(t Task, ch tune.Choice) kspace.Func {
 
 // planColl splits one collective over its channels. A collective over one
 // rank becomes a copy (unless it has to scale, PreMulSum).
-func planColl(c Comm, t Task, choose Chooser) ([]chanWork, Decision, *Copy, kspace.Func, error) {
+func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decision, *Copy, kspace.Func, error) {
 	es := uint64(t.Type.Size())
 	units := t.Count // in the task's unit
 	unit := es
@@ -402,18 +407,18 @@ func planColl(c Comm, t Task, choose Chooser) ([]chanWork, Decision, *Copy, kspa
 	}
 	dec := Decision{Coll: t.Coll, Bytes: int64(total)}
 	if t.Count == 0 {
-		return nil, dec, nil, kspace.Func{}, nil
+		return ws, dec, nil, kspace.Func{}, nil
 	}
 	if c.NRanks == 1 && !(t.Coll.HasRedOp() && t.Op == kspace.PreMulSum) {
 		var cp *Copy
 		if t.Send != t.Recv {
 			cp = &Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Count * es}
 		}
-		return nil, dec, cp, kspace.Func{}, nil
+		return ws, dec, cp, kspace.Func{}, nil
 	}
 	ch, err := choose.Choose(t.Coll, t.Op, t.Type, int64(total))
 	if err != nil {
-		return nil, dec, nil, kspace.Func{}, err
+		return ws, dec, nil, kspace.Func{}, err
 	}
 	dec.Choice = ch
 	fn := ch.Func
@@ -422,16 +427,17 @@ func planColl(c Comm, t Task, choose Chooser) ([]chanWork, Decision, *Copy, kspa
 	}
 	nc := min(max(ch.NChannels, 1), c.NChannels)
 	granule := max(Granule/unit, 1)
-	offs, counts := split(units, nc, granule)
-	dec.NChannels = len(offs)
-	ws := make([]chanWork, len(offs))
-	for i := range offs {
+	per, parts := split(units, nc, granule)
+	dec.NChannels = parts
+	ws = slices.Grow(ws, parts)
+	for i := range parts {
+		off := uint64(i) * per
 		w := generated.DevWork{
 			Sendbuff:   t.Send,
 			Recvbuff:   t.Recv,
 			Count:      units,
-			ChanOffset: offs[i],
-			ChanCount:  counts[i],
+			ChanOffset: off,
+			ChanCount:  min(per, units-off),
 			RedOpArg:   t.OpArg,
 			Root:       int32(t.Root),
 			SendPeer:   -1,
@@ -440,7 +446,7 @@ func planColl(c Comm, t Task, choose Chooser) ([]chanWork, Decision, *Copy, kspa
 		if t.OpArgPtr {
 			w.Flags |= generated.WorkRedopArgPtr
 		}
-		ws[i] = chanWork{ch: i, w: w, nt: ch.NThreads}
+		ws = append(ws, chanWork{ch: i, w: w, nt: ch.NThreads})
 	}
 	return ws, dec, nil, fn, nil
 }
@@ -492,16 +498,17 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, 
 			return nil, ch, err
 		}
 		k := min(max(ch.NChannels, 1), max(1, min(c.P2PChannelsPerPeer, c.NChannels)))
-		offs, counts := split(t.Count, k, P2PGranule)
+		per, nParts := split(t.Count, k, P2PGranule)
 		buf := t.Recv
 		if t.IsSend {
 			buf = t.Send
 		}
-		out := make([]p2pPart, len(offs))
-		for i := range offs {
-			out[i] = p2pPart{buf: buf + offs[i], bytes: counts[i]}
+		out := make([]p2pPart, nParts)
+		for i := range out {
+			off := uint64(i) * per
+			out[i] = p2pPart{buf: buf + off, bytes: min(per, t.Count-off)}
 		}
-		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Count), Choice: ch, NChannels: len(offs)})
+		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Count), Choice: ch, NChannels: nParts})
 		return out, ch, nil
 	}
 	var ws []chanWork

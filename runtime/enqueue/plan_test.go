@@ -459,17 +459,18 @@ func TestSplit(t *testing.T) {
 		n       uint64
 		k       int
 		granule uint64
-	}{{1, 4, 1}, {100, 3, 1}, {100, 3, 16}, {1 << 20, 16, 128}, {17, 64, 4}, {5, 1, 1000}} {
-		offs, counts := split(tc.n, tc.k, tc.granule)
+	}{{1, 4, 1}, {100, 3, 1}, {100, 3, 16}, {1 << 20, 16, 128}, {17, 64, 4}, {5, 1, 1000}, {0, 4, 1}, {96, 4, 32}, {97, 4, 32}} {
+		per, parts := split(tc.n, tc.k, tc.granule)
 		var sum uint64
-		for i := range offs {
-			assert.Equal(t, sum, offs[i])
-			assert.Zero(t, offs[i]%tc.granule)
-			assert.NotZero(t, counts[i])
-			sum += counts[i]
+		for i := range parts {
+			off, count := uint64(i)*per, min(per, tc.n-uint64(i)*per)
+			assert.Equal(t, sum, off)
+			assert.Zero(t, off%tc.granule)
+			assert.NotZero(t, count)
+			sum += count
 		}
 		assert.Equal(t, tc.n, sum)
-		assert.LessOrEqual(t, len(offs), tc.k)
+		assert.LessOrEqual(t, parts, tc.k)
 	}
 }
 
