@@ -49,9 +49,15 @@ const (
 	collReduceScatter
 	collBroadcast
 	collReduce
+	collSendRecv // each rank sends to the next and receives from the previous (nccl-tests' sendrecv)
+	collAllToAll // count elements to and from every rank (nccl-tests' alltoall)
 )
 
-var collNames = []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}
+var collNames = []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv", "alltoall"}
+
+// p2p reports whether c is made of sends and receives, which have no
+// in-place form.
+func (c coll) p2p() bool { return c == collSendRecv || c == collAllToAll }
 
 // allColls is what -coll all sweeps.
 var allColls = []coll{collAllReduce, collAllGather, collReduceScatter, collBroadcast}
@@ -77,7 +83,7 @@ func (c coll) busFactor(n int) float64 {
 	switch c {
 	case collAllReduce:
 		return 2 * float64(n-1) / float64(n)
-	case collAllGather, collReduceScatter:
+	case collAllGather, collReduceScatter, collAllToAll:
 		return float64(n-1) / float64(n)
 	}
 	return 1
@@ -381,6 +387,10 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 		row := fmt.Sprintf("%12d %12d %8s %6s %6d", bytes, count, c.dt, c.op, c.root)
 		var oopBus, oopTime, oopHost float64
 		for _, inPlace := range []bool{false, true} {
+			if inPlace && c.coll.p2p() {
+				row += fmt.Sprintf("   %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A")
+				continue
+			}
 			res, err := c.measure(ours, ranks, count, inPlace)
 			if err != nil {
 				return fmt.Errorf("size %d, in-place %v: %w", size, inPlace, err)
@@ -434,9 +444,10 @@ func (c *config) next(size int64) int64 {
 }
 
 // elemsPerCount is how many counts one "size" covers: nccl-tests sizes
-// allgather and reducescatter by the whole buffer, nRanks chunks of count.
+// allgather, reducescatter and alltoall by the whole buffer, nRanks chunks
+// of count.
 func (c *config) elemsPerCount() int64 {
-	if c.coll == collAllGather || c.coll == collReduceScatter {
+	if c.coll == collAllGather || c.coll == collReduceScatter || c.coll == collAllToAll {
 		return int64(c.nRanks)
 	}
 	return 1
@@ -455,6 +466,8 @@ func (c *config) bufferBytes(size int64) (send, recv int64) {
 		return count, count * int64(c.nRanks)
 	case collReduceScatter:
 		return count * int64(c.nRanks), count
+	case collAllToAll:
+		return count * int64(c.nRanks), count * int64(c.nRanks)
 	}
 	return count, count
 }
@@ -544,7 +557,7 @@ func syncAll(streams []*cuda.Stream) error {
 
 // sendCount is the number of elements each rank sends.
 func (c *config) sendCount(count int64) int64 {
-	if c.coll == collReduceScatter {
+	if c.coll == collReduceScatter || c.coll == collAllToAll {
 		return count * int64(c.nRanks)
 	}
 	return count
@@ -651,7 +664,7 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 	for r, rb := range ranks {
 		n := count
 		var bounds []int64
-		if c.coll == collAllGather {
+		if c.coll == collAllGather || c.coll == collAllToAll {
 			n = count * int64(c.nRanks)
 			for k := 1; k < c.nRanks; k++ {
 				bounds = append(bounds, int64(k)*count)
@@ -680,6 +693,11 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 					want = fillValue(i/int(count), i%int(count), c.op)
 				case collBroadcast:
 					want = fillValue(c.root, i, c.op)
+				case collSendRecv:
+					want = fillValue((r+c.nRanks-1)%c.nRanks, i, c.op)
+				case collAllToAll:
+					// Block j of our output is rank j's block r.
+					want = fillValue(i/int(count), r*int(count)+i%int(count), c.op)
 				}
 				wr, ok := rounded[want]
 				if !ok {

@@ -128,3 +128,28 @@ func TestCheckWindows(t *testing.T) {
 		assert.Equal(t, fillValue(3, i, opProd), fillValue(3, i+6, opProd))
 	}
 }
+
+func TestPointToPointSizes(t *testing.T) {
+	c := &config{coll: collAllToAll, nRanks: 4, dt: float32T}
+	assert.Equal(t, int64(256), c.countFor(4096), "alltoall: count is per peer")
+	s, r := c.bufferBytes(4096)
+	assert.Equal(t, int64(4096), s)
+	assert.Equal(t, int64(4096), r)
+	assert.Equal(t, int64(1024), c.sendCount(256))
+	assert.InDelta(t, 0.75, c.coll.busFactor(4), 1e-9)
+	assert.True(t, c.coll.p2p())
+
+	c.coll = collSendRecv
+	assert.Equal(t, int64(1024), c.countFor(4096))
+	s, r = c.bufferBytes(4096)
+	assert.Equal(t, int64(4096), s)
+	assert.Equal(t, int64(4096), r)
+	assert.InDelta(t, 1, c.coll.busFactor(4), 1e-9)
+
+	for name, want := range map[string]coll{"send_recv": collSendRecv, "AllToAll": collAllToAll} {
+		got, err := parseColl(name)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	assert.False(t, collAllReduce.p2p())
+}

@@ -20,6 +20,8 @@ typedef ncclResult_t (*pAllGather)(const void*, void*, size_t, int, ncclComm_t, 
 typedef ncclResult_t (*pReduceScatter)(const void*, void*, size_t, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pBroadcast)(const void*, void*, size_t, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pReduce)(const void*, void*, size_t, int, int, int, ncclComm_t, void*);
+typedef ncclResult_t (*pSend)(const void*, size_t, int, int, ncclComm_t, void*);
+typedef ncclResult_t (*pRecv)(void*, size_t, int, int, ncclComm_t, void*);
 
 typedef struct {
 	void* h;
@@ -33,6 +35,8 @@ typedef struct {
 	pReduceScatter reduceScatter;
 	pBroadcast broadcast;
 	pReduce reduce;
+	pSend send;
+	pRecv recv;
 } ncclLib;
 
 static const char* ng_nccl_open(const char* path, ncclLib* l) {
@@ -50,6 +54,8 @@ static const char* ng_nccl_open(const char* path, ncclLib* l) {
 	SYM(reduceScatter, pReduceScatter, "ncclReduceScatter")
 	SYM(broadcast, pBroadcast, "ncclBroadcast")
 	SYM(reduce, pReduce, "ncclReduce")
+	SYM(send, pSend, "ncclSend")
+	SYM(recv, pRecv, "ncclRecv")
 #undef SYM
 	return 0;
 }
@@ -61,8 +67,10 @@ static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
 static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 
 // ng_nccl_coll runs one collective on every rank inside a group.
+// coll 5 is nccl-tests' sendrecv (to the next rank, from the previous), 6
+// its alltoall (count elements of esize bytes to and from every rank).
 static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
-                        size_t count, int dt, int op, int root, uintptr_t* streams) {
+                        size_t count, int dt, int op, int root, uintptr_t* streams, size_t esize) {
 	int r = l->groupStart();
 	if (r) return r;
 	for (int i = 0; i < n; i++) {
@@ -73,6 +81,16 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_
 		case 2: r = l->reduceScatter(s, d, count, dt, op, comms[i], st); break;
 		case 3: r = l->broadcast(s, d, count, dt, root, comms[i], st); break;
 		case 4: r = l->reduce(s, d, count, dt, op, root, comms[i], st); break;
+		case 5:
+			r = l->send(s, count, dt, (i + 1) % n, comms[i], st);
+			if (!r) r = l->recv(d, count, dt, (i + n - 1) % n, comms[i], st);
+			break;
+		case 6:
+			for (int j = 0; j < n && !r; j++) {
+				r = l->send((const char*)s + (size_t)j * count * esize, count, dt, j, comms[i], st);
+				if (!r) r = l->recv((char*)d + (size_t)j * count * esize, count, dt, j, comms[i], st);
+			}
+			break;
 		default: r = 4;
 		}
 		if (r) { l->groupEnd(); return r; }
@@ -176,7 +194,7 @@ func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dat
 	comms := (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
 	defer C.free(unsafe.Pointer(comms))
 	copy(unsafe.Slice(comms, n), b.comms)
-	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), comms, s, r, C.size_t(count), C.int(dt), C.int(op), C.int(root), st))
+	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), comms, s, r, C.size_t(count), C.int(dt), C.int(op), C.int(root), st, C.size_t(dt.size())))
 }
 
 func (b *ncclBackend) Close() error {

@@ -47,6 +47,16 @@ func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt d
 			err = g.Broadcast(comm, send[r], recv[r], count, rdt, root, streams[r])
 		case collReduce:
 			err = g.Reduce(comm, send[r], recv[r], count, rdt, rop, root, streams[r])
+		case collSendRecv:
+			n := len(b.comms)
+			err = g.Send(comm, send[r], count, rdt, (r+1)%n, streams[r])
+			if err == nil {
+				err = g.Recv(comm, recv[r], count, rdt, (r+n-1)%n, streams[r])
+			}
+		case collAllToAll:
+			err = g.AllToAll(comm, send[r], recv[r], count, rdt, streams[r])
+		default:
+			err = fmt.Errorf("ncclgo backend: collective %s not supported", c)
 		}
 		if err != nil {
 			g.Discard()
