@@ -57,6 +57,9 @@ if [[ " $STEPS " == *" perf "* ]]; then
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 200 -w 20 $CMP
   t $B/ncclperf -coll allreduce -b 512M -e 512M -g 2 -n 10 -w 3 $CMP
   t $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 50 -w 5
+  # Point-to-point (direct SIMPLE between ranks of one process), checked.
+  t $B/ncclperf -coll sendrecv -b 8 -e 256M -f 8 -g 2 -n 20 -w 5
+  t $B/ncclperf -coll alltoall -b 1K -e 256M -f 8 -g 4 -n 20 -w 5
 fi
 
 if [[ " $STEPS " == *" latency "* ]]; then
