@@ -386,6 +386,7 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 		bytes := count * int64(c.dt.size()) * c.elemsPerCount()
 		row := fmt.Sprintf("%12d %12d %8s %6s %6d", bytes, count, c.dt, c.op, c.root)
 		var oopBus, oopTime, oopHost float64
+		var refHost string // the reference's enqueue time, for -hosttime
 		for _, inPlace := range []bool{false, true} {
 			if inPlace && c.coll.p2p() {
 				row += fmt.Sprintf("   %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A")
@@ -414,11 +415,10 @@ func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) erro
 			}
 			q, by := ratio(bytes, oopTime, oopBus, res.usec, res.busbw)
 			row += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", res.usec, res.busbw, q, by)
-			if c.hostTime {
-				row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f, reference %.2f", bytes, oopHost, res.hostUsec)
-			}
-		} else if c.hostTime {
-			row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f", bytes, oopHost)
+			refHost = fmt.Sprintf(", reference %.2f", res.hostUsec)
+		}
+		if c.hostTime {
+			row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f%s", bytes, oopHost, refHost)
 		}
 		fmt.Fprintln(w, row)
 		if c.next(size) == size {

@@ -82,14 +82,13 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
 	grid := cuda.Dim1(uint32(ln.NBlocks()))
 	block := cuda.Dim1(uint32(ln.NThreads))
 	// The arguments are written into one reused block (the driver copies
-	// them during the launch); they hold no Go pointers, so cgo may pass
-	// them as they are.
+	// them during the launch).
 	l.argsMu.Lock()
 	if l.args == nil {
 		l.args = new(generated.KernelArgs)
 	}
 	ln.PutArgs(l.args, l.comm, wbAddr)
-	err = s.Launch(fn, grid, block, 0, unsafe.Slice((*byte)(unsafe.Pointer(l.args)), ln.ArgsSize()))
+	err = s.Launch(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
 	l.argsMu.Unlock()
 	if err != nil {
 		if wb != nil {

@@ -138,19 +138,11 @@ func (l *Launch) NBlocks() int {
 // Inline reports whether the works fit in the kernel arguments.
 func (l *Launch) Inline() bool { return len(l.Works) <= generated.WorkInlineMax }
 
-// Args returns the kernel arguments for the device communicator comm;
-// workBuf is the device copy of the works when they do not fit inline
-// (ignored otherwise).
-func (l *Launch) Args(comm, workBuf uint64) generated.KernelArgs {
-	var a generated.KernelArgs
-	l.PutArgs(&a, comm, workBuf)
-	return a
-}
-
-// PutArgs writes the first ArgsSize bytes of the kernel arguments into a,
-// which may hold an earlier launch's: every header field is set and the
-// inline works copied; what lies past them is left as it was, since the
-// launch does not pass it.
+// PutArgs writes the first ArgsSize bytes of the kernel arguments for the
+// device communicator comm into a, which may hold an earlier launch's:
+// every header field is set and the inline works copied; what lies past
+// them is left as it was, since the launch does not pass it. workBuf is the
+// device copy of the works when they do not fit inline (ignored otherwise).
 func (l *Launch) PutArgs(a *generated.KernelArgs, comm, workBuf uint64) {
 	a.Comm = comm
 	a.ChannelMask = l.ChannelMask
@@ -183,12 +175,11 @@ const KernelArgsSize = int(unsafe.Sizeof(generated.KernelArgs{}))
 // argsHeaderSize is the part of the kernel arguments before the inline works.
 const argsHeaderSize = int(unsafe.Offsetof(generated.KernelArgs{}.Works))
 
-// PackArgs returns a's bytes as the kernel receives them (little-endian,
-// the C layout, exactly 4096 bytes).
-func PackArgs(a *generated.KernelArgs) []byte {
-	b := make([]byte, KernelArgsSize)
-	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(a)), KernelArgsSize))
-	return b
+// argBytes is the first n bytes of a as the kernel receives them
+// (little-endian, the C layout), without a copy: the kernel arguments hold
+// no Go pointers, so cgo may pass them as they are.
+func argBytes(a *generated.KernelArgs, n int) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(a)), n)
 }
 
 // ArgsSize is how many leading bytes of the kernel arguments a launch must
@@ -227,8 +218,7 @@ func byteMoving(c kspace.Coll) bool {
 }
 
 // split divides n units into at most k parts whose boundaries are
-// multiples of granule units, none empty: part i starts at i×per and holds
-// min(per, n-i×per) units.
+// multiples of granule units, none empty; part gives part i.
 func split(n uint64, k int, granule uint64) (per uint64, parts int) {
 	if n == 0 {
 		return 0, 0
@@ -243,6 +233,12 @@ func split(n uint64, k int, granule uint64) (per uint64, parts int) {
 	per = (n + uint64(k) - 1) / uint64(k)
 	per = (per + granule - 1) / granule * granule
 	return per, int((n + per - 1) / per)
+}
+
+// part is part i of n units split into parts of per: its offset and count.
+func part(n, per uint64, i int) (off, count uint64) {
+	off = uint64(i) * per
+	return off, min(per, n-off)
 }
 
 // P2PChannel is the channel that part j of the traffic at distance d
@@ -431,13 +427,13 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 	dec.NChannels = parts
 	ws = slices.Grow(ws, parts)
 	for i := range parts {
-		off := uint64(i) * per
+		off, count := part(units, per, i)
 		w := generated.DevWork{
 			Sendbuff:   t.Send,
 			Recvbuff:   t.Recv,
 			Count:      units,
 			ChanOffset: off,
-			ChanCount:  min(per, units-off),
+			ChanCount:  count,
 			RedOpArg:   t.OpArg,
 			Root:       int32(t.Root),
 			SendPeer:   -1,
@@ -505,8 +501,8 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, 
 		}
 		out := make([]p2pPart, nParts)
 		for i := range out {
-			off := uint64(i) * per
-			out[i] = p2pPart{buf: buf + off, bytes: min(per, t.Count-off)}
+			off, count := part(t.Count, per, i)
+			out[i] = p2pPart{buf: buf + off, bytes: count}
 		}
 		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Count), Choice: ch, NChannels: nParts})
 		return out, ch, nil

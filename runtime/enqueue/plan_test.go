@@ -50,10 +50,10 @@ func TestKernelArgsLayout(t *testing.T) {
 	a.NWork = 3
 	a.ChanWorkStart[1] = 7
 	a.Works[60].RecvPeer = -2
-	got := PackArgs(&a)
+	got := argBytes(&a, KernelArgsSize)
 	want, err := binary.Append(nil, binary.LittleEndian, &a)
 	require.NoError(t, err)
-	assert.True(t, bytes.Equal(want, got), "PackArgs must match the little-endian encoding of the struct")
+	assert.True(t, bytes.Equal(want, got), "argBytes must match the little-endian encoding of the struct")
 }
 
 // checkCover checks that the works of one collective on a plan cover the
@@ -122,7 +122,7 @@ func TestCollectiveSplit(t *testing.T) {
 				require.NoError(t, err)
 				assert.EqualValues(t, id, w.FuncId)
 			}
-			args := l.Args(0xabc, 0)
+			args := argsOf(&l, 0xabc, 0)
 			assert.EqualValues(t, 0xabc, args.Comm)
 			assert.Zero(t, args.WorkBuf)
 			assert.EqualValues(t, len(l.Works), args.NWork)
@@ -174,7 +174,7 @@ func TestAggregationAndWorkFIFO(t *testing.T) {
 	assert.Len(t, l.Works, 80)
 	assert.False(t, l.Inline())
 	assert.EqualValues(t, 0b11, l.ChannelMask)
-	args := l.Args(1, 0xfeed000)
+	args := argsOf(&l, 1, 0xfeed000)
 	assert.EqualValues(t, 0xfeed000, args.WorkBuf)
 	assert.Equal(t, generated.DevWork{}, args.Works[0], "no inline works with a FIFO")
 	assert.EqualValues(t, 80, args.NWork)
@@ -463,7 +463,7 @@ func TestSplit(t *testing.T) {
 		per, parts := split(tc.n, tc.k, tc.granule)
 		var sum uint64
 		for i := range parts {
-			off, count := uint64(i)*per, min(per, tc.n-uint64(i)*per)
+			off, count := part(tc.n, per, i)
 			assert.Equal(t, sum, off)
 			assert.Zero(t, off%tc.granule)
 			assert.NotZero(t, count)
@@ -510,9 +510,15 @@ func TestPutArgsReuse(t *testing.T) {
 	fifo.PutArgs(&a, 0x10, 0xdead0000)
 	require.Equal(t, uint64(0xdead0000), a.WorkBuf)
 	inline.PutArgs(&a, 0x20, 0xdead0000)
-	want := inline.Args(0x20, 0)
+	want := argsOf(&inline, 0x20, 0)
 	n := inline.ArgsSize()
-	got := unsafe.Slice((*byte)(unsafe.Pointer(&a)), n)
-	require.Equal(t, unsafe.Slice((*byte)(unsafe.Pointer(&want)), n), got, "the passed bytes equal a fresh block's")
+	require.Equal(t, argBytes(&want, n), argBytes(&a, n), "the passed bytes equal a fresh block's")
 	require.Zero(t, a.WorkBuf)
+}
+
+// argsOf is l's kernel arguments in a fresh block.
+func argsOf(l *Launch, comm, workBuf uint64) generated.KernelArgs {
+	var a generated.KernelArgs
+	l.PutArgs(&a, comm, workBuf)
+	return a
 }
