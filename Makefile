@@ -61,7 +61,7 @@ bench:
 ## bundle: what the GPU machine (no Go there) needs: test binaries and tools,
 ## built here; sources (generated/, devicesrc/) travel with the tree.
 # GPU_PKGS are the packages whose tests touch the GPU.
-GPU_PKGS ?= ./runtime ./runtime/cuda ./runtime/kernels ./runtime/transport ./tests
+GPU_PKGS ?= . ./runtime/cuda ./runtime/kernels ./runtime/transport ./tests
 STRIP    = -ldflags=-s\ -w
 
 bundle:
@@ -69,7 +69,7 @@ bundle:
 	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclgen ./cmd/ncclgen
 	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclperf ./cmd/ncclperf
 	@for p in $(GPU_PKGS); do \
-		name=$$(echo $$p | sed 's|^\./||; s|/|_|g'); \
+		name=$$(echo $$p | sed 's|^\.$$|ncclgo|; s|^\./||; s|/|_|g'); \
 		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
 	done
 	@du -sh $(BUNDLE); ls -la $(BUNDLE)/bin $(BUNDLE)/tests
@@ -79,7 +79,7 @@ gpu-test:
 	$(BUNDLE)/bin/ncclgen build --arch $(or $(ARCH),sm_90) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN) $(if $(NVCC),--nvcc $(NVCC))
 	@fail=0; for t in $(BUNDLE)/tests/*.test; do \
 		echo "== $$t"; \
-		dir=$$(basename $$t .test | sed 's|_|/|g'); \
+		dir=$$(basename $$t .test | sed 's|^ncclgo$$|.|; s|_|/|g'); \
 		( cd $$dir 2>/dev/null || true; NCCLGO_FATBIN=$(CURDIR)/$(FATBIN) NCCL_NVLS_ENABLE=0 $(CURDIR)/$$t -test.v -test.count=1 $(TESTFLAGS) ) || fail=1; \
 	done; exit $$fail
 

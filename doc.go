@@ -1,10 +1,46 @@
 // Package ncclgo is NCCL's job — collective communication between GPUs —
-// done as a Go code-generating build system with a Go runtime.
+// done in Go: communicators and the collective and point-to-point operations
+// between their ranks, with NCCL's semantics in Go idiom.
+//
+//	comms, err := ncclgo.InitAll(ctx, []int{0, 0, 0, 0}, nil) // 4 ranks on GPU 0
+//	...
+//	for i, c := range comms {
+//		err = c.AllReduce(send[i], recv[i], n, ncclgo.Float32, ncclgo.Sum, streams[i])
+//	}
+//	for _, c := range comms {
+//		err = c.Wait(ctx) // or synchronize the streams, then c.Err()
+//	}
+//	for _, c := range comms {
+//		c.Destroy()
+//	}
+//
+// Operations are asynchronous on a caller-supplied CUDA stream of the
+// communicator's device. Calls outside a group launch at once; calls made
+// through a Group launch together at its outermost End (NCCL's
+// ncclGroupStart/End, as a value instead of thread-local state). Several
+// ranks may share one GPU, in one process: the number of channels (thread
+// blocks per kernel) is bounded so that every co-located rank's blocks are
+// resident at once, since they spin-wait on each other.
+//
+// Data types and reduction ops have nccl.h's values. Avg becomes a
+// PreMulSum by 1/nRanks for floating-point types and a sum followed by a
+// division for integers; Max and Min run the device's MinMax; PreMulSum ops
+// come from Comm.NewPreMulSum.
+//
+// Device errors (an aborted kernel, a function without a device
+// implementation) are stored by the kernels in host-mapped memory and
+// returned by Comm.Err and Comm.Wait, like ncclCommGetAsyncError.
+//
+// The kernels come from a fatbin built by `ncclgen build` (see the README):
+// Options.KernelImage, $NCCLGO_FATBIN, an image embedded with the
+// ncclgo_embed build tag, or build/ncclgo.fatbin, in that order.
+//
+// Only ranks of one process can be connected so far (the p2p transport);
+// InitRank fails clearly when peers run in other processes.
 //
 // The generator (gen/, cmd/ncclgen) emits the CUDA sources, tables and ABI
-// under generated/; ncclgen build compiles them into a fatbin; the runtime
-// (package runtime and its subpackages) loads the fatbin and runs the
-// collectives. See docs/ARCHITECTURE.md.
+// under generated/; the machinery lives in runtime/ subpackages. See
+// docs/ARCHITECTURE.md.
 package ncclgo
 
 //go:generate go run ./cmd/ncclgen generate -out generated

@@ -30,9 +30,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
-	"github.com/ncclgo/ncclgo/runtime"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
@@ -94,7 +94,7 @@ func rankDevices(devs []int, n int) []int {
 // a stream and buffers per rank in its own device's context.
 type world struct {
 	t       *testing.T
-	comms   []*runtime.Comm
+	comms   []*ncclgo.Comm
 	ctxs    []*cuda.Context // rank r's device's primary context
 	streams []*cuda.Stream
 	send    []cuda.DevicePtr
@@ -114,11 +114,11 @@ func newWorld(t *testing.T, n int, algo, proto string, bufBytes uint64) *world {
 		require.NoError(t, err)
 		w.ctxs = append(w.ctxs, ctx)
 	}
-	opts := &runtime.Options{Overrides: config.Overrides{Algo: &algo, Proto: &proto}}
+	opts := &ncclgo.Options{Overrides: config.Overrides{Algo: &algo, Proto: &proto}}
 	initCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	w.comms, err = runtime.InitAll(initCtx, devs, opts)
+	w.comms, err = ncclgo.InitAll(initCtx, devs, opts)
 	require.NoError(t, err)
 	for r := range n {
 		ctx := w.ctxs[r]
@@ -220,13 +220,13 @@ func (w *world) poison() {
 // op is a reduction as the suite exercises it.
 type op struct {
 	name   string
-	red    runtime.RedOp
+	red    ncclgo.RedOp
 	scalar float64 // PreMulSum's scalar; 0 when not a PreMulSum
 }
 
 var ops = []op{
-	{"sum", runtime.Sum, 0}, {"prod", runtime.Prod, 0}, {"max", runtime.Max, 0},
-	{"min", runtime.Min, 0}, {"avg", runtime.Avg, 0}, {"premulsum", runtime.Sum, 2},
+	{"sum", ncclgo.Sum, 0}, {"prod", ncclgo.Prod, 0}, {"max", ncclgo.Max, 0},
+	{"min", ncclgo.Min, 0}, {"avg", ncclgo.Avg, 0}, {"premulsum", ncclgo.Sum, 2},
 }
 
 // input is element i of rank r: small values whose sums and products are
@@ -464,20 +464,20 @@ func runConfig(t *testing.T, n int, cfg config1, large bool) {
 	require.Positive(t, checks, "no function of this configuration is in the kernel set")
 }
 
-func (w *world) redOp(c *runtime.Comm, o op, ty kspace.Type) runtime.RedOp {
+func (w *world) redOp(c *ncclgo.Comm, o op, ty kspace.Type) ncclgo.RedOp {
 	if o.scalar == 0 {
 		return o.red
 	}
 	var scalar any
-	switch runtime.DataType(ty) {
-	case runtime.Float64:
+	switch ncclgo.DataType(ty) {
+	case ncclgo.Float64:
 		scalar = o.scalar
-	case runtime.Int8, runtime.Uint8, runtime.Int32, runtime.Uint32, runtime.Int64, runtime.Uint64:
+	case ncclgo.Int8, ncclgo.Uint8, ncclgo.Int32, ncclgo.Uint32, ncclgo.Int64, ncclgo.Uint64:
 		scalar = int64(o.scalar)
 	default:
 		scalar = float32(o.scalar)
 	}
-	r, err := c.NewPreMulSum(scalar, runtime.DataType(ty))
+	r, err := c.NewPreMulSum(scalar, ncclgo.DataType(ty))
 	require.NoError(w.t, err)
 	return r
 }
@@ -509,10 +509,10 @@ func runOne(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, o op, coun
 		w.upload(r, send[r], fill(ty, o, r, in))
 	}
 	w.settle()
-	g := runtime.NewGroup()
-	var redOps []runtime.RedOp
+	g := ncclgo.NewGroup()
+	var redOps []ncclgo.RedOp
 	for r, c := range w.comms {
-		dt := runtime.DataType(ty)
+		dt := ncclgo.DataType(ty)
 		red := w.redOp(c, o, ty)
 		redOps = append(redOps, red)
 		var err error
@@ -584,10 +584,10 @@ func TestSendRecv(t *testing.T) {
 					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, count))
 				}
 				w.settle()
-				g := runtime.NewGroup()
+				g := ncclgo.NewGroup()
 				for r, c := range w.comms {
-					require.NoError(t, g.Send(c, w.send[r], count, runtime.Uint8, (r+1)%n, w.streams[r]))
-					require.NoError(t, g.Recv(c, w.recv[r]+2, count, runtime.Uint8, (r+n-1)%n, w.streams[r]))
+					require.NoError(t, g.Send(c, w.send[r], count, ncclgo.Uint8, (r+1)%n, w.streams[r]))
+					require.NoError(t, g.Recv(c, w.recv[r]+2, count, ncclgo.Uint8, (r+n-1)%n, w.streams[r]))
 				}
 				require.NoError(t, g.End())
 				w.sync()
@@ -603,9 +603,9 @@ func TestSendRecv(t *testing.T) {
 					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, per*n))
 				}
 				w.settle()
-				g = runtime.NewGroup()
+				g = ncclgo.NewGroup()
 				for r, c := range w.comms {
-					require.NoError(t, g.AllToAll(c, w.send[r], w.recv[r], per, runtime.Uint8, w.streams[r]))
+					require.NoError(t, g.AllToAll(c, w.send[r], w.recv[r], per, ncclgo.Uint8, w.streams[r]))
 				}
 				require.NoError(t, g.End())
 				w.sync()
@@ -637,16 +637,16 @@ func TestNoDeadlockManyRanks(t *testing.T) {
 					if coll != kspace.AllReduce {
 						count /= n // size is the whole buffer, as nccl-tests counts it
 					}
-					g := runtime.NewGroup()
+					g := ncclgo.NewGroup()
 					for r, c := range w.comms {
 						var err error
 						switch coll {
 						case kspace.AllReduce:
-							err = g.AllReduce(c, w.send[r], w.recv[r], count, runtime.Float32, runtime.Sum, w.streams[r])
+							err = g.AllReduce(c, w.send[r], w.recv[r], count, ncclgo.Float32, ncclgo.Sum, w.streams[r])
 						case kspace.AllGather:
-							err = g.AllGather(c, w.send[r], w.recv[r], count, runtime.Float32, w.streams[r])
+							err = g.AllGather(c, w.send[r], w.recv[r], count, ncclgo.Float32, w.streams[r])
 						case kspace.ReduceScatter:
-							err = g.ReduceScatter(c, w.send[r], w.recv[r], count, runtime.Float32, runtime.Sum, w.streams[r])
+							err = g.ReduceScatter(c, w.send[r], w.recv[r], count, ncclgo.Float32, ncclgo.Sum, w.streams[r])
 						}
 						require.NoError(t, err)
 					}
@@ -683,15 +683,15 @@ func TestSendRecvSizeMismatch(t *testing.T) {
 	w.poison()
 	w.upload(0, w.send[0], fill(kspace.U8, ops[0], 0, sent))
 	w.settle()
-	g := runtime.NewGroup()
-	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, runtime.Uint8, 1, w.streams[0]))
-	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, runtime.Uint8, 0, w.streams[1]))
+	g := ncclgo.NewGroup()
+	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, ncclgo.Uint8, 1, w.streams[0]))
+	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, ncclgo.Uint8, 0, w.streams[1]))
 	require.NoError(t, g.End())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err0 := w.comms[0].Wait(ctx)
 	require.NoError(t, w.comms[1].Wait(ctx), "the receiver completes")
-	require.ErrorIs(t, err0, runtime.ErrDevice, "the sender reports the mismatch")
+	require.ErrorIs(t, err0, ncclgo.ErrDevice, "the sender reports the mismatch")
 	t.Logf("sender: %v", err0)
 	// What lands inside the receive buffer is unspecified (each channel
 	// carries its own share of each side's count); nothing may land past it.

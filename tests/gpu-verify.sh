@@ -10,7 +10,7 @@
 #   multigpu-tests  the correctness suite (tests.test -test.short, no 64 Mi cases)
 #                   with NCCLGO_TEST_DEVICES=0,..,N-1 and NCCLGO_TEST_RANKS=${MG_RANKS:-N}
 #                   (MG_RANKS=2,4,8 covers 2, 4 and 8 GPUs in one run: rank r on GPU r),
-#                   then runtime.test's TestGPUSeveralGPUs; logs in $OUT/multigpu-*.log
+#                   then ncclgo.test's TestGPUSeveralGPUs; logs in $OUT/multigpu-*.log
 #   multigpu-perf   ncclperf -compare against NCCL_LIB for allreduce, allgather,
 #                   reducescatter and broadcast, 8 B to ${MG_MAX:-8G}, -f ${MG_F:-2},
 #                   -g N; each table in $OUT/<coll>.txt, a verdict in $OUT/summary.txt
@@ -82,7 +82,7 @@ fi
 
 if [[ " $STEPS " == *" tests "* ]]; then
   for bin in bundle/tests/*.test; do
-    name=$(basename "$bin" .test); dir=${name//_//}
+    name=$(basename "$bin" .test); dir=${name//_//}; [[ $name == ncclgo ]] && dir=.
     echo "== $name"
     (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} > "$OUT/$name.log" 2>&1)
     grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|elapsed' "$OUT/$name.log" | tail -${TAIL:-25}
@@ -106,7 +106,7 @@ if [[ " $STEPS " == *" multigpu-tests "* ]]; then
     > "$OUT/multigpu-tests.log" 2>&1)
   grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|^    --- (PASS|FAIL)|checks|elapsed' "$OUT/multigpu-tests.log" | tail -${TAIL:-40}
   echo "== runtime TestGPUSeveralGPUs"
-  (cd runtime && t timeout 120 "$ROOT/bundle/tests/runtime.test" -test.v -test.run 'TestGPUSeveralGPUs' -test.count=1 \
+  (t timeout 120 "$ROOT/bundle/tests/ncclgo.test" -test.v -test.run 'TestGPUSeveralGPUs' -test.count=1 \
     > "$OUT/multigpu-runtime.log" 2>&1)
   grep -E -- '--- (PASS|FAIL|SKIP)|^(FAIL|ok|PASS|panic)|InitAll|elapsed' "$OUT/multigpu-runtime.log" | tail -${TAIL:-40}
 fi

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ncclgo/ncclgo/runtime"
+	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
 // ncclgoBackend runs the sweep through ncclgo's runtime: one communicator of
 // len(devices) ranks in this process, every rank's call in one group.
 type ncclgoBackend struct {
-	comms    []*runtime.Comm
+	comms    []*ncclgo.Comm
 	initTime time.Duration
 }
 
@@ -20,7 +20,7 @@ func openNcclgo(c *config) (*ncclgoBackend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	comms, err := runtime.InitAll(ctx, c.devices, &runtime.Options{KernelImage: c.fatbin})
+	comms, err := ncclgo.InitAll(ctx, c.devices, &ncclgo.Options{KernelImage: c.fatbin})
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo init: %w", err)
 	}
@@ -32,10 +32,10 @@ func (b *ncclgoBackend) Name() string {
 }
 
 func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
-	g := runtime.NewGroup()
+	g := ncclgo.NewGroup()
 	for r, comm := range b.comms {
 		var err error
-		rdt, rop := runtime.DataType(dt), runtime.RedOp(op)
+		rdt, rop := ncclgo.DataType(dt), ncclgo.RedOp(op)
 		switch c {
 		case collAllReduce:
 			err = g.AllReduce(comm, send[r], recv[r], count, rdt, rop, streams[r])

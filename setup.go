@@ -1,4 +1,4 @@
-package runtime
+package ncclgo
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	// Connections.
 	canAccess := peerAccessFunc(c.layout, rank)
 	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
-	edges := Edges(c.plan, c.rings, c.trees)
+	edges := edges(c.plan, c.rings, c.trees)
 	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, canAccess); err != nil {
 		return fail(err)
 	}
@@ -185,7 +185,7 @@ func joinInts[T ~int | ~int32](xs []T) string {
 // Edges lists the connections rank plan.Rank takes part in: on every
 // channel its ring neighbours and tree neighbours (both directions), and
 // the point-to-point peers at the distances that use the channel.
-func Edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edge {
+func edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edge {
 	me, n := plan.Rank, plan.NRanks
 	var out []transport.Edge
 	add := func(ch, from, to int) {

@@ -1,4 +1,4 @@
-package runtime
+package ncclgo
 
 import (
 	"errors"
@@ -13,9 +13,9 @@ import (
 // ncclGroupStart/ncclGroupEnd, but as an explicit value instead of
 // thread-local state:
 //
-//	g := runtime.NewGroup()
-//	g.Send(comm, buf, n, runtime.Float32, peer, stream)
-//	g.Recv(comm, buf2, n, runtime.Float32, peer, stream)
+//	g := ncclgo.NewGroup()
+//	g.Send(comm, buf, n, ncclgo.Float32, peer, stream)
+//	g.Recv(comm, buf2, n, ncclgo.Float32, peer, stream)
 //	err := g.End()
 //
 // Nothing launches until the outermost End: Start nests. A group may hold

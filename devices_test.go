@@ -1,4 +1,4 @@
-package runtime
+package ncclgo
 
 import (
 	"context"
@@ -239,7 +239,7 @@ func TestSetupOverSeveralGPUs(t *testing.T) {
 			for r := range n {
 				wg.Go(func() {
 					plan := enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}
-					sets[r], errs[r] = transport.Connect(context.Background(), nets[r], mems[r], r, pids, Edges(plan, rings, trees),
+					sets[r], errs[r] = transport.Connect(context.Background(), nets[r], mems[r], r, pids, edges(plan, rings, trees),
 						transport.Sizes{1 << 16, 1 << 17, 1 << 20}, peerAccessFunc(l, r))
 					if errs[r] != nil {
 						nets[r].Abort()

@@ -1,4 +1,4 @@
-package runtime
+package ncclgo
 
 import (
 	"context"
@@ -263,7 +263,7 @@ func TestEdgesAgree(t *testing.T) {
 				trees := graph.Trees(n, nch)
 				set := map[transport.Edge]int{}
 				for r := range n {
-					for _, e := range Edges(enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}, rings, trees) {
+					for _, e := range edges(enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}, rings, trees) {
 						set[e]++
 						assert.True(t, e.From == r || e.To == r)
 					}
