@@ -23,7 +23,7 @@ import (
 
 // UniqueID identifies a communicator while its ranks initialize: one
 // process gets it from GetUniqueID and hands it to every rank (its String
-// form travels as text; bootstrap.ParseUniqueID reads it back).
+// form travels as text; ParseUniqueID reads it back).
 type UniqueID = bootstrap.UniqueID
 
 // Comm is one rank of a communicator. Its methods may be called from any
@@ -414,3 +414,7 @@ func algoName(ch tune.Choice) string {
 	}
 	return ch.Algo.String()
 }
+
+// Context returns the CUDA context c runs in: its device's primary context,
+// or the one Options.Contexts named. Streams passed to c must belong to it.
+func (c *Comm) Context() *cuda.Context { return c.cctx }

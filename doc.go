@@ -14,6 +14,14 @@
 //		c.Destroy()
 //	}
 //
+// The operations, as methods of Comm (launch now) and of Group (launch at
+// the group's End), with NCCL's semantics: AllReduce, Broadcast, Reduce,
+// AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send and Recv; user
+// reduction ops come from Comm.NewPreMulSum. Communicators come from
+// InitAll (every rank in this process) or InitRank (one rank, joined through
+// the UniqueID from GetUniqueID, passed around as text and read back with
+// ParseUniqueID). Version reports the NCCL API level implemented.
+//
 // Operations are asynchronous on a caller-supplied CUDA stream of the
 // communicator's device. Calls outside a group launch at once; calls made
 // through a Group launch together at its outermost End (NCCL's
@@ -34,6 +42,13 @@
 // The kernels come from a fatbin built by `ncclgen build` (see the README):
 // Options.KernelImage, $NCCLGO_FATBIN, an image embedded with the
 // ncclgo_embed build tag, or build/ncclgo.fatbin, in that order.
+//
+// Memory and streams are the caller's: device pointers are cuda.DevicePtr
+// (a CUdeviceptr, so a pointer from cudart or another Go CUDA binding
+// converts directly), streams are *cuda.Stream (cuda.WrapStream wraps an
+// existing CUstream or cudaStream_t), and Options.Contexts runs a
+// communicator in a caller's CUDA context instead of the device's primary
+// context (cuda.WrapContext, cuda.CurrentContext).
 //
 // Only ranks of one process can be connected so far (the p2p transport);
 // InitRank fails clearly when peers run in other processes.

@@ -1,6 +1,7 @@
 package ncclgo
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
 // Options configure a communicator. A nil *Options, and every field left
@@ -35,6 +37,13 @@ type Options struct {
 	// P2PChannelsPerPeer is the number of channels the traffic between two
 	// ranks spreads over (0: 2).
 	P2PChannelsPerPeer int
+	// Contexts names, per device ordinal, the CUDA context a rank on that
+	// device runs in — a context the caller created or one a cudart-based
+	// library uses (cuda.WrapContext, cuda.CurrentContext). Devices not in
+	// the map use their primary context, as cudart does. The caller keeps
+	// owning the contexts; they must outlive the communicators, and the
+	// streams passed to a communicator must belong to its context.
+	Contexts map[int]*cuda.Context
 }
 
 // settings is what the options resolve to.
@@ -45,6 +54,7 @@ type settings struct {
 	bootstrap  bootstrap.Options
 	image      string
 	p2pPerPeer int
+	contexts   map[int]*cuda.Context
 }
 
 // sharedCloser closes a log file when the last communicator using it is
@@ -87,6 +97,15 @@ func (o *Options) resolve() (settings, error) {
 			return s, &ArgError{Arg: "Options.P2PChannelsPerPeer", Value: o.P2PChannelsPerPeer, Want: "0 (default) or a positive channel count"}
 		}
 		s.log = o.Logger
+		for d, cx := range o.Contexts {
+			if cx == nil || cx.Handle() == 0 {
+				return s, &ArgError{Arg: fmt.Sprintf("Options.Contexts[%d]", d), Value: "nil", Want: "a live context from cuda.WrapContext or cuda.CurrentContext"}
+			}
+			if int(cx.Device()) != d {
+				return s, &ArgError{Arg: fmt.Sprintf("Options.Contexts[%d]", d), Value: fmt.Sprintf("a context of device %d", int(cx.Device())), Want: fmt.Sprintf("a context of device %d", d)}
+			}
+		}
+		s.contexts = o.Contexts
 	}
 	if s.p2pPerPeer == 0 {
 		s.p2pPerPeer = 2

@@ -94,7 +94,13 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 			c.log.Info(fmt.Sprintf("NVLink counts unknown (the tuner assumes NVLink): %v", err), config.SubsysInit.Attr())
 		}
 	}
-	if c.cctx, err = dev.PrimaryContext(); err != nil {
+	if cx := s.contexts[device]; cx != nil {
+		// A wrapper of our own, so that Destroy's Release forgets only it.
+		c.cctx, err = cuda.WrapContext(cx.Handle())
+	} else {
+		c.cctx, err = dev.PrimaryContext()
+	}
+	if err != nil {
 		return fail(err)
 	}
 	c.peers = &cudaPeers{self: c.cctx}

@@ -10,13 +10,14 @@ import (
 	"unsafe"
 )
 
-// Context is a device's primary CUDA context, retained by
-// Device.PrimaryContext. Every operation through it makes it current on the
-// calling thread inside the same cgo call, so it can be used from any
-// goroutine.
+// Context is a CUDA context: a device's primary context, retained by
+// Device.PrimaryContext, or a caller's own context wrapped by WrapContext or
+// CurrentContext. Every operation through it makes it current on the calling
+// thread inside the same cgo call, so it can be used from any goroutine.
 type Context struct {
-	h   C.CUcontext
-	dev Device
+	h       C.CUcontext
+	dev     Device
+	wrapped bool // a caller's context: Release only forgets it
 }
 
 // DevicePtr is a device address (CUdeviceptr).
@@ -65,14 +66,86 @@ func (d Device) PrimaryContext() (*Context, error) {
 	return &Context{h: h, dev: d}, nil
 }
 
+// WrapContext wraps a caller's existing CUcontext (a user-created context,
+// or one that a cudart-based library made current), so that ncclgo runs in
+// it instead of the device's primary context. The caller keeps owning the
+// context: Release on the result only forgets it, and the context must
+// outlive every communicator that uses it.
+func WrapContext(handle uintptr) (*Context, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	if handle == 0 {
+		return nil, badArg("WrapContext", "handle 0 (want a live CUcontext)")
+	}
+	h := C.CUcontext(unsafe.Pointer(handle))
+	var d C.CUdevice
+	if err := check("cuCtxGetDevice", Result(C.ncu_ctx_get_device(h, &d))); err != nil {
+		return nil, fmt.Errorf("cuda: WrapContext(%#x): %w", handle, err)
+	}
+	return &Context{h: h, dev: Device(d), wrapped: true}, nil
+}
+
+// CurrentContext wraps the context current on the calling OS thread
+// (cuCtxGetCurrent), as WrapContext does. It fails with ErrInvalidValue when
+// no context is current. Call it from a goroutine locked to its thread
+// (runtime.LockOSThread) or from a cgo callback, where "current" is defined.
+func CurrentContext() (*Context, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	var h C.CUcontext
+	if err := check("cuCtxGetCurrent", Result(C.ncu_ctx_get_current(&h))); err != nil {
+		return nil, fmt.Errorf("cuda: CurrentContext: %w", err)
+	}
+	if h == nil {
+		return nil, badArg("CurrentContext", "no context is current on this thread")
+	}
+	return WrapContext(uintptr(unsafe.Pointer(h)))
+}
+
+// NewContext creates a new context on d (cuCtxCreate), separate from its
+// primary context, as a program that manages its own contexts would; it
+// leaves the calling thread's current context as it was. The result is a
+// caller's context (Wrapped reports true): free it with DestroyContext, not
+// Release.
+func NewContext(d Device) (*Context, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	var h C.CUcontext
+	if err := check("cuCtxCreate", Result(C.ncu_ctx_create(&h, C.CUdevice(d)))); err != nil {
+		return nil, fmt.Errorf("cuda: NewContext on device %d: %w", int(d), err)
+	}
+	return &Context{h: h, dev: d, wrapped: true}, nil
+}
+
+// DestroyContext destroys a context made by NewContext (cuCtxDestroy).
+func DestroyContext(c *Context) error {
+	h, err := c.ctx("DestroyContext")
+	if err != nil {
+		return err
+	}
+	c.h = nil
+	return c.wrap("DestroyContext", check("cuCtxDestroy", Result(C.ncu_ctx_destroy(h))))
+}
+
+// Wrapped reports whether c is a caller's context (WrapContext,
+// CurrentContext) rather than a retained primary context.
+func (c *Context) Wrapped() bool { return c.wrapped }
+
 // Release releases this retain of the primary context
-// (cuDevicePrimaryCtxRelease_v2). The Context is unusable afterwards; the
-// underlying context lives on while other retains hold it.
+// (cuDevicePrimaryCtxRelease_v2); for a wrapped context it only forgets the
+// handle. The Context is unusable afterwards; the underlying context lives
+// on while other retains (or its owner) hold it.
 func (c *Context) Release() error {
 	if _, err := c.ctx("Release"); err != nil {
 		return err
 	}
 	c.h = nil
+	if c.wrapped {
+		return nil
+	}
 	return c.wrap("Release", check("cuDevicePrimaryCtxRelease", Result(C.ncu_primary_ctx_release(C.CUdevice(c.dev)))))
 }
 

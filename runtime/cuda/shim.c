@@ -29,6 +29,10 @@
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice d))                 \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext c))                                       \
   X(cuCtxSynchronize, "cuCtxSynchronize", 1, (void))                                            \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext* c))                                      \
+  X(cuCtxGetDevice, "cuCtxGetDevice", 1, (CUdevice* d))                                        \
+  X(cuCtxCreate, "cuCtxCreate_v2", 0, (CUcontext* c, unsigned flags, CUdevice d))              \
+  X(cuCtxDestroy, "cuCtxDestroy_v2", 0, (CUcontext c))                                          \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
   X(cuMemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr* p, size_t n))                                 \
   X(cuMemFree, "cuMemFree_v2", 1, (CUdeviceptr p))                                              \
@@ -170,6 +174,23 @@ CUresult ncu_primary_ctx_release(CUdevice d) { return p_cuDevicePrimaryCtxReleas
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
   SETCTX(c);
   return p_cuCtxEnablePeerAccess(peer, 0);
+}
+CUresult ncu_ctx_get_current(CUcontext* c) { return p_cuCtxGetCurrent(c); }
+CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d) {
+  SETCTX(c);
+  return p_cuCtxGetDevice(d);
+}
+CUresult ncu_ctx_create(CUcontext* c, CUdevice d) {
+  NEED(p_cuCtxCreate);
+  CUcontext prev = NULL;
+  p_cuCtxGetCurrent(&prev);
+  CUresult r = p_cuCtxCreate(c, 0, d);
+  p_cuCtxSetCurrent(prev); /* cuCtxCreate pushes the new context; leave the thread as it was */
+  return r;
+}
+CUresult ncu_ctx_destroy(CUcontext c) {
+  NEED(p_cuCtxDestroy);
+  return p_cuCtxDestroy(c);
 }
 CUresult ncu_ctx_synchronize(CUcontext c) {
   SETCTX(c);

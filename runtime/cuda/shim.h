@@ -75,6 +75,10 @@ CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d);
 CUresult ncu_primary_ctx_release(CUdevice d);
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer);
 CUresult ncu_ctx_synchronize(CUcontext c);
+CUresult ncu_ctx_get_current(CUcontext* c);
+CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d);
+CUresult ncu_ctx_create(CUcontext* c, CUdevice d);
+CUresult ncu_ctx_destroy(CUcontext c);
 
 // Memory (all set the context current first).
 CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);

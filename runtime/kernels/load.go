@@ -63,6 +63,7 @@ type Entry struct {
 // key identifies a loaded module: one per device and image content.
 type key struct {
 	dev  cuda.Device
+	ctx  uintptr // a caller's context (cuda.WrapContext); 0: the primary context
 	size int
 	hash uint64
 }
@@ -121,7 +122,11 @@ func Load(ctx *cuda.Context, image []byte) (*Set, error) {
 		return nil, fmt.Errorf("%w: Load: empty image", ErrNoImage)
 	}
 	dev := ctx.Device()
-	m, loader := acquire(dev, image)
+	var user uintptr
+	if ctx.Wrapped() {
+		user = ctx.Handle()
+	}
+	m, loader := acquire(dev, user, image)
 	if loader {
 		m.err = m.load(image)
 		if m.err != nil {
@@ -139,19 +144,19 @@ func Load(ctx *cuda.Context, image []byte) (*Set, error) {
 	return &Set{m: m}, nil
 }
 
-// acquire finds or creates the cache entry for (dev, image) and takes a
-// reference; loader is true for the caller that must load it.
-func acquire(dev cuda.Device, image []byte) (m *module, loader bool) {
+// acquire finds or creates the cache entry for (dev, user context, image)
+// and takes a reference; loader is true for the caller that must load it.
+func acquire(dev cuda.Device, user uintptr, image []byte) (m *module, loader bool) {
 	cache.mu.Lock()
 	for _, m := range cache.mods {
-		if m.key.dev == dev && len(m.image) == len(image) && unsafe.SliceData(m.image) == unsafe.SliceData(image) {
+		if m.key.dev == dev && m.key.ctx == user && len(m.image) == len(image) && unsafe.SliceData(m.image) == unsafe.SliceData(image) {
 			m.refs++
 			cache.mu.Unlock()
 			return m, false
 		}
 	}
 	cache.mu.Unlock()
-	k := key{dev: dev, size: len(image), hash: maphash.Bytes(seed, image)}
+	k := key{dev: dev, ctx: user, size: len(image), hash: maphash.Bytes(seed, image)}
 	cache.mu.Lock()
 	defer cache.mu.Unlock()
 	if m := cache.mods[k]; m != nil {
@@ -168,7 +173,12 @@ func acquire(dev cuda.Device, image []byte) (m *module, loader bool) {
 
 func (m *module) load(image []byte) (err error) {
 	dev := m.key.dev
-	ctx, err := dev.PrimaryContext()
+	var ctx *cuda.Context
+	if m.key.ctx != 0 {
+		ctx, err = cuda.WrapContext(m.key.ctx) // modules live in the caller's context
+	} else {
+		ctx, err = dev.PrimaryContext()
+	}
 	if err != nil {
 		return fmt.Errorf("kernels: device %d: %w", int(dev), err)
 	}
