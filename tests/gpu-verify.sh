@@ -20,12 +20,14 @@
 # github.com/NVIDIA/nccl-tests; git-ignored) against NCCL_LIB's headers, and
 # ncclperf's NCCL column on the same library, back to back in one lease:
 # AllReduce, AllGather, ReduceScatter and Broadcast, ${CAL_B:-8} to
-# ${CAL_E:-1G} by ${CAL_F:-4}, -g ${CAL_G:-2}, -n ${CAL_N:-200} -w ${CAL_W:-20}
+# ${CAL_E:-1G} by ${CAL_F:-2}, -g ${CAL_G:-2}, -n ${CAL_N:-200} -w ${CAL_W:-20}
 # -c 0, ${CAL_ROUNDS:-3} alternating rounds. $OUT/calibrate.txt has, per
 # size, the median out-of-place time of each, their ratio and whether they
 # agree within 5 % (and ncclgo's own column when a fatbin is present and
 # CAL_NCCLGO is not 0). Raw outputs: $OUT/cal-<coll>-{nt,np}-<round>.txt.
 # The step needs the GPUs only, not the fatbin: STEPS=calibrate is enough.
+# On two H200s: nccl-tests' build (four binaries, sm_90) about 1-2 min, the
+# runs about 2.5 min (CAL_ROUNDS=2 or CAL_NCCLGO=0 shorten them).
 # e.g. STEPS="build multigpu" OUT=... bash tests/gpu-verify.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,7 +145,7 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
   CAL_G=${CAL_G:-2}
   NH=$ROOT/build/nccl-home NT=$ROOT/build/nccl-tests
-  CAL_ARGS="-b ${CAL_B:-8} -e ${CAL_E:-1G} -f ${CAL_F:-4} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0"
+  CAL_ARGS="-b ${CAL_B:-8} -e ${CAL_E:-1G} -f ${CAL_F:-2} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0"
   echo "== calibrate: nccl-tests ($SRC) and ncclperf's NCCL column on ${NCCL_LIB:-no NCCL found}: $CAL_ARGS"
   if [[ -z "$NCCL_LIB" || ! -f "$SRC/src/common.cu" ]]; then
     echo "calibrate: skipped: needs NCCL_LIB (found: ${NCCL_LIB:-none}) and nccl-tests' source tree in NCCL_TESTS_SRC (no $SRC/src/common.cu)"
