@@ -15,6 +15,19 @@
 #                   reducescatter and broadcast, 8 B to ${MG_MAX:-8G}, -f ${MG_F:-2},
 #                   -g N; each table in $OUT/<coll>.txt, a verdict in $OUT/summary.txt
 #   multigpu        both
+# and "calibrate" (issue 17): nccl-tests, built here from the source tree in
+# NCCL_TESTS_SRC (default third_party/nccl-tests, a copy of
+# github.com/NVIDIA/nccl-tests; git-ignored) against NCCL_LIB's headers, and
+# ncclperf's NCCL column on the same library, back to back in one lease:
+# AllReduce, AllGather, ReduceScatter and Broadcast, ${CAL_B:-8} to
+# ${CAL_E:-1G} by ${CAL_F:-2}, -g ${CAL_G:-2}, -n ${CAL_N:-200} -w ${CAL_W:-20}
+# -c 0, ${CAL_ROUNDS:-3} alternating rounds. $OUT/calibrate.txt has, per
+# size, the median out-of-place time of each, their ratio and whether they
+# agree within 5 % (and ncclgo's own column when a fatbin is present and
+# CAL_NCCLGO is not 0). Raw outputs: $OUT/cal-<coll>-{nt,np}-<round>.txt.
+# The step needs the GPUs only, not the fatbin: STEPS=calibrate is enough.
+# On two H200s: nccl-tests' build (four binaries, sm_90) about 1-2 min, the
+# runs about 2.5 min (CAL_ROUNDS=2 or CAL_NCCLGO=0 shorten them).
 # e.g. STEPS="build multigpu" OUT=... bash tests/gpu-verify.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -125,4 +138,89 @@ if [[ " $STEPS " == *" multigpu-perf "* ]]; then
     awk -v coll=$coll '$1 ~ /^[0-9]+$/ && NF > 14 { n++; if ($(NF-1) + 0 < 1) { bad++; worst = worst sprintf(" %s:%s", $1, $(NF-1)) } }
       END { printf "%-14s %d sizes, %d below NCCL%s\n", coll, n, bad, (bad ? ":" worst : "") }' "$OUT/$coll.txt" | tee -a "$OUT/summary.txt"
   done
+fi
+
+if [[ " $STEPS " == *" calibrate "* ]]; then
+  SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+  CAL_G=${CAL_G:-2}
+  NH=$ROOT/build/nccl-home NT=$ROOT/build/nccl-tests
+  CAL_ARGS="-b ${CAL_B:-8} -e ${CAL_E:-1G} -f ${CAL_F:-2} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0"
+  echo "== calibrate: nccl-tests ($SRC) and ncclperf's NCCL column on ${NCCL_LIB:-no NCCL found}: $CAL_ARGS"
+  if [[ -z "$NCCL_LIB" || ! -f "$SRC/src/common.cu" ]]; then
+    echo "calibrate: skipped: needs NCCL_LIB (found: ${NCCL_LIB:-none}) and nccl-tests' source tree in NCCL_TESTS_SRC (no $SRC/src/common.cu)"
+  else
+    # nccl-tests' Makefile wants NCCL_HOME/include/nccl.h and NCCL_HOME/lib/libnccl.so:
+    # stage them from NCCL_LIB and the nccl.h nearest to it.
+    lib=$(readlink -f "$NCCL_LIB")
+    inc=""
+    for d in "$(dirname "$NCCL_LIB")/../include" "$(dirname "$lib")/../include" ${NCCL_HOME:+"$NCCL_HOME/include"} \
+             /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/include /usr/include /usr/local/include "$CUDA_HOME/include" \
+             $(find /opt /usr -name nccl.h 2>/dev/null | xargs -r -n1 dirname); do
+      [[ -z "$inc" && -f "$d/nccl.h" ]] && inc=$(readlink -f "$d")
+    done
+    rm -rf "$NH" && mkdir -p "$NH/lib"
+    ln -s "$inc" "$NH/include"
+    ln -s "$lib" "$NH/lib/libnccl.so" && ln -s "$lib" "$NH/lib/libnccl.so.2"
+    echo "nccl.h: $inc/nccl.h ($(grep -hE '^#define NCCL_(MAJOR|MINOR|PATCH) ' "$inc/nccl.h" 2>/dev/null | awk '{printf "%s%s", sep, $3; sep="."}')); library: $lib"
+    targets=""
+    for b in all_reduce all_gather reduce_scatter broadcast; do targets="$targets $NT/${b}_perf"; done
+    t make -C "$SRC/src" -j "$JOBS" MPI=0 NCCL_HOME="$NH" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" \
+      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$NT" $targets > "$OUT/nccl-tests-build.log" 2>&1 \
+      || tail -20 "$OUT/nccl-tests-build.log"
+    tail -1 "$OUT/nccl-tests-build.log"
+  fi
+  if [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" && ! -x "$NT/broadcast_perf" ]]; then
+    echo "calibrate: skipped: nccl-tests did not build (log: $OUT/nccl-tests-build.log)"
+  elif [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" ]]; then
+    cal_start=$(date +%s)
+    export LD_LIBRARY_PATH="$NH/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # ncclperf runs ncclgo's sweep first when a fatbin is there (the column as -compare
+    # normally measures it, after ncclgo's communicators are gone), else NCCL alone.
+    GO=""
+    [[ "${CAL_NCCLGO:-1}" == 0 || ! -f "$NCCLGO_FATBIN" ]] && GO="-ncclgo=false"
+    : > "$OUT/calibrate.txt"
+    for coll in allreduce allgather reducescatter broadcast; do
+      case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
+      for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
+        t timeout 120 "$NT/${nt}_perf" $CAL_ARGS > "$OUT/cal-$coll-nt-$r.txt" 2>&1 || tail -3 "$OUT/cal-$coll-nt-$r.txt"
+        t timeout 180 $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO > "$OUT/cal-$coll-np-$r.txt" 2>&1 || tail -3 "$OUT/cal-$coll-np-$r.txt"
+      done
+      grep -hE '^# (ncclgo|reference|measured):' "$OUT/cal-$coll-np-1.txt" | head -2
+      # Per size: the median over rounds of each harness's out-of-place time (column 6 of
+      # nccl-tests and of ncclperf alone; with ncclgo, NCCL's is column 14 and ncclgo's 6).
+      awk -v coll=$coll '
+        function median(s,   n, a, i, j, v) {
+          n = split(s, a, " ")
+          if (n == 0) return -1
+          for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+          return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        $1 ~ /^[0-9]+$/ && NF >= 13 {
+          s = $1 + 0
+          if (!(s in seen)) { seen[s] = 1; order[++ns] = s }
+          if (FILENAME ~ /-nt-[0-9]+\.txt$/) nt[s] = nt[s] " " $6
+          else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
+          else np[s] = np[s] " " $6
+        }
+        END {
+          printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests\n", coll
+          printf "#%11s %11s %14s %7s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%"
+          if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
+          printf "\n"
+          for (k = 1; k <= ns; k++) {
+            s = order[k]; a = median(nt[s]); b = median(np[s])
+            q = (a > 0 && b > 0) ? b / a : 0
+            ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
+            n++; if (ok == "yes") good++; else bad = bad sprintf(" %d:%.3f", s, q)
+            printf "%12d %11.2f %14.2f %7.3f %9s", s, a, b, q, ok
+            if (hasgo) { g = median(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
+            printf "\n"
+          }
+          printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
+        }' "$OUT"/cal-$coll-nt-*.txt "$OUT"/cal-$coll-np-*.txt | tee -a "$OUT/calibrate.txt"
+    done
+    echo "== calibration verdict ($(( $(date +%s) - cal_start )) s of runs; table in $OUT/calibrate.txt)"
+    grep -E '^# (allreduce|allgather|reducescatter|broadcast) ' "$OUT/calibrate.txt"
+  fi
 fi

@@ -3,6 +3,15 @@
 // run (-compare) to print the ratio.
 //
 //	ncclperf -coll allreduce -b 8 -e 512M -f 2 -g 2 [-compare libnccl.so.2]
+//	ncclperf --op all --datatype all --minbytes 8 --maxbytes 1M --ngpus 2
+//
+// nccl-tests' options are accepted with their short and long names (-b,
+// --minbytes, ...; -d all and -o all sweep every type and op), and the
+// timing is nccl-tests' own, for both libraries: all sizes warmed up first,
+// then per size one untimed iteration and a host clock around -n
+// iterations issued back to back, buffers shifted per iteration, streams
+// drained by polling. Every call comes from one OS thread, every rank's
+// call in one group per iteration (nccl-tests' -t 1 -g N).
 //
 // Ranks are placed round-robin over the visible GPUs unless -devices lists
 // them, so -g 4 on a one-GPU machine puts four ranks on that GPU and -g 8
@@ -10,17 +19,21 @@
 // AllGather, ReduceScatter and Broadcast in turn, one table each, with one
 // initialisation of each library.
 //
-// With -compare, the last columns are the reference library's out-of-place
-// time and busbw and the ratio, > 1 when ncclgo is better: below
-// ratioSplit (64 KiB, the size column) it is NCCL's time over ncclgo's
-// (latency), from there ncclgo's busbw over NCCL's (both out-of-place); the
-// "by" column says which.
+// With -compare, ncclgo's sweep runs first and its communicators are
+// destroyed; then the NCCL library's sweep runs, alone in the process,
+// with buffers from ncclMemAlloc as nccl-tests allocates them. The last
+// columns are its out-of-place time and busbw and the ratio, > 1 when
+// ncclgo is better: below ratioSplit (64 KiB, the size column) it is
+// NCCL's time over ncclgo's (latency), from there ncclgo's busbw over
+// NCCL's (both out-of-place); the "by" column says which. -ncclgo=false
+// times only the library, in nccl-tests' columns (in-place too): the
+// calibration against nccl-tests itself.
 //
 // Checking (-c 1) stays cheap at any size: inputs are periodic, so each
 // rank uploads at most fillChunk elements and the device replicates them;
 // outputs up to -check-max bytes per rank are checked whole, larger ones on
 // sampled windows (evenly spread, plus the rank-chunk boundaries of
-// AllGather).
+// AllGather). Checks run on the untimed iteration before each timed loop.
 package main
 
 import (
@@ -30,11 +43,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -90,9 +102,20 @@ func (c coll) busFactor(n int) float64 {
 }
 
 // backend runs one collective on every rank, as one group, on streams[r].
+// backend runs one collective on every rank, as one group, on streams[r].
+// All its methods are called from one OS thread (run locks it).
 type backend interface {
 	Name() string
+	// Begin makes the calling thread ready to issue Run: for NCCL, the
+	// first rank's device current, as nccl-tests' cudaSetDevice(gpus[0]).
+	// It is called before each warm-up and timed loop, since the checks
+	// and synchronizations between them change the current context.
+	Begin() error
 	Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error
+	// Alloc and Free manage rank r's device buffers the way the library's
+	// own benchmark does (nccl-tests allocates with ncclMemAlloc).
+	Alloc(r int, ctx *cuda.Context, n uint64) (cuda.DevicePtr, error)
+	Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error
 	Close() error
 }
 
@@ -109,120 +132,58 @@ type config struct {
 	iters, warmup   int
 	check           bool
 	op              redOp
+	ops             []redOp // -o all: every op
 	dt              dataType
+	types           []dataType // -d all: every type
 	root            int
+	ncclgo          bool   // run the sweep through ncclgo (-ncclgo=false: only -compare's library)
 	hostTime        bool   // -hosttime: report the enqueue loop's own time
 	cpuProfile      string // -cpuprofile: write a Go CPU profile here
 	compare, fatbin string
 }
 
-func parseSize(flagName, s string) (int64, error) {
-	mult := int64(1)
-	t := strings.ToUpper(strings.TrimSpace(s))
-	switch {
-	case strings.HasSuffix(t, "K"):
-		mult, t = 1<<10, t[:len(t)-1]
-	case strings.HasSuffix(t, "M"):
-		mult, t = 1<<20, t[:len(t)-1]
-	case strings.HasSuffix(t, "G"):
-		mult, t = 1<<30, t[:len(t)-1]
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("-%s %q: want a byte count like 8, 64K, 128M or 1G", flagName, s)
-	}
-	return v * mult, nil
+// job is one table: a collective, a type and an op.
+type job struct {
+	coll coll
+	dt   dataType
+	op   redOp
 }
 
-func parseFlags(args []string, stderr io.Writer) (*config, error) {
-	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := &config{}
-	collS := fs.String("coll", "allreduce", "collective: "+strings.Join(collNames, ", ")+", or all (allreduce, allgather, reducescatter, broadcast)")
-	cmax := fs.String("check-max", "64M", "with -c 1, outputs up to this many bytes per rank are checked whole, larger ones on sampled windows")
-	b := fs.String("b", "32M", "minimum size in bytes")
-	e := fs.String("e", "32M", "maximum size in bytes")
-	f := fs.Int64("f", 2, "multiplication factor between sizes")
-	i := fs.String("i", "0", "increment between sizes (instead of -f)")
-	fs.IntVar(&c.nRanks, "g", 1, "number of ranks (placed round-robin over the visible GPUs)")
-	devs := fs.String("devices", "", "comma-separated device of each rank (overrides round-robin)")
-	fs.IntVar(&c.iters, "n", 20, "timed iterations per size")
-	fs.IntVar(&c.warmup, "w", 5, "warm-up iterations per size")
-	chk := fs.Int("c", 1, "check results (0 or 1)")
-	opS := fs.String("o", "sum", "reduction op: "+strings.Join(opNames, ", "))
-	dtS := fs.String("d", "float", "data type: "+strings.Join(typeNames, ", "))
-	fs.IntVar(&c.root, "r", 0, "root rank for broadcast and reduce")
-	fs.StringVar(&c.compare, "compare", "", "path or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
-	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
-	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
-	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo fatbin (default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	var err error
-	if strings.EqualFold(*collS, "all") {
-		c.colls = allColls
-	} else {
-		if c.coll, err = parseColl(*collS); err != nil {
-			return nil, err
-		}
-		c.colls = []coll{c.coll}
-	}
-	if c.checkMax, err = parseSize("check-max", *cmax); err != nil {
-		return nil, err
-	}
-	if c.minBytes, err = parseSize("b", *b); err != nil {
-		return nil, err
-	}
-	if c.maxBytes, err = parseSize("e", *e); err != nil {
-		return nil, err
-	}
-	if c.step, err = parseSize("i", *i); err != nil {
-		return nil, err
-	}
-	c.factor = *f
-	if c.maxBytes < c.minBytes {
-		return nil, fmt.Errorf("-e %d is below -b %d", c.maxBytes, c.minBytes)
-	}
-	if c.step == 0 && c.factor < 2 {
-		return nil, fmt.Errorf("-f %d: want a factor of at least 2 (or -i for a fixed increment)", c.factor)
-	}
-	if c.nRanks < 1 {
-		return nil, fmt.Errorf("-g %d: want at least 1 rank", c.nRanks)
-	}
-	if c.iters < 1 || c.warmup < 0 {
-		return nil, fmt.Errorf("-n %d -w %d: want n >= 1 and w >= 0", c.iters, c.warmup)
-	}
-	c.check = *chk != 0
-	if c.op, err = parseOp(*opS); err != nil {
-		return nil, err
-	}
-	if c.dt, err = parseType(*dtS); err != nil {
-		return nil, err
-	}
-	if c.root < 0 || c.root >= c.nRanks {
-		return nil, fmt.Errorf("-r %d: want a root in [0, %d)", c.root, c.nRanks)
-	}
-	if *devs != "" {
-		for _, s := range strings.Split(*devs, ",") {
-			d, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || d < 0 {
-				return nil, fmt.Errorf("-devices %q: want comma-separated device ordinals", *devs)
+// jobs lists the tables to measure, in nccl-tests' order: for each
+// collective, each type, each op (ops only for reducing collectives).
+func (c *config) jobs() []job {
+	var js []job
+	for _, k := range c.colls {
+		for _, t := range c.types {
+			ops := c.ops
+			if !k.reduces() {
+				ops = ops[:1]
 			}
-			c.devices = append(c.devices, d)
-		}
-		if len(c.devices) != c.nRanks {
-			return nil, fmt.Errorf("-devices lists %d devices for -g %d ranks", len(c.devices), c.nRanks)
+			for _, o := range ops {
+				js = append(js, job{k, t, o})
+			}
 		}
 	}
-	return c, nil
+	return js
 }
+
+// forJob returns a copy of c that measures j.
+func (c *config) forJob(j job) *config {
+	cc := *c
+	cc.coll, cc.dt, cc.op = j.coll, j.dt, j.op
+	return &cc
+}
+
+// noDriverHint says what to do when the CUDA driver cannot be loaded.
+const noDriverHint = "it needs an NVIDIA GPU and its driver (libcuda.so.1): install the NVIDIA driver, " +
+	"or run the binary that `make bundle` builds (bundle/bin/ncclperf) on a GPU machine, " +
+	"with NCCLGO_FATBIN (or -fatbin) naming a kernel image built there by `ncclgen build`"
 
 func main() {
 	c, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
 		os.Exit(2)
@@ -243,18 +204,29 @@ func main() {
 	if err := run(c, os.Stdout); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		if errors.Is(err, cuda.ErrNoDriver) {
+			fmt.Fprintln(os.Stderr, "ncclperf:", noDriverHint)
+		}
 		os.Exit(1)
 	}
 }
 
-// rankBuffers are one rank's device buffers and stream.
+// rankBuffers are one rank's context, stream and device buffers.
 type rankBuffers struct {
 	ctx        *cuda.Context
 	send, recv cuda.DevicePtr
 	stream     *cuda.Stream
 }
 
+// run measures every job through ncclgo, then (with -compare) through the
+// NCCL library, and prints a table per job. The two libraries never live in
+// the process at the same time: ncclgo's communicators are destroyed before
+// NCCL's are created, so nothing of one runs while the other is timed.
+// Every call comes from this goroutine, locked to its OS thread, as
+// nccl-tests -t 1 issues them from its one thread.
 func run(c *config, w io.Writer) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cuda.Init(); err != nil {
 		return err
 	}
@@ -266,13 +238,16 @@ func run(c *config, w io.Writer) error {
 		c.devices = placeRanks(c.nRanks, n)
 	}
 	ranks := make([]rankBuffers, c.nRanks)
-	var sendBytes, recvBytes int64
-	for _, k := range c.colls {
-		cc := *c
-		cc.coll = k
-		s, r := cc.bufferBytes(c.maxBytes)
-		sendBytes, recvBytes = max(sendBytes, s), max(recvBytes, r)
-	}
+	defer func() {
+		for _, rb := range ranks {
+			if rb.stream != nil {
+				rb.stream.Destroy()
+			}
+			if rb.ctx != nil {
+				rb.ctx.Release()
+			}
+		}
+	}()
 	for r := range ranks {
 		dev, err := cuda.GetDevice(c.devices[r])
 		if err != nil {
@@ -281,56 +256,139 @@ func run(c *config, w io.Writer) error {
 		if ranks[r].ctx, err = dev.PrimaryContext(); err != nil {
 			return err
 		}
-		if ranks[r].send, err = ranks[r].ctx.MemAlloc(uint64(max(sendBytes, 16))); err != nil {
-			return err
-		}
-		if ranks[r].recv, err = ranks[r].ctx.MemAlloc(uint64(max(recvBytes, 16))); err != nil {
-			return err
-		}
+		// nccl-tests: cudaStreamCreateWithFlags(cudaStreamNonBlocking) on
+		// the device's primary context, which is what this is.
 		if ranks[r].stream, err = ranks[r].ctx.NewStream(true); err != nil {
 			return err
 		}
 	}
-	defer func() {
-		for _, rb := range ranks {
-			rb.stream.Destroy()
-			rb.ctx.MemFree(rb.send)
-			rb.ctx.MemFree(rb.recv)
-			rb.ctx.Release()
-		}
-	}()
 
-	ours, err := openNcclgo(c)
-	if err != nil {
-		return err
-	}
-	defer ours.Close()
-	var ref backend
-	if c.compare != "" {
-		nb, err := openNCCL(c.compare, c.devices)
+	jobs := c.jobs()
+	ours := make([]jobResult, len(jobs))
+	var oursName string
+	if c.ncclgo {
+		b, err := openNcclgo(c)
 		if err != nil {
 			return err
 		}
-		defer nb.Close()
-		ref = nb
-	}
-
-	var errs []error
-	for i, k := range c.colls {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		cc := *c
-		cc.coll = k
-		if err := cc.sweep(w, ranks, ours, ref); err != nil {
-			if len(c.colls) == 1 {
-				return err
+		oursName = b.Name()
+		err = c.measureAll(b, ranks, jobs, func(j int, t *table) error {
+			if c.compare == "" {
+				t.ours = oursName
+				if j > 0 {
+					fmt.Fprintln(w)
+				}
+				t.header(w)
 			}
-			fmt.Fprintf(w, "# %s: %v\n", k, err)
-			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			ours[j].err = t.c.sweep(b, ranks, true, func(rw row) {
+				ours[j].rows = append(ours[j].rows, rw)
+				if c.compare == "" {
+					t.row(w, rw, nil)
+				}
+			})
+			if c.compare == "" {
+				ours[j].err = t.footer(w, ours[j].err)
+			}
+			return nil
+		})
+		if cerr := b.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c.compare != "" {
+		b, err := openNCCL(c.compare, c.devices, ranks)
+		if err != nil {
+			return err
+		}
+		err = c.measureAll(b, ranks, jobs, func(j int, t *table) error {
+			t.ours, t.ref = oursName, b.Name()
+			if j > 0 {
+				fmt.Fprintln(w)
+			}
+			t.header(w)
+			if c.ncclgo && len(ours[j].rows) < len(t.c.sizes()) {
+				// ncclgo failed part-way: its rows, and no reference.
+				for _, rw := range ours[j].rows {
+					t.row(w, rw, nil)
+				}
+				ours[j].err = t.footer(w, ours[j].err)
+				return nil
+			}
+			k := 0
+			err := t.c.sweep(b, ranks, !c.ncclgo, func(rw row) {
+				if !c.ncclgo {
+					t.row(w, rw, nil)
+					return
+				}
+				t.row(w, ours[j].rows[k], &rw)
+				k++
+			})
+			if err != nil {
+				err = fmt.Errorf("reference: %w", err)
+			}
+			ours[j].err = t.footer(w, errors.Join(ours[j].err, err))
+			return nil
+		})
+		if cerr := b.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for j, r := range ours {
+		if r.err != nil {
+			if len(jobs) == 1 {
+				return r.err
+			}
+			jb := jobs[j]
+			errs = append(errs, fmt.Errorf("%s %s %s: %w", jb.coll, jb.dt, jb.op, r.err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// jobResult is ncclgo's measurement of one job.
+type jobResult struct {
+	rows []row
+	err  error
+}
+
+// measureAll gives b device buffers on every rank, large enough for
+// nccl-tests' per-iteration offsets at every size (-e bytes each), and calls
+// each for every job; the buffers are freed before it returns.
+func (c *config) measureAll(b backend, ranks []rankBuffers, jobs []job, each func(j int, t *table) error) (err error) {
+	defer func() {
+		for r := range ranks {
+			for _, p := range []*cuda.DevicePtr{&ranks[r].send, &ranks[r].recv} {
+				if *p != 0 {
+					if ferr := b.Free(r, ranks[r].ctx, *p); err == nil {
+						err = ferr
+					}
+					*p = 0
+				}
+			}
+		}
+	}()
+	n := uint64(max(c.maxBytes, 16))
+	for r := range ranks {
+		if ranks[r].send, err = b.Alloc(r, ranks[r].ctx, n); err != nil {
+			return err
+		}
+		if ranks[r].recv, err = b.Alloc(r, ranks[r].ctx, n); err != nil {
+			return err
+		}
+	}
+	for j, jb := range jobs {
+		if err := each(j, &table{c: c.forJob(jb)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // placeRanks puts n ranks round-robin on the visible GPUs: one rank per GPU
@@ -355,82 +413,6 @@ func ratio(size int64, oursUsec, oursBus, refUsec, refBus float64) (float64, str
 		return refUsec / oursUsec, "time"
 	}
 	return oursBus / refBus, "busbw"
-}
-
-// sweep measures c.coll at every size and prints its table.
-func (c *config) sweep(w io.Writer, ranks []rankBuffers, ours, ref backend) error {
-	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
-	fmt.Fprintf(w, "# ncclgo: %s\n", ours.Name())
-	if ref != nil {
-		fmt.Fprintf(w, "# reference: %s (%s)\n", ref.Name(), c.compare)
-		fmt.Fprintf(w, "# ratio (> 1: ncclgo better, out-of-place): below %d B NCCL time / ncclgo time, from %d B ncclgo busbw / NCCL busbw\n",
-			ratioSplit, ratioSplit)
-	}
-	if c.check {
-		fmt.Fprintf(w, "# check: whole outputs up to %d B per rank, sampled windows above\n", c.checkMax)
-	}
-	hdr := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "size", "count", "type", "redop", "root",
-		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
-	units := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "(B)", "(elements)", "", "", "",
-		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
-	if ref != nil {
-		hdr += fmt.Sprintf("   %9s %7s %7s %5s", "nccl(us)", "busbw", "ratio", "by")
-		units += fmt.Sprintf("   %9s %7s %7s %5s", "oop", "(GB/s)", "(>1 ok)", "")
-	}
-	fmt.Fprintf(w, "#%s\n%s\n%s\n", strings.Repeat(" ", 10)+"out-of-place / in-place", hdr, units)
-	totalWrong := 0
-	var busSum float64
-	var nSizes int
-	for size := c.minBytes; size <= c.maxBytes; size = c.next(size) {
-		count := c.countFor(size)
-		bytes := count * int64(c.dt.size()) * c.elemsPerCount()
-		row := fmt.Sprintf("%12d %12d %8s %6s %6d", bytes, count, c.dt, c.op, c.root)
-		var oopBus, oopTime, oopHost float64
-		var refHost string // the reference's enqueue time, for -hosttime
-		for _, inPlace := range []bool{false, true} {
-			if inPlace && c.coll.p2p() {
-				row += fmt.Sprintf("   %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A")
-				continue
-			}
-			res, err := c.measure(ours, ranks, count, inPlace)
-			if err != nil {
-				return fmt.Errorf("size %d, in-place %v: %w", size, inPlace, err)
-			}
-			totalWrong += res.wrong
-			wrong := strconv.Itoa(res.wrong)
-			if !c.check {
-				wrong = "N/A"
-			}
-			row += fmt.Sprintf("   %9.2f %7.2f %7.2f %6s", res.usec, res.algbw, res.busbw, wrong)
-			if !inPlace {
-				oopBus, oopTime, oopHost = res.busbw, res.usec, res.hostUsec
-			}
-		}
-		busSum += oopBus
-		nSizes++
-		if ref != nil {
-			res, err := c.measure(ref, ranks, count, false)
-			if err != nil {
-				return fmt.Errorf("reference, size %d: %w", size, err)
-			}
-			q, by := ratio(bytes, oopTime, oopBus, res.usec, res.busbw)
-			row += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", res.usec, res.busbw, q, by)
-			refHost = fmt.Sprintf(", reference %.2f", res.hostUsec)
-		}
-		if c.hostTime {
-			row += fmt.Sprintf("\n#%11d host enqueue (us/iter): ncclgo %.2f%s", bytes, oopHost, refHost)
-		}
-		fmt.Fprintln(w, row)
-		if c.next(size) == size {
-			break
-		}
-	}
-	fmt.Fprintf(w, "# Out of bounds values : %d %s\n", totalWrong, map[bool]string{true: "OK", false: "FAILED"}[totalWrong == 0])
-	fmt.Fprintf(w, "# Avg bus bandwidth    : %g\n", busSum/float64(max(nSizes, 1)))
-	if totalWrong > 0 {
-		return fmt.Errorf("%d wrong values", totalWrong)
-	}
-	return nil
 }
 
 func (c *config) next(size int64) int64 {
@@ -476,83 +458,6 @@ type result struct {
 	usec, algbw, busbw float64
 	hostUsec           float64 // the enqueue loop alone, per iteration
 	wrong              int
-}
-
-func (c *config) buffers(ranks []rankBuffers, count int64, inPlace bool) (send, recv []cuda.DevicePtr) {
-	ts := int64(c.dt.size())
-	for r, rb := range ranks {
-		s, d := rb.send, rb.recv
-		if inPlace {
-			switch c.coll {
-			case collAllGather:
-				s = d + cuda.DevicePtr(int64(r)*count*ts)
-			case collReduceScatter:
-				d = s + cuda.DevicePtr(int64(r)*count*ts)
-			default:
-				s = d
-			}
-		}
-		send, recv = append(send, s), append(recv, d)
-	}
-	return send, recv
-}
-
-func (c *config) measure(b backend, ranks []rankBuffers, count int64, inPlace bool) (result, error) {
-	send, recv := c.buffers(ranks, count, inPlace)
-	streams := make([]*cuda.Stream, len(ranks))
-	for r := range ranks {
-		streams[r] = ranks[r].stream
-	}
-	var res result
-	if c.check {
-		if err := c.fill(ranks, send, count); err != nil {
-			return res, err
-		}
-		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
-			return res, err
-		}
-		if err := syncAll(streams); err != nil {
-			return res, err
-		}
-		wrong, err := c.verify(ranks, recv, count)
-		if err != nil {
-			return res, err
-		}
-		res.wrong = wrong
-	}
-	for range c.warmup {
-		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
-			return res, err
-		}
-	}
-	if err := syncAll(streams); err != nil {
-		return res, err
-	}
-	start := time.Now()
-	for range c.iters {
-		if err := b.Run(c.coll, send, recv, int(count), c.dt, c.op, c.root, streams); err != nil {
-			return res, err
-		}
-	}
-	res.hostUsec = time.Since(start).Seconds() * 1e6 / float64(c.iters)
-	if err := syncAll(streams); err != nil {
-		return res, err
-	}
-	sec := time.Since(start).Seconds() / float64(c.iters)
-	bytes := float64(count * int64(c.dt.size()) * c.elemsPerCount())
-	res.usec = sec * 1e6
-	res.algbw = bytes / sec / 1e9
-	res.busbw = res.algbw * c.coll.busFactor(len(ranks))
-	return res, nil
-}
-
-func syncAll(streams []*cuda.Stream) error {
-	for _, s := range streams {
-		if err := s.Synchronize(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // sendCount is the number of elements each rank sends.

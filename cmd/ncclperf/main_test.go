@@ -19,14 +19,14 @@ func TestParseFlags(t *testing.T) {
 	assert.Equal(t, opMax, c.op)
 
 	for args, want := range map[string][]string{
-		`-coll "gather"`:        {"-coll", "gather"},
-		`-d "float128"`:         {"-d", "float128"},
-		`-o "xor"`:              {"-o", "xor"},
-		`-b "8Q"`:               {"-b", "8Q"},
-		"-r 4: want a root":     {"-g", "4", "-r", "4"},
-		"-f 1: want a factor":   {"-f", "1"},
-		"-e 8 is below -b 1024": {"-b", "1K", "-e", "8"},
-		"lists 1 devices":       {"-g", "2", "-devices", "0"},
+		`-coll "gather"`:                              {"-coll", "gather"},
+		`-d "float128"`:                               {"-d", "float128"},
+		`-o "xor"`:                                    {"-o", "xor"},
+		`-b/--minbytes "8Q"`:                          {"-b", "8Q"},
+		"-r/--root 4: want a root":                    {"-g", "4", "-r", "4"},
+		"-f/--stepfactor 1: want a factor":            {"-f", "1"},
+		"-e/--maxbytes 8 is below -b/--minbytes 1024": {"-b", "1K", "-e", "8"},
+		"lists 1 devices":                             {"-g", "2", "-devices", "0"},
 	} {
 		_, err := parseFlags(want, &errb)
 		require.Error(t, err, args)

@@ -22,6 +22,9 @@ typedef ncclResult_t (*pBroadcast)(const void*, void*, size_t, int, int, ncclCom
 typedef ncclResult_t (*pReduce)(const void*, void*, size_t, int, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pSend)(const void*, size_t, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pRecv)(void*, size_t, int, int, ncclComm_t, void*);
+typedef ncclResult_t (*pMemAlloc)(void**, size_t);
+typedef ncclResult_t (*pMemFree)(void*);
+typedef int (*pCtxSetCurrent)(void*);
 
 typedef struct {
 	void* h;
@@ -37,6 +40,9 @@ typedef struct {
 	pReduce reduce;
 	pSend send;
 	pRecv recv;
+	pMemAlloc memAlloc; // NULL before NCCL 2.19
+	pMemFree memFree;
+	pCtxSetCurrent ctxSetCurrent; // the driver's cuCtxSetCurrent
 } ncclLib;
 
 static const char* ng_nccl_open(const char* path, ncclLib* l) {
@@ -57,8 +63,25 @@ static const char* ng_nccl_open(const char* path, ncclLib* l) {
 	SYM(send, pSend, "ncclSend")
 	SYM(recv, pRecv, "ncclRecv")
 #undef SYM
+	l->memAlloc = (pMemAlloc)dlsym(l->h, "ncclMemAlloc");
+	l->memFree = (pMemFree)dlsym(l->h, "ncclMemFree");
+	if (!l->memAlloc || !l->memFree) l->memAlloc = 0, l->memFree = 0;
+	void* cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!cu) return dlerror();
+	l->ctxSetCurrent = (pCtxSetCurrent)dlsym(cu, "cuCtxSetCurrent");
+	if (!l->ctxSetCurrent) return "libcuda.so.1 lacks cuCtxSetCurrent";
 	return 0;
 }
+// ng_nccl_set_ctx makes ctx current on the calling thread: what
+// cudaSetDevice does for the device whose primary context ctx is.
+static int ng_nccl_set_ctx(ncclLib* l, uintptr_t ctx) { return l->ctxSetCurrent((void*)ctx); }
+static int ng_nccl_mem_alloc(ncclLib* l, uintptr_t* p, size_t n) {
+	void* q = 0;
+	int r = l->memAlloc(&q, n);
+	*p = (uintptr_t)q;
+	return r;
+}
+static int ng_nccl_mem_free(ncclLib* l, uintptr_t p) { return l->memFree((void*)p); }
 static int ng_nccl_version(ncclLib* l, int* v) { return l->getVersion(v); }
 static const char* ng_nccl_err(ncclLib* l, int r) { return l->errorString(r); }
 static int ng_nccl_init_all(ncclLib* l, ncclComm_t* comms, int n, const int* devs) { return l->commInitAll(comms, n, devs); }
@@ -66,12 +89,14 @@ static int ng_nccl_destroy(ncclLib* l, ncclComm_t c) { return l->commDestroy(c);
 static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
 static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 
-// ng_nccl_coll runs one collective on every rank inside a group.
+// ng_nccl_coll runs one collective on every rank inside a group (none for
+// a collective on one rank, as nccl-tests' startColl).
 // coll 5 is nccl-tests' sendrecv (to the next rank, from the previous), 6
 // its alltoall (count elements of esize bytes to and from every rank).
 static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
                         size_t count, int dt, int op, int root, uintptr_t* streams, size_t esize) {
-	int r = l->groupStart();
+	int group = n > 1 || coll >= 5;
+	int r = group ? l->groupStart() : 0;
 	if (r) return r;
 	for (int i = 0; i < n; i++) {
 		const void* s = (const void*)send[i]; void* d = (void*)recv[i]; void* st = (void*)streams[i];
@@ -93,9 +118,9 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_
 			break;
 		default: r = 4;
 		}
-		if (r) { l->groupEnd(); return r; }
+		if (r) { if (group) l->groupEnd(); return r; }
 	}
-	return l->groupEnd();
+	return group ? l->groupEnd() : 0;
 }
 */
 import "C"
@@ -109,48 +134,69 @@ import (
 )
 
 // ncclBackend runs the sweep through a real NCCL shared library, for the
-// side-by-side ratio.
+// side-by-side ratio, issuing the calls as nccl-tests does: one cgo call
+// per iteration that makes every rank's call inside one group, with
+// argument arrays allocated once; the first rank's device current (set by
+// Begin, not per call); buffers from ncclMemAlloc.
 type ncclBackend struct {
 	lib     *C.ncclLib
-	comms   []C.ncclComm_t
+	n       int
+	comms   *C.ncclComm_t // n communicators
+	args    *C.uintptr_t  // send, receive and stream of each rank: 3n
+	ctxs    []uintptr     // each rank's primary context
 	version int
 }
 
 // openNCCL loads lib (a path or a soname) and initialises one communicator
-// per entry of devices; a device may repeat (NCCL 2.30+ needs
-// NCCL_MULTI_RANK_GPU_ENABLE=1 for that, which is set here).
-func openNCCL(lib string, devices []int) (*ncclBackend, error) {
-	if err := os.Setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1"); err != nil {
-		return nil, err
+// per entry of devices, in the process's current thread with the first
+// rank's device current. A device may repeat (NCCL 2.30+ needs
+// NCCL_MULTI_RANK_GPU_ENABLE=1 for that, which is then set here).
+func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, error) {
+	if sharesGPU(devices) {
+		if err := os.Setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1"); err != nil {
+			return nil, err
+		}
 	}
-	b := &ncclBackend{lib: (*C.ncclLib)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncclLib{}))))}
+	n := len(devices)
+	b := &ncclBackend{lib: (*C.ncclLib)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncclLib{})))), n: n}
 	cpath := C.CString(lib)
 	defer C.free(unsafe.Pointer(cpath))
 	if msg := C.ng_nccl_open(cpath, b.lib); msg != nil {
 		C.free(unsafe.Pointer(b.lib))
-		return nil, fmt.Errorf("-compare %q: %s", lib, C.GoString(msg))
+		return nil, fmt.Errorf("-compare %q: %s (want a path or soname of NCCL's libnccl.so.2)", lib, C.GoString(msg))
+	}
+	for _, rb := range ranks {
+		b.ctxs = append(b.ctxs, rb.ctx.Handle())
 	}
 	var v C.int
 	if err := b.check("ncclGetVersion", C.ng_nccl_version(b.lib, &v)); err != nil {
 		return nil, err
 	}
 	b.version = int(v)
-	n := len(devices)
-	comms := (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
-	defer C.free(unsafe.Pointer(comms))
+	if err := b.Begin(); err != nil {
+		return nil, err
+	}
+	b.comms = (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
+	b.args = (*C.uintptr_t)(C.calloc(C.size_t(3*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
 	devs := (*C.int)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.int(0)))))
 	defer C.free(unsafe.Pointer(devs))
 	for i, d := range devices {
 		unsafe.Slice(devs, n)[i] = C.int(d)
 	}
-	if err := b.check("ncclCommInitAll", C.ng_nccl_init_all(b.lib, comms, C.int(n), devs)); err != nil {
+	if err := b.check("ncclCommInitAll", C.ng_nccl_init_all(b.lib, b.comms, C.int(n), devs)); err != nil {
+		b.freeArrays()
 		if sharesGPU(devices) && b.version < 23000 {
 			return nil, fmt.Errorf("-compare %q: %s refuses ranks that share a GPU (devices %v); NCCL 2.30 or newer allows it with NCCL_MULTI_RANK_GPU_ENABLE=1: %w", lib, b.Name(), devices, err)
 		}
 		return nil, err
 	}
-	b.comms = append([]C.ncclComm_t(nil), unsafe.Slice(comms, n)...)
 	return b, nil
+}
+
+func (b *ncclBackend) freeArrays() {
+	C.free(unsafe.Pointer(b.comms))
+	C.free(unsafe.Pointer(b.args))
+	b.comms, b.args = nil, nil
 }
 
 // sharesGPU reports whether a device appears twice.
@@ -176,34 +222,63 @@ func (b *ncclBackend) Name() string {
 	return fmt.Sprintf("NCCL %d.%d.%d", b.version/10000, b.version/100%100, b.version%100)
 }
 
-func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
-	n := len(b.comms)
-	arr := func(vals func(i int) uintptr) *C.uintptr_t {
-		p := (*C.uintptr_t)(C.calloc(C.size_t(n), 8))
-		for i := range n {
-			unsafe.Slice(p, n)[i] = C.uintptr_t(vals(i))
-		}
-		return p
+// setCtx makes ctx current on the calling thread.
+func (b *ncclBackend) setCtx(ctx uintptr) error {
+	if r := C.ng_nccl_set_ctx(b.lib, C.uintptr_t(ctx)); r != 0 {
+		return fmt.Errorf("cuCtxSetCurrent: CUDA error %d", int(r))
 	}
-	s := arr(func(i int) uintptr { return uintptr(send[i]) })
-	defer C.free(unsafe.Pointer(s))
-	r := arr(func(i int) uintptr { return uintptr(recv[i]) })
-	defer C.free(unsafe.Pointer(r))
-	st := arr(func(i int) uintptr { return streams[i].Handle() })
-	defer C.free(unsafe.Pointer(st))
-	comms := (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
-	defer C.free(unsafe.Pointer(comms))
-	copy(unsafe.Slice(comms, n), b.comms)
-	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), comms, s, r, C.size_t(count), C.int(dt), C.int(op), C.int(root), st, C.size_t(dt.size())))
+	return nil
+}
+
+// Begin makes the first rank's device current, as nccl-tests'
+// cudaSetDevice(gpus[0]) before its loops.
+func (b *ncclBackend) Begin() error { return b.setCtx(b.ctxs[0]) }
+
+// Alloc allocates with ncclMemAlloc on rank r's device, as nccl-tests does
+// (cuMemAlloc before NCCL 2.19, which lacks it).
+func (b *ncclBackend) Alloc(r int, ctx *cuda.Context, n uint64) (cuda.DevicePtr, error) {
+	if b.lib.memAlloc == nil {
+		return ctx.MemAlloc(n)
+	}
+	if err := b.setCtx(b.ctxs[r]); err != nil {
+		return 0, err
+	}
+	var p C.uintptr_t
+	if err := b.check("ncclMemAlloc", C.ng_nccl_mem_alloc(b.lib, &p, C.size_t(n))); err != nil {
+		return 0, fmt.Errorf("rank %d, %d bytes: %w", r, n, err)
+	}
+	return cuda.DevicePtr(p), nil
+}
+
+func (b *ncclBackend) Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error {
+	if b.lib.memFree == nil {
+		return ctx.MemFree(p)
+	}
+	if err := b.setCtx(b.ctxs[r]); err != nil {
+		return err
+	}
+	return b.check("ncclMemFree", C.ng_nccl_mem_free(b.lib, C.uintptr_t(p)))
+}
+
+func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
+	n := b.n
+	a := unsafe.Slice(b.args, 3*n)
+	for i := range n {
+		a[i], a[n+i], a[2*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i]), C.uintptr_t(streams[i].Handle())
+	}
+	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
 }
 
 func (b *ncclBackend) Close() error {
+	if b.comms == nil {
+		return nil
+	}
 	var first error
-	for _, c := range b.comms {
+	for _, c := range unsafe.Slice(b.comms, b.n) {
 		if err := b.check("ncclCommDestroy", C.ng_nccl_destroy(b.lib, c)); err != nil && first == nil {
 			first = err
 		}
 	}
-	b.comms = nil
+	b.freeArrays()
 	return first
 }

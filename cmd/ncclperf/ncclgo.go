@@ -74,6 +74,17 @@ func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt d
 	return nil
 }
 
+// Begin does nothing: every ncclgo call makes its rank's context current
+// itself.
+func (b *ncclgoBackend) Begin() error { return nil }
+
+// Alloc allocates with cuMemAlloc, as ncclgo's users do.
+func (b *ncclgoBackend) Alloc(r int, ctx *cuda.Context, n uint64) (cuda.DevicePtr, error) {
+	return ctx.MemAlloc(n)
+}
+
+func (b *ncclgoBackend) Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error { return ctx.MemFree(p) }
+
 func (b *ncclgoBackend) Close() error {
 	var first error
 	for _, c := range b.comms {

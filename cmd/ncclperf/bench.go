@@ -1,0 +1,338 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// The timing loop is nccl-tests' (src/common.cu, TimeTest and BenchTime,
+// with its defaults -z 0 -m 1 -G 0 -I 0), the same for ncclgo and NCCL:
+//
+//   - before the first size is timed, every size from -b to -e by a factor
+//     of 2 runs -w out-of-place iterations, then the streams are drained;
+//   - at each size, out-of-place then in-place: one untimed iteration and a
+//     drain (ncclperf checks results on this one), then a host clock
+//     around -n iterations issued back to back and the drain after them,
+//     divided by -n;
+//   - iteration i shifts both buffers by i modulo (-e / the size) times the
+//     size, so that a buffer smaller than -e does not stay in cache;
+//   - draining polls every stream (cudaStreamQuery, yielding when none
+//     finished), as testStreamSynchronize does;
+//   - no events are recorded (nccl-tests records them only for -I 1).
+
+// row is one size's measurement: out-of-place and in-place.
+type row struct {
+	bytes, count int64
+	oop, ip      result
+	ipNA         bool // not measured: point-to-point, or the reference's column
+}
+
+// sizes lists the sizes of the sweep, in bytes.
+func (c *config) sizes() []int64 {
+	var s []int64
+	for size := c.minBytes; size <= c.maxBytes; size = c.next(size) {
+		s = append(s, size)
+		if c.next(size) == size {
+			break
+		}
+	}
+	return s
+}
+
+// shift is nccl-tests' offset of both buffers at iteration iter: the
+// buffers (-e bytes) hold steps = -e / total copies of the largest of the
+// send and receive sizes, and iteration iter uses copy iter % steps.
+func (c *config) shift(count int64, iter int) int64 {
+	send, recv := c.bufferBytes(count * int64(c.dt.size()) * c.elemsPerCount())
+	total := max(send, recv)
+	if total == 0 {
+		return 0
+	}
+	steps := max(c.maxBytes/total, 1)
+	return total * (int64(iter) % steps)
+}
+
+// pointers writes every rank's send and receive pointers for count
+// elements at iteration iter into send and recv.
+func (c *config) pointers(ranks []rankBuffers, count int64, inPlace bool, iter int, send, recv []cuda.DevicePtr) {
+	ts := int64(c.dt.size())
+	sh := cuda.DevicePtr(c.shift(count, iter))
+	for r, rb := range ranks {
+		s, d := rb.send+sh, rb.recv+sh
+		if inPlace {
+			switch c.coll {
+			case collAllGather:
+				s = d + cuda.DevicePtr(int64(r)*count*ts)
+			case collReduceScatter:
+				d = s + cuda.DevicePtr(int64(r)*count*ts)
+			default:
+				s = d
+			}
+		}
+		send[r], recv[r] = s, d
+	}
+}
+
+// sweep measures every size through b and hands each row to emit: first
+// nccl-tests' warm-up of every size, then each size out-of-place and, with
+// inPlace and a collective that has the form, in-place.
+func (c *config) sweep(b backend, ranks []rankBuffers, inPlace bool, emit func(row)) error {
+	return newIterator(c, b, ranks).sweep(inPlace, emit)
+}
+
+func (it *iterator) sweep(inPlace bool, emit func(row)) error {
+	c := it.c
+	if err := it.warmUp(); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	for _, size := range c.sizes() {
+		count := c.countFor(size)
+		rw := row{bytes: count * int64(c.dt.size()) * c.elemsPerCount(), count: count, ipNA: !inPlace || c.coll.p2p()}
+		var err error
+		if rw.oop, err = it.bench(count, false); err != nil {
+			return fmt.Errorf("size %d, out-of-place: %w", size, err)
+		}
+		if !rw.ipNA {
+			if rw.ip, err = it.bench(count, true); err != nil {
+				return fmt.Errorf("size %d, in-place: %w", size, err)
+			}
+		}
+		emit(rw)
+	}
+	return nil
+}
+
+// iterator issues iterations of one job through one backend.
+type iterator struct {
+	c          *config
+	b          backend
+	ranks      []rankBuffers
+	send, recv []cuda.DevicePtr
+	streams    []*cuda.Stream
+	// done reports whether rank r's stream is idle (cuStreamQuery); tests
+	// replace it.
+	done func(r int) (bool, error)
+}
+
+func newIterator(c *config, b backend, ranks []rankBuffers) *iterator {
+	it := &iterator{c: c, b: b, ranks: ranks,
+		send: make([]cuda.DevicePtr, len(ranks)), recv: make([]cuda.DevicePtr, len(ranks)),
+		streams: make([]*cuda.Stream, len(ranks))}
+	for r := range ranks {
+		it.streams[r] = ranks[r].stream
+	}
+	it.done = func(r int) (bool, error) { return it.streams[r].Query() }
+	return it
+}
+
+// start issues iteration iter (nccl-tests' startColl): one group of every
+// rank's call.
+func (it *iterator) start(count int64, inPlace bool, iter int) error {
+	c := it.c
+	c.pointers(it.ranks, count, inPlace, iter, it.send, it.recv)
+	return it.b.Run(c.coll, it.send, it.recv, int(count), c.dt, c.op, c.root, it.streams)
+}
+
+// warmUp runs -w out-of-place iterations at every size from -b to -e by a
+// factor of 2, draining the streams after each size.
+func (it *iterator) warmUp() error {
+	c := it.c
+	if c.warmup == 0 {
+		return nil
+	}
+	if err := it.b.Begin(); err != nil {
+		return err
+	}
+	for size := c.minBytes; size <= c.maxBytes; size = max(size*2, 1) {
+		count := c.countFor(size)
+		for i := range c.warmup {
+			if err := it.start(count, false, i); err != nil {
+				return fmt.Errorf("size %d: %w", size, err)
+			}
+		}
+		if err := it.drain(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bench times one size and placement (nccl-tests' BenchTime).
+func (it *iterator) bench(count int64, inPlace bool) (result, error) {
+	c := it.c
+	var res result
+	if c.check {
+		c.pointers(it.ranks, count, inPlace, 0, it.send, it.recv)
+		if err := c.fill(it.ranks, it.send, count); err != nil {
+			return res, err
+		}
+	}
+	if err := it.b.Begin(); err != nil {
+		return res, err
+	}
+	if err := it.start(count, inPlace, 0); err != nil {
+		return res, err
+	}
+	if err := it.drain(); err != nil {
+		return res, err
+	}
+	if c.check {
+		wrong, err := c.verify(it.ranks, it.recv, count)
+		if err != nil {
+			return res, err
+		}
+		res.wrong = wrong
+		if err := it.b.Begin(); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	for i := range c.iters {
+		if err := it.start(count, inPlace, i); err != nil {
+			return res, err
+		}
+	}
+	res.hostUsec = time.Since(start).Seconds() * 1e6 / float64(c.iters)
+	if err := it.drain(); err != nil {
+		return res, err
+	}
+	sec := time.Since(start).Seconds() / float64(c.iters)
+	bytes := float64(count * int64(c.dt.size()) * c.elemsPerCount())
+	res.usec = sec * 1e6
+	res.algbw = bytes / sec / 1e9
+	res.busbw = res.algbw * c.coll.busFactor(len(it.ranks))
+	return res, nil
+}
+
+// drain waits until every stream is idle by polling them in turn, yielding
+// the processor when a pass finds none newly finished (nccl-tests'
+// testStreamSynchronize).
+func (it *iterator) drain() error {
+	done := make([]bool, len(it.streams))
+	for remaining := len(it.streams); remaining > 0; {
+		idle := true
+		for i := range it.streams {
+			if done[i] {
+				continue
+			}
+			ok, err := it.done(i)
+			if err != nil {
+				return err
+			}
+			if ok {
+				done[i] = true
+				remaining--
+				idle = false
+			}
+		}
+		if idle {
+			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// table prints one job's results in nccl-tests' columns: the measured
+// library's out-of-place and in-place columns and, with a reference, the
+// reference's out-of-place time and busbw and the ratio.
+type table struct {
+	c         *config
+	ours, ref string // names; ours is "" when ncclgo is not run
+	wrong     int
+	refWrong  int
+	busSum    float64
+	n         int
+}
+
+func (t *table) header(w io.Writer) {
+	c := t.c
+	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
+	if t.ours != "" {
+		fmt.Fprintf(w, "# ncclgo: %s\n", t.ours)
+	}
+	if t.ref != "" && t.ours == "" {
+		fmt.Fprintf(w, "# measured: %s (%s), timed as nccl-tests times it\n", t.ref, c.compare)
+	}
+	cmp := t.ref != "" && t.ours != ""
+	if cmp {
+		fmt.Fprintf(w, "# reference: %s (%s), measured after ncclgo's communicators were destroyed\n", t.ref, c.compare)
+		fmt.Fprintf(w, "# ratio (> 1: ncclgo better, out-of-place): below %d B NCCL time / ncclgo time, from %d B ncclgo busbw / NCCL busbw\n",
+			ratioSplit, ratioSplit)
+	}
+	if c.check {
+		fmt.Fprintf(w, "# check: whole outputs up to %d B per rank, sampled windows above\n", c.checkMax)
+	}
+	hdr := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "size", "count", "type", "redop", "root",
+		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	units := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "(B)", "(elements)", "", "", "",
+		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	if cmp {
+		hdr += fmt.Sprintf("   %9s %7s %7s %5s", "nccl(us)", "busbw", "ratio", "by")
+		units += fmt.Sprintf("   %9s %7s %7s %5s", "oop", "(GB/s)", "(>1 ok)", "")
+	}
+	fmt.Fprintf(w, "#%s\n%s\n%s\n", strings.Repeat(" ", 10)+"out-of-place / in-place", hdr, units)
+}
+
+// row prints rw (the measured library's) and, when ref is not nil, the
+// reference's out-of-place result and the ratio.
+func (t *table) row(w io.Writer, rw row, ref *row) {
+	c := t.c
+	line := fmt.Sprintf("%12d %12d %8s %6s %6d", rw.bytes, rw.count, c.dt, c.op, c.root)
+	for i, res := range []result{rw.oop, rw.ip} {
+		if i == 1 && rw.ipNA {
+			line += fmt.Sprintf("   %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A")
+			continue
+		}
+		t.wrong += res.wrong
+		wrong := strconv.Itoa(res.wrong)
+		if !c.check {
+			wrong = "N/A"
+		}
+		line += fmt.Sprintf("   %9.2f %7.2f %7.2f %6s", res.usec, res.algbw, res.busbw, wrong)
+	}
+	t.busSum += rw.oop.busbw
+	t.n++
+	var refHost string
+	if ref != nil {
+		t.refWrong += ref.oop.wrong
+		q, by := ratio(rw.bytes, rw.oop.usec, rw.oop.busbw, ref.oop.usec, ref.oop.busbw)
+		line += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", ref.oop.usec, ref.oop.busbw, q, by)
+		refHost = fmt.Sprintf(", reference %.2f", ref.oop.hostUsec)
+	}
+	if c.hostTime {
+		line += fmt.Sprintf("\n#%11d host enqueue (us/iter): %s %.2f%s", rw.bytes, map[bool]string{true: "ncclgo", false: "NCCL"}[t.ours != ""], rw.oop.hostUsec, refHost)
+	}
+	fmt.Fprintln(w, line)
+}
+
+// footer prints nccl-tests' summary lines and err, and returns err joined
+// with an error for wrong values.
+func (t *table) footer(w io.Writer, err error) error {
+	if err != nil {
+		fmt.Fprintf(w, "# %s: %v\n", t.c.coll, err)
+	}
+	fmt.Fprintf(w, "# Out of bounds values : %d %s\n", t.wrong, map[bool]string{true: "OK", false: "FAILED"}[t.wrong == 0])
+	if t.refWrong > 0 {
+		fmt.Fprintf(w, "# Out of bounds values in the reference's column : %d FAILED\n", t.refWrong)
+	}
+	avg := t.busSum / float64(max(t.n, 1))
+	if math.IsNaN(avg) {
+		avg = 0
+	}
+	fmt.Fprintf(w, "# Avg bus bandwidth    : %g\n", avg)
+	if t.wrong > 0 {
+		err = errors.Join(err, fmt.Errorf("%d wrong values", t.wrong))
+	}
+	if t.refWrong > 0 {
+		err = errors.Join(err, fmt.Errorf("reference: %d wrong values", t.refWrong))
+	}
+	return err
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeBackend logs what the timing loop asks of it.
+type fakeBackend struct {
+	log        []string
+	sendBase   cuda.DevicePtr
+	recvBase   cuda.DevicePtr
+	failAtCall int // Run fails on this call (1-based); 0 never
+	calls      int
+}
+
+func (f *fakeBackend) Name() string { return "fake" }
+func (f *fakeBackend) Begin() error { f.log = append(f.log, "begin"); return nil }
+func (f *fakeBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
+	f.calls++
+	if f.calls == f.failAtCall {
+		return fmt.Errorf("fake failure")
+	}
+	var parts []string
+	for r := range send {
+		parts = append(parts, fmt.Sprintf("%d:%d", send[r]-f.sendBase, recv[r]-f.recvBase))
+	}
+	f.log = append(f.log, fmt.Sprintf("run %d %s", count, strings.Join(parts, ",")))
+	return nil
+}
+func (f *fakeBackend) Alloc(int, *cuda.Context, uint64) (cuda.DevicePtr, error) { return 0, nil }
+func (f *fakeBackend) Free(int, *cuda.Context, cuda.DevicePtr) error            { return nil }
+func (f *fakeBackend) Close() error                                             { return nil }
+
+// fakeIterator is an iterator over two ranks whose streams are idle on the
+// second poll, logging each drain.
+func fakeIterator(c *config, f *fakeBackend) *iterator {
+	f.sendBase, f.recvBase = 1<<20, 1<<30
+	ranks := []rankBuffers{{send: f.sendBase, recv: f.recvBase}, {send: f.sendBase, recv: f.recvBase}}
+	it := newIterator(c, f, ranks)
+	polls := make([]int, len(ranks))
+	it.done = func(r int) (bool, error) {
+		polls[r]++
+		if polls[r]%2 == 0 {
+			f.log = append(f.log, fmt.Sprintf("idle %d", r))
+			return true, nil
+		}
+		return false, nil
+	}
+	return it
+}
+
+// TestTimingLoopIsNcclTests checks the order of calls against nccl-tests'
+// TimeTest and BenchTime: every size warmed up (factor 2) before the first
+// is timed, then per size and placement one untimed iteration and a drain,
+// then -n iterations back to back and one drain; buffers shifted by the
+// size per iteration, modulo what -e holds.
+func TestTimingLoopIsNcclTests(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 32, factor: 4, iters: 3, warmup: 2}
+	f := &fakeBackend{}
+	var rows []row
+	require.NoError(t, fakeIterator(c, f).sweep(true, func(rw row) { rows = append(rows, rw) }))
+	drain := []string{"idle 0", "idle 1"}
+	var want []string
+	add := func(s ...string) { want = append(want, s...) }
+	add("begin")
+	// Warm-up: 8, 16, 32 B (2, 4, 8 floats), shifts of one size each.
+	add("run 2 0:0,0:0", "run 2 8:8,8:8")
+	add(drain...)
+	add("run 4 0:0,0:0", "run 4 16:16,16:16")
+	add(drain...)
+	add("run 8 0:0,0:0", "run 8 0:0,0:0")
+	add(drain...)
+	// 8 B out-of-place, then in-place (send = recv).
+	add("begin", "run 2 0:0,0:0")
+	add(drain...)
+	add("run 2 0:0,0:0", "run 2 8:8,8:8", "run 2 16:16,16:16")
+	add(drain...)
+	ip := func(off int) string {
+		return fmt.Sprintf("run 2 %d:%d,%d:%d", off+(1<<30)-(1<<20), off, off+(1<<30)-(1<<20), off)
+	}
+	add("begin", ip(0))
+	add(drain...)
+	add(ip(0), ip(8), ip(16))
+	add(drain...)
+	// 32 B: -e holds one copy, so no shift.
+	add("begin", "run 8 0:0,0:0")
+	add(drain...)
+	add("run 8 0:0,0:0", "run 8 0:0,0:0", "run 8 0:0,0:0")
+	add(drain...)
+	add("begin", "run 8 1072693248:0,1072693248:0")
+	add(drain...)
+	add("run 8 1072693248:0,1072693248:0", "run 8 1072693248:0,1072693248:0", "run 8 1072693248:0,1072693248:0")
+	add(drain...)
+	assert.Equal(t, want, f.log)
+	require.Len(t, rows, 2)
+	assert.Equal(t, int64(8), rows[0].bytes)
+	assert.Equal(t, int64(2), rows[0].count)
+	assert.False(t, rows[0].ipNA)
+	assert.Greater(t, rows[0].oop.usec, 0.0)
+	assert.Greater(t, rows[1].ip.usec, 0.0)
+}
+
+func TestTimingLoopReferenceAndP2P(t *testing.T) {
+	// The reference's column (inPlace false) and point-to-point
+	// collectives time out-of-place only; no warm-up with -w 0.
+	for _, tc := range []struct {
+		coll    coll
+		inPlace bool
+	}{{collAllReduce, false}, {collSendRecv, true}} {
+		c := &config{coll: tc.coll, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 8, factor: 2, iters: 2}
+		f := &fakeBackend{}
+		var rows []row
+		require.NoError(t, fakeIterator(c, f).sweep(tc.inPlace, func(rw row) { rows = append(rows, rw) }))
+		assert.Equal(t, []string{"begin", "run 2 0:0,0:0", "idle 0", "idle 1", "run 2 0:0,0:0", "run 2 0:0,0:0", "idle 0", "idle 1"}, f.log, tc.coll)
+		require.Len(t, rows, 1)
+		assert.True(t, rows[0].ipNA)
+	}
+}
+
+func TestTimingLoopError(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 32, factor: 2, iters: 2, warmup: 1}
+	f := &fakeBackend{failAtCall: 5} // warm-up is 3 calls; the 5th is 8 B's first timed one
+	err := fakeIterator(c, f).sweep(true, func(row) {})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "size 8, out-of-place: fake failure")
+	f = &fakeBackend{failAtCall: 2}
+	err = fakeIterator(c, f).sweep(true, func(row) {})
+	assert.ErrorContains(t, err, "warm-up: size 16: fake failure")
+}
+
+func TestShiftAndPointers(t *testing.T) {
+	// AllGather, 4 ranks, -e 1M: at 4 KiB (256 floats per rank in, 4 KiB
+	// out) the buffers hold 256 copies.
+	c := &config{coll: collAllGather, dt: float32T, nRanks: 4, maxBytes: 1 << 20}
+	count := c.countFor(4096)
+	assert.Equal(t, int64(0), c.shift(count, 0))
+	assert.Equal(t, int64(4096), c.shift(count, 1))
+	assert.Equal(t, int64(255*4096), c.shift(count, 255))
+	assert.Equal(t, int64(0), c.shift(count, 256))
+	ranks := make([]rankBuffers, 4)
+	for r := range ranks {
+		ranks[r] = rankBuffers{send: cuda.DevicePtr(r+1) << 32, recv: cuda.DevicePtr(r+1)<<32 + 1<<30}
+	}
+	send, recv := make([]cuda.DevicePtr, 4), make([]cuda.DevicePtr, 4)
+	c.pointers(ranks, count, true, 1, send, recv)
+	for r := range ranks {
+		assert.Equal(t, ranks[r].recv+4096, recv[r])
+		assert.Equal(t, recv[r]+cuda.DevicePtr(r*1024), send[r], "in-place AllGather: rank r's chunk of the output")
+		assert.LessOrEqual(t, int64(recv[r]-ranks[r].recv)+4096, c.maxBytes, "within the -e bytes allocated")
+	}
+	// ReduceScatter of the same 4 KiB in: 64 floats out per rank, shifts
+	// of 1 KiB (the larger of in and out).
+	c.coll = collReduceScatter
+	c.pointers(ranks, count/4, true, 3, send, recv)
+	for r := range ranks {
+		assert.Equal(t, ranks[r].send+3*1024, send[r])
+		assert.Equal(t, send[r]+cuda.DevicePtr(r*256), recv[r])
+	}
+}
+
+func TestTable(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, op: opSum, nRanks: 2, devices: []int{0, 1}, iters: 5, warmup: 1, compare: "libnccl.so.2", hostTime: true}
+	rw := row{bytes: 8, count: 2, oop: result{usec: 10, algbw: 0.0008, busbw: 0.0008, hostUsec: 4}, ip: result{usec: 11}}
+	ref := row{bytes: 8, count: 2, oop: result{usec: 14, busbw: 0.0006, hostUsec: 6}, ipNA: true}
+	var out bytes.Buffer
+	tb := &table{c: c, ours: "2 ranks", ref: "NCCL 2.28.3"}
+	tb.header(&out)
+	tb.row(&out, rw, &ref)
+	require.NoError(t, tb.footer(&out, nil))
+	s := out.String()
+	assert.Contains(t, s, "# reference: NCCL 2.28.3 (libnccl.so.2), measured after ncclgo's communicators were destroyed")
+	assert.Regexp(t, `(?m)^ +8 +2 +float +sum +0 +10\.00 .* 11\.00 .* 14\.00 +0\.00 +1\.400 +time$`, s)
+	assert.Contains(t, s, "host enqueue (us/iter): ncclgo 4.00, reference 6.00")
+
+	// NCCL alone: nccl-tests' columns, no ratio.
+	out.Reset()
+	c.hostTime = false
+	tb = &table{c: c, ref: "NCCL 2.28.3"}
+	tb.header(&out)
+	tb.row(&out, ref, nil)
+	require.NoError(t, tb.footer(&out, nil))
+	s = out.String()
+	assert.Contains(t, s, "# measured: NCCL 2.28.3 (libnccl.so.2)")
+	assert.NotContains(t, s, "ratio")
+	fields := strings.Fields(strings.Split(s, "\n")[5])
+	require.Len(t, fields, 13, "nccl-tests' 13 columns")
+	assert.Equal(t, "14.00", fields[5], "out-of-place time is column 6, as in nccl-tests")
+
+	// Wrong values fail the table.
+	out.Reset()
+	c.check = true
+	tb = &table{c: c, ours: "x"}
+	tb.row(&out, row{bytes: 8, count: 2, oop: result{wrong: 3}, ipNA: true}, nil)
+	assert.ErrorContains(t, tb.footer(&out, nil), "3 wrong values")
+	assert.Contains(t, out.String(), "# Out of bounds values : 3 FAILED")
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Options are parsed with the standard flag package, which already accepts
+// every flag as -name and --name, with the value as the next argument or
+// after "=". nccl-tests' long option names are registered as second names
+// of the one-letter flags (--minbytes is -b), and getopt's attached short
+// values (-b8, -dfloat) are split before parsing. spf13/pflag would give
+// GNU-style long options too, but it reads -coll as the shorthand cluster
+// -c -o -l -l, so ncclperf's own multi-letter single-dash flags (-coll,
+// -compare, -hosttime, -cpuprofile, ...) would break.
+
+// longNames maps each one-letter flag to nccl-tests' long name for it.
+var longNames = map[string]string{
+	"b": "minbytes",
+	"e": "maxbytes",
+	"i": "stepbytes",
+	"f": "stepfactor",
+	"n": "iters",
+	"w": "warmup_iters",
+	"c": "check",
+	"o": "op",
+	"d": "datatype",
+	"r": "root",
+	"g": "ngpus",
+	"t": "nthreads",
+}
+
+// flagName is how errors name a flag: "-b/--minbytes", or "-coll".
+func flagName(short string) string {
+	if l, ok := longNames[short]; ok {
+		return "-" + short + "/--" + l
+	}
+	return "-" + short
+}
+
+// reduces reports whether c takes a reduction op (-o all sweeps only these).
+func (c coll) reduces() bool {
+	return c == collAllReduce || c == collReduceScatter || c == collReduce
+}
+
+// parseSize reads a byte count like 8, 64K, 128M or 1G (binary units, as
+// nccl-tests reads them).
+func parseSize(flagName, s string) (int64, error) {
+	mult := int64(1)
+	t := strings.ToUpper(strings.TrimSpace(s))
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%s %q: want a byte count like 8, 64K, 128M or 1G", flagName, s)
+	}
+	return v * mult, nil
+}
+
+// isBool reports whether f is a flag that takes no value.
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// splitAttached rewrites getopt's attached short values (-b8, -dfloat,
+// -g2) into two arguments, as nccl-tests accepts them. Arguments that name
+// a flag of fs, values of flags, and everything from the first positional
+// argument or "--" on are left alone.
+func splitAttached(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args)+2)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			return append(out, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if f := fs.Lookup(name); f != nil {
+			out = append(out, a)
+			if !hasValue && !isBool(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		if !strings.HasPrefix(a, "--") && len(name) > 1 {
+			if f := fs.Lookup(name[:1]); f != nil && !isBool(f) {
+				out = append(out, "-"+name[:1], a[2:])
+				continue
+			}
+		}
+		out = append(out, a) // unknown: flag.Parse reports it
+	}
+	return out
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	collS := fs.String("coll", "allreduce", "`collective`: "+strings.Join(collNames, ", ")+", or all (allreduce, allgather, reducescatter, broadcast)")
+	cmax := fs.String("check-max", "64M", "with -c 1, outputs up to this many `bytes` per rank are checked whole, larger ones on sampled windows")
+	b := fs.String("b", "32M", "minimum `size` in bytes (8, 64K, 128M, 1G)")
+	e := fs.String("e", "32M", "maximum `size` in bytes")
+	f := fs.Int64("f", 2, "multiplication `factor` between sizes")
+	i := fs.String("i", "0", "increment between sizes in `bytes` (instead of -f)")
+	fs.IntVar(&c.nRanks, "g", 1, "number of `ranks` (placed round-robin over the visible GPUs)")
+	nThreads := fs.Int("t", 1, "`threads` issuing the calls: only 1 (every rank's call in one group from one thread, as nccl-tests' -t 1 -g N)")
+	devs := fs.String("devices", "", "comma-separated `list` of each rank's device (overrides round-robin)")
+	fs.IntVar(&c.iters, "n", 20, "timed `iterations` per size")
+	fs.IntVar(&c.warmup, "w", 5, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does)")
+	chk := fs.Int("c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
+	opS := fs.String("o", "sum", "reduction `op`: "+strings.Join(opNames, ", ")+", or all")
+	dtS := fs.String("d", "float", "data `type`: "+strings.Join(typeNames, ", ")+", or all")
+	fs.IntVar(&c.root, "r", 0, "`root` rank for broadcast and reduce")
+	fs.StringVar(&c.compare, "compare", "", "`path` or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
+	fs.BoolVar(&c.ncclgo, "ncclgo", true, "run the sweep through ncclgo; -ncclgo=false with -compare times only the NCCL library, in nccl-tests' columns")
+	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
+	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
+	for short, long := range longNames {
+		fs.Var(fs.Lookup(short).Value, long, "same as -"+short)
+	}
+	fs.Usage = func() { usage(fs) }
+	if err := fs.Parse(splitAttached(fs, args)); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: ncclperf takes only flags (ncclperf -h lists them)", fs.Arg(0))
+	}
+	var err error
+	if strings.EqualFold(*collS, "all") {
+		c.colls = allColls
+	} else {
+		if c.coll, err = parseColl(*collS); err != nil {
+			return nil, err
+		}
+		c.colls = []coll{c.coll}
+	}
+	if c.checkMax, err = parseSize("-check-max", *cmax); err != nil {
+		return nil, err
+	}
+	if c.minBytes, err = parseSize(flagName("b"), *b); err != nil {
+		return nil, err
+	}
+	if c.maxBytes, err = parseSize(flagName("e"), *e); err != nil {
+		return nil, err
+	}
+	if c.step, err = parseSize(flagName("i"), *i); err != nil {
+		return nil, err
+	}
+	c.factor = *f
+	if c.maxBytes < c.minBytes {
+		return nil, fmt.Errorf("%s %d is below %s %d", flagName("e"), c.maxBytes, flagName("b"), c.minBytes)
+	}
+	if c.step == 0 && c.factor < 2 {
+		return nil, fmt.Errorf("%s %d: want a factor of at least 2 (or %s for a fixed increment)", flagName("f"), c.factor, flagName("i"))
+	}
+	if c.nRanks < 1 {
+		return nil, fmt.Errorf("%s %d: want at least 1 rank", flagName("g"), c.nRanks)
+	}
+	if *nThreads != 1 {
+		return nil, fmt.Errorf("%s %d: ncclperf issues every rank's call from one thread, in one group (nccl-tests' -t 1 -g N); set the rank count with %s", flagName("t"), *nThreads, flagName("g"))
+	}
+	if c.iters < 1 {
+		return nil, fmt.Errorf("%s %d: want at least 1 timed iteration", flagName("n"), c.iters)
+	}
+	if c.warmup < 0 {
+		return nil, fmt.Errorf("%s %d: want 0 or more warm-up iterations", flagName("w"), c.warmup)
+	}
+	if *chk < 0 {
+		return nil, fmt.Errorf("%s %d: want 0 (no check) or a positive count", flagName("c"), *chk)
+	}
+	c.check = *chk != 0
+	if strings.EqualFold(*opS, "all") {
+		for o := range opNames {
+			c.ops = append(c.ops, redOp(o))
+		}
+	} else {
+		op, err := parseOp(*opS)
+		if err != nil {
+			return nil, fmt.Errorf("%w, or all", err)
+		}
+		c.ops = []redOp{op}
+	}
+	if strings.EqualFold(*dtS, "all") {
+		for t := range typeNames {
+			c.types = append(c.types, dataType(t))
+		}
+	} else {
+		dt, err := parseType(*dtS)
+		if err != nil {
+			return nil, fmt.Errorf("%w, or all", err)
+		}
+		c.types = []dataType{dt}
+	}
+	c.op, c.dt = c.ops[0], c.types[0]
+	if c.root < 0 || c.root >= c.nRanks {
+		return nil, fmt.Errorf("%s %d: want a root in [0, %d) for %s %d", flagName("r"), c.root, c.nRanks, flagName("g"), c.nRanks)
+	}
+	if *devs != "" {
+		for _, s := range strings.Split(*devs, ",") {
+			d, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("-devices %q: want comma-separated device ordinals", *devs)
+			}
+			c.devices = append(c.devices, d)
+		}
+		if len(c.devices) != c.nRanks {
+			return nil, fmt.Errorf("-devices lists %d devices for %s %d ranks", len(c.devices), flagName("g"), c.nRanks)
+		}
+	}
+	if !c.ncclgo && c.compare == "" {
+		return nil, fmt.Errorf("-ncclgo=false leaves nothing to measure: name a NCCL library with -compare")
+	}
+	return c, nil
+}
+
+// usage prints the flags, one-letter flags with their nccl-tests long
+// name.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: ncclperf [flags]\n\nnccl-tests' options are accepted as -b 8, -b8, --minbytes 8 or --minbytes=8.\n\n")
+	isLong := map[string]bool{}
+	for _, l := range longNames {
+		isLong[l] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if isLong[f.Name] {
+			return
+		}
+		arg, text := flag.UnquoteUsage(f)
+		name := "-" + f.Name
+		if l, ok := longNames[f.Name]; ok {
+			name += ", --" + l
+		}
+		if arg != "" {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+			text += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %s\n    \t%s\n", name, text)
+	})
+}
