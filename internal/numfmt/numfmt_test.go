@@ -26,7 +26,7 @@ func TestKnownEncodings(t *testing.T) {
 	assert.Equal(t, []byte{0x80, 0x3f}, Encode(kspace.BF16, []float64{1}))
 	assert.Equal(t, []byte{0x38}, Encode(kspace.F8E4M3, []float64{1}))
 	assert.Equal(t, []byte{0x3c}, Encode(kspace.F8E5M2, []float64{1}))
-	assert.Equal(t, 448.0, Round(kspace.F8E4M3, 1e6)) // saturates at e4m3's largest finite value
+	assert.Equal(t, 448.0, Round(kspace.F8E4M3, 1e6))   // saturates at e4m3's largest finite value
 	assert.Equal(t, 57344.0, Round(kspace.F8E5M2, 1e6)) // so does e5m2 (the device's __NV_SATFINITE)
 	assert.Equal(t, 1.0+1.0/8, Round(kspace.F8E4M3, 1.1))
 }
