@@ -229,3 +229,15 @@ func AlgoNames() []string { return names(Algos[:], func(a AlgoInfo) string { ret
 
 // ProtoNames lists the protocols' names ("SIMPLE"), in value order.
 func ProtoNames() []string { return names(Protos[:], func(p ProtoInfo) string { return p.Name }) }
+
+// AlgoNCCLNames lists NCCL's names of the algorithms (ncclAlgoStr: "Ring"),
+// in value order.
+func AlgoNCCLNames() []string {
+	return names(Algos[:], func(a AlgoInfo) string { return a.NCCLName })
+}
+
+// ProtoNCCLNames lists NCCL's names of the protocols (ncclProtoStr:
+// "Simple"), in value order.
+func ProtoNCCLNames() []string {
+	return names(Protos[:], func(p ProtoInfo) string { return p.NCCLName })
+}
