@@ -26,6 +26,10 @@ const (
 	BusAllReduce
 )
 
+// AllToAllBus is the factor of nccl-tests' alltoall, which is no device
+// collective of its own (SendRecv with every peer).
+const AllToAllBus = BusSpread
+
 // Factor is the factor for n ranks.
 func (b Bus) Factor(n int) float64 {
 	switch b {
@@ -97,6 +101,8 @@ const (
 type APIRedOpInfo struct {
 	GoName string // the public Go constant ("Sum")
 	CName  string // nccl.h's enumerator ("ncclSum"); its value is the op's
+	// TestsName is nccl-tests' name ("sum"), which ncclperf prints.
+	TestsName string
 	// Dev is the device op that runs it (Max and Min run MinMax; Avg runs
 	// PreMulSum for floats and SumPostDiv for integers).
 	Dev RedOp
@@ -104,11 +110,11 @@ type APIRedOpInfo struct {
 
 // APIRedOps describes the public reduction ops.
 var APIRedOps = [NumAPIRedOps]APIRedOpInfo{
-	APISum:  {GoName: "Sum", CName: "ncclSum", Dev: Sum},
-	APIProd: {GoName: "Prod", CName: "ncclProd", Dev: Prod},
-	APIMax:  {GoName: "Max", CName: "ncclMax", Dev: MinMax},
-	APIMin:  {GoName: "Min", CName: "ncclMin", Dev: MinMax},
-	APIAvg:  {GoName: "Avg", CName: "ncclAvg", Dev: SumPostDiv},
+	APISum:  {GoName: "Sum", CName: "ncclSum", TestsName: "sum", Dev: Sum},
+	APIProd: {GoName: "Prod", CName: "ncclProd", TestsName: "prod", Dev: Prod},
+	APIMax:  {GoName: "Max", CName: "ncclMax", TestsName: "max", Dev: MinMax},
+	APIMin:  {GoName: "Min", CName: "ncclMin", TestsName: "min", Dev: MinMax},
+	APIAvg:  {GoName: "Avg", CName: "ncclAvg", TestsName: "avg", Dev: SumPostDiv},
 }
 
 // TypeInfo describes one data type. Its value (the Type) is nccl.h's.
@@ -240,4 +246,16 @@ func AlgoNCCLNames() []string {
 // "Simple"), in value order.
 func ProtoNCCLNames() []string {
 	return names(Protos[:], func(p ProtoInfo) string { return p.NCCLName })
+}
+
+// TestsTypeNames lists nccl-tests' names of the types ("float"), in value
+// order.
+func TestsTypeNames() []string {
+	return names(Types[:], func(t TypeInfo) string { return t.TestsName })
+}
+
+// TestsRedOpNames lists nccl-tests' names of the public reduction ops
+// ("sum"), in value order.
+func TestsRedOpNames() []string {
+	return names(APIRedOps[:], func(o APIRedOpInfo) string { return o.TestsName })
 }

@@ -121,3 +121,16 @@ func TestCollTable(t *testing.T) {
 		assert.Equal(t, "nccl"+APIRedOps[o].GoName, APIRedOps[o].CName)
 	}
 }
+
+func TestTestsNames(t *testing.T) {
+	// nccl-tests' test_typenames and test_opnames.
+	assert.Equal(t, []string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"}, TestsTypeNames())
+	assert.Equal(t, []string{"sum", "prod", "max", "min", "avg"}, TestsRedOpNames())
+	// Every spelling ncclperf accepted before the table.
+	for s, want := range map[string]Type{"char": I8, "int": I32, "float16": F16, "float32": F32, "float64": F64, "bf16": BF16,
+		"f16": F16, "f32": F32, "f64": F64, "i8": I8, "u8": U8, "i32": I32, "u32": U32, "i64": I64, "u64": U64, "half": F16, "double": F64} {
+		got, ok := LookupType(s)
+		assert.True(t, ok, s)
+		assert.Equal(t, want, got, s)
+	}
+}
