@@ -124,7 +124,9 @@ type cFunc struct {
 }
 
 func newCFunc(s *kspace.Space, f kspace.Func) cFunc {
-	c := cFunc{Symbol: f.Symbol(), RedOp: "Copy", CType: "int8_t", Algo: "RING", Proto: "SIMPLE", FuncID: s.FuncID(f)}
+	// Nop and Generic instantiate the templates as a RING SIMPLE byte copy.
+	c := cFunc{Symbol: f.Symbol(), RedOp: "Copy", CType: kspace.Types[kspace.I8].CType,
+		Algo: kspace.Ring.String(), Proto: kspace.Simple.String(), FuncID: s.FuncID(f)}
 	if f.Kind == kspace.Ordinary {
 		c.Coll = f.Coll.String()
 		if f.RedOp != kspace.Unset {

@@ -1,6 +1,10 @@
 package numfmt
 
-import "math"
+import (
+	"math"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+)
 
 // Overflow says what an encoder does with a value whose magnitude, once
 // rounded, is beyond a format's largest finite value.
@@ -21,9 +25,9 @@ const (
 // A Format is a binary floating-point format of at most 16 bits: a sign bit,
 // Exp exponent bits and Mant mantissa bits, with subnormals.
 type Format struct {
-	Name string
-	Exp  int // exponent bits
-	Mant int // mantissa (trailing significand) bits
+	Name string // the kspace.Type name
+	Exp  int    // exponent bits
+	Mant int    // mantissa (trailing significand) bits
 	// FN marks OCP's "finite, NaN" variant (E4M3FN): the all-ones exponent
 	// holds finite values, no infinities exist, and the only NaNs are the
 	// codes with exponent and mantissa all ones.
@@ -32,10 +36,10 @@ type Format struct {
 
 // The formats of ncclgo's 16- and 8-bit floating-point types.
 var (
-	Half     = Format{Name: "f16", Exp: 5, Mant: 10}             // IEEE 754 binary16
-	BFloat16 = Format{Name: "bf16", Exp: 8, Mant: 7}             // bfloat16: binary32's top half
-	E4M3     = Format{Name: "f8e4m3", Exp: 4, Mant: 3, FN: true} // OCP FP8 E4M3 (E4M3FN): max 448, no Inf
-	E5M2     = Format{Name: "f8e5m2", Exp: 5, Mant: 2}           // OCP FP8 E5M2: IEEE-like, max 57344
+	Half     = Format{Name: kspace.F16.String(), Exp: 5, Mant: 10}             // IEEE 754 binary16
+	BFloat16 = Format{Name: kspace.BF16.String(), Exp: 8, Mant: 7}             // bfloat16: binary32's top half
+	E4M3     = Format{Name: kspace.F8E4M3.String(), Exp: 4, Mant: 3, FN: true} // OCP FP8 E4M3 (E4M3FN): max 448, no Inf
+	E5M2     = Format{Name: kspace.F8E5M2.String(), Exp: 5, Mant: 2}           // OCP FP8 E5M2: IEEE-like, max 57344
 )
 
 func (f Format) bias() int       { return 1<<(f.Exp-1) - 1 }

@@ -315,7 +315,7 @@ func TestRoundTripEveryCode(t *testing.T) {
 
 func TestEncodeRandom(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	const n = 1 << 19
+	const n = 1 << 18
 	for _, f := range formats {
 		tab := newTable(f)
 		minExp, maxExp := 1-(1<<(f.Exp-1)-1)-f.Mant-2, 1<<(f.Exp-1)+1
@@ -347,7 +347,7 @@ func TestEncodeRandom(t *testing.T) {
 func TestEncodeFloat32Sweep(t *testing.T) {
 	tab := newTable(Half)
 	lo, hi := math.Float32bits(0x1p-26), math.Float32bits(0x1p17)
-	for b := lo; b < hi; b += 97 {
+	for b := lo; b < hi; b += 151 {
 		v := float64(math.Float32frombits(b))
 		sameCode(t, Half, tab.refEncode(Half, v, ToInf), Half.Encode(v, ToInf), "encode %v", v)
 	}
