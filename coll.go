@@ -36,7 +36,7 @@ func (k *checker) count(arg string, n int, dt DataType, mult int) {
 
 func (k *checker) dtype(dt DataType) {
 	if !dt.valid() {
-		k.fail("datatype", int(dt), "Int8 .. Float8e5m2 (0..11)")
+		k.fail("datatype", int(dt), validDataTypes())
 	}
 }
 
@@ -111,7 +111,7 @@ func (k *checker) redOp(op RedOp, dt DataType) devOp {
 	udt := k.c.userTypes[op]
 	k.c.mu.Unlock()
 	if !ok {
-		k.fail("op", op, "Sum, Prod, Max, Min, Avg or a PreMulSum op of this communicator (Comm.NewPreMulSum)")
+		k.fail("op", op, builtinRedOps()+" or a PreMulSum op of this communicator (Comm.NewPreMulSum)")
 		return devOp{}
 	}
 	if udt != dt {

@@ -78,7 +78,7 @@ func TestScalarBits(t *testing.T) {
 		{1, Bfloat16, 0x3f80}, {1.0 / 3, Bfloat16, 0x3eab}, {-1, Bfloat16, 0xbf80},
 		{1, Float8e4m3, 0x38}, {448, Float8e4m3, 0x7e}, {1000, Float8e4m3, 0x7e}, {0.5, Float8e4m3, 0x30},
 		{math.Ldexp(1, -9), Float8e4m3, 0x01}, {-1, Float8e4m3, 0xb8},
-		{1, Float8e5m2, 0x3c}, {57344, Float8e5m2, 0x7b}, {1e6, Float8e5m2, 0x7c}, {0.25, Float8e5m2, 0x34},
+		{1, Float8e5m2, 0x3c}, {57344, Float8e5m2, 0x7b}, {1e6, Float8e5m2, 0x7b}, {-1e6, Float16, 0xfc00}, {math.Inf(1), Float8e4m3, 0x7e}, {0.25, Float8e5m2, 0x34},
 		{0.125, Float32, uint64(math.Float32bits(0.125))}, {0.1, Float64, math.Float64bits(0.1)},
 		{3, Int32, 3}, {-1, Int8, 0xff}, {7, Uint64, 7},
 	}

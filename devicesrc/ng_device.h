@@ -216,14 +216,8 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
 // ngCollFunc<Coll, T, Op, Algo, Proto>::run(sh) is specialised by the collective headers.
 template <int Coll, typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc;
-
-#define NG_COLL_Broadcast 0
-#define NG_COLL_Reduce 1
-#define NG_COLL_AllGather 2
-#define NG_COLL_AllGatherV 3
-#define NG_COLL_ReduceScatter 4
-#define NG_COLL_AllReduce 5
-#define NG_COLL_SendRecv 6
+// Its Coll is an NG_COLL_<Name> value, Algo an NG_ALGO_*, Proto an NG_PROTO_*:
+// ngabi.h declares them from gen/kspace's vocabulary tables.
 
 #define NG_DEV_FUNC(sym, Coll, RedOp, T, Algo, Proto)                                          \
   __device__ void ngDevFunc_##sym(struct ngShmem* sh) {                                       \

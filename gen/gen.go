@@ -123,17 +123,17 @@ type cFunc struct {
 	SimpleID int
 }
 
-var cTypes = [kspace.NumTypes]string{"int8_t", "uint8_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "half", "float", "double", "__nv_bfloat16", "__nv_fp8_e4m3", "__nv_fp8_e5m2"}
-
 func newCFunc(s *kspace.Space, f kspace.Func) cFunc {
-	c := cFunc{Symbol: f.Symbol(), RedOp: "Copy", CType: "int8_t", Algo: "RING", Proto: "SIMPLE", FuncID: s.FuncID(f)}
+	// Nop and Generic instantiate the templates as a RING SIMPLE byte copy.
+	c := cFunc{Symbol: f.Symbol(), RedOp: "Copy", CType: kspace.Types[kspace.I8].CType,
+		Algo: kspace.Ring.String(), Proto: kspace.Simple.String(), FuncID: s.FuncID(f)}
 	if f.Kind == kspace.Ordinary {
 		c.Coll = f.Coll.String()
 		if f.RedOp != kspace.Unset {
 			c.RedOp = f.RedOp.String()
 		}
 		if f.Type != kspace.Unset {
-			c.CType = cTypes[f.Type]
+			c.CType = kspace.Types[f.Type].CType
 		}
 		if f.Algo != kspace.Unset {
 			c.Algo = f.Algo.String()
@@ -202,6 +202,9 @@ func emitDeviceTable(s *kspace.Space) ([]byte, error) {
 // spaceConsts are the kspace numbers the device library needs, as C macros.
 func spaceConsts() []abi.Const {
 	var cs []abi.Const
+	for c := kspace.Coll(0); c < kspace.NumColls; c++ {
+		cs = append(cs, abi.Const{Name: "NG_COLL_" + c.String(), Value: int64(c), Doc: "collective"})
+	}
 	for a := kspace.Algo(0); a < kspace.NumAlgos; a++ {
 		cs = append(cs, abi.Const{Name: "NG_ALGO_" + a.String(), Value: int64(a), Doc: "algorithm"})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"strings"
 
 	"github.com/dave/jennifer/jen"
 
@@ -41,15 +42,13 @@ func funcLit(f kspace.Func) jen.Code {
 		}
 		return jen.Id(name).Op(":").Qual(kspacePath, values(v))
 	}
-	algoConst := map[kspace.Algo]string{kspace.Tree: "Tree", kspace.Ring: "Ring", kspace.CollNetDirect: "CollNetDirect", kspace.CollNetChain: "CollNetChain", kspace.NVLS: "NVLS", kspace.NVLSTree: "NVLSTree", kspace.PAT: "PAT"}
-	typeConst := [kspace.NumTypes]string{"I8", "U8", "I32", "U32", "I64", "U64", "F16", "F32", "F64", "BF16", "F8E4M3", "F8E5M2"}
-	protoConst := [kspace.NumProtos]string{"LL", "LL128", "Simple"}
+	// kspace's Go constants, named as the vocabulary tables say.
 	return jen.Qual(kspacePath, "Func").Values(
-		field(int(f.Coll), "Coll", func(v int) string { return kspace.Coll(v).String() }),
-		field(int(f.RedOp), "RedOp", func(v int) string { return kspace.RedOp(v).String() }),
-		field(int(f.Type), "Type", func(v int) string { return typeConst[v] }),
-		field(int(f.Algo), "Algo", func(v int) string { return algoConst[kspace.Algo(v)] }),
-		field(int(f.Proto), "Proto", func(v int) string { return protoConst[v] }),
+		field(int(f.Coll), "Coll", func(v int) string { return kspace.Colls[v].Name }),
+		field(int(f.RedOp), "RedOp", func(v int) string { return kspace.RedOps[v].Name }),
+		field(int(f.Type), "Type", func(v int) string { return strings.ToUpper(kspace.Types[v].Name) }),
+		field(int(f.Algo), "Algo", func(v int) string { return kspace.Algos[v].GoName }),
+		field(int(f.Proto), "Proto", func(v int) string { return kspace.Protos[v].GoName }),
 	)
 }
 

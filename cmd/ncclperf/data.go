@@ -26,22 +26,18 @@ const (
 	float8e5m2T
 )
 
-var typeNames = []string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"}
-var typeAliases = map[string]dataType{"char": int8T, "int": int32T, "float16": float16T, "float32": float32T, "float64": float64T, "bf16": bfloat16T, "f16": float16T, "f32": float32T, "f64": float64T, "i8": int8T, "u8": uint8T, "i32": int32T, "u32": uint32T, "i64": int64T, "u64": uint64T}
-var typeSizes = []int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
+// typeNames are nccl-tests' names of the types (kspace.Types).
+var typeNames = kspace.TestsTypeNames()
 
 func (t dataType) String() string { return typeNames[t] }
-func (t dataType) size() int      { return typeSizes[t] }
-func (t dataType) isFloat() bool  { return t >= float16T }
+func (t dataType) size() int      { return kspace.Type(t).Size() }
+func (t dataType) isFloat() bool  { return !kspace.Type(t).IsInteger() }
 
+// parseType accepts any of a type's names in kspace.Types (nccl-tests',
+// nccl.h's with or without "nccl", kspace's "f32"), case-insensitively.
 func parseType(s string) (dataType, error) {
-	for i, n := range typeNames {
-		if strings.EqualFold(n, s) {
-			return dataType(i), nil
-		}
-	}
-	if t, ok := typeAliases[strings.ToLower(s)]; ok {
-		return t, nil
+	if t, ok := kspace.LookupType(s); ok {
+		return dataType(t), nil
 	}
 	return 0, fmt.Errorf("-d %q: unknown type; valid types are %s", s, strings.Join(typeNames, ", "))
 }
@@ -57,7 +53,8 @@ const (
 	opAvg
 )
 
-var opNames = []string{"sum", "prod", "max", "min", "avg"}
+// opNames are nccl-tests' names of the ops (kspace.APIRedOps).
+var opNames = kspace.TestsRedOpNames()
 
 func (o redOp) String() string { return opNames[o] }
 

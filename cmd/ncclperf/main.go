@@ -49,6 +49,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -90,16 +91,19 @@ func parseColl(s string) (coll, error) {
 	return 0, fmt.Errorf("-coll %q: unknown collective; valid are %s", s, strings.Join(collNames, ", "))
 }
 
-// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests does.
-func (c coll) busFactor(n int) float64 {
-	switch c {
-	case collAllReduce:
-		return 2 * float64(n-1) / float64(n)
-	case collAllGather, collReduceScatter, collAllToAll:
-		return float64(n-1) / float64(n)
-	}
-	return 1
+// collBus is each collective's bus-bandwidth factor, as kspace defines them.
+var collBus = [...]kspace.Bus{
+	collAllReduce:     kspace.Colls[kspace.AllReduce].Bus,
+	collAllGather:     kspace.Colls[kspace.AllGather].Bus,
+	collReduceScatter: kspace.Colls[kspace.ReduceScatter].Bus,
+	collBroadcast:     kspace.Colls[kspace.Broadcast].Bus,
+	collReduce:        kspace.Colls[kspace.Reduce].Bus,
+	collSendRecv:      kspace.Colls[kspace.SendRecv].Bus,
+	collAllToAll:      kspace.AllToAllBus,
 }
+
+// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests does.
+func (c coll) busFactor(n int) float64 { return collBus[c].Factor(n) }
 
 // backend runs one collective on every rank, as one group, on streams[r].
 // backend runs one collective on every rank, as one group, on streams[r].

@@ -10,7 +10,10 @@
 // cross the boundary as 64-bit integers (device addresses).
 package abi
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Scalar is a fixed-width integer type.
 type Scalar int
@@ -139,26 +142,24 @@ func GoName(c string) string {
 	return string(b)
 }
 
-// ConstGoName is the Go name of a constant ("NG_MAX_CHANNELS" → "MaxChannels").
+// ConstGoName is the Go name of a constant ("NG_MAX_CHANNELS" →
+// "MaxChannels"): each upper-case word is title-cased; a word that already
+// has lower-case letters keeps its spelling ("NG_COLL_AllReduce" →
+// "CollAllReduce").
 func ConstGoName(c string) string {
 	if len(c) > 3 && c[:3] == "NG_" {
 		c = c[3:]
 	}
-	out := make([]byte, 0, len(c))
-	upper := true
-	for i := 0; i < len(c); i++ {
-		ch := c[i]
-		if ch == '_' {
-			upper = true
+	var out strings.Builder
+	for _, w := range strings.Split(c, "_") {
+		if w == "" {
 			continue
 		}
-		if upper && ch >= 'a' && ch <= 'z' {
-			ch -= 'a' - 'A'
-		} else if !upper && ch >= 'A' && ch <= 'Z' {
-			ch += 'a' - 'A'
+		if strings.ToUpper(w) != w {
+			out.WriteString(strings.ToUpper(w[:1]) + w[1:])
+			continue
 		}
-		upper = false
-		out = append(out, ch)
+		out.WriteString(w[:1] + strings.ToLower(w[1:]))
 	}
-	return string(out)
+	return out.String()
 }

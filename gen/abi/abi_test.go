@@ -37,4 +37,6 @@ func TestNames(t *testing.T) {
 	assert.Equal(t, "Sendbuff", GoName("sendbuff"))
 	assert.Equal(t, "MaxChannels", ConstGoName("NG_MAX_CHANNELS"))
 	assert.Equal(t, "WorkInlineMax", ConstGoName("NG_WORK_INLINE_MAX"))
+	assert.Equal(t, "CollAllReduce", ConstGoName("NG_COLL_AllReduce"))
+	assert.Equal(t, "AlgoNvlsTree", ConstGoName("NG_ALGO_NVLS_TREE"))
 }

@@ -17,7 +17,8 @@ import (
 // Coll is a collective as the device sees it.
 type Coll int
 
-// The collectives, in NCCL's order.
+// The collectives, in NCCL's order up to AllReduce with AllGatherV added
+// (NCCL's ncclFunc_t values are in Colls).
 const (
 	Broadcast Coll = iota
 	Reduce
@@ -29,19 +30,18 @@ const (
 	NumColls = iota
 )
 
-var collNames = [...]string{"Broadcast", "Reduce", "AllGather", "AllGatherV", "ReduceScatter", "AllReduce", "SendRecv"}
-
-// lowerNames are the file-name stems of each collective.
-var collLower = [...]string{"broadcast", "reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_reduce", "sendrecv"}
-
-func (c Coll) String() string { return collNames[c] }
+func (c Coll) String() string { return Colls[c].Name }
 
 // Lower is the snake_case stem used in file names ("all_reduce").
-func (c Coll) Lower() string { return collLower[c] }
+func (c Coll) Lower() string { return Colls[c].Lower }
 
 // HasRedOp reports whether the collective reduces, and so carries a
 // reduction op and a data type in its function.
-func (c Coll) HasRedOp() bool { return c == Reduce || c == ReduceScatter || c == AllReduce }
+func (c Coll) HasRedOp() bool { return Colls[c].Reduces }
+
+// BusFactor converts the collective's algorithm bandwidth on n ranks to bus
+// bandwidth, as nccl-tests defines it.
+func (c Coll) BusFactor(n int) float64 { return Colls[c].Bus.Factor(n) }
 
 // RedOp is a device reduction op (NCCL's ncclDevRedOp_t).
 type RedOp int
@@ -56,9 +56,7 @@ const (
 	NumRedOps = iota
 )
 
-var redOpNames = [...]string{"Sum", "Prod", "MinMax", "PreMulSum", "SumPostDiv"}
-
-func (o RedOp) String() string { return redOpNames[o] }
+func (o RedOp) String() string { return RedOps[o].Name }
 
 // Type is a data type, with nccl.h's ncclDataType_t values.
 type Type int
@@ -80,27 +78,29 @@ const (
 	NumTypes = iota
 )
 
-var typeNames = [...]string{"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "f8e4m3", "f8e5m2"}
-var typeSizes = [...]int{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
-
-func (t Type) String() string { return typeNames[t] }
+func (t Type) String() string { return Types[t].Name }
 
 // Size is the size of one element in bytes.
-func (t Type) Size() int { return typeSizes[t] }
+func (t Type) Size() int { return Types[t].Size }
 
 // IsInteger reports whether t is a signed or unsigned integer type.
-func (t Type) IsInteger() bool { return t <= U64 }
+func (t Type) IsInteger() bool { return !Types[t].Float }
 
 // IsSigned reports whether t is a signed integer type.
-func (t Type) IsSigned() bool { return t == I8 || t == I32 || t == I64 }
+func (t Type) IsSigned() bool { return Types[t].Signed }
 
-// Unsigned maps a signed integer type to its unsigned twin; other types map
-// to themselves.
+// Unsigned maps a signed integer type to its unsigned twin (the integer
+// type of the same size that is not signed); other types map to themselves.
 func (t Type) Unsigned() Type {
-	if t.IsSigned() {
-		return t + 1
+	if !t.IsSigned() {
+		return t
 	}
-	return t
+	for u := Type(0); u < NumTypes; u++ {
+		if u.IsInteger() && !u.IsSigned() && u.Size() == t.Size() {
+			return u
+		}
+	}
+	panic("kspace: no unsigned twin of " + t.String())
 }
 
 // Algo is a collective algorithm (NCCL_ALGO_*).
@@ -118,9 +118,7 @@ const (
 	NumAlgos = iota
 )
 
-var algoNames = [...]string{"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"}
-
-func (a Algo) String() string { return algoNames[a] }
+func (a Algo) String() string { return Algos[a].Name }
 
 // IsNVLS reports whether the algorithm uses NVLink SHARP (multicast).
 func (a Algo) IsNVLS() bool { return a == NVLS || a == NVLSTree }
@@ -136,9 +134,7 @@ const (
 	NumProtos = iota
 )
 
-var protoNames = [...]string{"LL", "LL128", "SIMPLE"}
-
-func (p Proto) String() string { return protoNames[p] }
+func (p Proto) String() string { return Protos[p].Name }
 
 // AlgosOf lists, per collective, the algorithms it has device functions for,
 // in row order.
@@ -324,13 +320,9 @@ func Requirements(f Func) (r Req, why string, ok bool) {
 		if f.RedOp == SumPostDiv && !f.Type.IsInteger() {
 			return Req{}, fmt.Sprintf("SumPostDiv is only for integer types, not %s", f.Type), false
 		}
-		switch f.Type {
-		case BF16:
-			r.CUDART = max(r.CUDART, 11000)
-		case F8E4M3, F8E5M2:
-			r.CUDART = max(r.CUDART, 11080)
-			r.Arch = max(r.Arch, 900)
-		}
+		tr := Types[f.Type].Req
+		r.CUDART = max(r.CUDART, tr.CUDART)
+		r.Arch = max(r.Arch, tr.Arch)
 	}
 	if f.Algo.IsNVLS() {
 		if f.Coll.HasRedOp() && !nvlsSupports(f.RedOp, f.Type) {

@@ -15,19 +15,19 @@ func lookup[T ~int](kind, word string, names []string) (T, error) {
 }
 
 // ParseColl parses a collective name, case-insensitively.
-func ParseColl(s string) (Coll, error) { return lookup[Coll]("collective", s, collNames[:]) }
+func ParseColl(s string) (Coll, error) { return lookup[Coll]("collective", s, CollNames()) }
 
 // ParseRedOp parses a device reduction op name, case-insensitively.
-func ParseRedOp(s string) (RedOp, error) { return lookup[RedOp]("reduction op", s, redOpNames[:]) }
+func ParseRedOp(s string) (RedOp, error) { return lookup[RedOp]("reduction op", s, RedOpNames()) }
 
 // ParseType parses a data type name ("f32"), case-insensitively.
-func ParseType(s string) (Type, error) { return lookup[Type]("type", s, typeNames[:]) }
+func ParseType(s string) (Type, error) { return lookup[Type]("type", s, TypeNames()) }
 
 // ParseAlgo parses an algorithm name ("RING"), case-insensitively.
-func ParseAlgo(s string) (Algo, error) { return lookup[Algo]("algorithm", s, algoNames[:]) }
+func ParseAlgo(s string) (Algo, error) { return lookup[Algo]("algorithm", s, AlgoNames()) }
 
 // ParseProto parses a protocol name ("LL128"), case-insensitively.
-func ParseProto(s string) (Proto, error) { return lookup[Proto]("protocol", s, protoNames[:]) }
+func ParseProto(s string) (Proto, error) { return lookup[Proto]("protocol", s, ProtoNames()) }
 
 // ParseFunc parses a function's words: "SendRecv", "AllGather RING LL" or
 // "AllReduce Sum f32 RING LL". Unknown names are errors listing the valid

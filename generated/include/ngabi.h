@@ -18,6 +18,13 @@
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
 #define NG_DEV_ERR_ABORTED 2 // ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size
+#define NG_COLL_Broadcast 0 // collective
+#define NG_COLL_Reduce 1 // collective
+#define NG_COLL_AllGather 2 // collective
+#define NG_COLL_AllGatherV 3 // collective
+#define NG_COLL_ReduceScatter 4 // collective
+#define NG_COLL_AllReduce 5 // collective
+#define NG_COLL_SendRecv 6 // collective
 #define NG_ALGO_TREE 0 // algorithm
 #define NG_ALGO_RING 1 // algorithm
 #define NG_ALGO_COLLNET_DIRECT 2 // algorithm

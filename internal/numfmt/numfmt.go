@@ -2,6 +2,18 @@
 // kernel space's data types (kspace.Type: integers, IEEE half/single/double,
 // bfloat16 and the two fp8 formats), for host-side reference checks in tests
 // and benchmarks.
+//
+// The floating-point conversions are exact: encoding rounds to nearest, ties
+// to even, in one step from the float64 value (a float32 converts to float64
+// exactly, so float32 sources are rounded once too); subnormals are kept;
+// decoding maps Inf and NaN codes to ±Inf and NaN. Overflow follows the
+// device's conversions, so that a host reference predicts device results bit
+// for bit: f16 and bf16 overflow to ±Inf as IEEE 754 and the device's
+// __hadd/__float2bfloat16 do; both fp8 formats saturate to ±max finite
+// (±448, ±57344; ±Inf too) as CUDA's __nv_fp8_e4m3/__nv_fp8_e5m2
+// constructors do (__NV_SATFINITE), which is how ng_reduce.h and NCCL round
+// fp8 results. Format.Encode with ToInf gives the IEEE/OCP non-saturating
+// rule instead.
 package numfmt
 
 import (
@@ -11,8 +23,9 @@ import (
 	"github.com/ncclgo/ncclgo/gen/kspace"
 )
 
-// Encode writes vals as elements of type t (integers truncate; floats round
-// to nearest).
+// Encode writes vals as elements of type t: integers truncate toward zero
+// and wrap; floats round to nearest even with the overflow rule of
+// Overflows(t).
 func Encode(t kspace.Type, vals []float64) []byte {
 	sz := t.Size()
 	b := make([]byte, len(vals)*sz)
@@ -25,18 +38,16 @@ func Encode(t kspace.Type, vals []float64) []byte {
 			binary.LittleEndian.PutUint32(p, uint32(int64(v)))
 		case kspace.I64, kspace.U64:
 			binary.LittleEndian.PutUint64(p, uint64(int64(v)))
-		case kspace.F16:
-			binary.LittleEndian.PutUint16(p, uint16(toMini(v, 5, 10)))
+		case kspace.F16, kspace.BF16:
+			f, _ := FormatOf(t)
+			binary.LittleEndian.PutUint16(p, f.Encode(v, Overflows(t)))
 		case kspace.F32:
 			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(v)))
 		case kspace.F64:
 			binary.LittleEndian.PutUint64(p, math.Float64bits(v))
-		case kspace.BF16:
-			binary.LittleEndian.PutUint16(p, bf16(v))
-		case kspace.F8E4M3:
-			p[0] = byte(toMini(v, 4, 3))
-		case kspace.F8E5M2:
-			p[0] = byte(toMini(v, 5, 2))
+		case kspace.F8E4M3, kspace.F8E5M2:
+			f, _ := FormatOf(t)
+			p[0] = byte(f.Encode(v, Overflows(t)))
 		}
 	}
 	return b
@@ -61,18 +72,16 @@ func Decode(t kspace.Type, b []byte) []float64 {
 			out[i] = float64(int64(binary.LittleEndian.Uint64(p)))
 		case kspace.U64:
 			out[i] = float64(binary.LittleEndian.Uint64(p))
-		case kspace.F16:
-			out[i] = fromMini(uint32(binary.LittleEndian.Uint16(p)), 5, 10)
+		case kspace.F16, kspace.BF16:
+			f, _ := FormatOf(t)
+			out[i] = f.Decode(binary.LittleEndian.Uint16(p))
 		case kspace.F32:
 			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
 		case kspace.F64:
 			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(p))
-		case kspace.BF16:
-			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(p)) << 16))
-		case kspace.F8E4M3:
-			out[i] = fromMini(uint32(p[0]), 4, 3)
-		case kspace.F8E5M2:
-			out[i] = fromMini(uint32(p[0]), 5, 2)
+		case kspace.F8E4M3, kspace.F8E5M2:
+			f, _ := FormatOf(t)
+			out[i] = f.Decode(uint16(p[0]))
 		}
 	}
 	return out
@@ -80,58 +89,6 @@ func Decode(t kspace.Type, b []byte) []float64 {
 
 // Round returns v as type t would store it.
 func Round(t kspace.Type, v float64) float64 { return Decode(t, Encode(t, []float64{v}))[0] }
-
-func bf16(v float64) uint16 {
-	bits := math.Float32bits(float32(v))
-	bits += 0x7fff + (bits>>16)&1 // round to nearest even
-	return uint16(bits >> 16)
-}
-
-// toMini encodes v in a small float format with e exponent and m mantissa
-// bits, rounding to nearest, saturating at the largest finite value.
-func toMini(v float64, e, m int) uint32 {
-	sign := uint32(0)
-	if v < 0 {
-		sign, v = 1<<(e+m), -v
-	}
-	if v == 0 {
-		return sign
-	}
-	bias := 1<<(e-1) - 1
-	exp := int(math.Floor(math.Log2(v)))
-	if exp < 1-bias {
-		return sign | uint32(math.Round(v/math.Ldexp(1, 1-bias-m)))
-	}
-	mant := uint32(math.Round((v/math.Ldexp(1, exp) - 1) * float64(uint32(1)<<m)))
-	if mant == 1<<m {
-		mant, exp = 0, exp+1
-	}
-	maxExp := 1<<e - 2 - bias
-	if e == 4 && m == 3 { // e4m3 has no infinities: the top exponent is finite
-		maxExp++
-	}
-	if exp > maxExp {
-		exp, mant = maxExp, 1<<m-1
-		if e == 4 && m == 3 {
-			mant = 1<<m - 2 // 0x7f is NaN in e4m3
-		}
-	}
-	return sign | uint32(exp+bias)<<m | mant
-}
-
-func fromMini(x uint32, e, m int) float64 {
-	bias := 1<<(e-1) - 1
-	sign := 1.0
-	if x>>(e+m)&1 == 1 {
-		sign = -1
-	}
-	exp := int(x>>m) & (1<<e - 1)
-	mant := float64(x & (1<<m - 1))
-	if exp == 0 {
-		return sign * mant * math.Ldexp(1, 1-bias-m)
-	}
-	return sign * (1 + mant/float64(uint32(1)<<m)) * math.Ldexp(1, exp-bias)
-}
 
 // Epsilon is the relative rounding unit of t (0 for integers).
 func Epsilon(t kspace.Type) float64 {
@@ -150,4 +107,29 @@ func Epsilon(t kspace.Type) float64 {
 		return 1.0 / 4
 	}
 	return 0
+}
+
+// FormatOf returns the format of a 16- or 8-bit floating-point type, and
+// false for the other types.
+func FormatOf(t kspace.Type) (Format, bool) {
+	switch t {
+	case kspace.F16:
+		return Half, true
+	case kspace.BF16:
+		return BFloat16, true
+	case kspace.F8E4M3:
+		return E4M3, true
+	case kspace.F8E5M2:
+		return E5M2, true
+	}
+	return Format{}, false
+}
+
+// Overflows is the overflow rule Encode applies to t: SatFinite for the fp8
+// types (the device's __NV_SATFINITE conversion), ToInf otherwise.
+func Overflows(t kspace.Type) Overflow {
+	if t == kspace.F8E4M3 || t == kspace.F8E5M2 {
+		return SatFinite
+	}
+	return ToInf
 }

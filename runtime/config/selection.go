@@ -62,10 +62,10 @@ var ErrSelection = errors.New("invalid selection")
 
 // ncclAlgoNames are NCCL's ncclAlgoStr, indexed by kspace.Algo (whose values
 // are NCCL's).
-var ncclAlgoNames = [kspace.NumAlgos]string{"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+var ncclAlgoNames = kspace.AlgoNCCLNames()
 
 // ncclProtoNames are NCCL's ncclProtoStr, indexed by kspace.Proto.
-var ncclProtoNames = [kspace.NumProtos]string{"LL", "LL128", "Simple"}
+var ncclProtoNames = kspace.ProtoNCCLNames()
 
 // elemInfo describes the element type of a selection.
 type elemInfo struct {

@@ -163,25 +163,13 @@ var (
 	}
 )
 
-// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests
-// defines it.
-func busFactor(c kspace.Coll, n int) float64 {
-	switch c {
-	case kspace.AllReduce:
-		return 2 * float64(n-1) / float64(n)
-	case kspace.AllGather, kspace.AllGatherV, kspace.ReduceScatter:
-		return float64(n-1) / float64(n)
-	}
-	return 1
-}
-
 // bandwidth returns the algorithm bandwidth (GB/s) of a call on nc
 // channels: NCCL's model, capped for ranks that share a GPU.
 func (t *Tuner) bandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, nBytes int64) float64 {
 	bw := t.ncclBandwidth(c, a, p, nc, nBytes)
 	if r := t.topo.RanksPerGPU; r > 1 && (a == kspace.Ring || a == kspace.Tree) {
 		capBus := sharedBusBW[a][p] * math.Pow(2/float64(r), sharedBusExp[a][p])
-		if f := busFactor(c, t.topo.NRanks); f > 0 {
+		if f := c.BusFactor(t.topo.NRanks); f > 0 { // nccl-tests' busbw factor (kspace.Colls)
 			bw = math.Min(bw, capBus/f)
 		}
 	}

@@ -27,6 +27,20 @@ const (
 	DevErrAborted = 2
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size.
 	DevErrBadWork = 3
+	// CollBroadcast is NG_COLL_Broadcast: collective.
+	CollBroadcast = 0
+	// CollReduce is NG_COLL_Reduce: collective.
+	CollReduce = 1
+	// CollAllGather is NG_COLL_AllGather: collective.
+	CollAllGather = 2
+	// CollAllGatherV is NG_COLL_AllGatherV: collective.
+	CollAllGatherV = 3
+	// CollReduceScatter is NG_COLL_ReduceScatter: collective.
+	CollReduceScatter = 4
+	// CollAllReduce is NG_COLL_AllReduce: collective.
+	CollAllReduce = 5
+	// CollSendRecv is NG_COLL_SendRecv: collective.
+	CollSendRecv = 6
 	// AlgoTree is NG_ALGO_TREE: algorithm.
 	AlgoTree = 0
 	// AlgoRing is NG_ALGO_RING: algorithm.
