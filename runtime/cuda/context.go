@@ -78,7 +78,7 @@ func WrapContext(handle uintptr) (*Context, error) {
 	if handle == 0 {
 		return nil, badArg("WrapContext", "handle 0 (want a live CUcontext)")
 	}
-	h := C.CUcontext(unsafe.Pointer(handle))
+	h := C.ncu_ctx_from(C.uintptr_t(handle))
 	var d C.CUdevice
 	if err := check("cuCtxGetDevice", Result(C.ncu_ctx_get_device(h, &d))); err != nil {
 		return nil, fmt.Errorf("cuda: WrapContext(%#x): %w", handle, err)
@@ -101,7 +101,7 @@ func CurrentContext() (*Context, error) {
 	if h == nil {
 		return nil, badArg("CurrentContext", "no context is current on this thread")
 	}
-	return WrapContext(uintptr(unsafe.Pointer(h)))
+	return WrapContext(uintptr(C.ncu_ctx_to(h)))
 }
 
 // NewContext creates a new context on d (cuCtxCreate), separate from its

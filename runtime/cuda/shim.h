@@ -146,5 +146,6 @@ CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd)
 static inline CUstream ncu_stream_from(uintptr_t h) { return (CUstream)h; }
 static inline uintptr_t ncu_stream_to(CUstream s) { return (uintptr_t)s; }
 static inline uintptr_t ncu_ctx_to(CUcontext c) { return (uintptr_t)c; }
+static inline CUcontext ncu_ctx_from(uintptr_t h) { return (CUcontext)h; }
 
 #endif
