@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 // EnvFatbin names the environment variable that points at a kernel image.
@@ -133,9 +135,17 @@ func FromBytes(image []byte) ([]byte, string, error) {
 	return image, src, nil
 }
 
-// checkImage rejects bytes that are obviously not something
-// cuModuleLoadData accepts.
+// checkImage rejects bytes that are obviously not a kernel set: a
+// kset container around something cuModuleLoadData accepts. Bare images
+// pass here (Load says why it refuses them).
 func checkImage(b []byte) error {
+	if kset.IsSet(b) {
+		_, img, err := kset.Split(b)
+		if err != nil {
+			return err
+		}
+		b = img
+	}
 	switch {
 	case len(b) == 0:
 		return errors.New("empty image")
