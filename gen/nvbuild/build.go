@@ -52,7 +52,7 @@ type Options struct {
 
 // Result describes a finished build.
 type Result struct {
-	Out    string   // the fatbin written
+	Out    string   // the file written: the kernel set (manifest and fatbin), or a bare fatbin without kernelset.json
 	Size   int64    // its size in bytes
 	Arches []string // SASS images, oldest first ("sm_80", "sm_90")
 	// ArchSource says where Arches came from: "options", "local GPU",

@@ -16,8 +16,9 @@ import (
 // EnvFatbin names the environment variable that points at a kernel image.
 const EnvFatbin = "NCCLGO_FATBIN"
 
-// DefaultImage is where `ncclgen build` and `make` write the fatbin,
-// relative to the repository root.
+// DefaultImage is where `ncclgen build` and `make` write the kernel set
+// (a manifest and the fatbin, see package kset), relative to the
+// repository root.
 const DefaultImage = "build/ncclgo.fatbin"
 
 // ErrNoImage is returned (wrapped) when no kernel image can be found or
@@ -32,7 +33,7 @@ const EmbeddedSource = "embedded image"
 const fatbinMagic = 0xBA55ED50
 
 // hint tells how to get an image.
-const hint = "build one with `ncclgen build` (writes " + DefaultImage + ") or `make`, then set " + EnvFatbin + " to its path, pass its path in the options, or build with -tags ncclgo_embed to compile it in"
+const hint = "build one with `ncclgen build` (writes " + DefaultImage + ") or `make`, then set " + EnvFatbin + " to its path, pass its path (Options.KernelImage) or its bytes (Options.KernelImageBytes, say from //go:embed) in the options, or build with -tags ncclgo_embed to compile it in"
 
 // FindImage finds the kernel image, in this order, and returns its bytes
 // and where it came from:
