@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -178,7 +179,9 @@ func runGenerate(args []string, stderr io.Writer) error {
 	if err := generateTo(*out, *only, splitArches(*arch), *devsrc); err != nil {
 		return err
 	}
-	if strings.TrimSpace(*only) != "" {
+	// The note is for the library's own tables (generated/), not for
+	// trees that are slim on purpose (tests/devharness/gen).
+	if strings.TrimSpace(*only) != "" && filepath.Base(filepath.Clean(*out)) == "generated" {
 		fmt.Fprintf(stderr, "ncclgen generate: rewrote %s/ for the filter %q: code compiled from it now has only that kernel set's tables.\n"+
 			"  Restore the full tree with `git checkout %s/` or `go generate ./...`.\n"+
 			"  To build a slim kernel set without touching %s/, use `ncclgen build --only FILTER --out FILE`.\n", *out, *only, *out, *out)
