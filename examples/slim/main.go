@@ -56,13 +56,19 @@ func run(devList, fatbin string, count int) error {
 		}
 		devices = append(devices, d)
 	}
-	opts := &ncclgo.Options{KernelImageBytes: kernelSet}
-	switch {
-	case fatbin != "":
-		opts = &ncclgo.Options{KernelImage: fatbin}
-	case len(kernelSet) == 0:
+	set := kernelSet
+	if fatbin != "" {
+		// Read it as go:embed would have: the same option takes the bytes.
+		b, err := os.ReadFile(fatbin)
+		if err != nil {
+			return err
+		}
+		set = b
+	}
+	if len(set) == 0 {
 		return errors.New("this binary embeds no kernel set (kernels.fatbin was empty when it was built): run `go generate` where nvcc is installed and rebuild, or pass -fatbin FILE")
 	}
+	opts := &ncclgo.Options{KernelImageBytes: set}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	comms, err := ncclgo.InitAll(ctx, devices, opts)

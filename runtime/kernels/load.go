@@ -84,6 +84,7 @@ type module struct {
 	mod       *cuda.Module
 	tab       *tables          // from the set's manifest
 	manifest  *kset.Manifest   // the set's manifest
+	loaded    []byte           // the image given to the driver (part of image, or an aligned copy)
 	arch      int              // __CUDA_ARCH__ units (900)
 	kernels   []*cuda.Function // per tab.kernels; nil where absent
 	absent    []string         // why kernels[i] is nil
@@ -202,7 +203,7 @@ func (m *module) load(image []byte) (err error) {
 	if err != nil {
 		return err
 	}
-	m.tab, m.manifest = tab, man
+	m.tab, m.manifest, m.loaded = tab, man, image
 	mod, err := ctx.LoadModule(image)
 	if err != nil {
 		return fmt.Errorf("kernels: loading the kernel image on device %d (sm_%d%d): %w", int(dev), major, minor, err)
