@@ -137,20 +137,7 @@ func lookupFor(c *Comm) enqueue.FuncLookup {
 	if c.kset == nil {
 		return enqueue.GeneratedLookup
 	}
-	return func(f kspaceFunc) (int, int, error) {
-		e, err := c.kset.Lookup(f)
-		if err != nil {
-			return 0, 0, err
-		}
-		id, kern, err := enqueue.GeneratedLookup(f)
-		if err != nil {
-			return 0, 0, err
-		}
-		if id != e.FuncID {
-			return 0, 0, fmt.Errorf("ncclgo: %s: table id %d but the kernel set says %d", f, id, e.FuncID)
-		}
-		return id, kern, nil
-	}
+	return c.kset.Resolve // the set's own ids, from its manifest
 }
 
 // Group runs fn with a new group and ends it: every call fn makes on g

@@ -12,6 +12,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/kernels"
 )
 
 // Options configure a communicator. A nil *Options, and every field left
@@ -30,10 +31,21 @@ type Options struct {
 	// NCCL_DEBUG and NCCL_DEBUG_SUBSYS still filter what it gets only when
 	// it is nil.
 	Logger *slog.Logger
-	// KernelImage is the path of the kernel fatbin; empty searches
-	// $NCCLGO_FATBIN, the embedded image and build/ncclgo.fatbin (see
-	// kernels.FindImage).
+	// KernelImage is the path of the kernel set (the file `ncclgen build`
+	// writes); empty searches $NCCLGO_FATBIN, the embedded image and
+	// build/ncclgo.fatbin (see kernels.FindImage).
 	KernelImage string
+	// KernelImageBytes is the kernel set itself, for a program that
+	// embeds it:
+	//
+	//	//go:generate go run github.com/ncclgo/ncclgo/cmd/ncclgen build --only "AllReduce Sum f32 * *" --out kernels.fatbin
+	//	//go:embed kernels.fatbin
+	//	var kernelSet []byte
+	//
+	// When not empty it wins over KernelImage and the search. Any kernel
+	// set of this ncclgo's ABI version runs: a call that needs a function
+	// the set's filter left out fails, naming the function and the filter.
+	KernelImageBytes []byte
 	// P2PChannelsPerPeer is the number of channels the traffic between two
 	// ranks spreads over (0: 2).
 	P2PChannelsPerPeer int
@@ -53,6 +65,7 @@ type settings struct {
 	logCloser  *sharedCloser
 	bootstrap  bootstrap.Options
 	image      string
+	imageBytes []byte
 	p2pPerPeer int
 	contexts   map[int]*cuda.Context
 }
@@ -92,6 +105,7 @@ func (o *Options) resolve() (settings, error) {
 		}
 		s.bootstrap.Timeout = o.BootstrapTimeout
 		s.image = o.KernelImage
+		s.imageBytes = o.KernelImageBytes
 		s.p2pPerPeer = o.P2PChannelsPerPeer
 		if o.P2PChannelsPerPeer < 0 {
 			return s, &ArgError{Arg: "Options.P2PChannelsPerPeer", Value: o.P2PChannelsPerPeer, Want: "0 (default) or a positive channel count"}
@@ -128,6 +142,15 @@ func (o *Options) resolve() (settings, error) {
 	}
 	s.bootstrap.Logger = s.log
 	return s, nil
+}
+
+// findImage returns the kernel set the settings name and where it came
+// from.
+func (s settings) findImage() ([]byte, string, error) {
+	if len(s.imageBytes) > 0 {
+		return kernels.FromBytes(s.imageBytes)
+	}
+	return kernels.FindImage(s.image)
 }
 
 type nopWriteCloser struct{ io.Writer }

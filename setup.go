@@ -108,7 +108,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	// Kernels.
-	image, src, err := kernels.FindImage(s.image)
+	image, src, err := s.findImage()
 	if err != nil {
 		return fail(err)
 	}
@@ -121,7 +121,8 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	}
 	// Tuning and channels.
 	tp := tuneTopology(c.layout, c.gpu, blocksPerSM, s.cfg)
-	c.tuner, err = tune.New(tp, s.cfg, kernels.Available, tune.WithLogger(s.log.With("rank", rank)))
+	c.tuner, err = tune.New(tp, s.cfg, c.kset.Available, tune.WithLogger(s.log.With("rank", rank)),
+		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
 	if err != nil {
 		return fail(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/ncclgo/ncclgo/gen/abi"
+	"github.com/ncclgo/ncclgo/gen/kset"
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/gen/templates"
@@ -88,6 +89,9 @@ func Generate(opts Options) (Files, error) {
 		return nil, err
 	}
 	if files[nvbuild.ManifestName], err = emitManifest(s, units, opts); err != nil {
+		return nil, err
+	}
+	if files[kset.FileName], err = emitKernelSet(s, opts); err != nil {
 		return nil, err
 	}
 	if files["tables.go"], err = emitGoTables(s, opts); err != nil {
@@ -295,6 +299,49 @@ func emitManifest(s *kspace.Space, units []kspace.Unit, opts Options) ([]byte, e
 	return append(b, '\n'), nil
 }
 
+// ABIVersion is the version of the host↔device ABI that the generated
+// tree declares: abi.Version over the declared structs and constants,
+// the kernel space's constants included.
+func ABIVersion() string { return abi.Version(spaceConsts()...) }
+
+// KernelSet is the self-description of the kernel set that s compiles to
+// (see package kset); ncclgen build wraps it, with the arches it actually
+// built, around the fatbin.
+func KernelSet(s *kspace.Space, arches []string) *kset.Manifest {
+	m := &kset.Manifest{
+		Format:    kset.FormatVersion,
+		ABI:       ABIVersion(),
+		Filter:    s.Filter.String(),
+		Arches:    arches,
+		FuncTable: "ngDevFuncTable",
+		Aliases:   map[string]int{},
+	}
+	for i, f := range s.Funcs {
+		m.Funcs = append(m.Funcs, kset.Func{
+			Name:        f.String(),
+			Kernel:      s.KernelOf[i],
+			Specialized: s.Specialized(i),
+			Implemented: f.Kind != kspace.Ordinary || kspace.Implemented(f.Coll, f.Algo),
+		})
+	}
+	for _, k := range s.Kernels {
+		m.Kernels = append(m.Kernels, kset.Kernel{Name: k.String(), Symbol: "ngDevKernel_" + k.Symbol()})
+	}
+	for i, row := range s.Rows {
+		if !s.Valid[i] || s.RowFunc[i].Kind != kspace.Ordinary {
+			continue
+		}
+		if id := s.RowToID[i]; s.Funcs[id] != row {
+			m.Aliases[row.String()] = id
+		}
+	}
+	return m
+}
+
+func emitKernelSet(s *kspace.Space, opts Options) ([]byte, error) {
+	return KernelSet(s, opts.Arches).Encode()
+}
+
 // maxRegisters is the register budget of a thread when a block of
 // NG_MAX_NTHREADS threads must fit one SM's 64 Ki registers: every kernel
 // is launch-bounded to that, and functions reached through the device table
@@ -310,12 +357,13 @@ func maxRegisters() int {
 }
 
 // WriteDir writes files under dir and removes files of the kinds the
-// generator owns (cuda/*.cu, include/*.h, *.go, manifest.json) that the new
-// tree no longer has, so a filter change leaves no stale unit behind. Files
-// whose content is unchanged are not rewritten.
+// generator owns (cuda/*.cu, include/*.h, *.go, manifest.json,
+// kernelset.json) that the new tree no longer has, so a filter change
+// leaves no stale unit behind. Files whose content is unchanged are not
+// rewritten.
 func WriteDir(dir string, files Files) error {
 	owned := map[string]bool{}
-	for _, pat := range []string{"cuda/*.cu", "include/*.h", "*.go", "manifest.json"} {
+	for _, pat := range []string{"cuda/*.cu", "include/*.h", "*.go", "manifest.json", kset.FileName} {
 		m, _ := filepath.Glob(filepath.Join(dir, filepath.FromSlash(pat)))
 		for _, p := range m {
 			rel, _ := filepath.Rel(dir, p)

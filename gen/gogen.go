@@ -147,6 +147,9 @@ func emitGoABI(opts Options) ([]byte, error) {
 	f.HeaderComment(Header)
 	f.Comment("The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.")
 	f.Line()
+	f.Comment("ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.")
+	f.Const().Id("ABIVersion").Op("=").Lit(ABIVersion())
+	f.Line()
 	f.Const().DefsFunc(func(g *jen.Group) {
 		for _, c := range append(abi.Consts, spaceConsts()...) {
 			g.Comment(abi.ConstGoName(c.Name) + " is " + c.Name + ": " + c.Doc + ".")

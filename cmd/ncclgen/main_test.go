@@ -6,9 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
@@ -95,4 +99,135 @@ func TestGenerateSlim(t *testing.T) {
 	_, err = runCLI(t, "generate", "--out", dir, "--only", "SendRecv")
 	require.NoError(t, err)
 	assert.NoFileExists(t, filepath.Join(dir, "cuda", "all_gather.cu"))
+}
+
+func TestFlagsAfterArguments(t *testing.T) {
+	out, err := runCLI(t, "explain", "AllReduce Sum f32 RING LL", "--only", "SendRecv")
+	require.NoError(t, err)
+	assert.Contains(t, out, `by Nop: the filter "SendRecv" leaves it out`)
+	out, err = runCLI(t, "explain", "AllReduce", "Sum", "f32", "RING", "LL", "--only=AllReduce Sum f32 * *")
+	require.NoError(t, err)
+	assert.Contains(t, out, "implemented:  by AllReduce Sum f32 RING LL\n")
+	// Go-style single-dash long flags still work.
+	out, err = runCLI(t, "list", "-summary", "-only", "SendRecv")
+	require.NoError(t, err)
+	assert.Equal(t, "rows=1999 valid=919 functions=2 kernels=2\n", out)
+}
+
+func TestExtraArgumentsRejected(t *testing.T) {
+	for _, args := range [][]string{
+		{"list", "extra", "--summary"},
+		{"list", "--only", "AllReduce", "Sum", "f32", "*", "*"},
+		{"generate", "--out", t.TempDir(), "stray"},
+		{"build", "stray"},
+		{"inspect", "a", "b"},
+	} {
+		_, err := runCLI(t, args...)
+		require.Error(t, err, "%q", args)
+		assert.Contains(t, err.Error(), "argument", "%q", args)
+	}
+	_, err := runCLI(t, "explain")
+	assert.ErrorContains(t, err, "explain needs")
+	_, err = runCLI(t, "list", "--bogus")
+	assert.ErrorContains(t, err, "unknown flag: --bogus")
+	out, err := runCLI(t, "build", "--help")
+	require.NoError(t, err)
+	assert.Contains(t, out, "--only")
+}
+
+func TestEmptyFilterSaysWhy(t *testing.T) {
+	_, err := runCLI(t, "list", "--only", "AllReduce f32")
+	assert.ErrorContains(t, err, `selects no function: AllReduce needs 5 fields ("AllReduce RedOp Type Algo Proto"), the pattern has 2`)
+	_, err = runCLI(t, "list", "--only", "AllReduce Sum fp32 * *")
+	assert.ErrorContains(t, err, `unknown type "fp32": valid types are i8, u8`)
+	_, err = runCLI(t, "build", "--only", "AllReduce Sum fp32 * *", "--out", filepath.Join(t.TempDir(), "x"))
+	assert.ErrorContains(t, err, `unknown type "fp32"`)
+}
+
+func TestFilterLengthCapped(t *testing.T) {
+	start := time.Now()
+	_, err := runCLI(t, "list", "--summary", "--only", strings.Repeat("*", 100<<10))
+	assert.ErrorContains(t, err, "limited to 4096 bytes")
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestGenerateOnlySaysHowToRestore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "generated")
+	out, err := runCLI(t, "generate", "--out", dir, "--only", "SendRecv")
+	require.NoError(t, err)
+	assert.Contains(t, out, "rewrote "+dir+"/")
+	assert.Contains(t, out, "git checkout "+dir+"/")
+	assert.Contains(t, out, "go generate ./...")
+	assert.Contains(t, out, "ncclgen build --only")
+	out, err = runCLI(t, "generate", "--out", dir)
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	// A tree that is slim on purpose, elsewhere, gets no note.
+	out, err = runCLI(t, "generate", "--out", t.TempDir(), "--only", "SendRecv")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+}
+
+// noNVCC hides every nvcc from the build.
+func noNVCC(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("NVCC", "")
+	t.Setenv("CUDA_HOME", "")
+	if _, err := os.Stat("/usr/local/cuda/bin/nvcc"); err == nil {
+		t.Skip("/usr/local/cuda/bin/nvcc exists: the build would find it")
+	}
+}
+
+func TestBuildOutsideTheRepository(t *testing.T) {
+	// A user's module: no generated/ tree, ncclgo's sources only inside
+	// ncclgen. Generation works; the build stops at nvcc with a message
+	// that says how to point at one.
+	noNVCC(t)
+	t.Chdir(t.TempDir())
+	cache := t.TempDir()
+	out, err := runCLI(t, "build", "--arch", "sm_90", "--only", "AllReduce Sum (f32|bf16) * *", "--out", "kernels.fatbin", "--cache", cache)
+	require.Error(t, err)
+	for _, want := range []string{"nvcc not found", "CUDA_HOME", "NVCC", "--nvcc"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Contains(t, out, `sources for filter "AllReduce Sum (f32|bf16) * *" in `+filepath.Join(cache, "gen"))
+	assert.NoFileExists(t, "kernels.fatbin")
+	assert.NoDirExists(t, "generated")
+	dirs, err := filepath.Glob(filepath.Join(cache, "gen", "*"))
+	require.NoError(t, err)
+	require.Len(t, dirs, 1)
+	for _, f := range []string{"manifest.json", "kernelset.json", "cuda/device_table.cu", "cuda/all_reduce_sum_f32.cu", "devicesrc/ng_device.h"} {
+		assert.FileExists(t, filepath.Join(dirs[0], f))
+	}
+	assert.NoFileExists(t, filepath.Join(dirs[0], "cuda", "all_gather.cu"))
+
+	// The same again reuses the directory; another filter gets its own.
+	_, err = runCLI(t, "build", "--arch", "sm_90", "--only", "AllReduce Sum (f32|bf16) * *", "--out", "kernels.fatbin", "--cache", cache)
+	require.Error(t, err)
+	_, err = runCLI(t, "build", "--arch", "sm_90", "--only", "SendRecv", "--out", "kernels.fatbin", "--cache", cache)
+	require.Error(t, err)
+	dirs, _ = filepath.Glob(filepath.Join(cache, "gen", "*"))
+	assert.Len(t, dirs, 2)
+}
+
+func TestInspect(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spaceOf("AllReduce Sum f32 * *")
+	require.NoError(t, err)
+	b, err := kset.Wrap(gen.KernelSet(s, []string{"sm_90"}), []byte("fatbin bytes"))
+	require.NoError(t, err)
+	p := filepath.Join(dir, "k.fatbin")
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+	bare := filepath.Join(dir, "bare.fatbin")
+	out, err := runCLI(t, "inspect", p, "--fatbin", bare)
+	require.NoError(t, err)
+	assert.Contains(t, out, `filter:     filter "AllReduce Sum f32 * *"`)
+	assert.Contains(t, out, "(this ncclgo's)")
+	assert.Contains(t, out, "functions:  11")
+	got, err := os.ReadFile(bare)
+	require.NoError(t, err)
+	assert.Equal(t, "fatbin bytes", string(got))
+	require.NoError(t, os.WriteFile(p, []byte("bare"), 0o644))
+	_, err = runCLI(t, "inspect", p)
+	assert.ErrorIs(t, err, kset.ErrNoManifest)
 }

@@ -29,9 +29,17 @@ func (e *FilterError) Error() string {
 	return fmt.Sprintf("filter %q: %s at position %d\n  %s\n  %s^", e.Pattern, e.Msg, e.Pos, e.Pattern, strings.Repeat(" ", e.Pos))
 }
 
+// MaxFilterLen is the longest pattern ParseFilter accepts, in bytes:
+// every useful filter is far shorter, and matching a huge pattern against
+// every row takes minutes.
+const MaxFilterLen = 4096
+
 // ParseFilter parses a filter pattern. The empty pattern selects every
 // function.
 func ParseFilter(pattern string) (Filter, error) {
+	if len(pattern) > MaxFilterLen {
+		return Filter{}, fmt.Errorf("filter of %d bytes (starting %q): patterns are limited to %d bytes", len(pattern), pattern[:32], MaxFilterLen)
+	}
 	if strings.TrimSpace(pattern) == "" {
 		return Filter{}, nil
 	}

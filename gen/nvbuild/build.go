@@ -3,6 +3,7 @@ package nvbuild
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 // Options configures Build. The zero value builds ./generated for the local
@@ -49,7 +52,7 @@ type Options struct {
 
 // Result describes a finished build.
 type Result struct {
-	Out    string   // the fatbin written
+	Out    string   // the file written: the kernel set (manifest and fatbin), or a bare fatbin without kernelset.json
 	Size   int64    // its size in bytes
 	Arches []string // SASS images, oldest first ("sm_80", "sm_90")
 	// ArchSource says where Arches came from: "options", "local GPU",
@@ -57,6 +60,7 @@ type Result struct {
 	ArchSource string
 	PTXArch    string // "compute_90", or "" without Options.PTX
 	Filter     string // the manifest's filter
+	ABI        string // the kernel set's ABI version ("" for a bare fatbin)
 	Units      int    // translation units in the manifest
 
 	Compiled int // nvcc compiles run
@@ -630,7 +634,51 @@ func (b *builder) link(ctx context.Context, tg *target) (string, error) {
 	return key, nil
 }
 
-// pack builds (or fetches) the fatbin and installs it at Out.
+// wrap returns the kernel-set file (package kset) of the fatbin at fat:
+// the generated tree's kernelset.json, with the arches actually built,
+// in front of the image. It is cached next to the fatbin. Without a
+// kernelset.json (a tree from an older generator) it returns fat as is,
+// with a warning: the runtime refuses images without a manifest.
+func (b *builder) wrap(fat, fatKey string) (string, error) {
+	js, err := os.ReadFile(filepath.Join(b.gen, kset.FileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		b.res.Warnings = append(b.res.Warnings, fmt.Sprintf("%s has no %s: the output is a bare fatbin, which ncclgo's runtime refuses; regenerate the tree with this ncclgen", b.opt.GenDir, kset.FileName))
+		return fat, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	m, err := kset.Decode(js)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", filepath.Join(b.opt.GenDir, kset.FileName), err)
+	}
+	m.Arches = b.arches
+	m.PTX = b.res.PTXArch
+	b.res.ABI = m.ABI
+	enc, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	out := b.store.path("kset", hashStrings(cacheSchema, "kset", fatKey, string(enc)), ".kset")
+	if fileExists(out) {
+		return out, nil
+	}
+	img, err := os.ReadFile(fat)
+	if err != nil {
+		return "", err
+	}
+	set, err := kset.Wrap(m, img)
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(out, set); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// pack builds (or fetches) the fatbin and installs it, wrapped as a
+// kernel set, at Out.
 func (b *builder) pack(ctx context.Context, linkKeys []string) error {
 	parts := []string{cacheSchema, b.tc.version, "fatbin"}
 	var argv []string
@@ -644,6 +692,7 @@ func (b *builder) pack(ctx context.Context, linkKeys []string) error {
 	}
 	key := hashStrings(parts...)
 	fat := b.store.path("fatbin", key, ".fatbin")
+	var err error
 	if !fileExists(fat) {
 		tmp, err := b.store.tempDir()
 		if err != nil {
@@ -663,6 +712,9 @@ func (b *builder) pack(ctx context.Context, linkKeys []string) error {
 			return err
 		}
 		b.res.Packed = true
+	}
+	if fat, err = b.wrap(fat, key); err != nil {
+		return err
 	}
 	same, err := sameContent(fat, b.opt.Out)
 	if err != nil {

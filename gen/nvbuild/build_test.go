@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 func countPrefix(lines []string, prefix string) int {
@@ -61,9 +63,17 @@ func TestFakeBuildAndCache(t *testing.T) {
 	assert.Contains(t, log, "nvlink sm_90")
 	assert.Contains(t, log, "nvlink compute_90")
 	assert.Equal(t, 1, countPrefix(log, "fatbinary"))
-	fat, err := os.ReadFile(e.out)
+	set, err := os.ReadFile(e.out)
 	require.NoError(t, err)
-	assert.Equal(t, int64(len(fat)), res.Size)
+	assert.Equal(t, int64(len(set)), res.Size)
+	// The output is a kernel set: the tree's manifest, with the arches
+	// actually built, in front of the fatbin.
+	m, fat, err := kset.Split(set)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"sm_80", "sm_90"}, m.Arches)
+	assert.Equal(t, "compute_90", m.PTX)
+	assert.Equal(t, "AllReduce Sum f32 * *", m.Filter)
+	assert.Equal(t, "00000000deadbeef", res.ABI)
 	assert.Contains(t, string(fat), "IMAGE --image3=kind=elf,sm=80,")
 	assert.Contains(t, string(fat), "IMAGE --image3=kind=elf,sm=90,")
 	assert.Contains(t, string(fat), "IMAGE --image3=kind=ptx,sm=90,")
@@ -322,6 +332,24 @@ func TestBuildNotes(t *testing.T) {
 	require.Len(t, res.Warnings, 2)
 	assert.Contains(t, res.Warnings[0], "need up to sm_100")
 	assert.Contains(t, res.Warnings[1], "need CUDA 12.9")
+}
+
+func TestBuildWithoutKernelSetManifest(t *testing.T) {
+	e := newFakeEnv(t)
+	require.NoError(t, os.Remove(filepath.Join(e.gen, kset.FileName)))
+	res, err := Build(context.Background(), e.opts())
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Warnings)
+	assert.Contains(t, res.Warnings[len(res.Warnings)-1], "has no kernelset.json")
+	b, err := os.ReadFile(e.out)
+	require.NoError(t, err)
+	assert.False(t, kset.IsSet(b))
+
+	// A broken one is an error naming it.
+	e.write(t, "src/generated/"+kset.FileName, `{"format": 1}`)
+	_, err = Build(context.Background(), e.opts())
+	require.ErrorIs(t, err, kset.ErrCorrupt)
+	assert.Contains(t, err.Error(), kset.FileName)
 }
 
 func TestToolErrorIs(t *testing.T) {

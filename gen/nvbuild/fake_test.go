@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 // fakeNVCC is a stand-in for nvcc, nvlink and fatbinary (dispatching on its
@@ -94,6 +96,11 @@ fatbinary)
 esac
 `
 
+// fakeKernelSet is a generated tree's kernelset.json.
+const fakeKernelSet = `{"format": 1, "abi": "00000000deadbeef", "filter": "AllReduce Sum f32 * *", "arches": ["sm_90"],
+ "func_table": "ngDevFuncTable", "funcs": [{"f": "AllReduce Sum f32 RING LL", "k": 0, "s": true, "i": true}],
+ "kernels": [{"f": "AllReduce Sum f32 RING LL", "sym": "ngDevKernel_AllReduce_Sum_f32_RING_LL"}], "aliases": {}}`
+
 // fakeEnv is a fake CUDA toolkit plus a generated tree.
 type fakeEnv struct {
 	root, nvcc, gen, cache, out string
@@ -127,6 +134,7 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	e.write(t, "src/generated/cuda/all_gather.cu", "#include \"ngabi.h\"\n// allgather\n")
 	e.write(t, "src/generated/cuda/device_table.cu", "#include \"ngabi.h\"\n#include \"table.h\"\n// table\n")
 	e.writeManifest(t, []string{"cuda/all_reduce_sum_f32.cu", "cuda/all_gather.cu", "cuda/device_table.cu"})
+	e.write(t, "src/generated/"+kset.FileName, fakeKernelSet)
 	return e
 }
 

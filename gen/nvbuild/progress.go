@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // progress reports a build. On a terminal it redraws one status line with
@@ -26,13 +28,11 @@ type progress struct {
 	stopped chan struct{}
 }
 
+// isTerminal reports whether w is a terminal (not merely a character
+// device: /dev/null is one too).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func newProgress(w io.Writer, start time.Time) *progress {

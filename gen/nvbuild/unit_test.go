@@ -279,4 +279,8 @@ func TestProgressTerminalLine(t *testing.T) {
 	defer f.Close()
 	assert.False(t, isTerminal(f))
 	assert.False(t, isTerminal(&buf))
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer null.Close()
+	assert.False(t, isTerminal(null), "a character device that is not a terminal")
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/gen/kset"
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -160,8 +162,7 @@ func TestGPUMismatchedImage(t *testing.T) {
 	var me *MismatchError
 	require.ErrorAs(t, err, &me)
 	assert.ErrorIs(t, err, ErrMismatch)
-	assert.Contains(t, err.Error(), "fatbin lacks ngDevKernel_")
-	assert.Contains(t, err.Error(), "rebuild the fatbin from this generated/ tree")
+	assert.Contains(t, err.Error(), "no kernel-set manifest")
 	t.Log(err)
 
 	_, err = Load(ctx, []byte("\x7fELF not really"))
@@ -172,11 +173,24 @@ func TestGPUMismatchedImage(t *testing.T) {
 	cache.mu.Unlock()
 }
 
-// syntheticPTX is a stand-in image with every symbol the tables name (empty
-// kernels, a zeroed function table) except the kernels for which skip
-// returns true. It exercises Load, Lookup, sharing and occupancy without
-// the real device library.
+// syntheticPTX is a stand-in kernel set: the generated tables' manifest
+// around a PTX image with every symbol the tables name (empty kernels, a
+// zeroed function table) except the kernels for which skip returns true.
+// It exercises Load, Lookup, sharing and occupancy without the real device
+// library.
 func syntheticPTX(skip func(generated.KernelInfo) bool) []byte {
+	s, err := kspace.NewSpace(kspace.MustParseFilter(generated.Filter))
+	if err != nil {
+		panic(err)
+	}
+	b, err := kset.Wrap(gen.KernelSet(s, []string{"sm_50"}), syntheticImage(skip))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func syntheticImage(skip func(generated.KernelInfo) bool) []byte {
 	var b strings.Builder
 	b.WriteString(".version 7.0\n.target sm_50\n.address_size 64\n")
 	fmt.Fprintf(&b, ".visible .global .align 8 .u64 %s[%d];\n", generated.FuncTableSymbol, len(generated.Funcs)+1)
@@ -251,12 +265,56 @@ func TestGPUSyntheticImage(t *testing.T) {
 	img = syntheticPTX(func(k generated.KernelInfo) bool { return k.Symbol == "ngDevKernel_AllReduce_Sum_f32_RING_LL" })
 	_, err = Load(ctx, img)
 	require.ErrorIs(t, err, ErrMismatch)
-	assert.Contains(t, err.Error(), "fatbin lacks ngDevKernel_AllReduce_Sum_f32_RING_LL (tables built with")
+	assert.Contains(t, err.Error(), "image lacks ngDevKernel_AllReduce_Sum_f32_RING_LL, which its manifest lists")
 
 	// A function table of the wrong size is a mismatch too.
-	img = []byte(strings.Replace(string(syntheticPTX(fp8)), fmt.Sprintf("[%d]", len(generated.Funcs)+1), "[3]", 1))
+	s, err := kspace.NewSpace(kspace.MustParseFilter(generated.Filter))
+	require.NoError(t, err)
+	img, err = kset.Wrap(gen.KernelSet(s, []string{"sm_50"}),
+		[]byte(strings.Replace(string(syntheticImage(fp8)), fmt.Sprintf("[%d]", len(generated.Funcs)+1), "[3]", 1)))
+	require.NoError(t, err)
 	_, err = Load(ctx, img)
 	require.ErrorIs(t, err, ErrMismatch)
-	assert.Contains(t, err.Error(), "bytes of ngDevFuncTable, the Go tables want")
+	assert.Contains(t, err.Error(), "bytes of ngDevFuncTable, not the")
+
+	// A set of another ABI is refused at load, naming both versions.
+	m := gen.KernelSet(s, []string{"sm_50"})
+	m.ABI = "00000000deadbeef"
+	img, err = kset.Wrap(m, syntheticImage(fp8))
+	require.NoError(t, err)
+	_, err = Load(ctx, img)
+	require.ErrorIs(t, err, ErrABI)
+	assert.Contains(t, err.Error(), "00000000deadbeef")
+	assert.Contains(t, err.Error(), generated.ABIVersion)
+	t.Log(err)
+}
+
+// TestGPUSlimSet loads a synthetic slim set: init-time work succeeds, the
+// functions it has resolve to its own ids, and one it lacks is an error
+// naming the function and the filter only when asked for.
+func TestGPUSlimSet(t *testing.T) {
+	ctx := gpuContext(t)
+	m := manifestOf(t, slimFilter)
+	var b strings.Builder
+	b.WriteString(".version 7.0\n.target sm_50\n.address_size 64\n")
+	fmt.Fprintf(&b, ".visible .global .align 8 .u64 %s[%d];\n", m.FuncTable, len(m.Funcs)+1)
+	for _, k := range m.Kernels {
+		fmt.Fprintf(&b, ".visible .entry %s()\n{\n\tret;\n}\n", k.Symbol)
+	}
+	img, err := kset.Wrap(m, []byte(b.String()))
+	require.NoError(t, err)
+	set, err := Load(ctx, img)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, set.Release()) }()
+	n, err := set.MaxBlocksPerSM(generated.MaxNthreads)
+	require.NoError(t, err)
+	assert.Positive(t, n)
+	e, err := set.Lookup(parse(t, "AllReduce Sum f32 RING LL"))
+	require.NoError(t, err)
+	assert.Equal(t, "ngDevKernel_AllReduce_Sum_f32_RING_LL", e.Kernel.Name())
+	assert.Equal(t, "AllReduce Sum f32 RING LL", m.Funcs[e.FuncID].Name)
+	_, err = set.Lookup(parse(t, "AllGather RING LL"))
+	require.ErrorIs(t, err, ErrNotBuilt)
+	assert.Contains(t, err.Error(), slimFilter)
 	t.Log(err)
 }

@@ -9,13 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ncclgo/ncclgo/gen/kset"
 )
 
 // EnvFatbin names the environment variable that points at a kernel image.
 const EnvFatbin = "NCCLGO_FATBIN"
 
-// DefaultImage is where `ncclgen build` and `make` write the fatbin,
-// relative to the repository root.
+// DefaultImage is where `ncclgen build` and `make` write the kernel set
+// (a manifest and the fatbin, see package kset), relative to the
+// repository root.
 const DefaultImage = "build/ncclgo.fatbin"
 
 // ErrNoImage is returned (wrapped) when no kernel image can be found or
@@ -30,7 +33,7 @@ const EmbeddedSource = "embedded image"
 const fatbinMagic = 0xBA55ED50
 
 // hint tells how to get an image.
-const hint = "build one with `ncclgen build` (writes " + DefaultImage + ") or `make`, then set " + EnvFatbin + " to its path, pass its path in the options, or build with -tags ncclgo_embed to compile it in"
+const hint = "build one with `ncclgen build` (writes " + DefaultImage + ") or `make`, then set " + EnvFatbin + " to its path, pass its path (Options.KernelImage) or its bytes (Options.KernelImageBytes, say from //go:embed) in the options, or build with -tags ncclgo_embed to compile it in"
 
 // FindImage finds the kernel image, in this order, and returns its bytes
 // and where it came from:
@@ -133,9 +136,17 @@ func FromBytes(image []byte) ([]byte, string, error) {
 	return image, src, nil
 }
 
-// checkImage rejects bytes that are obviously not something
-// cuModuleLoadData accepts.
+// checkImage rejects bytes that are obviously not a kernel set: a
+// kset container around something cuModuleLoadData accepts. Bare images
+// pass here (Load says why it refuses them).
 func checkImage(b []byte) error {
+	if kset.IsSet(b) {
+		_, img, err := kset.Split(b)
+		if err != nil {
+			return err
+		}
+		b = img
+	}
 	switch {
 	case len(b) == 0:
 		return errors.New("empty image")

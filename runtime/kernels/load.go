@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/gen/kset"
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -16,18 +17,19 @@ import (
 // ErrReleased is returned by a Set's methods after Release.
 var ErrReleased = errors.New("kernels: set is released")
 
-// ErrMismatch is wrapped by the errors that say the image was not built
-// from this generated/ tree.
-var ErrMismatch = errors.New("kernels: image does not match the generated tables")
+// ErrMismatch is wrapped by the errors that say the image does not match
+// its manifest, or has none.
+var ErrMismatch = errors.New("kernels: image does not match its manifest")
 
-// MismatchError reports a symbol that the image lacks or has in the wrong
-// shape: the image was built from another generated/ tree.
+// MismatchError reports a symbol that the kernel set's manifest lists but
+// its image lacks or has in the wrong shape: the file is damaged, or its
+// parts come from different builds.
 type MismatchError struct {
 	// Symbol is the kernel or global that is missing or wrong.
 	Symbol string
 	// Detail says what is wrong; empty means the image lacks Symbol.
 	Detail string
-	// Filter is the filter the Go tables were generated with.
+	// Filter is the kernel set's filter.
 	Filter string
 	// Err is the driver's error, if any.
 	Err error
@@ -36,9 +38,9 @@ type MismatchError struct {
 func (e *MismatchError) Error() string {
 	d := e.Detail
 	if d == "" {
-		d = "lacks " + e.Symbol
+		d = "lacks " + e.Symbol + ", which its manifest lists"
 	}
-	s := fmt.Sprintf("kernels: fatbin %s (tables built with %s); rebuild the fatbin from this generated/ tree", d, describeFilter(e.Filter))
+	s := fmt.Sprintf("kernels: the kernel set's image %s (set built with %s); rebuild the kernel set with ncclgen build", d, describeFilter(e.Filter))
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -52,9 +54,12 @@ func (e *MismatchError) Unwrap() []error { return []error{ErrMismatch, e.Err} }
 type Entry struct {
 	// Kernel is the __global__ function to launch.
 	Kernel *cuda.Function
-	// FuncID is the function's index in the device function table
-	// (generated.Funcs), the ngDevWork.funcId of its work.
+	// FuncID is the function's index in the set's device function table,
+	// the ngDevWork.funcId of its work.
 	FuncID int
+	// KernelIndex is Kernel's index in the set's kernel list: works of
+	// one launch share it.
+	KernelIndex int
 	// Specialized is true when Kernel runs the function inline, without a
 	// call through the table.
 	Specialized bool
@@ -78,8 +83,11 @@ type module struct {
 
 	ctx       *cuda.Context // our own retain of the primary context
 	mod       *cuda.Module
+	tab       *tables          // from the set's manifest
+	manifest  *kset.Manifest   // the set's manifest
+	loaded    []byte           // the image given to the driver (part of image, or an aligned copy)
 	arch      int              // __CUDA_ARCH__ units (900)
-	kernels   []*cuda.Function // per generated.Kernels; nil where absent
+	kernels   []*cuda.Function // per tab.kernels; nil where absent
 	absent    []string         // why kernels[i] is nil
 	funcTable cuda.DevicePtr
 
@@ -108,12 +116,17 @@ type Set struct {
 // is loaded in the device's primary context through a retain of its own,
 // so it outlives ctx; ctx only names the device.
 //
-// Load resolves every kernel of generated.Kernels and the device function
-// table; an image built from another generated/ tree fails with a
-// *MismatchError. Kernels whose requirements the image's target lacks (an
-// fp8 kernel in an image for sm_80) may be absent; Lookup then reports
-// their functions as unsupported. The image must not be modified while any
-// Set of it is alive.
+// image is a kernel-set file (package kset, what ncclgen build writes):
+// a manifest that describes the set — its filter, device function table,
+// kernels and ABI version — in front of the fatbin. Load refuses a set of
+// another ABI version (an *ABIError naming both) and a bare image without
+// a manifest, then resolves every kernel the manifest lists and the device
+// function table; a symbol the image lacks fails with a *MismatchError.
+// Kernels whose requirements the image's target lacks (an fp8 kernel in an
+// image for sm_80) may be absent; Lookup then reports their functions as
+// unsupported. Functions the set's filter left out are not an error here:
+// Lookup reports them (ErrNotBuilt) when a call needs them. The image must
+// not be modified while any Set of it is alive.
 func Load(ctx *cuda.Context, image []byte) (*Set, error) {
 	if ctx == nil {
 		return nil, errors.New("kernels: Load: nil context")
@@ -196,14 +209,19 @@ func (m *module) load(image []byte) (err error) {
 		return fmt.Errorf("kernels: device %d: %w", int(dev), err)
 	}
 	m.arch = major*100 + minor*10
+	tab, man, image, err := splitSet(image)
+	if err != nil {
+		return err
+	}
+	m.tab, m.manifest, m.loaded = tab, man, image
 	mod, err := ctx.LoadModule(image)
 	if err != nil {
 		return fmt.Errorf("kernels: loading the kernel image on device %d (sm_%d%d): %w", int(dev), major, minor, err)
 	}
 	m.ctx, m.mod = ctx, mod
-	m.kernels = make([]*cuda.Function, len(genTables.kernels))
-	m.absent = make([]string, len(genTables.kernels))
-	for i, k := range genTables.kernels {
+	m.kernels = make([]*cuda.Function, len(tab.kernels))
+	m.absent = make([]string, len(tab.kernels))
+	for i, k := range tab.kernels {
 		f, ferr := mod.Function(k.Symbol)
 		if ferr == nil {
 			m.kernels[i] = f
@@ -215,17 +233,17 @@ func (m *module) load(image []byte) (err error) {
 			m.absent[i] = fmt.Sprintf("kernel %s is not in the image: its build compiled it out (it needs %s; device %d is sm_%d%d)", k.Symbol, k.Req, int(dev), major, minor)
 			continue
 		}
-		return &MismatchError{Symbol: k.Symbol, Filter: genTables.filter, Err: ferr}
+		return &MismatchError{Symbol: k.Symbol, Filter: tab.filter, Err: ferr}
 	}
-	p, size, err := mod.Global(generated.FuncTableSymbol)
+	p, size, err := mod.Global(tab.funcTable)
 	if err != nil {
-		return &MismatchError{Symbol: generated.FuncTableSymbol, Filter: genTables.filter, Err: err}
+		return &MismatchError{Symbol: tab.funcTable, Filter: tab.filter, Err: err}
 	}
-	if want := uint64(8 * (len(genTables.funcs) + 1)); size != want {
+	if want := uint64(8 * (len(tab.funcs) + 1)); size != want {
 		return &MismatchError{
-			Symbol: generated.FuncTableSymbol,
-			Detail: fmt.Sprintf("has %d bytes of %s, the Go tables want %d (%d functions and a terminator)", size, generated.FuncTableSymbol, want, len(genTables.funcs)),
-			Filter: genTables.filter,
+			Symbol: tab.funcTable,
+			Detail: fmt.Sprintf("has %d bytes of %s, not the %d its manifest implies (%d functions and a terminator)", size, tab.funcTable, want, len(tab.funcs)),
+			Filter: tab.filter,
 		}
 	}
 	m.funcTable = p
@@ -239,19 +257,21 @@ func (s *Set) mod() (*module, error) {
 	return s.m, nil
 }
 
-// Lookup returns the kernel and table id that run f. Errors are those of
-// Resolve, plus ErrUnsupported when the device cannot run f (its kernel or
-// table entry was compiled out for this device's arch).
+// Lookup returns the kernel and table id that run f, through the set's
+// manifest. Errors wrap ErrInvalid, ErrNotBuilt (the set's filter left f
+// out: the error names f and the filter) or ErrUnsupported (no device
+// implementation, or the device cannot run f: its kernel or table entry
+// was compiled out for this device's arch).
 func (s *Set) Lookup(f kspace.Func) (Entry, error) {
 	m, err := s.mod()
 	if err != nil {
 		return Entry{}, err
 	}
-	id, err := genTables.resolve(f)
+	id, err := m.tab.resolve(f)
 	if err != nil {
 		return Entry{}, err
 	}
-	info := genTables.funcs[id]
+	info := m.tab.funcs[id]
 	if info.Req.Arch > m.arch {
 		return Entry{}, fmt.Errorf("%w: %v needs %s; device %d is sm_%d", ErrUnsupported, f, info.Req, int(m.key.dev), m.arch/10)
 	}
@@ -259,11 +279,42 @@ func (s *Set) Lookup(f kspace.Func) (Entry, error) {
 	if k == nil {
 		return Entry{}, fmt.Errorf("%w: %v: %s", ErrUnsupported, f, m.absent[info.Kernel])
 	}
-	return Entry{Kernel: k, FuncID: id, Specialized: info.Specialized}, nil
+	return Entry{Kernel: k, FuncID: id, KernelIndex: info.Kernel, Specialized: info.Specialized}, nil
 }
 
-// Kernel returns the i-th kernel of generated.Kernels, or nil when the
-// image lacks it for this device (see Load).
+// Resolve is Lookup in the shape of the planner's function lookup
+// (enqueue.FuncLookup): f's id in the set's device function table and the
+// index of the kernel that runs it.
+func (s *Set) Resolve(f kspace.Func) (funcID, kernel int, err error) {
+	e, err := s.Lookup(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	return e.FuncID, e.KernelIndex, nil
+}
+
+// Available reports whether the set can run f on its device: Lookup
+// succeeds. The tuner chooses only among available functions.
+func (s *Set) Available(f kspace.Func) bool {
+	_, err := s.Lookup(f)
+	return err == nil
+}
+
+// Manifest returns the set's manifest (shared: do not modify it).
+func (s *Set) Manifest() *kset.Manifest { return s.m.manifest }
+
+// Filter returns the pattern the set was built with ("" for every
+// function).
+func (s *Set) Filter() string { return s.m.tab.filter }
+
+// NumKernels returns the number of kernels the set's manifest lists.
+func (s *Set) NumKernels() int { return len(s.m.kernels) }
+
+// KernelSymbol returns the symbol of the set's i-th kernel.
+func (s *Set) KernelSymbol(i int) string { return s.m.tab.kernels[i].Symbol }
+
+// Kernel returns the set's i-th kernel, or nil when the image lacks it for
+// this device (see Load).
 func (s *Set) Kernel(i int) *cuda.Function {
 	m, err := s.mod()
 	if err != nil || i < 0 || i >= len(m.kernels) {
@@ -272,8 +323,7 @@ func (s *Set) Kernel(i int) *cuda.Function {
 	return m.kernels[i]
 }
 
-// FuncTable returns the device address of the device function table
-// (generated.FuncTableSymbol).
+// FuncTable returns the device address of the device function table.
 func (s *Set) FuncTable() (cuda.DevicePtr, error) {
 	m, err := s.mod()
 	if err != nil {
@@ -314,7 +364,7 @@ func (s *Set) MaxBlocksPerSM(nThreads int) (int, error) {
 		}
 		n, err := k.MaxActiveBlocksPerSM(nThreads, 0)
 		if err != nil {
-			return 0, fmt.Errorf("kernels: occupancy of %s with %d threads: %w", genTables.kernels[i].Symbol, nThreads, err)
+			return 0, fmt.Errorf("kernels: occupancy of %s with %d threads: %w", m.tab.kernels[i].Symbol, nThreads, err)
 		}
 		if best < 0 || n < best {
 			best = n

@@ -23,20 +23,25 @@ var (
 	ErrUnsupported = errors.New("kernels: function unsupported")
 )
 
-// tables are the host dispatch tables of one kernel set; the package uses
-// the generated ones, tests build others from kspace spaces.
+// tables are the host dispatch tables of one kernel set: the generated
+// ones (the full space this binary was compiled with), or those a loaded
+// set's manifest describes (see tablesOf).
 type tables struct {
-	filter  string
-	funcs   []generated.FuncInfo
-	kernels []generated.KernelInfo
+	filter    string
+	funcTable string
+	funcs     []generated.FuncInfo
+	kernels   []generated.KernelInfo
+	// rowToID maps a row (kspace.RowOf) to its function id; -1 marks a row
+	// the set does not have.
 	rowToID []int16
 }
 
 var genTables = &tables{
-	filter:  generated.Filter,
-	funcs:   generated.Funcs,
-	kernels: generated.Kernels,
-	rowToID: generated.RowToID,
+	filter:    generated.Filter,
+	funcTable: generated.FuncTableSymbol,
+	funcs:     generated.Funcs,
+	kernels:   generated.Kernels,
+	rowToID:   generated.RowToID,
 }
 
 // describeFilter names the filter a kernel set was built with.
@@ -47,14 +52,17 @@ func describeFilter(f string) string {
 	return fmt.Sprintf("filter %q", f)
 }
 
-// Resolve returns the device function table id of f in this build's
-// kernel set (generated/), without touching CUDA. Errors wrap ErrInvalid
+// Resolve returns the device function table id of f in the kernel set
+// that this binary's generated tables describe (the full space, unless
+// generated/ was regenerated with a filter), without touching CUDA. A
+// loaded set resolves through its own manifest: see Set.Resolve. Errors wrap ErrInvalid
 // (with kspace.Requirements' reason), ErrNotBuilt (naming the filter the
 // set was built with) or ErrUnsupported (no device implementation).
 func Resolve(f kspace.Func) (funcID int, err error) { return genTables.resolve(f) }
 
-// Available reports whether f can run with this build's kernel set, device
-// requirements aside: Resolve succeeds.
+// Available reports whether f can run with the generated tables' kernel
+// set, device requirements aside: Resolve succeeds. Set.Available answers
+// for a loaded set.
 func Available(f kspace.Func) bool {
 	_, err := Resolve(f)
 	return err == nil
@@ -74,15 +82,14 @@ func (t *tables) resolve(f kspace.Func) (int, error) {
 	if _, why, ok := kspace.Requirements(f); !ok {
 		return -1, fmt.Errorf("%w: %v: %s", ErrInvalid, f, why)
 	}
-	if row >= len(t.rowToID) || t.rowToID[row] < 0 {
-		return -1, fmt.Errorf("%w: %v has no row in the tables", ErrInvalid, f)
+	id := -1
+	if row < len(t.rowToID) {
+		id = int(t.rowToID[row])
 	}
-	id := int(t.rowToID[row])
-	info := t.funcs[id]
-	switch {
-	case info.Func.Kind == kspace.Nop:
+	if id < 0 || t.funcs[id].Func.Kind == kspace.Nop {
 		return -1, fmt.Errorf("%w: %v is not in this kernel set (built with %s)", ErrNotBuilt, f, describeFilter(t.filter))
-	case !info.Implemented:
+	}
+	if !t.funcs[id].Implemented {
 		return -1, fmt.Errorf("%w: %v: ncclgo has no device implementation of %s for %s", ErrUnsupported, f, f.Algo, f.Coll)
 	}
 	return id, nil

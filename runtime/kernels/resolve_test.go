@@ -10,9 +10,9 @@ import (
 	"github.com/ncclgo/ncclgo/generated"
 )
 
-// tablesOf builds the host tables that ncclgen would generate for filter,
+// modelTables builds the host tables that ncclgen would generate for filter,
 // mirroring gen's Go emitter.
-func tablesOf(t *testing.T, filter string) *tables {
+func modelTables(t *testing.T, filter string) *tables {
 	t.Helper()
 	s, err := kspace.NewSpace(kspace.MustParseFilter(filter))
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func parse(t *testing.T, s string) kspace.Func {
 func TestGeneratedTablesMatchModel(t *testing.T) {
 	// The package reads generated/; it must agree with the model for the
 	// filter it was generated with, or Resolve would return wrong ids.
-	want := tablesOf(t, generated.Filter)
+	want := modelTables(t, generated.Filter)
 	assert.Equal(t, want.funcs, genTables.funcs)
 	assert.Equal(t, want.kernels, genTables.kernels)
 	assert.Equal(t, want.rowToID, genTables.rowToID)
@@ -127,7 +127,7 @@ func TestResolveInvalid(t *testing.T) {
 }
 
 func TestResolveFiltered(t *testing.T) {
-	tb := tablesOf(t, "AllReduce Sum f32 * *")
+	tb := modelTables(t, "AllReduce Sum f32 * *")
 	id, err := tb.resolve(parse(t, "AllReduce Sum f32 RING SIMPLE"))
 	require.NoError(t, err)
 	assert.Equal(t, kspace.Ordinary, tb.funcs[id].Func.Kind)
@@ -148,7 +148,7 @@ func TestResolveFiltered(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 
 	// A filter that leaves out the preferred kernel routes through Generic.
-	tb = tablesOf(t, "AllReduce Sum f32 RING SIMPLE")
+	tb = modelTables(t, "AllReduce Sum f32 RING SIMPLE")
 	id, err = tb.resolve(parse(t, "AllReduce Sum f32 RING SIMPLE"))
 	require.NoError(t, err)
 	assert.Equal(t, kspace.Generic, tb.kernels[tb.funcs[id].Kernel].Func.Kind)
@@ -159,6 +159,6 @@ func TestDescribeFilter(t *testing.T) {
 	assert.Equal(t, "no filter (every function)", describeFilter(""))
 	assert.Equal(t, `filter "SendRecv"`, describeFilter("SendRecv"))
 	e := &MismatchError{Symbol: "ngDevKernel_AllReduce_Sum_f32_RING_LL", Filter: "AllReduce Sum f32 * *"}
-	assert.Equal(t, `kernels: fatbin lacks ngDevKernel_AllReduce_Sum_f32_RING_LL (tables built with filter "AllReduce Sum f32 * *"); rebuild the fatbin from this generated/ tree`, e.Error())
+	assert.Equal(t, `kernels: the kernel set's image lacks ngDevKernel_AllReduce_Sum_f32_RING_LL, which its manifest lists (set built with filter "AllReduce Sum f32 * *"); rebuild the kernel set with ncclgen build`, e.Error())
 	assert.ErrorIs(t, e, ErrMismatch)
 }

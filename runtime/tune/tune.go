@@ -102,6 +102,7 @@ type Tuner struct {
 	topo      Topology
 	cfg       config.Config
 	available func(kspace.Func) bool
+	why       func(kspace.Func) error // why a function is unavailable; may be nil
 	log       *slog.Logger
 
 	residentCap int // channels that keep every co-located rank resident
@@ -140,6 +141,35 @@ func WithLogger(l *slog.Logger) Option {
 			t.log = l
 		}
 	}
+}
+
+// WithUnavailable makes the errors for a call that the build cannot run at
+// all wrap why(f) for one of its functions: the kernel set's own error,
+// which names the missing function and the set's filter.
+func WithUnavailable(why func(kspace.Func) error) Option {
+	return func(t *Tuner) { t.why = why }
+}
+
+// missing is why the build lacks every function of coll with op and ty:
+// why() of the first one the model would otherwise allow.
+func (t *Tuner) missing(coll kspace.Coll, op kspace.RedOp, ty kspace.Type) error {
+	if t.why == nil {
+		return nil
+	}
+	if coll == kspace.SendRecv {
+		return t.why(kspace.SendRecvFunc)
+	}
+	for _, a := range kspace.AlgosOf[coll] {
+		for p := kspace.Proto(0); p < kspace.NumProtos; p++ {
+			f := funcOf(coll, op, ty, a, p)
+			if _, _, ok := kspace.Requirements(f); ok && modeled(coll, a) && kspace.Implemented(coll, a) {
+				if err := t.why(f); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // New returns a tuner for topo under cfg. available reports whether a
@@ -387,6 +417,9 @@ func (t *Tuner) candidatesFor(coll kspace.Coll, op kspace.RedOp, ty kspace.Type)
 		}
 	}
 	if len(availAlgos) == 0 {
+		if err := t.missing(coll, op, ty); err != nil {
+			return &candidates{err: fmt.Errorf("tune: %w: %s has no function in this kernel set: %w", ErrNoChoice, what, err)}
+		}
 		return &candidates{err: fmt.Errorf("tune: %w: %s has no implemented function in this build", ErrNoChoice, what)}
 	}
 	var algos []kspace.Algo
@@ -426,6 +459,9 @@ func (t *Tuner) candidatesFor(coll kspace.Coll, op kspace.RedOp, ty kspace.Type)
 
 func (t *Tuner) chooseP2P(nBytes int64) (Choice, error) {
 	if !t.available(kspace.SendRecvFunc) {
+		if err := t.missing(kspace.SendRecv, 0, 0); err != nil {
+			return Choice{}, fmt.Errorf("tune: %w: %w", ErrNoChoice, err)
+		}
 		return Choice{}, fmt.Errorf("tune: %w: SendRecv is not in this build", ErrNoChoice)
 	}
 	order := []kspace.Proto{kspace.Simple, kspace.LL}

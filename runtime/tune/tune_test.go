@@ -384,3 +384,32 @@ func TestSharedGPUCalibration(t *testing.T) {
 	assert.Less(t, tu8.bandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20),
 		tu8.ncclBandwidth(kspace.AllReduce, kspace.Ring, kspace.LL128, 16, 16<<20))
 }
+
+func TestSlimBuildNamesWhatIsMissing(t *testing.T) {
+	errMissing := errors.New("kernels: function not built")
+	avail := slim(t, "AllReduce Sum (f32|bf16) * *")
+	why := func(f kspace.Func) error {
+		if avail(f) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v is not in this kernel set", errMissing, f)
+	}
+	tu, err := New(h200(2), config.Config{}, avail, WithUnavailable(why))
+	require.NoError(t, err, "a slim build never fails New")
+	for _, ty := range []kspace.Type{kspace.F32, kspace.BF16} {
+		for _, b := range sizes {
+			ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, ty, b)
+			require.NoError(t, err)
+			assert.True(t, avail(ch.Func), "chose %v, which the set lacks", ch.Func)
+		}
+	}
+	_, err = tu.Choose(kspace.AllGather, 0, 0, 1<<20)
+	require.ErrorIs(t, err, ErrNoChoice)
+	require.ErrorIs(t, err, errMissing)
+	assert.Contains(t, err.Error(), "AllGather RING LL is not in this kernel set")
+	_, err = tu.Choose(kspace.SendRecv, 0, 0, 8)
+	require.ErrorIs(t, err, errMissing)
+	assert.Contains(t, err.Error(), "SendRecv is not in this kernel set")
+	_, err = tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F16, 8)
+	require.ErrorIs(t, err, errMissing)
+}
