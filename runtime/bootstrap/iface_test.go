@@ -83,7 +83,7 @@ func TestTimeoutResolution(t *testing.T) {
 	assert.Equal(t, time.Second, d, "Options override the environment")
 	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "-1")
 	_, err = Options{}.timeout()
-	require.ErrorContains(t, err, "positive number of seconds")
+	require.ErrorContains(t, err, "want a number of seconds in 0.001..604800")
 	_, err = Options{Family: "AF_UNIX"}.family()
 	require.ErrorContains(t, err, "want AF_INET or AF_INET6")
 }
