@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // DefaultTimeout bounds every bootstrap wait when neither Options.Timeout nor
@@ -15,8 +16,8 @@ const DefaultTimeout = 120 * time.Second
 
 // Bounds of the bootstrap timeout (Options.Timeout, NCCL_BOOTSTRAP_TIMEOUT).
 const (
-	MinTimeout = time.Millisecond
-	MaxTimeout = 7 * 24 * time.Hour
+	MinTimeout = config.MinBootstrapTimeout
+	MaxTimeout = config.MaxBootstrapTimeout
 )
 
 // MaxRanks is the largest communicator the bootstrap accepts: NCCL's ranks
@@ -82,23 +83,13 @@ func (o Options) timeout() (time.Duration, error) {
 		return o.Timeout, nil
 	}
 	if v, ok := os.LookupEnv(envTimeout); ok && strings.TrimSpace(v) != "" {
-		return ParseTimeout(v)
+		d, err := config.ParseBootstrapTimeout(v)
+		if err != nil {
+			return 0, fmt.Errorf("bootstrap: %w", err)
+		}
+		return d, nil
 	}
 	return DefaultTimeout, nil
-}
-
-// ParseTimeout parses an NCCL_BOOTSTRAP_TIMEOUT value: a finite number of
-// seconds in [MinTimeout, MaxTimeout] (fractions allowed: "0.5").
-func ParseTimeout(v string) (time.Duration, error) {
-	bad := func() (time.Duration, error) {
-		return 0, fmt.Errorf("bootstrap: %s=%q: want a number of seconds in %g..%g", envTimeout, v, MinTimeout.Seconds(), MaxTimeout.Seconds())
-	}
-	secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	// The comparisons are false for NaN, so NaN fails here too.
-	if err != nil || !(secs >= MinTimeout.Seconds() && secs <= MaxTimeout.Seconds()) {
-		return bad()
-	}
-	return time.Duration(secs * float64(time.Second)), nil
 }
 
 // maxMessage resolves the largest message a rank accepts.
