@@ -412,3 +412,58 @@ func TestCancelledCollectiveWakesPeer(t *testing.T) {
 	require.Less(t, took, 5*time.Second)
 	t.Logf("peer woken after %v", took)
 }
+
+// envKillChild marks the child role of TestPeerProcessKilled.
+const envKillChild = "NCCLGO_BOOTSTRAP_TEST_KILLCHILD"
+
+// TestPeerProcessKilled: rank 1 is another process that checks in, says
+// hello to rank 0, then is killed (SIGKILL) while rank 0 waits in Recv and
+// in an AllGather. Both fail with ErrPeerClosed long before the timeout.
+func TestPeerProcessKilled(t *testing.T) {
+	if os.Getenv(envKillChild) != "" {
+		killChild(t)
+		return
+	}
+	ctx := context.Background()
+	opts := loopbackOpts(30 * time.Second)
+	root, id, err := NewRoot(ctx, opts)
+	require.NoError(t, err)
+	defer root.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerProcessKilled$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envKillChild+"=1", envID+"="+id.String())
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	c, err := Init(ctx, id, 0, 2, opts)
+	require.NoError(t, err)
+	defer c.Close()
+	got, err := c.Recv(ctx, 1, 1)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(got))
+	errs := make(chan error, 2)
+	go func() { _, err := c.Recv(ctx, 1, 2); errs <- err }()
+	go func() { _, err := c.AllGather(ctx, []byte("x")); errs <- err }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, cmd.Process.Kill())
+	for range 2 {
+		select {
+		case err := <-errs:
+			require.ErrorIs(t, err, ErrPeerClosed)
+			require.ErrorContains(t, err, "rank 1")
+		case <-time.After(10 * time.Second):
+			t.Fatal("a killed peer was not noticed")
+		}
+	}
+	t.Logf("killed peer noticed after %v: Recv and AllGather fail with ErrPeerClosed", time.Since(start))
+	_ = cmd.Wait()
+}
+
+func killChild(t *testing.T) {
+	id, err := ParseUniqueID(os.Getenv(envID))
+	require.NoError(t, err)
+	ctx := context.Background()
+	c, err := Init(ctx, id, 1, 2, loopbackOpts(30*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, c.Send(ctx, 0, 1, []byte("hello")))
+	time.Sleep(time.Minute) // until killed
+}
