@@ -57,6 +57,7 @@ type Comm struct {
 
 	mu        sync.Mutex
 	destroyed bool
+	finalized bool
 	aborted   atomic.Bool
 	events    map[uintptr]*cuda.Event // last launch per stream
 	userOps   map[RedOp]devOp
@@ -361,6 +362,29 @@ func (c *Comm) Wait(ctx context.Context) error {
 	return c.Err()
 }
 
+// Finalize ends the use of c (NCCL's ncclCommFinalize): calls made
+// afterwards fail with ErrInvalidUsage, and Finalize waits until every
+// operation c launched so far has completed, or ctx ends, then reports c's
+// error state (see Wait). It frees nothing: Destroy still must be called,
+// and then finds no work left to wait for. Finalize may be called again,
+// for instance after ctx ended.
+func (c *Comm) Finalize(ctx context.Context) error {
+	if c == nil {
+		return errNilComm("Finalize")
+	}
+	c.mu.Lock()
+	if c.destroyed {
+		c.mu.Unlock()
+		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
+	}
+	c.finalized = true
+	c.mu.Unlock()
+	if err := c.Wait(ctx); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Finalize: %w", c.rank, err)
+	}
+	return nil
+}
+
 // Destroy waits for every operation c launched, then frees everything c
 // holds (device memory, connections, the bootstrap network, its
 // goroutines). After Abort it does not wait for the device beyond the
@@ -439,10 +463,13 @@ func (c *Comm) usable(op string) error {
 		return errNilComm(op)
 	}
 	c.mu.Lock()
-	d := c.destroyed
+	d, f := c.destroyed, c.finalized
 	c.mu.Unlock()
 	if d {
 		return fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
+	}
+	if f {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, c.rank, ErrInvalidUsage)
 	}
 	if c.aborted.Load() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, ErrAborted)

@@ -144,3 +144,5 @@ func TestRootLifetime(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, nil))
 }
+
+func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }
