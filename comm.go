@@ -46,13 +46,18 @@ type Comm struct {
 	trees     []graph.Tree
 	conns     *transport.Set
 	devMem    cuda.DevicePtr // DevComm, channels, peers, ring user ranks
-	flags     unsafe.Pointer // host-mapped: uint32 abort flag, uint32 error flag
-	flagsDev  cuda.DevicePtr
-	launcher  *enqueue.Launcher
-	plan      enqueue.Comm
+	// flags is host-mapped memory: uint32 abort flag, uint32 error flag.
+	// Abort and Err may run while Destroy frees it: they read it under
+	// flagsMu (read-locked), Destroy clears it under the write lock first.
+	flags    unsafe.Pointer
+	flagsMu  sync.RWMutex
+	flagsDev cuda.DevicePtr
+	launcher *enqueue.Launcher
+	plan     enqueue.Comm
 
 	mu        sync.Mutex
 	destroyed bool
+	finalized bool
 	aborted   atomic.Bool
 	events    map[uintptr]*cuda.Event // last launch per stream
 	userOps   map[RedOp]devOp
@@ -60,32 +65,91 @@ type Comm struct {
 	nextOp    RedOp
 }
 
-// Rank returns the communicator rank of c.
-func (c *Comm) Rank() int { return c.rank }
+// Rank returns the communicator rank of c (-1 for a nil Comm).
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
-// Size returns the number of ranks.
-func (c *Comm) Size() int { return c.nRanks }
+// Size returns the number of ranks (0 for a nil Comm).
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.nRanks
+}
 
-// Device returns the CUDA device ordinal c runs on.
-func (c *Comm) Device() int { return c.device }
+// Device returns the CUDA device ordinal c runs on (-1 for a nil Comm).
+func (c *Comm) Device() int {
+	if c == nil {
+		return -1
+	}
+	return c.device
+}
 
-// NChannels returns the number of channels c set up.
-func (c *Comm) NChannels() int { return c.nChannels }
+// NChannels returns the number of channels c set up (0 for a nil Comm).
+func (c *Comm) NChannels() int {
+	if c == nil {
+		return 0
+	}
+	return c.nChannels
+}
+
+// errNilComm is the error of a method called on a nil *Comm.
+func errNilComm(op string) error {
+	return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator from InitRank or InitAll"}
+}
 
 // GetUniqueID starts the bootstrap root of a new communicator in this
-// process and returns the id every rank passes to InitRank. The root serves
-// one complete check-in of the ranks, then exits.
+// process and returns the id every rank passes to InitRank. The root lives
+// until the ranks have all checked in, the bootstrap timeout
+// (Options.BootstrapTimeout, NCCL_BOOTSTRAP_TIMEOUT, 120 s by default)
+// passes, or ctx ends, whichever comes first; then its listener and
+// goroutines are gone. To close it earlier, or to learn how the check-in
+// went, use StartRoot instead.
 func GetUniqueID(ctx context.Context) (UniqueID, error) {
-	s, err := (*Options)(nil).resolve()
-	if err != nil {
-		return UniqueID{}, err
-	}
-	_, id, err := bootstrap.NewRoot(ctx, s.bootstrap)
+	r, err := StartRoot(ctx, nil)
 	if err != nil {
 		return UniqueID{}, fmt.Errorf("ncclgo: GetUniqueID: %w", err)
 	}
-	return id, nil
+	return r.ID(), nil
 }
+
+// Root is the bootstrap root of one communicator, from StartRoot.
+type Root struct {
+	r *bootstrap.Root
+}
+
+// StartRoot starts the bootstrap root of a new communicator in this
+// process, like GetUniqueID, and returns a handle on it. The root stops by
+// itself once every rank has checked in, after the bootstrap timeout, or
+// when ctx ends; Close stops it at once.
+func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
+	s, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := bootstrap.NewRoot(ctx, s.bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: StartRoot: %w", err)
+	}
+	return &Root{r: r}, nil
+}
+
+// ID returns the id every rank passes to InitRank.
+func (r *Root) ID() UniqueID { return r.r.ID() }
+
+// Wait waits until the root stops (or ctx ends) and returns how the
+// check-in went: nil once every rank received the table, or an error
+// matching bootstrap.ErrTimeout that names the ranks that never checked in.
+func (r *Root) Wait(ctx context.Context) error { return r.r.Wait(ctx) }
+
+// Close stops the root if it is still serving and waits until its
+// listener is closed and its goroutines have exited. It is safe to call
+// more than once.
+func (r *Root) Close() error { return r.r.Close() }
 
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id
@@ -94,8 +158,8 @@ func GetUniqueID(ctx context.Context) (UniqueID, error) {
 // then fails on every rank with an error wrapping
 // transport.ErrCrossProcess.
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
-	if nRanks < 1 {
-		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: "at least 1"}
+	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
+		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
 	}
 	if rank < 0 || rank >= nRanks {
 		return nil, &ArgError{Op: "InitRank", Arg: "rank", Value: rank, Want: fmt.Sprintf("0..%d", nRanks-1)}
@@ -127,8 +191,8 @@ func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, op
 // an in-process bootstrap network. Without a usable CUDA driver it fails
 // with an error that matches cuda.ErrNoDriver.
 func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error) {
-	if len(devices) == 0 {
-		return nil, &ArgError{Op: "InitAll", Arg: "devices", Value: "[]", Want: "at least one device ordinal"}
+	if len(devices) == 0 || len(devices) > bootstrap.MaxRanks {
+		return nil, &ArgError{Op: "InitAll", Arg: "len(devices)", Value: len(devices), Want: fmt.Sprintf("1..%d device ordinals", bootstrap.MaxRanks)}
 	}
 	if err := cuda.Init(); err != nil {
 		return nil, fmt.Errorf("ncclgo: InitAll: %w", err)
@@ -223,14 +287,18 @@ func (c *Comm) Abort() {
 		return
 	}
 	c.aborted.Store(true)
+	c.flagsMu.RLock()
 	if c.flags != nil {
 		atomic.StoreUint32((*uint32)(c.flags), 1)
 	}
+	c.flagsMu.RUnlock()
 	c.net.Abort()
 }
 
-// errorCode reads the device error flag.
+// errorCode reads the device error flag (0 once Destroy freed it).
 func (c *Comm) errorCode() uint32 {
+	c.flagsMu.RLock()
+	defer c.flagsMu.RUnlock()
 	if c.flags == nil {
 		return 0
 	}
@@ -239,8 +307,11 @@ func (c *Comm) errorCode() uint32 {
 
 // Err returns the error a kernel of c reported (a *DeviceError), or
 // ErrAborted after Abort, or nil. Like ncclCommGetAsyncError it does not
-// wait; see Wait.
+// wait; see Wait. It may be called while another goroutine destroys c.
 func (c *Comm) Err() error {
+	if c == nil {
+		return errNilComm("Err")
+	}
 	if code := c.errorCode(); code != 0 {
 		return &DeviceError{Rank: c.rank, Code: code}
 	}
@@ -254,6 +325,9 @@ func (c *Comm) Err() error {
 // is done, and then returns Err (or ctx's error). It polls, so a deadlocked
 // or aborted kernel shows up as the context's error or as the device error.
 func (c *Comm) Wait(ctx context.Context) error {
+	if c == nil {
+		return errNilComm("Wait")
+	}
 	c.mu.Lock()
 	if c.destroyed {
 		c.mu.Unlock()
@@ -288,6 +362,29 @@ func (c *Comm) Wait(ctx context.Context) error {
 	return c.Err()
 }
 
+// Finalize ends the use of c (NCCL's ncclCommFinalize): calls made
+// afterwards fail with ErrInvalidUsage, and Finalize waits until every
+// operation c launched so far has completed, or ctx ends, then reports c's
+// error state (see Wait). It frees nothing: Destroy still must be called,
+// and then finds no work left to wait for. Finalize may be called again,
+// for instance after ctx ended.
+func (c *Comm) Finalize(ctx context.Context) error {
+	if c == nil {
+		return errNilComm("Finalize")
+	}
+	c.mu.Lock()
+	if c.destroyed {
+		c.mu.Unlock()
+		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
+	}
+	c.finalized = true
+	c.mu.Unlock()
+	if err := c.Wait(ctx); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Finalize: %w", c.rank, err)
+	}
+	return nil
+}
+
 // Destroy waits for every operation c launched, then frees everything c
 // holds (device memory, connections, the bootstrap network, its
 // goroutines). After Abort it does not wait for the device beyond the
@@ -295,7 +392,7 @@ func (c *Comm) Wait(ctx context.Context) error {
 // the communicator any more: their kernels may read this rank's buffers.
 func (c *Comm) Destroy() error {
 	if c == nil {
-		return &ArgError{Op: "Destroy", Arg: "comm", Value: "nil", Want: "a communicator"}
+		return errNilComm("Destroy")
 	}
 	c.mu.Lock()
 	if c.destroyed {
@@ -333,9 +430,13 @@ func (c *Comm) free() error {
 		errs = append(errs, c.cctx.MemFree(c.devMem))
 		c.devMem = 0
 	}
-	if c.flags != nil {
-		errs = append(errs, c.cctx.MemFreeHost(c.flags))
-		c.flags = nil
+	// Abort and Err may be reading the flags: take them away first.
+	c.flagsMu.Lock()
+	flags := c.flags
+	c.flags = nil
+	c.flagsMu.Unlock()
+	if flags != nil && c.cctx != nil {
+		errs = append(errs, c.cctx.MemFreeHost(flags))
 	}
 	if c.kset != nil {
 		errs = append(errs, c.kset.Release())
@@ -359,13 +460,16 @@ func (c *Comm) free() error {
 // usable checks that c can take calls.
 func (c *Comm) usable(op string) error {
 	if c == nil {
-		return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator"}
+		return errNilComm(op)
 	}
 	c.mu.Lock()
-	d := c.destroyed
+	d, f := c.destroyed, c.finalized
 	c.mu.Unlock()
 	if d {
 		return fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
+	}
+	if f {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, c.rank, ErrInvalidUsage)
 	}
 	if c.aborted.Load() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, ErrAborted)

@@ -38,11 +38,19 @@ type groupEntry struct {
 	tasks  []enqueue.Task
 }
 
+// errNilGroup is the error of a method called on a nil *Group.
+func errNilGroup(op string) error {
+	return &ArgError{Op: op, Arg: "group", Value: "nil", Want: "a group from NewGroup"}
+}
+
 // NewGroup starts a group (depth 1).
 func NewGroup() *Group { return &Group{depth: 1} }
 
 // Start opens a nested level; only the outermost End launches.
 func (g *Group) Start() error {
+	if g == nil {
+		return errNilGroup("Group.Start")
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.ended {
@@ -57,6 +65,9 @@ func (g *Group) Start() error {
 // cannot be planned; it fails with ErrInvalidUsage when the group has
 // already ended.
 func (g *Group) End() error {
+	if g == nil {
+		return errNilGroup("Group.End")
+	}
 	g.mu.Lock()
 	if g.ended || g.depth == 0 {
 		g.mu.Unlock()
@@ -76,6 +87,9 @@ func (g *Group) End() error {
 
 // Discard ends the group without launching anything.
 func (g *Group) Discard() {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	g.ended = true
 	g.entries = nil
@@ -85,7 +99,7 @@ func (g *Group) Discard() {
 // add queues tasks of c on stream.
 func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Task) error {
 	if g == nil {
-		return &ArgError{Op: op, Arg: "group", Value: "nil", Want: "a group from NewGroup"}
+		return errNilGroup(op)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -143,6 +157,9 @@ func lookupFor(c *Comm) enqueue.FuncLookup {
 // Group runs fn with a new group and ends it: every call fn makes on g
 // launches together when fn returns. When fn fails nothing launches.
 func (c *Comm) Group(fn func(g *Group) error) error {
+	if fn == nil {
+		return &ArgError{Op: "Group", Arg: "fn", Value: "nil", Want: "a function"}
+	}
 	g := NewGroup()
 	if err := fn(g); err != nil {
 		g.Discard()

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -21,14 +20,14 @@ import (
 // concurrently with each other.
 type Conn struct {
 	opState
-	size    int
-	magic   uint64
-	addrs   []string // listen address of every rank
-	log     *slog.Logger
-	ln      net.Listener
-	box     *mailbox
-	out     []*peerOut
-	collSeq atomic.Int64
+	size   int
+	magic  uint64
+	addrs  []string // listen address of every rank
+	log    *slog.Logger
+	ln     net.Listener
+	box    *mailbox
+	out    []*peerOut
+	maxMsg int // largest message accepted from / sent to a peer
 
 	socks   connSet        // every socket, to close on shutdown
 	mu      sync.Mutex     // guards inPeers
@@ -59,8 +58,8 @@ const queryGrace = time.Second
 // fails with a *TimeoutError naming the ranks that never checked in when the
 // check-in does not complete within the timeout.
 func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Conn, error) {
-	if nRanks < 1 {
-		return nil, fmt.Errorf("bootstrap: %d ranks: want at least 1", nRanks)
+	if err := checkRanks(nRanks); err != nil {
+		return nil, err
 	}
 	if rank < 0 || rank >= nRanks {
 		return nil, fmt.Errorf("bootstrap: rank %d out of range for %d ranks (want 0..%d)", rank, nRanks, nRanks-1)
@@ -74,6 +73,10 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, err
 	}
 	fam, err := opts.family()
+	if err != nil {
+		return nil, err
+	}
+	maxMsg, err := opts.maxMessage()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +147,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	br := bufio.NewReader(rc)
 	var reply []byte
 	if err = writeFrame(rc, h.encode()); err == nil {
-		reply, err = readFrame(br, maxRootReply)
+		reply, err = readFrame(br, rootReplyLimit(nRanks))
 	}
 	if !stop() {
 		<-fired
@@ -153,7 +156,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		// Ask the root who is missing; it may also still send the table.
 		_ = rc.SetDeadline(time.Now().Add(queryGrace))
 		if werr := writeFrame(rc, []byte{msgQuery}); werr == nil {
-			reply, err = readFrame(br, maxRootReply)
+			reply, err = readFrame(br, rootReplyLimit(nRanks))
 		}
 		if err != nil {
 			return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
@@ -197,7 +200,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
 		size:    nRanks, magic: magic, addrs: addrs,
-		log: log, ln: ln, box: newMailbox(),
+		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg,
 		out:     make([]*peerOut, nRanks),
 		inPeers: make(map[int]bool),
 	}
@@ -250,32 +253,31 @@ func (c *Conn) PeerAddr(peer int) string {
 	return c.addrs[peer]
 }
 
-func (c *Conn) nextCollSeq() int64 { return c.collSeq.Add(1) }
-
 func (c *Conn) acceptLoop() {
 	defer c.wg.Done()
-	for {
-		nc, err := c.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptLoop(c.ln, c.box.done, c.log, func(nc net.Conn) bool {
 		if !c.socks.track(nc) {
 			nc.Close()
-			return
+			return false
 		}
 		c.wg.Add(1)
 		go c.readPeer(nc)
-	}
+		return true
+	})
 }
 
-// readPeer checks an incoming connection's hello, then delivers its
-// messages until it ends.
+// readPeer checks an incoming connection's hello (which must come within
+// min(5 s, timeout)), then delivers its messages until it ends. A frame
+// longer than the message limit, or whose body does not follow its length
+// within the timeout, ends the connection; if it had delivered nothing
+// yet, its rank may connect again (the real rank, after a forger that
+// knew the id).
 func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
 	defer c.socks.untrack(nc)
 	defer nc.Close()
 	br := bufio.NewReaderSize(nc, 64<<10)
-	_ = nc.SetReadDeadline(time.Now().Add(c.timeout))
+	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	b, err := readFrame(br, maxHelloSize)
 	var h hello
 	if err == nil {
@@ -306,16 +308,37 @@ func (c *Conn) readPeer(nc net.Conn) {
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})
+	delivered := false
 	for {
-		b, err := readFrame(br, MaxMessageSize+msgHeader)
+		b, err := readFrameConn(nc, br, c.maxMsg+msgHeader, c.timeout)
+		violation := false
 		if err == nil && len(b) < msgHeader {
-			err = fmt.Errorf("%d-byte message", len(b))
+			err, violation = fmt.Errorf("%d-byte message", len(b)), true
 		}
 		if err != nil {
+			var ne net.Error
+			violation = violation || errors.Is(err, errFrameTooLong) || errors.As(err, &ne) && ne.Timeout()
+			if violation && c.box.closedErr() == nil {
+				c.log.Warn("bootstrap: dropped connection", "peer", h.rank, "remote", nc.RemoteAddr().String(), "err", err)
+			}
+			if !delivered {
+				// A real rank sends its hello and first message
+				// together: this was not one. Let the rank connect.
+				c.mu.Lock()
+				delete(c.inPeers, h.rank)
+				c.mu.Unlock()
+				return
+			}
 			c.box.peerGone(h.rank, fmt.Errorf("%w: rank %d (%v)", ErrPeerClosed, h.rank, err))
 			return
 		}
-		c.box.deliver(msgKey{peer: h.rank, class: b[0], tag: int64(binary.BigEndian.Uint64(b[1:]))}, b[msgHeader:])
+		delivered = true
+		class, tag := b[0], int64(binary.BigEndian.Uint64(b[1:]))
+		if class == classAbandon {
+			c.cs.peerAbandoned(h.rank, tag)
+			continue
+		}
+		c.box.deliver(msgKey{peer: h.rank, class: class, tag: tag}, b[msgHeader:])
 	}
 }
 
@@ -339,8 +362,8 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 	if err := c.box.closedErr(); err != nil {
 		return err
 	}
-	if len(data) > MaxMessageSize {
-		return fmt.Errorf("bootstrap: %d-byte message exceeds the %d byte limit", len(data), MaxMessageSize)
+	if len(data) > c.maxMsg {
+		return fmt.Errorf("bootstrap: %d-byte message exceeds the %d byte limit (Options.MaxMessageSize)", len(data), c.maxMsg)
 	}
 	if peer == c.rank {
 		c.box.deliver(msgKey{peer: c.rank, class: class, tag: tag}, append([]byte{}, data...))

@@ -56,9 +56,26 @@
 //
 // class 0 carries [Conn.Send] messages; class 1 carries the ring steps of
 // [Conn.AllGather] and [Conn.Barrier], whose tag is a per-communicator
-// collective sequence number. The receiver queues messages by
-// (peer, class, tag); TCP keeps the order of messages with the same key, and
-// messages with different keys may be received in any order.
+// collective sequence number; class 2 (empty) says that the sender's
+// collective number tag failed (cancelled, timed out, a peer gone): from
+// then on every collective of that number or later fails with
+// [ErrCollectiveBroken] on every rank, so a leftover block is never taken
+// for a later call's. The receiver queues messages by (peer, class, tag);
+// TCP keeps the order of messages with the same key, and messages with
+// different keys may be received in any order.
+//
+// # Limits
+//
+// A connection must send its hello within min(5 s, timeout) or it is
+// closed. A message frame may announce at most [Options].MaxMessageSize
+// (default [DefaultMaxMessageSize], at most [MaxMessageSize]) plus its
+// header, and its body must follow its length within the timeout; a root
+// reply at most what a table of nranks addresses needs. Longer frames are
+// refused at the length prefix, before any allocation, and the connection
+// is dropped with a warning naming the peer and the length. nranks is at
+// most [MaxRanks]. The accept loops survive failed accepts (EMFILE,
+// ENFILE, ECONNABORTED, ...) with a backoff and stop only when their
+// listener closes.
 //
 // # Timeouts and cancellation
 //
@@ -75,9 +92,12 @@
 //   - NCCL_COMM_ID="ip:port" (or "[ipv6]:port"): the root's listen address.
 //   - NCCL_SOCKET_IFNAME: interfaces to use, NCCL's grammar: a comma-separated
 //     list of name prefixes; a leading '^' excludes the listed interfaces, a
-//     leading '=' (after any '^') makes the names exact ("^=docker0", "=eth0").
+//     leading '=' (after any '^') makes the names exact ("^=docker0", "=eth0");
+//     a ":port" suffix on an entry is ignored. Parsed by
+//     config.ParseIfnameFilter, the one parser of this variable.
 //   - NCCL_SOCKET_FAMILY: AF_INET or AF_INET6, to restrict the address family.
-//   - NCCL_BOOTSTRAP_TIMEOUT: the timeout in seconds.
+//   - NCCL_BOOTSTRAP_TIMEOUT: the timeout in seconds, finite, within
+//     [MinTimeout, MaxTimeout] (config.ParseBootstrapTimeout).
 //
 // Fields of [Options] override the environment.
 package bootstrap

@@ -6,52 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
-
-// ifMatcher is a parsed NCCL_SOCKET_IFNAME value.
-type ifMatcher struct {
-	exclude bool     // leading '^'
-	exact   bool     // leading '=' (after any '^')
-	names   []string // prefixes, or exact names
-}
-
-// parseIfSpec parses NCCL's interface list grammar: "eth,ib" (prefixes),
-// "^docker,lo" (exclude prefixes), "=eth0" (exact), "^=docker0" (exclude
-// exact). Like NCCL, an optional ":port" suffix on an entry is ignored.
-func parseIfSpec(spec string) ifMatcher {
-	var m ifMatcher
-	s := strings.TrimSpace(spec)
-	if strings.HasPrefix(s, "^") {
-		m.exclude = true
-		s = s[1:]
-	}
-	if strings.HasPrefix(s, "=") {
-		m.exact = true
-		s = s[1:]
-	}
-	for _, n := range strings.Split(s, ",") {
-		n = strings.TrimSpace(n)
-		if i := strings.IndexByte(n, ':'); i >= 0 {
-			n = n[:i]
-		}
-		if n != "" {
-			m.names = append(m.names, n)
-		}
-	}
-	return m
-}
-
-// match reports whether the interface name is selected.
-func (m ifMatcher) match(name string) bool {
-	hit := false
-	for _, n := range m.names {
-		if (m.exact && name == n) || (!m.exact && strings.HasPrefix(name, n)) {
-			hit = true
-			break
-		}
-	}
-	return hit != m.exclude
-}
 
 // ifaceAddrs is what interface selection needs to know of an interface.
 type ifaceAddrs struct {
@@ -112,8 +69,8 @@ func pickAddr(ifs []ifaceAddrs, spec string, family int) (netip.Addr, string, er
 		return netip.Addr{}, "", false
 	}
 	if strings.TrimSpace(spec) != "" {
-		m := parseIfSpec(spec)
-		if a, name, ok := candidates(func(i ifaceAddrs) bool { return m.match(i.name) }); ok {
+		m := config.ParseIfnameFilter(spec)
+		if a, name, ok := candidates(func(i ifaceAddrs) bool { return m.Match(i.name) }); ok {
 			return a, name, nil
 		}
 		names := make([]string, 0, len(ifs))

@@ -9,31 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestIfSpecGrammar(t *testing.T) {
-	names := []string{"eth0", "eth10", "ib0", "docker0", "lo", "virbr0"}
-	cases := map[string][]string{
-		"eth":         {"eth0", "eth10"},
-		"eth,ib":      {"eth0", "eth10", "ib0"},
-		"=eth0":       {"eth0"},
-		"=eth1":       nil,
-		"^docker,lo":  {"eth0", "eth10", "ib0", "virbr0"},
-		"^=docker0":   {"eth0", "eth10", "ib0", "lo", "virbr0"},
-		"eth0:1234":   {"eth0"},
-		" ib , lo ":   {"ib0", "lo"},
-		"^=eth0,eth1": {"eth10", "ib0", "docker0", "lo", "virbr0"},
-	}
-	for spec, want := range cases {
-		m := parseIfSpec(spec)
-		var got []string
-		for _, n := range names {
-			if m.match(n) {
-				got = append(got, n)
-			}
-		}
-		assert.Equal(t, want, got, "spec %q", spec)
-	}
-}
-
 func TestPickAddr(t *testing.T) {
 	ip := netip.MustParseAddr
 	ifs := []ifaceAddrs{
@@ -52,6 +27,9 @@ func TestPickAddr(t *testing.T) {
 	assert.Equal(t, "127.0.0.1", pick("lo", 0))
 	assert.Equal(t, "::1", pick("=lo", 6))
 	assert.Equal(t, "172.17.0.1", pick("^eth,lo", 0))
+	// The grammar is config.ParseIfnameFilter's (one parser for both).
+	assert.Equal(t, "10.0.0.2", pick("eth1:1234", 0), "a :port suffix is ignored")
+	assert.Equal(t, "172.17.0.1", pick(" ^=eth1 , lo ", 0))
 	assert.Equal(t, "172.17.0.1", pickNoEth(t, ifs), "docker before loopback")
 	_, _, err := pickAddr(ifs, "ib", 0)
 	require.ErrorContains(t, err, `NCCL_SOCKET_IFNAME="ib"`)
@@ -83,7 +61,7 @@ func TestTimeoutResolution(t *testing.T) {
 	assert.Equal(t, time.Second, d, "Options override the environment")
 	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "-1")
 	_, err = Options{}.timeout()
-	require.ErrorContains(t, err, "positive number of seconds")
+	require.ErrorContains(t, err, "want a number of seconds in 0.001..604800")
 	_, err = Options{Family: "AF_UNIX"}.family()
 	require.ErrorContains(t, err, "want AF_INET or AF_INET6")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // NewInProcess returns the n ranks of a network that lives inside this
@@ -22,17 +21,21 @@ func NewInProcess(n int) []Network {
 
 // NewInProcessOptions is NewInProcess with options (only Timeout is used).
 func NewInProcessOptions(n int, opts Options) ([]Network, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("bootstrap: in-process network of %d ranks: want at least 1", n)
+	if err := checkRanks(n); err != nil {
+		return nil, fmt.Errorf("bootstrap: in-process network: %w", err)
 	}
 	timeout, err := opts.timeout()
+	if err != nil {
+		return nil, err
+	}
+	maxMsg, err := opts.maxMessage()
 	if err != nil {
 		return nil, err
 	}
 	h := &inProcHub{ranks: make([]*inProcRank, n)}
 	out := make([]Network, n)
 	for i := range h.ranks {
-		r := &inProcRank{opState: opState{rank: i, timeout: timeout}, hub: h, box: newMailbox()}
+		r := &inProcRank{opState: opState{rank: i, timeout: timeout}, hub: h, box: newMailbox(), maxMsg: maxMsg}
 		h.ranks[i] = r
 		out[i] = r
 	}
@@ -45,10 +48,10 @@ type inProcHub struct {
 
 type inProcRank struct {
 	opState
-	hub     *inProcHub
-	box     *mailbox
-	collSeq atomic.Int64
-	once    sync.Once
+	hub    *inProcHub
+	box    *mailbox
+	maxMsg int
+	once   sync.Once
 }
 
 // Rank returns this rank.
@@ -57,14 +60,19 @@ func (r *inProcRank) Rank() int { return r.rank }
 // Size returns the number of ranks.
 func (r *inProcRank) Size() int { return len(r.hub.ranks) }
 
-func (r *inProcRank) nextCollSeq() int64 { return r.collSeq.Add(1) }
-
 func (r *inProcRank) sendMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error {
 	if err := r.box.closedErr(); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
+	}
+	if class == classAbandon {
+		r.hub.ranks[peer].cs.peerAbandoned(r.rank, tag)
+		return nil
+	}
+	if len(data) > r.maxMsg {
+		return fmt.Errorf("bootstrap: %d-byte message exceeds the %d byte limit (Options.MaxMessageSize)", len(data), r.maxMsg)
 	}
 	r.hub.ranks[peer].box.deliver(msgKey{peer: r.rank, class: class, tag: tag}, append([]byte{}, data...))
 	return nil

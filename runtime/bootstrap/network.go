@@ -51,14 +51,18 @@ var (
 type opState struct {
 	rank    int
 	timeout time.Duration
+	cs      collState
 }
 
-func (o opState) opContext(ctx context.Context, op string) (context.Context, context.CancelFunc) {
+func (o *opState) coll() *collState            { return &o.cs }
+func (o *opState) timeoutValue() time.Duration { return o.timeout }
+
+func (o *opState) opContext(ctx context.Context, op string) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, o.timeout, &TimeoutError{Op: fmt.Sprintf("rank %d: %s", o.rank, op), After: o.timeout})
 }
 
 // wrapErr names the operation in err, keeping it comparable with errors.Is.
-func (o opState) wrapErr(ctx context.Context, op string, err error) error {
+func (o *opState) wrapErr(ctx context.Context, op string, err error) error {
 	var te *TimeoutError
 	if errors.As(err, &te) && te.Missing == nil {
 		return &TimeoutError{Op: fmt.Sprintf("rank %d: %s", o.rank, op), After: te.After, Cause: te.Cause}

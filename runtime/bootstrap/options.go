@@ -4,14 +4,34 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // DefaultTimeout bounds every bootstrap wait when neither Options.Timeout nor
 // NCCL_BOOTSTRAP_TIMEOUT says otherwise.
 const DefaultTimeout = 120 * time.Second
+
+// Bounds of the bootstrap timeout (Options.Timeout, NCCL_BOOTSTRAP_TIMEOUT).
+const (
+	MinTimeout = config.MinBootstrapTimeout
+	MaxTimeout = config.MaxBootstrapTimeout
+)
+
+// MaxRanks is the largest communicator the bootstrap accepts: NCCL's ranks
+// are 32-bit, but an address table of more than 2^20 ranks would not fit
+// the root's reply limit, and no real job comes near it.
+const MaxRanks = 1 << 20
+
+// DefaultMaxMessageSize is the largest Send / AllGather block a rank
+// accepts from a peer when Options.MaxMessageSize is zero.
+const DefaultMaxMessageSize = 64 << 20
+
+// maxHelloWait bounds how long a new connection may stay silent before its
+// hello: min(maxHelloWait, timeout). A variable for the tests.
+var maxHelloWait = 5 * time.Second
 
 // Options configures a Root, a Conn or an in-process Network. The zero value
 // takes everything from the environment (NCCL_* variables) or the defaults.
@@ -32,6 +52,11 @@ type Options struct {
 	// Family restricts addresses to "AF_INET" or "AF_INET6"; empty means
 	// NCCL_SOCKET_FAMILY, else either (IPv4 preferred).
 	Family string
+	// MaxMessageSize is the largest message (Send payload or AllGather
+	// block) a rank sends or accepts from a peer; a frame announcing more is
+	// refused and its connection dropped. Zero means DefaultMaxMessageSize;
+	// at most MaxMessageSize.
+	MaxMessageSize int
 	// Logger receives diagnostics (rejected connections, timeouts) tagged
 	// subsys=BOOTSTRAP. Nil means slog.Default().
 	Logger *slog.Logger
@@ -47,22 +72,46 @@ const (
 	maxHelloSize = 4 << 10
 )
 
-// timeout resolves the effective timeout.
+// timeout resolves the effective timeout: Options.Timeout, else
+// NCCL_BOOTSTRAP_TIMEOUT (seconds), else DefaultTimeout. Either must lie in
+// [MinTimeout, MaxTimeout].
 func (o Options) timeout() (time.Duration, error) {
-	if o.Timeout < 0 {
-		return 0, fmt.Errorf("bootstrap: negative Options.Timeout %v", o.Timeout)
-	}
-	if o.Timeout > 0 {
+	if o.Timeout != 0 {
+		if o.Timeout < MinTimeout || o.Timeout > MaxTimeout {
+			return 0, fmt.Errorf("bootstrap: Options.Timeout=%v: want %v..%v (0: %s or %v)", o.Timeout, MinTimeout, MaxTimeout, envTimeout, DefaultTimeout)
+		}
 		return o.Timeout, nil
 	}
 	if v, ok := os.LookupEnv(envTimeout); ok && strings.TrimSpace(v) != "" {
-		secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || secs <= 0 || secs > 1e9 {
-			return 0, fmt.Errorf("bootstrap: %s=%q: want a positive number of seconds", envTimeout, v)
+		d, err := config.ParseBootstrapTimeout(v)
+		if err != nil {
+			return 0, fmt.Errorf("bootstrap: %w", err)
 		}
-		return time.Duration(secs * float64(time.Second)), nil
+		return d, nil
 	}
 	return DefaultTimeout, nil
+}
+
+// maxMessage resolves the largest message a rank accepts.
+func (o Options) maxMessage() (int, error) {
+	switch {
+	case o.MaxMessageSize == 0:
+		return DefaultMaxMessageSize, nil
+	case o.MaxMessageSize < 0 || o.MaxMessageSize > MaxMessageSize:
+		return 0, fmt.Errorf("bootstrap: Options.MaxMessageSize=%d: want 1..%d (0: %d)", o.MaxMessageSize, MaxMessageSize, DefaultMaxMessageSize)
+	}
+	return o.MaxMessageSize, nil
+}
+
+// helloWait is how long a new connection may stay silent before its hello.
+func helloWait(timeout time.Duration) time.Duration { return min(maxHelloWait, timeout) }
+
+// checkRanks validates a communicator size.
+func checkRanks(nRanks int) error {
+	if nRanks < 1 || nRanks > MaxRanks {
+		return fmt.Errorf("bootstrap: nRanks=%d: want 1..%d", nRanks, MaxRanks)
+	}
+	return nil
 }
 
 func (o Options) ifaceSpec() string {

@@ -123,25 +123,23 @@ type rootEvent struct {
 	h    hello
 }
 
-func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}, deadline time.Time) {
+func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptLoop(r.ln, quit, r.log, func(c net.Conn) bool {
 		if !r.socks.track(c) {
 			c.Close()
-			return
+			return false
 		}
 		r.wg.Add(1)
-		go r.handle(c, events, quit, deadline)
-	}
+		go r.handle(c, events, quit)
+		return true
+	})
 }
 
 // handle reads the hello of one connection, then its queries, forwarding
-// them to serve.
-func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{}, deadline time.Time) {
+// them to serve. A connection that says nothing for min(5 s, timeout) is
+// closed, so that silent strangers cannot use up the file descriptors.
+func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
 	defer r.socks.untrack(c)
 	defer c.Close()
@@ -154,7 +152,7 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{},
 		}
 	}
 	br := bufio.NewReader(c)
-	_ = c.SetReadDeadline(deadline)
+	_ = c.SetReadDeadline(time.Now().Add(helloWait(r.timeout)))
 	b, err := readFrame(br, maxHelloSize)
 	var h hello
 	if err == nil {
@@ -199,11 +197,10 @@ func (r *Root) serve(ctx context.Context) {
 	defer close(r.done)
 	defer r.cancel(nil)
 	start := time.Now()
-	deadline := start.Add(r.timeout)
 	events := make(chan rootEvent)
 	quit := make(chan struct{})
 	r.wg.Add(1)
-	go r.acceptLoop(events, quit, deadline)
+	go r.acceptLoop(events, quit)
 
 	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 )
 
 // Frame and message constants; see the package documentation.
@@ -20,11 +21,12 @@ const (
 
 	classUser = 0 // Send/Recv
 	classColl = 1 // AllGather/Barrier ring steps
+	// classAbandon: the sender's collective number tag failed; empty.
+	classAbandon = 2
 
-	// MaxMessageSize is the largest payload Send accepts.
+	// MaxMessageSize is the ceiling of Options.MaxMessageSize.
 	MaxMessageSize = 1 << 30
 	msgHeader      = 1 + 8
-	maxRootReply   = 64 << 20
 )
 
 // writeFrame writes one frame made of the concatenation of parts, with a
@@ -52,25 +54,79 @@ func writeFrame(w io.Writer, parts ...[]byte) error {
 
 var errFrameTooLong = errors.New("frame too long")
 
+// readChunk bounds each allocation while a frame's body arrives, so that a
+// length prefix alone never reserves more memory than was received.
+const readChunk = 1 << 20
+
 // readFrame reads one frame of at most max payload bytes.
 func readFrame(r io.Reader, max int) ([]byte, error) {
+	n, err := readFrameHeader(r, max)
+	if err != nil {
+		return nil, err
+	}
+	return readFrameBody(r, n)
+}
+
+// readFrameHeader reads a frame's length prefix and checks it against max.
+func readFrameHeader(r io.Reader, max int) (int, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
+		return 0, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", errFrameTooLong, n, max)
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", errFrameTooLong, n, max)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	return int(n), nil
+}
+
+// readFrameBody reads n bytes, growing the buffer as they arrive.
+func readFrameBody(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, readChunk))
+	for len(buf) < n {
+		k := min(n-len(buf), readChunk)
+		if cap(buf)-len(buf) < k {
+			buf = append(buf, make([]byte, k)...)[:len(buf)]
 		}
-		return nil, err
+		m, err := io.ReadFull(r, buf[len(buf):len(buf)+k])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return buf, nil
 }
+
+// readFrameConn reads one frame from nc (through br) of at most max
+// bytes: the length prefix may take as long as it takes, but once it has
+// arrived the body must follow within bodyWait.
+func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration) ([]byte, error) {
+	n, err := readFrameHeader(br, max)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(bodyWait))
+	b, err := readFrameBody(br, n)
+	_ = nc.SetReadDeadline(time.Time{})
+	return b, err
+}
+
+// rootReplyLimit is the largest reply the root sends to a communicator of
+// nRanks ranks: its address table (each address at most maxAddrLen bytes)
+// or its status (4 bytes per missing rank), whichever is larger.
+func rootReplyLimit(nRanks int) int {
+	return max(5+nRanks*(2+maxAddrLen), 18+4*nRanks, 1+maxRejectLen)
+}
+
+// Limits of the check-in: an address is "[ipv6%zone]:port"; a rejection
+// carries a short reason.
+const (
+	maxAddrLen   = 128
+	maxRejectLen = 512
+)
 
 // hello is the first frame on every connection.
 type hello struct {
@@ -122,7 +178,10 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	default:
 		return h, fmt.Errorf("%w: hello kind %d", ErrBadMagic, h.kind)
 	}
-	if h.nRanks < 1 || h.nRanks > 1<<24 || h.rank >= h.nRanks {
+	if h.kind == helloCheckIn && len(h.addr) > maxAddrLen {
+		return h, fmt.Errorf("%w: %d-byte address, limit %d", ErrBadMagic, len(h.addr), maxAddrLen)
+	}
+	if h.nRanks < 1 || h.nRanks > MaxRanks || h.rank >= h.nRanks {
 		return h, fmt.Errorf("%w: rank %d of %d", ErrBadMagic, h.rank, h.nRanks)
 	}
 	return h, nil

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxChannels is the most channels a communicator uses (NCCL's MAXCHANNELS).
@@ -104,6 +105,11 @@ type Config struct {
 	// ("", "AF_INET" or "AF_INET6").
 	SocketIfname IfnameFilter
 	SocketFamily string
+
+	// BootstrapTimeout is NCCL_BOOTSTRAP_TIMEOUT (seconds, fractions
+	// allowed), the bound of every bootstrap wait; 0: the bootstrap's
+	// default. See ParseBootstrapTimeout.
+	BootstrapTimeout time.Duration
 
 	// HostID is NCCL_HOSTID: overrides the host identity, so that ranks on
 	// one machine can act as separate nodes. Empty: the real host.
@@ -246,6 +252,13 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.SocketFamily = f
 	}
+	if v, ok := get("NCCL_BOOTSTRAP_TIMEOUT"); ok {
+		d, err := ParseBootstrapTimeout(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.BootstrapTimeout = d
+	}
 	if v, ok := get("NCCL_HOSTID"); ok {
 		c.HostID = v
 	}
@@ -265,6 +278,26 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
+}
+
+// Bounds of NCCL_BOOTSTRAP_TIMEOUT.
+const (
+	MinBootstrapTimeout = time.Millisecond
+	MaxBootstrapTimeout = 7 * 24 * time.Hour
+)
+
+// ParseBootstrapTimeout parses an NCCL_BOOTSTRAP_TIMEOUT value: a finite
+// number of seconds in [MinBootstrapTimeout, MaxBootstrapTimeout]
+// ("0.5", "120"). NaN, infinities, and values that would round to less
+// than a millisecond are refused with a *SettingError naming the variable.
+func ParseBootstrapTimeout(v string) (time.Duration, error) {
+	secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	// The comparisons are false for NaN, so NaN is refused too.
+	if err != nil || !(secs >= MinBootstrapTimeout.Seconds() && secs <= MaxBootstrapTimeout.Seconds()) {
+		return 0, &SettingError{Name: "NCCL_BOOTSTRAP_TIMEOUT", Value: v,
+			Want: fmt.Sprintf("a number of seconds in %g..%g", MinBootstrapTimeout.Seconds(), MaxBootstrapTimeout.Seconds())}
+	}
+	return time.Duration(secs * float64(time.Second)), nil
 }
 
 func parseBool01(v string) (bool, error) {

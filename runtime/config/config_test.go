@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -268,6 +270,19 @@ func TestLogger(t *testing.T) {
 	assert.True(t, strings.Contains(buf.String(), "NCCL TRACE trace"))
 }
 
+// TestBootstrapTimeout: NaN, infinities and sub-millisecond values used to
+// pass (NaN became a −2562047 h timeout).
+func TestBootstrapTimeout(t *testing.T) {
+	for _, v := range []string{"NaN", "-nan", "Inf", "-Inf", "1e-12", "0.0009", "0", "-3", "604801", "1e308", "10s"} {
+		_, err := FromEnv(env(map[string]string{"NCCL_BOOTSTRAP_TIMEOUT": v}))
+		require.ErrorIs(t, err, ErrInvalid, v)
+		require.ErrorContains(t, err, fmt.Sprintf("NCCL_BOOTSTRAP_TIMEOUT=%q: want a number of seconds in 0.001..604800", v))
+	}
+	c, err := FromEnv(env(map[string]string{"NCCL_BOOTSTRAP_TIMEOUT": "2.5"}))
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, c.BootstrapTimeout)
+}
+
 func TestIfnameFilter(t *testing.T) {
 	cases := []struct {
 		spec string
@@ -279,6 +294,13 @@ func TestIfnameFilter(t *testing.T) {
 		{"^docker,lo", []string{"eth0"}, []string{"docker0", "lo"}},
 		{"=eth0", []string{"eth0"}, []string{"eth01", "eth1"}},
 		{"^=eth0", []string{"eth01", "lo"}, []string{"eth0"}},
+		// The cases the bootstrap's former parser handled and this one
+		// did not: NCCL's ":port" suffix.
+		{"eth0:1234", []string{"eth0", "eth01"}, []string{"ib0"}},
+		{"=eth0:1234,ib0:5", []string{"eth0", "ib0"}, []string{"eth01", "ib01"}},
+		{" ib , lo ", []string{"ib0", "lo"}, []string{"eth0"}},
+		{"^=eth0,eth1", []string{"eth10", "ib0"}, []string{"eth0", "eth1"}},
+		{"^", []string{"eth0"}, nil},
 	}
 	for _, c := range cases {
 		f := ParseIfnameFilter(c.spec)

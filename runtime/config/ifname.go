@@ -6,9 +6,12 @@ import "strings"
 // interface-name prefixes; a leading '^' excludes the listed interfaces
 // instead, and a '=' (after any '^') makes the names exact rather than
 // prefixes. "eth,ib" uses eth* and ib*; "^docker,lo" everything else;
-// "=eth0" only eth0. The zero filter matches every interface (NCCL then
-// prefers ib*, then anything but docker* and lo, which is the caller's
-// policy).
+// "=eth0" only eth0; "^=docker0" everything but docker0. As in NCCL, an
+// entry may carry a ":port" suffix, which interface selection ignores
+// ("eth0:1234" is "eth0"). Blanks around entries are ignored. The zero
+// filter matches every interface (NCCL then prefers ib*, then anything but
+// docker* and lo, which is the caller's policy). This is the one parser of
+// NCCL_SOCKET_IFNAME: package bootstrap uses it too.
 type IfnameFilter struct {
 	spec    string
 	Exclude bool     // '^': the names are excluded
@@ -28,6 +31,9 @@ func ParseIfnameFilter(spec string) IfnameFilter {
 		f.Exact, s = true, s[1:]
 	}
 	for n := range strings.SplitSeq(s, ",") {
+		if i := strings.IndexByte(n, ':'); i >= 0 {
+			n = n[:i]
+		}
 		if n = strings.TrimSpace(n); n != "" {
 			f.Names = append(f.Names, n)
 		}

@@ -278,6 +278,9 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 	if c.NChannels < 1 || c.NChannels > generated.MaxChannels {
 		return p, fmt.Errorf("enqueue: %w: %d channels, want 1..%d", ErrInvalidPlan, c.NChannels, generated.MaxChannels)
 	}
+	if err := validate(c, tasks); err != nil {
+		return p, err
+	}
 	if lookup == nil {
 		lookup = GeneratedLookup
 	}

@@ -1,0 +1,79 @@
+package ncclgo
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGPUNonblockingInitFinalize: StartInitAll, then an AllReduce, then
+// Finalize (new calls refused), then Destroy.
+func TestGPUNonblockingInitFinalize(t *testing.T) {
+	gpuOrSkip(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := StartInitAll(ctx, []int{0, 0}, nil)
+	if err := p.Err(); err != nil {
+		require.ErrorIs(t, err, ErrInProgress)
+	}
+	comms, err := p.Wait(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Err())
+	envs := make([]*rankEnv, len(comms))
+	for i, c := range comms {
+		dev, err := cuda.GetDevice(c.Device())
+		require.NoError(t, err)
+		cctx, err := dev.PrimaryContext()
+		require.NoError(t, err)
+		s, err := cctx.NewStream(true)
+		require.NoError(t, err)
+		envs[i] = &rankEnv{c: c, ctx: cctx, s: s}
+	}
+	runAllReduce(t, envs, 100000, false)
+	for _, e := range envs {
+		require.NoError(t, e.c.Finalize(ctx))
+		buf := e.alloc(t, 16)
+		require.ErrorIs(t, e.c.AllReduce(buf, buf, 1, Float32, Sum, e.s), ErrInvalidUsage)
+	}
+	for _, e := range envs {
+		for _, b := range e.allocs {
+			_ = e.ctx.MemFree(b)
+		}
+		require.NoError(t, e.c.Destroy())
+		_ = e.s.Destroy()
+		_ = e.ctx.Release()
+	}
+}
+
+// TestGPUAbortErrDuringDestroy: Abort and Err from other goroutines while
+// Destroy frees the pinned flags (run the race-enabled binary too).
+func TestGPUAbortErrDuringDestroy(t *testing.T) {
+	gpuOrSkip(t)
+	comms, err := InitAll(context.Background(), []int{0, 0}, nil)
+	require.NoError(t, err)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		for range 2 {
+			wg.Go(func() {
+				<-start
+				for range 1000 {
+					c.Abort()
+					_ = c.Err()
+				}
+			})
+		}
+	}
+	close(start)
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
+	}
+	wg.Wait()
+	for _, c := range comms {
+		require.ErrorIs(t, c.Err(), ErrAborted)
+	}
+}
