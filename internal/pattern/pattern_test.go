@@ -261,4 +261,8 @@ func TestCompareReports(t *testing.T) {
 	assert.Contains(t, err.Error(), "[1]=0900 want 0200")
 	assert.Contains(t, err.Error(), "guard byte 0 after the output")
 	assert.Panics(t, func() { Expect(make([]byte, 10), 0, nil) })
+	err = CompareBare("y", []byte{1, 2, 3, 4}, []byte{1, 2, 3, 5}, 2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1 of 2 elements wrong")
+	assert.NotContains(t, err.Error(), "guard")
 }
