@@ -70,6 +70,10 @@ func word(seed uint64, rank int, w uint64) uint64 {
 	return mix64(seed ^ mix64(uint64(rank)+0x632be59bd9b4e019) ^ w*0xd6e8feb86659fd93)
 }
 
+// Uint64 is word i of rank's pseudo-random stream under seed (Bytes are
+// its little-endian bytes): for data of a caller's own shape.
+func Uint64(seed uint64, rank int, i uint64) uint64 { return word(seed, rank, i) }
+
 // FillBytes writes bytes off .. off+len(b)-1 of rank's data under seed
 // into b.
 func FillBytes(b []byte, seed uint64, rank int, off uint64) {
