@@ -162,93 +162,95 @@ func planGroup(calls []call, n int, seed uint64) (*groupRun, error) {
 	g.before = make([][]byte, n)
 	g.after = make([][]byte, n)
 	g.outs = make([][]output, n)
-	for r := range n {
-		// What the previous group left does not matter: every byte the
-		// group may touch, and its surroundings, get fresh poison.
-		g.before[r] = pattern.Bytes(pattern.Mix(seed, 0xbad), r, 0, end)
-	}
+	// The results shared by every rank, then each rank's data in parallel.
+	shared := make([][]byte, len(calls))
 	for ci, c := range calls {
+		if c.kind > kindSendRecv || c.kind == kindColl && !(c.coll == kspace.AllReduce || c.coll == kspace.Reduce ||
+			c.coll == kspace.ReduceScatter || c.coll == kspace.AllGather || c.coll == kspace.Broadcast) {
+			return nil, fmt.Errorf("call %d: %s is not a call the suite knows", ci, c)
+		}
+		if c.kind == kindColl && (c.coll == kspace.AllReduce || c.coll == kspace.Reduce) {
+			pop, scalar := patternOp(c.o)
+			shared[ci] = pattern.Results(c.seed, c.ty, pop, n, scalar, 0, c.count)
+		}
+	}
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { g.rankData(r, seed, end, shared) })
+	}
+	wg.Wait()
+	return g, nil
+}
+
+// rankData fills rank r's arena before the group and its expected outputs.
+func (g *groupRun) rankData(r int, seed uint64, end int, shared [][]byte) {
+	n := g.n
+	// What the previous group left does not matter: every byte the group
+	// may touch, and its surroundings, get fresh poison.
+	g.before[r] = pattern.Bytes(pattern.Mix(seed, 0xbad), r, 0, end)
+	put := func(at int, b []byte) { copy(g.before[r][at:], b) }
+	for ci, c := range g.calls {
 		es := c.ty.Size()
 		cb := c.count * es
 		pop, scalar := patternOp(c.o)
-		put := func(r, at int, b []byte) { copy(g.before[r][at:], b) }
-		out := func(r, at int, b []byte, tol float64, what string) {
-			g.outs[r] = append(g.outs[r], output{at: at, want: b, ty: c.ty, tol: tol, what: fmt.Sprintf("call %d (%s): %s", ci, c, what)})
-		}
 		tol := 0.0
 		if !pattern.Exact(c.ty, pop, n) {
 			tol = tolerance(c.ty, c.o, n, 1)
 		}
-		var res []byte // AllReduce's and Reduce's result, the same on every rank
-		result := func() []byte {
-			if res == nil {
-				res = pattern.Results(c.seed, c.ty, pop, n, scalar, 0, c.count)
-			}
-			return res
+		out := func(at int, b []byte, tol float64, what string) {
+			g.outs[r] = append(g.outs[r], output{at: at, want: b, ty: c.ty, tol: tol, what: fmt.Sprintf("call %d (%s): %s", ci, c, what)})
 		}
-		for r := range n {
-			s, d := g.send[ci][r], g.recv[ci][r]
-			switch {
-			case c.kind == kindColl && c.coll == kspace.AllReduce:
-				put(r, s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
-				out(r, d, result(), tol, fmt.Sprintf("rank %d", r))
-			case c.kind == kindColl && c.coll == kspace.Reduce:
-				put(r, s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
-				if r == c.root {
-					out(r, d, result(), tol, fmt.Sprintf("root %d", r))
-				}
-			case c.kind == kindColl && c.coll == kspace.ReduceScatter:
-				put(r, s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, n*c.count))
-				out(r, d, pattern.Results(c.seed, c.ty, pop, n, scalar, uint64(r*c.count), c.count), tol, fmt.Sprintf("rank %d", r))
-			case c.kind == kindColl && c.coll == kspace.AllGather:
-				put(r, s, pattern.Bytes(c.seed, r, 0, cb))
-				var all []byte
-				for k := range n {
-					all = append(all, pattern.Bytes(c.seed, k, 0, cb)...)
-				}
-				out(r, d, all, 0, fmt.Sprintf("rank %d", r))
-			case c.kind == kindColl && c.coll == kspace.Broadcast:
-				if r == c.root {
-					put(r, s, pattern.Bytes(c.seed, r, 0, cb))
-				}
-				out(r, d, pattern.Bytes(c.seed, c.root, 0, cb), 0, fmt.Sprintf("rank %d", r))
-			case c.kind == kindAllToAll:
-				put(r, s, pattern.Bytes(c.seed, r, 0, n*cb))
-				var all []byte
-				for k := range n {
-					all = append(all, pattern.Bytes(c.seed, k, uint64(r*cb), cb)...)
-				}
-				out(r, d, all, 0, fmt.Sprintf("rank %d", r))
-			case c.kind == kindGather:
-				put(r, s, pattern.Bytes(c.seed, r, 0, cb))
-				if r == c.root {
-					var all []byte
-					for k := range n {
-						all = append(all, pattern.Bytes(c.seed, k, 0, cb)...)
-					}
-					out(r, d, all, 0, fmt.Sprintf("root %d", r))
-				}
-			case c.kind == kindScatter:
-				if r == c.root {
-					put(r, s, pattern.Bytes(c.seed, r, 0, n*cb))
-				}
-				out(r, d, pattern.Bytes(c.seed, c.root, uint64(r*cb), cb), 0, fmt.Sprintf("rank %d", r))
-			case c.kind == kindSendRecv:
-				put(r, s, pattern.Bytes(c.seed, r, 0, cb))
-				from := ((r-c.shift)%n + n) % n
-				out(r, d, pattern.Bytes(c.seed, from, 0, cb), 0, fmt.Sprintf("rank %d from %d", r, from))
-			default:
-				return nil, fmt.Errorf("call %d: %s is not a call the suite knows", ci, c)
+		gathered := func(off uint64) []byte {
+			all := make([]byte, 0, n*cb)
+			for k := range n {
+				all = append(all, pattern.Bytes(c.seed, k, off, cb)...)
 			}
+			return all
+		}
+		s, d := g.send[ci][r], g.recv[ci][r]
+		switch {
+		case c.kind == kindColl && c.coll == kspace.AllReduce:
+			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
+			out(d, shared[ci], tol, fmt.Sprintf("rank %d", r))
+		case c.kind == kindColl && c.coll == kspace.Reduce:
+			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
+			if r == c.root {
+				out(d, shared[ci], tol, fmt.Sprintf("root %d", r))
+			}
+		case c.kind == kindColl && c.coll == kspace.ReduceScatter:
+			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, n*c.count))
+			out(d, pattern.Results(c.seed, c.ty, pop, n, scalar, uint64(r*c.count), c.count), tol, fmt.Sprintf("rank %d", r))
+		case c.kind == kindColl && c.coll == kspace.AllGather:
+			put(s, pattern.Bytes(c.seed, r, 0, cb))
+			out(d, gathered(0), 0, fmt.Sprintf("rank %d", r))
+		case c.kind == kindColl && c.coll == kspace.Broadcast:
+			if r == c.root {
+				put(s, pattern.Bytes(c.seed, r, 0, cb))
+			}
+			out(d, pattern.Bytes(c.seed, c.root, 0, cb), 0, fmt.Sprintf("rank %d", r))
+		case c.kind == kindAllToAll:
+			put(s, pattern.Bytes(c.seed, r, 0, n*cb))
+			out(d, gathered(uint64(r*cb)), 0, fmt.Sprintf("rank %d", r))
+		case c.kind == kindGather:
+			put(s, pattern.Bytes(c.seed, r, 0, cb))
+			if r == c.root {
+				out(d, gathered(0), 0, fmt.Sprintf("root %d", r))
+			}
+		case c.kind == kindScatter:
+			if r == c.root {
+				put(s, pattern.Bytes(c.seed, r, 0, n*cb))
+			}
+			out(d, pattern.Bytes(c.seed, c.root, uint64(r*cb), cb), 0, fmt.Sprintf("rank %d", r))
+		case c.kind == kindSendRecv:
+			put(s, pattern.Bytes(c.seed, r, 0, cb))
+			from := ((r-c.shift)%n + n) % n
+			out(d, pattern.Bytes(c.seed, from, 0, cb), 0, fmt.Sprintf("rank %d from %d", r, from))
 		}
 	}
-	for r := range n {
-		g.after[r] = bytes.Clone(g.before[r])
-		for _, o := range g.outs[r] {
-			copy(g.after[r][o.at:], o.want)
-		}
+	g.after[r] = bytes.Clone(g.before[r])
+	for _, o := range g.outs[r] {
+		copy(g.after[r][o.at:], o.want)
 	}
-	return g, nil
 }
 
 // enqueue adds rank r's part of call ci to grp; ops collects PreMulSum ops

@@ -196,7 +196,7 @@ func TestRandom(t *testing.T) {
 // expected arena passes its own check.
 func TestRandomPlansOnCPU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 200 {
+	for i := range 100 {
 		n := 2 + rng.IntN(7)
 		st := randomSettings[rng.IntN(len(randomSettings))]
 		var cs []call
