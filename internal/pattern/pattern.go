@@ -18,6 +18,7 @@
 package pattern
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -81,6 +82,11 @@ func FillBytes(b []byte, seed uint64, rank int, off uint64) {
 	for i < len(b) {
 		pos := off + uint64(i)
 		w := word(seed, rank, pos/8)
+		if pos%8 == 0 && len(b)-i >= 8 {
+			binary.LittleEndian.PutUint64(b[i:], w)
+			i += 8
+			continue
+		}
 		for k := pos % 8; k < 8 && i < len(b); k++ {
 			b[i] = byte(w >> (8 * k))
 			i++
