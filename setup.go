@@ -119,8 +119,12 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if err != nil {
 		return fail(err)
 	}
-	// Tuning and channels.
-	tp := tuneTopology(c.layout, c.gpu, blocksPerSM, s.cfg)
+	// Tuning and channels, from numbers every rank agrees on.
+	gpu := c.gpu
+	if gpu.SMCount, blocksPerSM, err = agreeResidency(ctx, net, gpu.SMCount, blocksPerSM); err != nil {
+		return fail(err)
+	}
+	tp := tuneTopology(c.layout, gpu, blocksPerSM, s.cfg)
 	c.tuner, err = tune.New(tp, s.cfg, c.kset.Available, tune.WithLogger(s.log.With("rank", rank)),
 		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
 	if err != nil {

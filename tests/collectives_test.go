@@ -1,8 +1,15 @@
 // Package tests is ncclgo's GPU correctness suite: every built collective,
 // reduction op, data type, algorithm and protocol, for several ranks sharing
-// one GPU or spread over several, odd and unaligned sizes, in-place and out-of-place, checked
-// against a host reference (exact for integers; for floats, the tolerance
-// that the reduction order implies).
+// one GPU or spread over several, odd and unaligned sizes, in-place and
+// out-of-place, randomized groups and placements (random_test.go). Data
+// comes from internal/pattern: bytes unique to (seed, rank, index) for the
+// data-moving calls, compared bit for bit, and non-periodic small integers
+// for the reductions, whose results are exact in every type and compared
+// bit for bit too (except a float Avg over a rank count that is not a
+// power of two, checked with the tolerance its rounding implies). Every
+// byte of every rank's buffer is checked after each group, so a write
+// outside an output, or one element past it, fails too. The seed changes
+// every run and is printed; NCCLGO_TEST_SEED replays it.
 //
 // It skips, with the reason, where there is no CUDA driver or no kernel
 // image. Knobs (environment):
@@ -13,6 +20,9 @@
 //	                    the (r mod len)-th of them, so with as many ranks as
 //	                    devices each rank has a GPU of its own; default "0"
 //	                    (every rank on device 0)
+//	NCCLGO_TEST_SEED    the data's seed (default: from the clock, printed)
+//	NCCLGO_RANDOM_BUDGET how long TestRandom draws groups (Go duration;
+//	                    default 30s, 10s with -test.short)
 package tests
 
 import (
@@ -20,10 +30,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -33,7 +45,7 @@ import (
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
-	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/internal/pattern"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 )
@@ -90,8 +102,9 @@ func rankDevices(devs []int, n int) []int {
 	return out
 }
 
-// world is one communicator of n ranks, placed on NCCLGO_TEST_DEVICES, with
-// a stream and buffers per rank in its own device's context.
+// world is one communicator of n ranks, placed on devices, with a stream
+// and buffers per rank in its own device's context. send is each rank's
+// arena for the group runner (calls_test.go); recv is a second buffer.
 type world struct {
 	t       *testing.T
 	comms   []*ncclgo.Comm
@@ -100,43 +113,81 @@ type world struct {
 	send    []cuda.DevicePtr
 	recv    []cuda.DevicePtr
 	size    uint64 // bytes of each buffer
+	hung    bool   // a group did not complete: abort before destroying
 }
 
+// newWorld places n ranks on NCCLGO_TEST_DEVICES (round-robin).
 func newWorld(t *testing.T, n int, algo, proto string, bufBytes uint64) *world {
 	t.Helper()
-	devs := rankDevices(testDevices(t), n)
+	opts := &ncclgo.Options{}
+	if algo != "" {
+		opts.Overrides.Algo = &algo
+	}
+	if proto != "" {
+		opts.Overrides.Proto = &proto
+	}
+	w, err := newWorldOn(t, rankDevices(testDevices(t), n), opts, bufBytes)
+	require.NoError(t, err)
+	return w
+}
+
+// newWorldOn creates a communicator over devs (rank r on devs[r]); the
+// world is closed when t's test ends.
+func newWorldOn(t *testing.T, devs []int, opts *ncclgo.Options, bufBytes uint64) (*world, error) {
 	w := &world{t: t, size: bufBytes}
 	t.Cleanup(w.close)
 	for _, d := range devs {
 		dev, err := cuda.GetDevice(d)
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		ctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		w.ctxs = append(w.ctxs, ctx)
 	}
-	opts := &ncclgo.Options{Overrides: config.Overrides{Algo: &algo, Proto: &proto}}
 	initCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	w.comms, err = ncclgo.InitAll(initCtx, devs, opts)
-	require.NoError(t, err)
-	for r := range n {
+	if w.comms, err = ncclgo.InitAll(initCtx, devs, opts); err != nil {
+		return nil, fmt.Errorf("InitAll over devices %v: %w", devs, err)
+	}
+	for r := range devs {
 		ctx := w.ctxs[r]
 		s, err := ctx.NewStream(true)
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
+		w.streams = append(w.streams, s)
 		a, err := ctx.MemAlloc(bufBytes)
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
+		w.send = append(w.send, a)
 		b, err := ctx.MemAlloc(bufBytes)
-		require.NoError(t, err)
-		w.streams, w.send, w.recv = append(w.streams, s), append(w.send, a), append(w.recv, b)
+		if err != nil {
+			return nil, err
+		}
+		w.recv = append(w.recv, b)
 	}
-	return w
+	return w, nil
 }
 
+// close destroys the world (aborting its communicators first when a group
+// hung, so that Destroy does not wait for it).
 func (w *world) close() {
-	for _, c := range w.comms {
-		require.NoError(w.t, c.Destroy())
+	if w.hung {
+		for _, c := range w.comms {
+			c.Abort()
+		}
 	}
+	for _, c := range w.comms {
+		if err := c.Destroy(); err != nil && !w.hung {
+			w.t.Errorf("Destroy: %v", err)
+		}
+	}
+	w.comms = nil
 	for i := range w.streams {
 		w.streams[i].Destroy()
 	}
@@ -149,46 +200,7 @@ func (w *world) close() {
 	for _, ctx := range w.ctxs {
 		ctx.Release()
 	}
-}
-
-func (w *world) sync() {
-	w.t.Helper()
-	for _, s := range w.streams {
-		require.NoError(w.t, s.Synchronize())
-	}
-	for _, c := range w.comms {
-		require.NoError(w.t, c.Err())
-	}
-}
-
-// upload copies b to p, an address in rank r's buffers.
-func (w *world) upload(r int, p cuda.DevicePtr, b []byte) {
-	if len(b) > 0 {
-		require.NoError(w.t, w.ctxs[r].MemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
-	}
-}
-
-// download reads n bytes at p, an address in rank r's buffers, and stops
-// the test if it cannot.
-func (w *world) download(r int, p cuda.DevicePtr, n int) []byte {
-	b := w.read(r, p, n)
-	if b == nil {
-		w.t.FailNow()
-	}
-	return b
-}
-
-// read is download for use off the test goroutine: a failed copy is
-// reported with Errorf and yields nil, which no check accepts.
-func (w *world) read(r int, p cuda.DevicePtr, n int) []byte {
-	b := make([]byte, n)
-	if n > 0 {
-		if err := w.ctxs[r].MemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(n)); err != nil {
-			w.t.Errorf("rank %d: reading %d bytes at %#x: %v", r, n, p, err)
-			return nil
-		}
-	}
-	return b
+	w.streams, w.send, w.recv, w.ctxs = nil, nil, nil, nil
 }
 
 // eachRank runs fn for every rank at once and waits for all of them.
@@ -198,23 +210,6 @@ func (w *world) eachRank(fn func(r int)) {
 		wg.Go(func() { fn(r) })
 	}
 	wg.Wait()
-}
-
-// settle waits for the uploads and the poisoning: they run on the legacy
-// stream, which the ranks' non-blocking streams do not wait for, and a
-// pageable upload may return before its data has reached the device.
-func (w *world) settle() {
-	w.t.Helper()
-	for _, ctx := range w.ctxs {
-		require.NoError(w.t, ctx.Synchronize())
-	}
-}
-
-func (w *world) poison() {
-	for i := range w.comms {
-		require.NoError(w.t, w.ctxs[i].MemsetD8(w.send[i], 0xa5, w.size))
-		require.NoError(w.t, w.ctxs[i].MemsetD8(w.recv[i], 0x5a, w.size))
-	}
 }
 
 // op is a reduction as the suite exercises it.
@@ -229,128 +224,12 @@ var ops = []op{
 	{"min", ncclgo.Min, 0}, {"avg", ncclgo.Avg, 0}, {"premulsum", ncclgo.Sum, 2},
 }
 
-// input is element i of rank r: small values whose sums and products are
-// exact in every type (fp8 gets 0/1 so sums stay representable).
-func input(t kspace.Type, o op, r, i int) float64 {
-	if o.name == "prod" {
-		return float64(1 + (r+i)%2)
-	}
-	if t == kspace.F8E4M3 || t == kspace.F8E5M2 {
-		return float64((r + i) % 2)
-	}
-	return float64((r*7+i)%3 + 1)
-}
-
-// reduce is the exact reduction of element i over n ranks.
-func reduce(t kspace.Type, o op, n, i int) float64 {
-	acc := 0.0
-	for r := range n {
-		v := input(t, o, r, i)
-		if o.scalar != 0 {
-			v *= o.scalar
-		}
-		switch {
-		case r == 0:
-			acc = v
-		case o.name == "prod":
-			acc *= v
-		case o.name == "max":
-			acc = math.Max(acc, v)
-		case o.name == "min":
-			acc = math.Min(acc, v)
-		default:
-			acc += v
-		}
-	}
-	if o.name == "avg" {
-		acc /= float64(n)
-		if t.IsInteger() {
-			acc = math.Floor(acc)
-		}
-	}
-	return acc
-}
-
 // tolerance for a float reduction over n ranks with value of magnitude v.
 func tolerance(t kspace.Type, o op, n int, v float64) float64 {
 	if t.IsInteger() {
 		return 0
 	}
 	return float64(n+1) * numfmt.Epsilon(t) * math.Max(1, math.Abs(v))
-}
-
-func fill(t kspace.Type, o op, r, count int) []byte {
-	var row [period]float64
-	for k := range row {
-		row[k] = input(t, o, r, k)
-	}
-	return tile(t, row, 0, count)
-}
-
-// tile encodes count elements of type t, element i being
-// tab[(phase+i)%period]: one period is encoded, then copied along.
-func tile(t kspace.Type, tab [period]float64, phase, count int) []byte {
-	var one [period]float64
-	for k := range one {
-		one[k] = tab[(phase+k)%period]
-	}
-	unit := numfmt.Encode(t, one[:])
-	out := make([]byte, count*t.Size())
-	for n := copy(out, unit); n < len(out); {
-		n += copy(out[n:], out[:n]) // out[:n] holds whole periods
-	}
-	return out
-}
-
-// period is how often the inputs repeat along a buffer: input depends on
-// i only through i%2 and i%3.
-const period = 6
-
-// table tabulates f over one period.
-func table(f func(i int) float64) (tab [period]float64) {
-	for k := range tab {
-		tab[k] = f(k)
-	}
-	return tab
-}
-
-// check compares got with want(i) (before rounding to t) and reports the
-// first few mismatches.
-func check(tb testing.TB, what string, t kspace.Type, got []byte, want func(i int) float64, tol func(v float64) float64) {
-	tb.Helper()
-	vals := numfmt.Decode(t, got)
-	bad := 0
-	var first []string
-	rounded := map[float64]float64{}
-	for i, g := range vals {
-		w0 := want(i)
-		w, ok := rounded[w0]
-		if !ok {
-			w = numfmt.Round(t, w0)
-			rounded[w0] = w
-		}
-		if math.Abs(g-w) > tol(w) || math.IsNaN(g) {
-			bad++
-			if len(first) < 4 {
-				first = append(first, fmt.Sprintf("[%d]=%v want %v", i, g, w))
-			}
-		}
-	}
-	if bad > 0 {
-		tb.Errorf("%s: %d of %d elements wrong: %s", what, bad, len(vals), strings.Join(first, ", "))
-	}
-}
-
-// checkPeriodic checks got against want(i) = tab[(phase+i)%period]. When
-// got is bit-for-bit the rounded expectation (the common case: the inputs
-// make most reductions exact) it costs a comparison; otherwise check looks
-// at every element with the tolerance.
-func checkPeriodic(tb testing.TB, what string, t kspace.Type, got []byte, tab [period]float64, phase int, tol func(v float64) float64) {
-	tb.Helper()
-	if bytes.Equal(got, tile(t, tab, phase, len(got)/t.Size())) {
-		return
-	}
-	check(tb, what, t, got, func(i int) float64 { return tab[(phase+i)%period] }, tol)
 }
 
 // offsetFor is the misalignment the suite applies: 2 bytes where the type
@@ -365,16 +244,13 @@ var configs = []config1{
 }
 
 // huge is the largest count the suite runs: AllReduce f32 sum and
-// AllGather u8 only, out-of-place, to keep the host reference cheap.
+// AllGather u8 only, out-of-place (TestHugeCollectives).
 const huge = 64 << 20
 
-func counts(coll kspace.Coll, t kspace.Type, o op, large bool) []int {
+func counts(coll kspace.Coll, t kspace.Type, o op) []int {
 	c := []int{0, 1, 7, 1023}
 	if o.name == "sum" || o.name == "max" {
 		c = append(c, 1<<20+3)
-	}
-	if large && o.name == "sum" && (coll == kspace.AllReduce && t == kspace.F32 || coll == kspace.AllGather && t == kspace.U8) {
-		c = append(c, huge)
 	}
 	return c
 }
@@ -400,28 +276,52 @@ func built(coll kspace.Coll, o op, t kspace.Type, algo kspace.Algo, proto kspace
 	return kernels.Available(f)
 }
 
+var (
+	seedOnce sync.Once
+	runSeed  uint64
+	seedErr  error
+)
+
+// suiteSeed is this run's data seed, printed once per test that uses it.
+func suiteSeed(t *testing.T) uint64 {
+	t.Helper()
+	seedOnce.Do(func() {
+		var fixed bool
+		runSeed, fixed, seedErr = pattern.Seed()
+		if seedErr == nil && !fixed {
+			fmt.Printf("data seed %d (replay with %s=%d)\n", runSeed, pattern.EnvSeed, runSeed)
+		}
+	})
+	require.NoError(t, seedErr)
+	t.Logf("data seed %d (replay with %s=%d)", runSeed, pattern.EnvSeed, runSeed)
+	return runSeed
+}
+
+// callSeq numbers the calls of the run, so that every call's data differs
+// from the previous one's.
+var callSeq atomic.Uint64
+
+func nextCallSeed(seed uint64) uint64 { return pattern.Mix(seed, callSeq.Add(1)) }
+
 func TestCollectives(t *testing.T) {
 	gpu(t)
-	large := os.Getenv("NCCLGO_TEST_LARGE") != "0"
+	seed := suiteSeed(t)
 	for _, n := range rankCounts(t) {
 		for _, cfg := range configs {
 			t.Run(fmt.Sprintf("ranks=%d/%s/%s", n, cfg.algo, cfg.proto), func(t *testing.T) {
-				runConfig(t, n, cfg, large)
+				runConfig(t, n, cfg, seed)
 			})
 		}
 	}
 }
 
-func runConfig(t *testing.T, n int, cfg config1, large bool) {
+func runConfig(t *testing.T, n int, cfg config1, seed uint64) {
 	proto, err := kspace.ParseProto(cfg.proto)
 	require.NoError(t, err)
 	tree := strings.Contains(cfg.algo, "tree")
-	// AllGather's output and ReduceScatter's input hold n chunks; the huge
-	// cases are f32 AllReduce (one chunk) and u8 AllGather (n bytes each).
-	bufBytes := uint64(1<<20+3)*8*uint64(n) + 64
-	if large {
-		bufBytes = max(bufBytes, uint64(huge)*uint64(max(4, n))+64)
-	}
+	// The arena holds a call's input and output with their guards:
+	// AllGather's output and ReduceScatter's input hold n chunks.
+	bufBytes := 2*(uint64(1<<20+3)*8*uint64(n)) + 4096
 	w := newWorld(t, n, cfg.algo, cfg.proto, bufBytes)
 	colls := []kspace.Coll{kspace.AllReduce}
 	if !tree {
@@ -445,15 +345,11 @@ func runConfig(t *testing.T, n int, cfg config1, large bool) {
 				if !built(coll, o, ty, algo, proto) {
 					continue
 				}
-				for _, count := range counts(coll, ty, o, large) {
-					if uint64(count*ty.Size()*n)+offsetFor(ty) > w.size {
-						continue
-					}
+				for _, count := range counts(coll, ty, o) {
 					for _, inPlace := range []bool{false, true} {
-						if inPlace && count == huge {
-							continue
-						}
-						runOne(t, w, coll, ty, o, count, inPlace)
+						c := call{kind: kindColl, coll: coll, ty: ty, o: o, count: count, inPlace: inPlace,
+							root: n / 2, mis: checks%2 == 0, seed: nextCallSeed(seed)}
+						runCalls(t, w, []call{c}, false)
 						checks++
 					}
 				}
@@ -464,10 +360,26 @@ func runConfig(t *testing.T, n int, cfg config1, large bool) {
 	require.Positive(t, checks, "no function of this configuration is in the kernel set")
 }
 
-func (w *world) redOp(c *ncclgo.Comm, o op, ty kspace.Type) ncclgo.RedOp {
-	if o.scalar == 0 {
-		return o.red
+// runCalls runs one group of calls on w and fails the test on any wrong
+// byte; a group that does not complete within a minute stops it.
+func runCalls(t *testing.T, w *world, calls []call, perRank bool) {
+	t.Helper()
+	g, err := planGroup(calls, len(w.comms), calls[0].seed)
+	require.NoError(t, err)
+	errs := g.run(w, perRank, time.Minute)
+	for _, err := range errs {
+		t.Errorf("%v", err)
 	}
+	if len(errs) > 0 {
+		t.Logf("group:%s", describe(calls))
+	}
+	if w.hung {
+		t.FailNow()
+	}
+}
+
+// newPreMulSum makes comm's PreMulSum op with o's scalar in ty.
+func (w *world) newPreMulSum(c *ncclgo.Comm, o op, ty kspace.Type) (ncclgo.RedOp, error) {
 	var scalar any
 	switch ncclgo.DataType(ty) {
 	case ncclgo.Float64:
@@ -477,142 +389,27 @@ func (w *world) redOp(c *ncclgo.Comm, o op, ty kspace.Type) ncclgo.RedOp {
 	default:
 		scalar = float32(o.scalar)
 	}
-	r, err := c.NewPreMulSum(scalar, ncclgo.DataType(ty))
-	require.NoError(w.t, err)
-	return r
-}
-
-func runOne(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, o op, count int, inPlace bool) {
-	n := len(w.comms)
-	es := ty.Size()
-	off := offsetFor(ty)
-	root := n / 2
-	what := fmt.Sprintf("%s %s %s count=%d inPlace=%v", coll, o.name, ty, count, inPlace)
-	w.poison()
-	send := make([]cuda.DevicePtr, n)
-	recv := make([]cuda.DevicePtr, n)
-	for r := range n {
-		send[r], recv[r] = w.send[r]+cuda.DevicePtr(off), w.recv[r]+cuda.DevicePtr(off)
-		switch {
-		case !inPlace:
-		case coll == kspace.AllGather:
-			send[r] = recv[r] + cuda.DevicePtr(r*count*es)
-		case coll == kspace.ReduceScatter:
-			recv[r] = send[r] + cuda.DevicePtr(r*count*es)
-		default:
-			send[r] = recv[r]
-		}
-		in := count
-		if coll == kspace.ReduceScatter {
-			in = count * n
-		}
-		w.upload(r, send[r], fill(ty, o, r, in))
-	}
-	w.settle()
-	g := ncclgo.NewGroup()
-	var redOps []ncclgo.RedOp
-	for r, c := range w.comms {
-		dt := ncclgo.DataType(ty)
-		red := w.redOp(c, o, ty)
-		redOps = append(redOps, red)
-		var err error
-		switch coll {
-		case kspace.AllReduce:
-			err = g.AllReduce(c, send[r], recv[r], count, dt, red, w.streams[r])
-		case kspace.ReduceScatter:
-			err = g.ReduceScatter(c, send[r], recv[r], count, dt, red, w.streams[r])
-		case kspace.Reduce:
-			err = g.Reduce(c, send[r], recv[r], count, dt, red, root, w.streams[r])
-		case kspace.AllGather:
-			err = g.AllGather(c, send[r], recv[r], count, dt, w.streams[r])
-		case kspace.Broadcast:
-			err = g.Broadcast(c, send[r], recv[r], count, dt, root, w.streams[r])
-		}
-		require.NoError(t, err, what)
-	}
-	require.NoError(t, g.End(), what)
-	w.sync()
-	for r, c := range w.comms {
-		if o.scalar != 0 {
-			require.NoError(t, c.DestroyRedOp(redOps[r]))
-		}
-	}
-	exact := func(float64) float64 { return 0 }
-	tol := func(v float64) float64 { return tolerance(ty, o, n, v) }
-	reduced := table(func(i int) float64 { return reduce(ty, o, n, i) })
-	inputs := make([][period]float64, n)
-	for r := range n {
-		inputs[r] = table(func(k int) float64 { return input(ty, o, r, k) })
-	}
-	// The ranks' results are read back and checked in parallel.
-	w.eachRank(func(r int) {
-		label := fmt.Sprintf("%s rank %d/%d", what, r, n)
-		switch coll {
-		case kspace.AllReduce:
-			checkPeriodic(t, label, ty, w.read(r, recv[r], count*es), reduced, 0, tol)
-		case kspace.Reduce:
-			if r == root {
-				checkPeriodic(t, label, ty, w.read(r, recv[r], count*es), reduced, 0, tol)
-			}
-		case kspace.ReduceScatter:
-			checkPeriodic(t, label, ty, w.read(r, recv[r], count*es), reduced, (r*count)%period, tol)
-		case kspace.AllGather:
-			got := w.read(r, recv[r], n*count*es)
-			for src := range n {
-				checkPeriodic(t, fmt.Sprintf("%s, block of rank %d", label, src), ty,
-					got[src*count*es:(src+1)*count*es], inputs[src], 0, exact)
-			}
-		case kspace.Broadcast:
-			checkPeriodic(t, label, ty, w.read(r, recv[r], count*es), inputs[root], 0, exact)
-		}
-	})
+	return c.NewPreMulSum(scalar, ncclgo.DataType(ty))
 }
 
 // TestSendRecv shifts data around the ring with grouped Send/Recv, and
-// checks AllToAll, for several sizes.
+// runs AllToAll, Gather and Scatter, for several sizes.
 func TestSendRecv(t *testing.T) {
 	gpu(t)
+	seed := suiteSeed(t)
 	for _, n := range rankCounts(t) {
 		if n < 2 {
 			continue
 		}
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			w := newWorld(t, n, "ring", "SIMPLE", (1<<20+3)*uint64(n)+64)
+			w := newWorld(t, n, "ring", "SIMPLE", 4*(1<<20+3)*uint64(n)+4096)
 			for _, count := range []int{0, 1, 7, 1023, 1<<20 + 3} {
-				w.poison()
-				for r := range n {
-					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, count))
+				for _, shift := range []int{1, n - 1} {
+					runCalls(t, w, []call{{kind: kindSendRecv, ty: kspace.U8, count: count, shift: shift, mis: true, seed: nextCallSeed(seed)}}, false)
 				}
-				w.settle()
-				g := ncclgo.NewGroup()
-				for r, c := range w.comms {
-					require.NoError(t, g.Send(c, w.send[r], count, ncclgo.Uint8, (r+1)%n, w.streams[r]))
-					require.NoError(t, g.Recv(c, w.recv[r]+2, count, ncclgo.Uint8, (r+n-1)%n, w.streams[r]))
-				}
-				require.NoError(t, g.End())
-				w.sync()
-				for r := range n {
-					from := (r + n - 1) % n
-					check(t, fmt.Sprintf("sendrecv count=%d rank %d", count, r), kspace.U8, w.download(r, w.recv[r]+2, count),
-						func(i int) float64 { return input(kspace.U8, ops[0], from, i) }, func(float64) float64 { return 0 })
-				}
-
-				// AllToAll: block j of rank r goes to rank j, landing at block r.
 				per := count / n
-				for r := range n {
-					w.upload(r, w.send[r], fill(kspace.U8, ops[0], r, per*n))
-				}
-				w.settle()
-				g = ncclgo.NewGroup()
-				for r, c := range w.comms {
-					require.NoError(t, g.AllToAll(c, w.send[r], w.recv[r], per, ncclgo.Uint8, w.streams[r]))
-				}
-				require.NoError(t, g.End())
-				w.sync()
-				for r := range n {
-					check(t, fmt.Sprintf("alltoall per=%d rank %d", per, r), kspace.U8, w.download(r, w.recv[r], per*n),
-						func(i int) float64 { return input(kspace.U8, ops[0], i/max(per, 1), r*per+i%max(per, 1)) },
-						func(float64) float64 { return 0 })
+				for _, kind := range []int{kindAllToAll, kindGather, kindScatter} {
+					runCalls(t, w, []call{{kind: kind, ty: kspace.U8, count: per, root: n - 1, seed: nextCallSeed(seed)}}, false)
 				}
 			}
 		})
@@ -680,9 +477,12 @@ func TestSendRecvSizeMismatch(t *testing.T) {
 	gpu(t)
 	const sent, room = 1 << 20, 1 << 19
 	w := newWorld(t, 2, "ring", "SIMPLE", sent+64)
-	w.poison()
-	w.upload(0, w.send[0], fill(kspace.U8, ops[0], 0, sent))
-	w.settle()
+	poison := pattern.Bytes(pattern.Mix(suiteSeed(t), 0x5e), 1, 0, sent)
+	require.NoError(t, w.ctxs[0].MemcpyHtoD(w.send[0], unsafe.Pointer(&pattern.Bytes(1, 0, 0, sent)[0]), sent))
+	require.NoError(t, w.ctxs[1].MemcpyHtoD(w.recv[1], unsafe.Pointer(&poison[0]), sent))
+	for _, ctx := range w.ctxs {
+		require.NoError(t, ctx.Synchronize())
+	}
 	g := ncclgo.NewGroup()
 	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, ncclgo.Uint8, 1, w.streams[0]))
 	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, ncclgo.Uint8, 0, w.streams[1]))
@@ -695,10 +495,126 @@ func TestSendRecvSizeMismatch(t *testing.T) {
 	t.Logf("sender: %v", err0)
 	// What lands inside the receive buffer is unspecified (each channel
 	// carries its own share of each side's count); nothing may land past it.
-	got := w.download(1, w.recv[1], sent)
+	got := make([]byte, sent)
+	require.NoError(t, w.ctxs[1].MemcpyDtoH(unsafe.Pointer(&got[0]), w.recv[1], sent))
 	for i := room; i < sent; i++ {
-		if got[i] != 0x5a {
+		if got[i] != poison[i] {
 			t.Fatalf("byte %d past the receive buffer was written (%#x)", i, got[i])
 		}
 	}
+}
+
+// hugePeriod is the period, in elements, of the huge cases' inputs: the
+// host generates one period per rank and the device copies it along.
+const hugePeriod = 1 << 20
+
+// TestHugeCollectives runs AllReduce f32 sum and AllGather u8 of huge
+// elements per rank (NCCLGO_TEST_LARGE=0 skips them). Their inputs are
+// patterns periodic over hugePeriod elements (so unique per rank, and no
+// shift of fewer than hugePeriod elements hides); the check reads windows
+// at both ends, around every block boundary and at random places, plus the
+// guard bytes past the end.
+func TestHugeCollectives(t *testing.T) {
+	gpu(t)
+	if os.Getenv("NCCLGO_TEST_LARGE") == "0" {
+		t.Skip("NCCLGO_TEST_LARGE=0")
+	}
+	seed := suiteSeed(t)
+	for _, n := range rankCounts(t) {
+		for _, cfg := range configs {
+			t.Run(fmt.Sprintf("ranks=%d/%s/%s", n, cfg.algo, cfg.proto), func(t *testing.T) {
+				proto, err := kspace.ParseProto(cfg.proto)
+				require.NoError(t, err)
+				algo := kspace.Ring
+				if strings.Contains(cfg.algo, "tree") {
+					algo = kspace.Tree
+				}
+				w := newWorld(t, n, cfg.algo, cfg.proto, uint64(huge)*uint64(max(4, n))+2*pattern.Guard)
+				if built(kspace.AllReduce, ops[0], kspace.F32, algo, proto) {
+					runHuge(t, w, kspace.AllReduce, kspace.F32, nextCallSeed(seed))
+				}
+				if algo == kspace.Ring && built(kspace.AllGather, ops[0], kspace.U8, algo, proto) {
+					runHuge(t, w, kspace.AllGather, kspace.U8, nextCallSeed(seed))
+				}
+			})
+		}
+	}
+}
+
+func runHuge(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, seed uint64) {
+	n, es := len(w.comms), ty.Size()
+	in := func(r int, off uint64, k int) []byte {
+		if coll == kspace.AllReduce {
+			return pattern.Encoded(seed, ty, pattern.Sum, n, r, off, k)
+		}
+		return pattern.Bytes(seed, r, off, k)
+	}
+	outBytes := huge * es
+	if coll == kspace.AllGather {
+		outBytes *= n
+	}
+	guard := pattern.Bytes(pattern.Mix(seed, 0x9a), 0, 0, pattern.Guard)
+	for r := range n {
+		one := in(r, 0, hugePeriod)
+		require.NoError(t, w.ctxs[r].MemcpyHtoD(w.send[r], unsafe.Pointer(&one[0]), uint64(len(one))))
+		for have := len(one); have < huge*es; have *= 2 {
+			require.NoError(t, w.ctxs[r].MemcpyDtoD(w.send[r]+cuda.DevicePtr(have), w.send[r], uint64(min(have, huge*es-have))))
+		}
+		require.NoError(t, w.ctxs[r].MemcpyHtoD(w.recv[r]+cuda.DevicePtr(outBytes), unsafe.Pointer(&guard[0]), pattern.Guard))
+		require.NoError(t, w.ctxs[r].Synchronize())
+	}
+	g := ncclgo.NewGroup()
+	for r, c := range w.comms {
+		if coll == kspace.AllReduce {
+			require.NoError(t, g.AllReduce(c, w.send[r], w.recv[r], huge, ncclgo.DataType(ty), ncclgo.Sum, w.streams[r]))
+		} else {
+			require.NoError(t, g.AllGather(c, w.send[r], w.recv[r], huge, ncclgo.DataType(ty), w.streams[r]))
+		}
+	}
+	require.NoError(t, g.End())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, c := range w.comms {
+		if err := c.Wait(ctx); err != nil {
+			w.hung = ctx.Err() != nil
+			t.Fatalf("%s %s count=%d: %v", coll, ty, huge, err)
+		}
+	}
+	// want returns output bytes [off, off+k) (k within one block).
+	want := func(off, k int) []byte {
+		if coll == kspace.AllReduce {
+			return pattern.Results(seed, ty, pattern.Sum, n, 1, uint64(off/es%hugePeriod), k/es)
+		}
+		b := off / (huge * es)
+		return in(b, uint64(off%(huge*es)%hugePeriod), k)
+	}
+	const win = 1 << 16
+	starts := []int{0, outBytes - win}
+	for b := 1; b < outBytes/(huge*es); b++ {
+		starts = append(starts, b*huge*es-win, b*huge*es)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for range 16 {
+		starts = append(starts, rng.IntN(outBytes/win)*win)
+	}
+	w.eachRank(func(r int) {
+		for _, s := range starts {
+			// Windows never straddle a period or a block: both are
+			// multiples of win.
+			got := make([]byte, win)
+			if err := w.ctxs[r].MemcpyDtoH(unsafe.Pointer(&got[0]), w.recv[r]+cuda.DevicePtr(s), win); err != nil {
+				t.Errorf("rank %d: %v", r, err)
+				return
+			}
+			if err := pattern.CompareBare(fmt.Sprintf("%s %s rank %d bytes [%d, %d)", coll, ty, r, s, s+win), got, want(s, win), es); err != nil {
+				t.Error(err)
+			}
+		}
+		got := make([]byte, pattern.Guard)
+		if err := w.ctxs[r].MemcpyDtoH(unsafe.Pointer(&got[0]), w.recv[r]+cuda.DevicePtr(outBytes), pattern.Guard); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		} else if !bytes.Equal(got, guard) {
+			t.Errorf("%s %s rank %d: the %d bytes past the output changed", coll, ty, r, pattern.Guard)
+		}
+	})
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/internal/pattern"
 )
 
 // dataType has nccl.h's ncclDataType_t values.
@@ -67,13 +69,32 @@ func parseOp(s string) (redOp, error) {
 	return 0, fmt.Errorf("-o %q: unknown reduction op; valid ops are %s", s, strings.Join(opNames, ", "))
 }
 
-// fillValue is the value of element i on rank r: small non-negative
-// integers, exact in every type, whose sums and products stay exact too.
-func fillValue(r, i int, op redOp) float64 {
-	if op == opProd {
-		return float64(1 + (r+i)%2)
+// dataSeed is the seed of the check's data: NCCLGO_TEST_SEED, or drawn
+// from the clock; printed (as a comment line) the first time data is made.
+var dataSeed = sync.OnceValue(func() uint64 {
+	seed, fixed, err := pattern.Seed()
+	switch {
+	case err != nil:
+		fmt.Printf("# data seed %d (ignoring %v)\n", seed, err)
+	case fixed:
+		fmt.Printf("# data seed %d (%s)\n", seed, pattern.EnvSeed)
+	default:
+		fmt.Printf("# data seed %d (replay with %s=%d)\n", seed, pattern.EnvSeed, seed)
 	}
-	return float64((r*7+i)%3 + 1)
+	return seed
+})
+
+// fillValue is the value of element i on rank r: pseudo-random small
+// positive integers (1..3; 1 or 2 for prod), exact in every type with sums
+// and products that stay exact too, unique to (seed, r, i mod fillChunk):
+// no other rank's data and no shift of fewer than fillChunk elements
+// matches them. The period lets fill upload one chunk and copy it along.
+func fillValue(r, i int, op redOp) float64 {
+	h := pattern.Uint64(dataSeed(), r, uint64(i%fillChunk))
+	if op == opProd {
+		return float64(1 + h%2)
+	}
+	return float64(1 + h%3)
 }
 
 func encode(t dataType, vals []float64) []byte { return numfmt.Encode(kspace.Type(t), vals) }

@@ -473,10 +473,10 @@ func (c *config) sendCount(count int64) int64 {
 }
 
 // fillChunk is the most elements of one rank's input that the host encodes
-// and uploads; a multiple of fillValue's period (6).
+// and uploads; fillValue is periodic over it.
 const fillChunk = 6 << 16
 
-// fill writes every rank's input: fillValue is periodic in i (period 6), so
+// fill writes every rank's input: fillValue is periodic in i (period fillChunk), so
 // the host uploads at most fillChunk elements and the device doubles them
 // to the full count.
 func (c *config) fill(ranks []rankBuffers, send []cuda.DevicePtr, count int64) error {

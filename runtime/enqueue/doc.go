@@ -3,7 +3,10 @@
 // over a Comm description) asks the tuner how to run each task, splits it
 // into per-channel work descriptors (generated.DevWork), orders them so that
 // every rank processes the same works in the same order on every channel,
-// and packs them into launches (Plan). Launcher then runs a plan on a CUDA
+// and packs them into one launch per group (Plan; more only past
+// MaxWorksPerLaunch works): collectives in call order, then point-to-point
+// operations, whatever their functions, since a kernel runs the works of
+// other functions through the device function table. Launcher then runs a plan on a CUDA
 // stream: the work FIFO copy when the works do not fit in the kernel
 // arguments, the self copies, and the kernel itself.
 //

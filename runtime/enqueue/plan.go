@@ -111,7 +111,8 @@ type Decision struct {
 
 // Launch is one kernel launch of a plan.
 type Launch struct {
-	// Func is the function whose kernel to launch (the first work's), and
+	// Func is the function whose kernel to launch (the first work's; the
+	// kernel runs the other works through the device function table), and
 	// Kernel that kernel's index in generated.Kernels.
 	Func   kspace.Func
 	Kernel int
@@ -270,6 +271,16 @@ type chanWork struct {
 
 // Build plans the tasks of one rank. Collectives keep their order and come
 // before point-to-point operations. It never launches anything.
+//
+// All the works of a group go into one launch (more only past
+// MaxWorksPerLaunch works): its kernel runs the works of other functions
+// through the device function table. A group is thus one kernel per rank,
+// as in NCCL. Several launches per rank would make each rank's later
+// launches wait on its earlier ones in stream order, and ranks that share
+// a GPU would then depend on the GPU scheduling their streams' kernels
+// side by side in a particular interleaving; with one launch per group the
+// blocks of every co-located rank need only be resident at once, which the
+// residency cap (runtime/tune) guarantees.
 func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error) {
 	var p Plan
 	if c.NRanks < 1 || c.Rank < 0 || c.Rank >= c.NRanks {
@@ -284,9 +295,9 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 	if lookup == nil {
 		lookup = GeneratedLookup
 	}
-	// Collectives, grouped into launches of one kernel. The works of the
-	// launch being filled are curWorks[start:]; planColl appends a task's
-	// works after them, and they move to a new launch when they do not fit.
+	// Collectives, grouped into launches. The works of the launch being
+	// filled are curWorks[start:]; planColl appends a task's works after
+	// them, and they move to a new launch only when they do not fit.
 	var cur Launch
 	open := false
 	var curWorks []chanWork
@@ -327,27 +338,40 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 		}
 		for i := range ws {
 			ws[i].w.FuncId = uint16(id)
-			ws[i].key = [3]int{ti, 0, 0}
+			ws[i].key = [3]int{0, ti, 0}
 		}
-		if open && (cur.Kernel != kern || len(curWorks)-start > MaxWorksPerLaunch) {
+		if open && len(curWorks)-start > MaxWorksPerLaunch {
 			flush(before)
 		}
 		if !open {
 			cur, open = Launch{Func: fn, Kernel: kern}, true
 		}
 	}
-	flush(len(curWorks))
 	if len(p2p) > 0 {
-		l, cps, decs, err := planP2P(c, p2p, choose, lookup)
+		ws, cps, decs, err := planP2P(c, p2p, choose, lookup)
 		if err != nil {
 			return Plan{}, err
 		}
 		p.Copies = append(p.Copies, cps...)
 		p.Decisions = append(p.Decisions, decs...)
-		if l != nil {
-			p.Launches = append(p.Launches, *l)
+		if len(ws) > 0 {
+			// Point-to-point works join the collectives' launch (their
+			// keys (d, i, j), d >= 1, sort after the collectives' (0, ti,
+			// 0) on every channel) unless that would overflow it.
+			if open && len(curWorks)-start+len(ws) > MaxWorksPerLaunch {
+				flush(len(curWorks))
+			}
+			if !open {
+				_, kern, err := lookup(kspace.SendRecvFunc)
+				if err != nil {
+					return Plan{}, err
+				}
+				cur, open = Launch{Func: kspace.SendRecvFunc, Kernel: kern}, true
+			}
+			curWorks = append(curWorks, ws...)
 		}
 	}
+	flush(len(curWorks))
 	return p, nil
 }
 
@@ -457,7 +481,7 @@ type p2pPart struct {
 }
 
 // planP2P pairs and splits the point-to-point tasks (see the package doc).
-func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, []Copy, []Decision, error) {
+func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWork, []Copy, []Decision, error) {
 	n := c.NRanks
 	sends := make([][]Task, n) // by peer, in call order, empty ones dropped
 	recvs := make([][]Task, n)
@@ -551,7 +575,7 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, 
 	if len(ws) > MaxWorksPerLaunch {
 		return nil, nil, nil, fmt.Errorf("enqueue: %w: %d point-to-point works in one group, at most %d", ErrInvalidPlan, len(ws), MaxWorksPerLaunch)
 	}
-	id, kern, err := lookup(kspace.SendRecvFunc)
+	id, _, err := lookup(kspace.SendRecvFunc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -561,7 +585,5 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (*Launch, 
 			ws[i].nt = 512
 		}
 	}
-	l := &Launch{Func: kspace.SendRecvFunc, Kernel: kern}
-	finishLaunch(l, ws)
-	return l, copies, decs, nil
+	return ws, copies, decs, nil
 }

@@ -195,12 +195,56 @@ func TestAggregationAndWorkFIFO(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, p.Launches[0].Inline())
 
-	// A different kernel starts a new launch; the order is kept.
+	// Works of other kernels join the launch (the kernel runs them
+	// through the function table); every channel keeps the call order.
 	mixed := []Task{tasks[0], {Coll: kspace.AllGather, Send: 1, Recv: 2, Count: 10, Type: kspace.U8}, tasks[1]}
 	p, err = Build(comm, mixed, ring(2), nil)
 	require.NoError(t, err)
-	require.Len(t, p.Launches, 3)
-	assert.Equal(t, kspace.AllGather, p.Launches[1].Func.Coll)
+	require.Len(t, p.Launches, 1, "one launch per group")
+	l = p.Launches[0]
+	assert.Equal(t, kspace.AllReduce, l.Func.Coll, "the first work's kernel")
+	assert.Equal(t, []uint64{0x1000, 1, 0x2000, 0x1000, 0x2000}, sendbuffs(l.Works))
+}
+
+func sendbuffs(ws []generated.DevWork) []uint64 {
+	var out []uint64
+	for _, w := range ws {
+		out = append(out, w.Sendbuff)
+	}
+	return out
+}
+
+// TestOneLaunchPerGroup: collectives and point-to-point operations of one
+// group share one launch, the collectives first on every channel; only
+// more than MaxWorksPerLaunch works split it, at a task boundary.
+func TestOneLaunchPerGroup(t *testing.T) {
+	comm := Comm{Rank: 0, NRanks: 3, NChannels: 4, P2PChannelsPerPeer: 1}
+	tasks := []Task{
+		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 0x9000, Count: 100},
+		{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x1000, Count: 3, Type: kspace.I32, Op: kspace.Sum},
+		{Coll: kspace.SendRecv, Peer: 2, Recv: 0xa000, Count: 100},
+		{Coll: kspace.ReduceScatter, Send: 0x2000, Recv: 0x3000, Count: 1, Type: kspace.I32, Op: kspace.Sum},
+	}
+	p, err := Build(comm, tasks, ring(1), nil)
+	require.NoError(t, err)
+	require.Len(t, p.Launches, 1)
+	l := p.Launches[0]
+	// Distance 1 (send to 1, receive from 2) uses channel 0, after the
+	// two collectives.
+	assert.Equal(t, []uint64{0x1000, 0x2000, 0x9000}, sendbuffs(l.Works))
+	assert.EqualValues(t, 0xa000, l.Works[2].Recvbuff)
+	assert.EqualValues(t, 512, l.NThreads)
+
+	// Past MaxWorksPerLaunch works the launch splits between tasks.
+	var many []Task
+	for i := range MaxWorksPerLaunch/4 + 1 {
+		many = append(many, Task{Coll: kspace.AllReduce, Send: uint64(i + 1), Recv: uint64(i + 1), Count: 1 << 20, Type: kspace.F32, Op: kspace.Sum})
+	}
+	p, err = Build(comm, many, ring(4), nil)
+	require.NoError(t, err)
+	require.Len(t, p.Launches, 2)
+	assert.Len(t, p.Launches[0].Works, 4*(MaxWorksPerLaunch/4))
+	assert.Len(t, p.Launches[1].Works, 4)
 }
 
 func TestNWarpsAndMinThreads(t *testing.T) {

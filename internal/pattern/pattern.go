@@ -1,0 +1,266 @@
+// Package pattern makes test data that cannot hide a misplaced block, and
+// checks outputs against it.
+//
+// Data-movement collectives (AllGather, Broadcast, AllToAll, Send/Recv,
+// ...) carry Bytes: pseudo-random bytes unique to (seed, rank, byte index),
+// so that a block that lands at the wrong rank's place or shifted by any
+// number of elements differs from what is expected almost everywhere.
+// Reductions carry Inputs: pseudo-random small integers per (seed, rank,
+// element index), not periodic, drawn from ranges in which every partial
+// sum or product over the ranks is exact in the element type (fp8, half
+// and bfloat16 included), so that Result, rounded to the type, is the
+// device's answer bit for bit (Exact says when it is not: a float Avg over
+// a rank count that is not a power of two).
+//
+// A run draws one seed (Seed: NCCLGO_TEST_SEED, or the clock), prints it,
+// and derives one seed per call with Mix, so that an element left over from
+// the previous call differs from the expected one too.
+package pattern
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/internal/numfmt"
+)
+
+// EnvSeed names the environment variable that fixes the seed of a run.
+const EnvSeed = "NCCLGO_TEST_SEED"
+
+// Seed returns the seed of this run: NCCLGO_TEST_SEED when it is set (a
+// decimal or 0x-prefixed unsigned integer), else one drawn from the clock.
+// fixed reports which.
+func Seed() (seed uint64, fixed bool, err error) {
+	if s, ok := os.LookupEnv(EnvSeed); ok && s != "" {
+		v, err := strconv.ParseUint(s, 0, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("pattern: %s=%q: want an unsigned integer (decimal or 0x hex): %w", EnvSeed, s, err)
+		}
+		return v, true, nil
+	}
+	return mix64(uint64(time.Now().UnixNano())), false, nil
+}
+
+// mix64 is splitmix64's finalizer: a bijection of uint64 that spreads
+// every input bit over every output bit.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Mix derives a seed from seed and vs (a call index, a purpose): distinct
+// inputs give unrelated seeds.
+func Mix(seed uint64, vs ...uint64) uint64 {
+	h := mix64(seed)
+	for _, v := range vs {
+		h = mix64(h ^ bits.RotateLeft64(v, 17) ^ 0x2545f4914f6cdd1d)
+	}
+	return h
+}
+
+// word is the 64-bit word number w of rank's stream under seed.
+func word(seed uint64, rank int, w uint64) uint64 {
+	return mix64(seed ^ mix64(uint64(rank)+0x632be59bd9b4e019) ^ w*0xd6e8feb86659fd93)
+}
+
+// Uint64 is word i of rank's pseudo-random stream under seed (Bytes are
+// its little-endian bytes): for data of a caller's own shape.
+func Uint64(seed uint64, rank int, i uint64) uint64 { return word(seed, rank, i) }
+
+// FillBytes writes bytes off .. off+len(b)-1 of rank's data under seed
+// into b.
+func FillBytes(b []byte, seed uint64, rank int, off uint64) {
+	i := 0
+	for i < len(b) {
+		pos := off + uint64(i)
+		w := word(seed, rank, pos/8)
+		if pos%8 == 0 && len(b)-i >= 8 {
+			binary.LittleEndian.PutUint64(b[i:], w)
+			i += 8
+			continue
+		}
+		for k := pos % 8; k < 8 && i < len(b); k++ {
+			b[i] = byte(w >> (8 * k))
+			i++
+		}
+	}
+}
+
+// Bytes returns n bytes of rank's data under seed, starting at byte off.
+func Bytes(seed uint64, rank int, off uint64, n int) []byte {
+	b := make([]byte, n)
+	FillBytes(b, seed, rank, off)
+	return b
+}
+
+// Op is a reduction as the patterns know it.
+type Op int
+
+// The reductions. PreMulSum is Sum with a scalar (see Result).
+const (
+	Sum Op = iota
+	Prod
+	Max
+	Min
+	Avg
+)
+
+var opNames = [...]string{"sum", "prod", "max", "min", "avg"}
+
+func (o Op) String() string {
+	if o < 0 || int(o) >= len(opNames) {
+		return fmt.Sprintf("Op(%d)", int(o))
+	}
+	return opNames[o]
+}
+
+// exactLimit is the largest E such that every integer in [-E, E] (or
+// [0, E] for unsigned types) is exact in t, halved for the integer types
+// so that a PreMulSum scalar of 2 cannot overflow; capped at 2^20.
+func exactLimit(t kspace.Type) int64 {
+	switch t {
+	case kspace.I8:
+		return 63
+	case kspace.U8:
+		return 127
+	case kspace.F16:
+		return 2048
+	case kspace.BF16:
+		return 256
+	case kspace.F8E4M3:
+		return 16
+	case kspace.F8E5M2:
+		return 8
+	}
+	return 1 << 20
+}
+
+func signed(t kspace.Type) bool {
+	switch t {
+	case kspace.U8, kspace.U32, kspace.U64:
+		return false
+	}
+	return true
+}
+
+// Range returns the interval [lo, hi] that Sum, Max, Min and Avg inputs of
+// t over nRanks ranks are drawn from: every partial sum of nRanks of them,
+// and twice it (a PreMulSum scalar of 2), is an exact integer in t.
+func Range(t kspace.Type, nRanks int) (lo, hi int64) {
+	hi = max(1, exactLimit(t)/int64(max(nRanks, 1)))
+	if signed(t) {
+		return -hi, hi
+	}
+	return 0, hi
+}
+
+// Input is element i of rank's input to a reduction op of type t over
+// nRanks ranks, under seed.
+//
+// Sum and Avg inputs are uniform over Range. For Max (Min), one rank,
+// drawn per index, holds a value drawn from Range and the others values
+// at most (at least) it, so that the result is as random as an input
+// rather than nearly always the end of the range. Prod inputs are ±1 or
+// ±2 (1 or 2 unsigned) with zero, one or two ranks, drawn per index,
+// holding a 2, so that products stay within 4 in magnitude.
+func Input(seed uint64, t kspace.Type, op Op, nRanks, rank int, i uint64) float64 {
+	h := word(seed, rank, i)
+	g := word(seed, -1, i) // per index, the same on every rank
+	n := uint64(max(nRanks, 1))
+	if op == Prod {
+		v := 1.0
+		k := g % 3
+		if k >= 1 && uint64(rank) == (g>>8)%n || k == 2 && uint64(rank) == (g>>40)%n {
+			v = 2
+		}
+		if signed(t) && h&1 == 1 {
+			v = -v
+		}
+		return v
+	}
+	lo, hi := Range(t, nRanks)
+	span := uint64(hi - lo + 1)
+	if op == Max || op == Min {
+		top := lo + int64((g>>8)%span) // the result
+		if uint64(rank) == g%n {
+			return float64(top)
+		}
+		if op == Max {
+			return float64(lo + int64(h%uint64(top-lo+1)))
+		}
+		return float64(top + int64(h%uint64(hi-top+1)))
+	}
+	return float64(lo + int64(h%span))
+}
+
+// Inputs returns n consecutive inputs from element off (see Input).
+func Inputs(seed uint64, t kspace.Type, op Op, nRanks, rank int, off uint64, n int) []float64 {
+	out := make([]float64, n)
+	for k := range out {
+		out[k] = Input(seed, t, op, nRanks, rank, off+uint64(k))
+	}
+	return out
+}
+
+// Encoded is Inputs encoded as elements of t.
+func Encoded(seed uint64, t kspace.Type, op Op, nRanks, rank int, off uint64, n int) []byte {
+	return numfmt.Encode(t, Inputs(seed, t, op, nRanks, rank, off, n))
+}
+
+// Result is the reduction of element i over the nRanks ranks' inputs: each
+// input multiplied by scalar first (a PreMulSum; pass 1 otherwise), Avg
+// dividing the sum by nRanks (towards zero for the integer types, as the
+// device does).
+func Result(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uint64) float64 {
+	var acc float64
+	for r := range nRanks {
+		v := Input(seed, t, op, nRanks, r, i) * scalar
+		switch {
+		case r == 0:
+			acc = v
+		case op == Prod:
+			acc *= v
+		case op == Max:
+			acc = math.Max(acc, v)
+		case op == Min:
+			acc = math.Min(acc, v)
+		default:
+			acc += v
+		}
+	}
+	if op == Avg {
+		acc /= float64(nRanks)
+		if t.IsInteger() {
+			acc = math.Trunc(acc)
+		}
+	}
+	return acc
+}
+
+// Results returns n consecutive results from element off, encoded in t.
+func Results(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off uint64, n int) []byte {
+	vals := make([]float64, n)
+	for k := range vals {
+		vals[k] = Result(seed, t, op, nRanks, scalar, off+uint64(k))
+	}
+	return numfmt.Encode(t, vals)
+}
+
+// Exact reports whether the device's result is Result rounded to t bit for
+// bit. Only a float Avg over a rank count that is not a power of two is
+// not: the device multiplies every input by 1/nRanks rounded to t, and the
+// rounding depends on the order of the additions.
+func Exact(t kspace.Type, op Op, nRanks int) bool {
+	if op != Avg || t.IsInteger() {
+		return true
+	}
+	return nRanks > 0 && nRanks&(nRanks-1) == 0
+}
