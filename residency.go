@@ -84,6 +84,16 @@ func (c *Comm) joinResidency(ctx context.Context, blocksPerSM int) error {
 	return nil
 }
 
+// mpsSMs is the share of smCount SMs this process may use under MPS
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); smCount when unset or malformed
+// (joinResidency reports a malformed value).
+func mpsSMs(smCount int) int {
+	if n, err := residency.Budget(smCount, 1, os.Getenv(residency.EnvMPSPercent)); err == nil {
+		return n
+	}
+	return smCount
+}
+
 // gpuName names a GPU on the ledger: its PCI bus id, else its ordinal.
 func gpuName(p residencyInfo) string {
 	if p.BusID != "" {

@@ -74,3 +74,12 @@ func TestGPUName(t *testing.T) {
 	assert.Equal(t, "0000:1b:00.0", gpuName(residencyInfo{Device: 3, BusID: "0000:1b:00.0"}))
 	assert.Equal(t, "3", gpuName(residencyInfo{Device: 3}))
 }
+
+func TestMPSShare(t *testing.T) {
+	t.Setenv(residency.EnvMPSPercent, "")
+	assert.Equal(t, 132, mpsSMs(132))
+	t.Setenv(residency.EnvMPSPercent, "25")
+	assert.Equal(t, 33, mpsSMs(132), "a quarter of the SMs")
+	t.Setenv(residency.EnvMPSPercent, "lots")
+	assert.Equal(t, 132, mpsSMs(132), "malformed: joinResidency reports it")
+}

@@ -91,9 +91,14 @@
 //     clients sharing a GPU add up to at most 100. MPS then confines each
 //     client to its share of the SMs, the clients' blocks never compete,
 //     and each process's ledger is exact for its share: Budget scales the
-//     SM count by the percentage it reads from the environment
-//     (MPSBudget). This is the supported way, and it is tested on the CPU
-//     (the budget arithmetic).
+//     SM count by the percentage the process finds in its environment
+//     (and the launch path sizes channels from the same scaled count). The
+//     scaling applies to the SM count the driver reports, so it is safe
+//     whether or not that count already reflects the limit (at worst it
+//     uses fewer channels than it could). A limit set only in the control
+//     daemon (set_active_thread_percentage) is not seen: give the clients
+//     the variable too. The budget arithmetic is tested on the CPU; the
+//     multi-process run needs MPS on the GPU machine.
 //   - A ledger shared by the processes: the same state (budget, use, FIFO
 //     of waiters, per-lease completions) in a shared-memory segment keyed
 //     by the GPU's UUID, under a process-shared lock, with completions as

@@ -456,3 +456,28 @@ func TestConcurrentNeverOverBudget(t *testing.T) {
 	assert.Empty(t, l.queue)
 	l.mu.Unlock()
 }
+
+// A rank that leaves while its launch still runs (Destroy could not stop
+// its kernels) keeps its blocks counted until the launch ends.
+func TestLeaveKeepsRunningLaunches(t *testing.T) {
+	l := New()
+	local := map[string]int{"0": 1}
+	a := join(t, l, "A", 4, local, 4)
+	b := join(t, l, "B", 4, local, 4)
+	tk, _ := admit(t, l, Request{Lease: a, Blocks: 4})
+	running := &fake{}
+	tk.Done(0, running)
+	a.Leave(0)
+	tkB, err := l.Acquire([]Request{{Lease: b, Blocks: 4}}, nil)
+	require.NoError(t, err)
+	defer tkB.Close()
+	_, err = tkB.Next(short(t))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "A's kernel still occupies the GPU")
+	running.finish()
+	_, err = tkB.Next(long(t))
+	require.NoError(t, err)
+	l.mu.Lock()
+	assert.NotContains(t, l.leases, "A", "A left")
+	assert.NotContains(t, l.held, a, "and was released")
+	l.mu.Unlock()
+}
