@@ -301,14 +301,19 @@ func (c *Comm) Wait(ctx context.Context) error {
 // The wait is bounded. When the launches have not finished within the
 // communicator's timeout (Options.BootstrapTimeout, else
 // NCCL_BOOTSTRAP_TIMEOUT, else 120 s) — a peer never launched its side, say
-// — Destroy aborts c (as Abort does), waits up to 10 s more for the kernels
-// to react to the abort flag, frees everything, and returns an error that
-// names the streams whose work did not finish and matches
-// context.DeadlineExceeded and ErrAborted. After Abort it waits only for
-// that reaction. Should the kernels not stop even then, Destroy leaves c's
-// device memory, connections and events allocated (the kernels still use
-// them; the residency ledger keeps counting their blocks until they end)
-// and says so in its error.
+// — Destroy aborts c and this process's other ranks of the communicator
+// (as Abort does: their kernels wait on each other, so none of them could
+// finish), waits up to 10 s more for the kernels to react to the abort
+// flag, frees everything, and returns an error that names the streams
+// whose work did not finish and matches context.DeadlineExceeded and
+// ErrAborted. After Abort it waits only for that reaction. Should the
+// kernels not stop even then, Destroy leaves c's device memory,
+// connections and events allocated (the kernels still use them; the
+// residency ledger keeps counting their blocks until they end) and says so
+// in its error. Freeing device memory waits for every kernel of the
+// device; when another communicator's kernels keep it from finishing
+// within the timeout, Destroy returns an error matching
+// context.DeadlineExceeded and the release completes in the background.
 //
 // Side by side, the three ways to end a communicator:
 //
@@ -318,9 +323,7 @@ func (c *Comm) Wait(ctx context.Context) error {
 //   - Abort stops c's kernels and wakes its bootstrap waiters at once; it
 //     frees nothing, returns nothing and makes later calls fail with
 //     ErrAborted. Use it on every rank of a hung communicator before
-//     Destroy: destroying the ranks one after another otherwise waits up to
-//     the timeout for each, since aborting one rank does not stop the
-//     kernels of the peers that wait for it.
+//     Destroy, so that Destroy does not first wait for the timeout.
 //   - Destroy waits (bounded, as above), then frees; it is the only one
 //     that releases resources and must be called once per rank, also after
 //     Abort.
@@ -355,7 +358,7 @@ func (c *Comm) Destroy() error {
 			streams[i] = fmt.Sprintf("%#x", handles[p])
 		}
 		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", strings.Join(streams, ", "), wait)
-		c.Abort()
+		c.abortColocated()
 		left := make([]residency.Completion, len(pending))
 		for i, p := range pending {
 			left[i] = comps[p]
@@ -363,23 +366,29 @@ func (c *Comm) Destroy() error {
 		still, err := awaitEvents(left, abortGrace)
 		errs = append(errs, err)
 		if len(still) > 0 {
-			if c.res.lease != nil {
-				c.res.lease.Leave(c.rank) // keeps counting the running kernels
-				c.res.lease = nil
-			}
+			c.leaveResidency() // the ledger keeps counting the running kernels
 			return fmt.Errorf("ncclgo: rank %d: Destroy: %s, and %d still ran %v after the abort; the communicator's device memory, connections and events stay allocated: %w (%w)",
 				c.rank, what, len(still), abortGrace, context.DeadlineExceeded, ErrAborted)
 		}
-		errs = append(errs, fmt.Errorf("%s; aborted them: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
+		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
 	}
-	if c.res.lease != nil {
-		c.res.lease.Leave(c.rank) // before the events it may query are destroyed
-		c.res.lease = nil
-	}
+	c.leaveResidency() // before the events the ledger may query are destroyed
 	for _, e := range evs {
 		errs = append(errs, e.Destroy())
 	}
-	errs = append(errs, c.free())
+	// Freeing device memory waits for every kernel of the device, other
+	// communicators' too: bound that wait as well.
+	freed := make(chan error, 1)
+	go func() { freed <- c.free() }()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-freed:
+		errs = append(errs, err)
+	case <-timer.C:
+		errs = append(errs, fmt.Errorf("freeing its memory waited %v: freeing device memory waits for every kernel of device %d, and some (of another communicator) do not finish; the release completes in the background once they do: %w",
+			wait, c.device, context.DeadlineExceeded))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", c.rank, err)
 	}
@@ -390,10 +399,7 @@ func (c *Comm) Destroy() error {
 // free releases what initRank acquired; it tolerates a partial init.
 func (c *Comm) free() error {
 	var errs []error
-	if c.res.lease != nil {
-		c.res.lease.Leave(c.rank)
-		c.res.lease = nil
-	}
+	c.leaveResidency()
 	if c.launcher != nil {
 		errs = append(errs, c.launcher.Close())
 		c.launcher = nil

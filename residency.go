@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
@@ -35,6 +36,53 @@ type residencyState struct {
 	seq     uint64
 	last    *cuda.Event
 	timeout time.Duration
+}
+
+// colocated lists, per lease, the ranks of its communicator in this
+// process, so that a Destroy that times out can abort them all: their
+// kernels wait on each other, and aborting one rank leaves the others
+// spinning (and freeing device memory waits for every kernel of the
+// device). A rank leaves the list before it frees anything, under mu, so
+// that nobody aborts a rank whose flags are gone.
+var colocated = struct {
+	sync.Mutex
+	m map[*residency.Lease][]*Comm
+}{m: map[*residency.Lease][]*Comm{}}
+
+func (c *Comm) addColocated() {
+	colocated.Lock()
+	defer colocated.Unlock()
+	colocated.m[c.res.lease] = append(colocated.m[c.res.lease], c)
+}
+
+// leaveResidency takes c off the ledger and the colocated list; the
+// ledger keeps counting a launch of c that still runs.
+func (c *Comm) leaveResidency() {
+	s := c.res.lease
+	if s == nil {
+		return
+	}
+	colocated.Lock()
+	l := slices.DeleteFunc(colocated.m[s], func(p *Comm) bool { return p == c })
+	if len(l) == 0 {
+		delete(colocated.m, s)
+	} else {
+		colocated.m[s] = l
+	}
+	colocated.Unlock()
+	s.Leave(c.rank)
+	c.res.lease = nil
+}
+
+// abortColocated aborts every rank of c's communicator in this process
+// that is not being freed, c included.
+func (c *Comm) abortColocated() {
+	c.Abort()
+	colocated.Lock()
+	defer colocated.Unlock()
+	for _, p := range colocated.m[c.res.lease] {
+		p.Abort()
+	}
 }
 
 // residencyInfo is what ranks tell each other to find their lease.
@@ -81,6 +129,7 @@ func (c *Comm) joinResidency(ctx context.Context, blocksPerSM int) error {
 	if c.res.lease, err = residency.Default().Join(key0, gpuName(me), budget, local, c.nChannels); err != nil {
 		return fmt.Errorf("%w (set NCCL_MAX_NCHANNELS lower, or give this process a larger %s share)", err, residency.EnvMPSPercent)
 	}
+	c.addColocated()
 	return nil
 }
 
