@@ -59,11 +59,11 @@ func Budget(smCount, blocksPerSM int, mpsPercent string) (int, error) {
 type Ledger struct {
 	mu      sync.Mutex
 	gpus    map[string]*gpuState
-	leases  map[string]*Lease    // joined leases by key
-	held    map[*Lease]struct{}  // leases holding blocks
-	queue   []*request           // waiting requests, oldest first
-	changed chan struct{}        // closed and replaced on every change
-	polls   func() time.Duration // test hook: nil means the default backoff
+	leases  map[string]*Lease   // joined leases by key
+	held    map[*Lease]struct{} // leases holding blocks
+	queue   []*request          // waiting requests, oldest first
+	changed chan struct{}       // closed and replaced on a change while someone sleeps
+	asleep  int                 // Tickets waiting on changed
 }
 
 type gpuState struct{ budget, used int }
@@ -241,46 +241,52 @@ func (t *Ticket) Next(ctx context.Context) (int, error) {
 	}()
 	for first := true; ; first = false {
 		l.mu.Lock()
-		i, ok := t.take()
-		if !ok && i < 0 {
+		i, all := t.take()
+		if i < 0 && !all {
 			l.pass(true)
-			i, ok = t.take()
+			i, all = t.take()
 		}
-		ch := l.changed
-		var werr error
-		if i < 0 && !ok {
-			werr = t.describe()
-		}
-		l.mu.Unlock()
 		switch {
 		case i >= 0:
+			l.mu.Unlock()
 			return i, nil
-		case ok:
+		case all:
+			l.mu.Unlock()
 			return -1, ErrNoRequest
 		}
+		ch := l.changed
+		l.asleep++
+		l.mu.Unlock()
+		var stop error
 		if t.interrupted != nil {
-			if err := t.interrupted(); err != nil {
-				return -1, fmt.Errorf("%w (%w)", werr, err)
+			stop = t.interrupted()
+		}
+		if stop == nil {
+			stop = context.Cause(ctx)
+		}
+		if stop == nil {
+			if !first {
+				delay = min(2*delay, maxPoll)
+			}
+			if timer == nil {
+				timer = time.NewTimer(delay)
+			} else {
+				timer.Reset(delay)
+			}
+			select {
+			case <-ctx.Done():
+			case <-ch:
+			case <-timer.C:
 			}
 		}
-		if err := context.Cause(ctx); err != nil {
-			return -1, fmt.Errorf("%w: %w", werr, err)
+		l.mu.Lock()
+		l.asleep--
+		if stop != nil {
+			err := t.describe()
+			l.mu.Unlock()
+			return -1, fmt.Errorf("%w: %w", err, stop)
 		}
-		if l.polls != nil {
-			delay = l.polls()
-		} else if !first {
-			delay = min(2*delay, maxPoll)
-		}
-		if timer == nil {
-			timer = time.NewTimer(delay)
-		} else {
-			timer.Reset(delay)
-		}
-		select {
-		case <-ctx.Done():
-		case <-ch:
-		case <-timer.C:
-		}
+		l.mu.Unlock()
 	}
 }
 
@@ -381,8 +387,10 @@ func (t *Ticket) Close() {
 
 // notify wakes every waiter; l.mu is held.
 func (l *Ledger) notify() {
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.asleep > 0 {
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
 }
 
 // pass admits, oldest first, every queued request that is covered by its
