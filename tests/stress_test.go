@@ -528,6 +528,43 @@ func TestStress(t *testing.T) {
 	t.Logf("stress: %v in all", time.Since(start).Round(time.Millisecond))
 }
 
+// TestStressTwoFullComms is issue 14's reproduction: two communicators of
+// 8 ranks, all 16 ranks on one GPU, each running 64 MiB AllReduces from its
+// own goroutine at the same time. Each communicator alone fills the GPU
+// with its blocks, so without the residency ledger both deadlock.
+func TestStressTwoFullComms(t *testing.T) {
+	gpu(t)
+	dev := testDevices(t)[0]
+	rng := rand.New(rand.NewPCG(14, 14))
+	var comms []*stressComm
+	failed := false
+	defer func() {
+		for _, s := range comms {
+			s.close(t, failed)
+		}
+	}()
+	for i := range 2 {
+		s := newStressComm(t, i, rankDevices([]int{dev}, 8), rng, 0)
+		for range 8 {
+			s.ops = append(s.ops, stressOp{kind: sAllReduce, dt: ncclgo.Float32, op: ncclgo.Sum, count: 16 << 20, salt: rng.IntN(1000)})
+		}
+		comms = append(comms, s)
+		t.Logf("%s: %d channels", s, s.comms[0].NChannels())
+	}
+	t0 := time.Now()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, s := range comms {
+		wg.Go(func() { errs[i] = s.runOps() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		failed = true
+		t.Fatal(err)
+	}
+	t.Logf("2 × 8 ranks on device %d, 8 × 64 MiB AllReduce each, concurrently: %v", dev, time.Since(t0).Round(time.Millisecond))
+}
+
 // TestStressModel checks the stress test's own arithmetic on the CPU:
 // encodings, expected results, and that no operation overruns a buffer.
 func TestStressModel(t *testing.T) {
