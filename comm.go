@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/graph"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/ncclgo/ncclgo/runtime/residency"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 	"github.com/ncclgo/ncclgo/runtime/tune"
@@ -63,6 +67,7 @@ type Comm struct {
 	userOps   map[RedOp]devOp
 	userTypes map[RedOp]DataType
 	nextOp    RedOp
+	res       residencyState // guarded by mu (residency.go)
 }
 
 // Rank returns the communicator rank of c (-1 for a nil Comm).
@@ -387,9 +392,38 @@ func (c *Comm) Finalize(ctx context.Context) error {
 
 // Destroy waits for every operation c launched, then frees everything c
 // holds (device memory, connections, the bootstrap network, its
-// goroutines). After Abort it does not wait for the device beyond the
-// kernels' reaction to the abort flag. The other ranks must not be using
-// the communicator any more: their kernels may read this rank's buffers.
+// goroutines). The other ranks must not be using the communicator any
+// more: their kernels may read this rank's buffers.
+//
+// The wait is bounded. When the launches have not finished within the
+// communicator's timeout (Options.BootstrapTimeout, else
+// NCCL_BOOTSTRAP_TIMEOUT, else 120 s) — a peer never launched its side, say
+// — Destroy aborts c and this process's other ranks of the communicator
+// (as Abort does: their kernels wait on each other, so none of them could
+// finish), waits up to 10 s more for the kernels to react to the abort
+// flag, frees everything, and returns an error that names the streams
+// whose work did not finish and matches context.DeadlineExceeded and
+// ErrAborted. After Abort it waits only for that reaction. Should the
+// kernels not stop even then, Destroy leaves c's device memory,
+// connections and events allocated (the kernels still use them; the
+// residency ledger keeps counting their blocks until they end) and says so
+// in its error. Freeing device memory waits for every kernel of the
+// device; when another communicator's kernels keep it from finishing
+// within the timeout, Destroy returns an error matching
+// context.DeadlineExceeded and the release completes in the background.
+//
+// Side by side, the three ways to end a communicator:
+//
+//   - Wait(ctx) waits, as long as ctx allows, for what c launched; it
+//     frees nothing and leaves c usable (ncclgo has no separate Finalize:
+//     Wait is the bounded flush, Destroy the release).
+//   - Abort stops c's kernels and wakes its bootstrap waiters at once; it
+//     frees nothing, returns nothing and makes later calls fail with
+//     ErrAborted. Use it on every rank of a hung communicator before
+//     Destroy, so that Destroy does not first wait for the timeout.
+//   - Destroy waits (bounded, as above), then frees; it is the only one
+//     that releases resources and must be called once per rank, also after
+//     Abort.
 func (c *Comm) Destroy() error {
 	if c == nil {
 		return errNilComm("Destroy")
@@ -403,11 +437,55 @@ func (c *Comm) Destroy() error {
 	evs := c.events
 	c.events = nil
 	c.mu.Unlock()
-	var errs []error
-	for _, e := range evs {
-		errs = append(errs, e.Synchronize(), e.Destroy())
+	handles := slices.Sorted(maps.Keys(evs))
+	comps := make([]residency.Completion, len(handles))
+	for i, h := range handles {
+		comps[i] = evs[h]
 	}
-	errs = append(errs, c.free())
+	wait := orDefault(c.res.timeout, bootstrap.DefaultTimeout)
+	if c.aborted.Load() {
+		wait = min(wait, abortGrace)
+	}
+	var errs []error
+	pending, err := awaitEvents(comps, wait)
+	errs = append(errs, err)
+	if len(pending) > 0 {
+		streams := make([]string, len(pending))
+		for i, p := range pending {
+			streams[i] = fmt.Sprintf("%#x", handles[p])
+		}
+		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", strings.Join(streams, ", "), wait)
+		c.abortColocated()
+		left := make([]residency.Completion, len(pending))
+		for i, p := range pending {
+			left[i] = comps[p]
+		}
+		still, err := awaitEvents(left, abortGrace)
+		errs = append(errs, err)
+		if len(still) > 0 {
+			c.leaveResidency() // the ledger keeps counting the running kernels
+			return fmt.Errorf("ncclgo: rank %d: Destroy: %s, and %d still ran %v after the abort; the communicator's device memory, connections and events stay allocated: %w (%w)",
+				c.rank, what, len(still), abortGrace, context.DeadlineExceeded, ErrAborted)
+		}
+		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
+	}
+	c.leaveResidency() // before the events the ledger may query are destroyed
+	for _, e := range evs {
+		errs = append(errs, e.Destroy())
+	}
+	// Freeing device memory waits for every kernel of the device, other
+	// communicators' too: bound that wait as well.
+	freed := make(chan error, 1)
+	go func() { freed <- c.free() }()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-freed:
+		errs = append(errs, err)
+	case <-timer.C:
+		errs = append(errs, fmt.Errorf("freeing its memory waited %v: freeing device memory waits for every kernel of device %d, and some (of another communicator) do not finish; the release completes in the background once they do: %w",
+			wait, c.device, context.DeadlineExceeded))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", c.rank, err)
 	}
@@ -418,6 +496,7 @@ func (c *Comm) Destroy() error {
 // free releases what initRank acquired; it tolerates a partial init.
 func (c *Comm) free() error {
 	var errs []error
+	c.leaveResidency()
 	if c.launcher != nil {
 		errs = append(errs, c.launcher.Close())
 		c.launcher = nil
@@ -480,12 +559,16 @@ func (c *Comm) usable(op string) error {
 	return nil
 }
 
-// run queues a plan on stream and records the stream's completion event.
-func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) error {
+// run queues a plan on stream and records the stream's completion event,
+// which it returns (nil when nothing was queued). A launch on another
+// stream than the rank's previous one first waits for that one, so that a
+// rank's kernels run one at a time (as NCCL's strong stream orders them);
+// the residency ledger counts on it.
+func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.destroyed {
-		return fmt.Errorf("ncclgo: rank %d: %w", c.rank, ErrDestroyed)
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, ErrDestroyed)
 	}
 	for _, d := range p.Decisions {
 		if !c.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -494,22 +577,31 @@ func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) error {
 		c.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
 			config.SubsysColl.Attr())
 	}
-	if err := c.launcher.Run(p, stream); err != nil {
-		return fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
-	}
 	h := stream.Handle()
 	ev := c.events[h]
 	if ev == nil {
 		var err error
 		if ev, err = c.cctx.NewEvent(true); err != nil {
-			return fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
+			return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
 		}
 		c.events[h] = ev
 	}
-	if err := ev.Record(stream); err != nil {
-		return fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
+	if last := c.res.last; last != nil && last != ev {
+		if err := stream.WaitEvent(last); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", c.rank, err)
+		}
 	}
-	return nil
+	runErr := c.launcher.Run(p, stream)
+	// Something may be queued even when Run failed: track it all the same.
+	c.res.seq++
+	if err := ev.Record(stream); err != nil {
+		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err))
+	}
+	c.res.last = ev
+	if runErr != nil {
+		return ev, fmt.Errorf("ncclgo: rank %d: %w", c.rank, runErr)
+	}
+	return ev, nil
 }
 
 func algoName(ch tune.Choice) string {

@@ -133,7 +133,7 @@ func tuneTopology(l topo.Layout, gpu topo.GPU, blocksPerSM int, cfg config.Confi
 		ch = cfg.MaxNChannels
 	}
 	return tune.Topology{NRanks: l.NRanks, NNodes: 1, NGPUs: l.NGPUs, RanksPerGPU: l.RanksPerGPU,
-		SMCount: gpu.SMCount, BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: intraLink(l), NChannels: ch}
+		SMCount: mpsSMs(gpu.SMCount), BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: intraLink(l), NChannels: ch}
 }
 
 // buildGraphs returns the rings of every channel (graph.Rings: ranks

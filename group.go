@@ -1,7 +1,6 @@
 package ncclgo
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -121,7 +120,8 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 	return nil
 }
 
-// launch plans every entry, then launches them in order.
+// launch plans every entry, then launches each as the residency ledger
+// admits it (in entry order unless one must wait for room on its GPU).
 func launch(entries []*groupEntry) error {
 	plans := make([]enqueue.Plan, len(entries))
 	for i, e := range entries {
@@ -134,16 +134,7 @@ func launch(entries []*groupEntry) error {
 		}
 		plans[i] = p
 	}
-	var errs []error
-	for i, e := range entries {
-		if plans[i].Empty() {
-			continue
-		}
-		if err := e.comm.run(&plans[i], e.stream); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return admitAndRun(entries, plans)
 }
 
 // lookupFor resolves device functions through c's kernel set.

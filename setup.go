@@ -133,6 +133,9 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
 	c.rings, c.trees = buildGraphs(c.layout, c.nChannels)
 	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.p2pPerPeer}
+	if err := c.joinResidency(ctx, blocksPerSM); err != nil { // residency.go
+		return fail(err)
+	}
 	c.log.Info(fmt.Sprintf("init: %d ranks, %s, %d channels, %d SMs × %d blocks/SM, kernels from %s",
 		n, c.layout, c.nChannels, c.gpu.SMCount, blocksPerSM, src), config.SubsysInit.Attr())
 	if rank == 0 {

@@ -1,0 +1,283 @@
+package ncclgo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+)
+
+// abortGrace bounds how long Destroy waits for kernels to react to the
+// abort flag.
+const abortGrace = 10 * time.Second
+
+// residencyState is a rank's part in the residency ledger (package
+// runtime/residency): the communicator's lease, how many launches the rank
+// made (its sequence number there), its latest launch's event (a launch
+// on another stream waits for it, so that the rank's kernels run one at a
+// time) and the communicator's timeout, which bounds admission and
+// Destroy.
+type residencyState struct {
+	lease   *residency.Lease
+	seq     uint64
+	last    *cuda.Event
+	timeout time.Duration
+}
+
+// colocated lists, per lease, the ranks of its communicator in this
+// process, so that a Destroy that times out can abort them all: their
+// kernels wait on each other, and aborting one rank leaves the others
+// spinning (and freeing device memory waits for every kernel of the
+// device). A rank leaves the list before it frees anything, under mu, so
+// that nobody aborts a rank whose flags are gone.
+var colocated = struct {
+	sync.Mutex
+	m map[*residency.Lease][]*Comm
+}{m: map[*residency.Lease][]*Comm{}}
+
+func (c *Comm) addColocated() {
+	colocated.Lock()
+	defer colocated.Unlock()
+	colocated.m[c.res.lease] = append(colocated.m[c.res.lease], c)
+}
+
+// leaveResidency takes c off the ledger and the colocated list; the
+// ledger keeps counting a launch of c that still runs.
+func (c *Comm) leaveResidency() {
+	s := c.res.lease
+	if s == nil {
+		return
+	}
+	colocated.Lock()
+	l := slices.DeleteFunc(colocated.m[s], func(p *Comm) bool { return p == c })
+	if len(l) == 0 {
+		delete(colocated.m, s)
+	} else {
+		colocated.m[s] = l
+	}
+	colocated.Unlock()
+	s.Leave(c.rank)
+	c.res.lease = nil
+}
+
+// abortColocated aborts every rank of c's communicator in this process
+// that is not being freed, c included.
+func (c *Comm) abortColocated() {
+	c.Abort()
+	colocated.Lock()
+	defer colocated.Unlock()
+	for _, p := range colocated.m[c.res.lease] {
+		p.Abort()
+	}
+}
+
+// residencyInfo is what ranks tell each other to find their lease.
+type residencyInfo struct {
+	Key    string
+	PID    int
+	Host   string
+	Device int
+	BusID  string
+}
+
+// joinResidency puts c on the process's residency ledger: every rank says
+// where it runs, rank 0's random key names the communicator, and each
+// counts the communicator's ranks in this process per GPU. blocksPerSM is
+// the occupancy of the widest kernel.
+func (c *Comm) joinResidency(ctx context.Context, blocksPerSM int) error {
+	c.res.timeout = commTimeout(c.s)
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	me := residencyInfo{Key: hex.EncodeToString(key[:]), PID: os.Getpid(), Host: hostID(c.s.cfg), Device: c.device, BusID: c.gpu.BusID}
+	b, _ := json.Marshal(me)
+	all, err := c.net.AllGather(ctx, b)
+	if err != nil {
+		return fmt.Errorf("residency: exchanging where ranks run: %w", err)
+	}
+	local := map[string]int{}
+	var key0 string
+	for r, raw := range all {
+		var p residencyInfo
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("residency: rank %d's description: %w", r, err)
+		}
+		if r == 0 {
+			key0 = p.Key
+		}
+		if p.PID == me.PID && p.Host == me.Host {
+			local[gpuName(p)]++
+		}
+	}
+	budget, err := residency.Budget(c.gpu.SMCount, blocksPerSM, os.Getenv(residency.EnvMPSPercent))
+	if err != nil {
+		return err
+	}
+	if c.res.lease, err = residency.Default().Join(key0, gpuName(me), budget, local, c.nChannels); err != nil {
+		return fmt.Errorf("%w (set NCCL_MAX_NCHANNELS lower, or give this process a larger %s share)", err, residency.EnvMPSPercent)
+	}
+	c.addColocated()
+	return nil
+}
+
+// mpsSMs is the share of smCount SMs this process may use under MPS
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); smCount when unset or malformed
+// (joinResidency reports a malformed value).
+func mpsSMs(smCount int) int {
+	if n, err := residency.Budget(smCount, 1, os.Getenv(residency.EnvMPSPercent)); err == nil {
+		return n
+	}
+	return smCount
+}
+
+// gpuName names a GPU on the ledger: its PCI bus id, else its ordinal.
+func gpuName(p residencyInfo) string {
+	if p.BusID != "" {
+		return p.BusID
+	}
+	return strconv.Itoa(p.Device)
+}
+
+// commTimeout is the communicator's timeout: the bootstrap timeout
+// (Options.BootstrapTimeout, else NCCL_BOOTSTRAP_TIMEOUT, else 120 s).
+func commTimeout(s settings) time.Duration {
+	if s.bootstrap.Timeout > 0 {
+		return s.bootstrap.Timeout
+	}
+	if v := strings.TrimSpace(os.Getenv("NCCL_BOOTSTRAP_TIMEOUT")); v != "" {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 && secs <= 1e9 {
+			return time.Duration(secs * float64(time.Second))
+		}
+	}
+	return bootstrap.DefaultTimeout
+}
+
+// request is the ledger request for c's next launch of p: the most blocks
+// a kernel of p uses, or c's channel count when p holds point-to-point
+// work (whose blocks differ between ranks, while a lagging rank must fit
+// in the grant its peers took). ok is false when c is not on a ledger.
+func (c *Comm) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Request, ok bool) {
+	blocks := 0
+	for i := range p.Launches {
+		blocks = max(blocks, p.Launches[i].NBlocks())
+	}
+	if blocks > 0 && slices.ContainsFunc(tasks, func(t enqueue.Task) bool { return t.Coll == kspace.SendRecv }) {
+		blocks = c.nChannels
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil
+}
+
+// admitAndRun launches the plans of a group through the residency ledger:
+// every communicator's launch runs as soon as it is admitted, lowest index
+// first, so a rank its peers already spin on is never held back behind
+// another communicator. Waits are bounded by the smallest timeout of the
+// group's communicators, and end when one of them is aborted or destroyed.
+func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
+	var idx []int
+	var reqs []residency.Request
+	var errs []error
+	timeout := time.Duration(0)
+	for i, e := range entries {
+		if plans[i].Empty() {
+			continue
+		}
+		r, ok := e.comm.request(&plans[i], e.tasks)
+		if !ok {
+			// Not on a ledger (destroyed meanwhile): run reports it.
+			if _, err := e.comm.run(&plans[i], e.stream); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		idx = append(idx, i)
+		reqs = append(reqs, r)
+		if t := e.comm.res.timeout; timeout == 0 || (t > 0 && t < timeout) {
+			timeout = t
+		}
+	}
+	if len(reqs) == 0 {
+		return errors.Join(errs...)
+	}
+	tk, err := residency.Default().Acquire(reqs, func() error {
+		for _, i := range idx {
+			if err := entries[i].comm.usable("Group.End"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("ncclgo: Group.End: %w", err))...)
+	}
+	defer tk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), orDefault(timeout, bootstrap.DefaultTimeout))
+	defer cancel()
+	for range reqs {
+		k, err := tk.Next(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ncclgo: Group.End: waiting for room on the GPU: %w", err))
+			break
+		}
+		e := entries[idx[k]]
+		ev, err := e.comm.run(&plans[idx[k]], e.stream)
+		if ev != nil {
+			tk.Done(k, ev)
+		} else {
+			tk.Done(k, nil)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// orDefault returns d, or def when d is not positive.
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// awaitEvents polls evs until every one has completed or d has passed, and
+// returns the indexes of those that had not completed. A failing query
+// counts as completed (the work is dead) and its error is returned.
+func awaitEvents(evs []residency.Completion, d time.Duration) (pending []int, err error) {
+	deadline := time.Now().Add(d)
+	delay := 10 * time.Microsecond
+	var errs []error
+	left := make([]int, len(evs))
+	for i := range left {
+		left[i] = i
+	}
+	for {
+		left = slices.DeleteFunc(left, func(i int) bool {
+			done, err := evs[i].Query()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return done || err != nil
+		})
+		if len(left) == 0 || !time.Now().Before(deadline) {
+			return left, errors.Join(errs...)
+		}
+		time.Sleep(min(delay, time.Until(deadline)))
+		delay = min(2*delay, time.Millisecond)
+	}
+}

@@ -1,0 +1,85 @@
+package ncclgo
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+)
+
+type fakeDone struct {
+	done atomic.Bool
+	err  error
+}
+
+func (f *fakeDone) Query() (bool, error) { return f.done.Load(), f.err }
+
+// Destroy's wait: bounded, reports what did not finish, and counts a
+// failing query as finished with its error.
+func TestAwaitEvents(t *testing.T) {
+	a, b, c := &fakeDone{}, &fakeDone{}, &fakeDone{err: errors.New("context lost")}
+	a.done.Store(true)
+	start := time.Now()
+	pending, err := awaitEvents([]residency.Completion{a, b, c}, 30*time.Millisecond)
+	assert.Equal(t, []int{1}, pending)
+	require.ErrorContains(t, err, "context lost")
+	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+	assert.Less(t, time.Since(start), 2*time.Second)
+
+	time.AfterFunc(5*time.Millisecond, func() { b.done.Store(true) })
+	pending, err = awaitEvents([]residency.Completion{a, b}, 10*time.Second)
+	assert.Empty(t, pending)
+	require.NoError(t, err)
+}
+
+func TestCommTimeout(t *testing.T) {
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "")
+	assert.Equal(t, bootstrap.DefaultTimeout, commTimeout(settings{}))
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "2.5")
+	assert.Equal(t, 2500*time.Millisecond, commTimeout(settings{}))
+	var s settings
+	s.bootstrap.Timeout = time.Second
+	assert.Equal(t, time.Second, commTimeout(s), "the option wins")
+}
+
+// A launch asks for its widest kernel; point-to-point work asks for every
+// channel, since its blocks differ between ranks.
+func TestResidencyRequest(t *testing.T) {
+	l := residency.New()
+	lease, err := l.Join("k", "0", 100, map[string]int{"0": 2}, 8)
+	require.NoError(t, err)
+	c := &Comm{rank: 1, nChannels: 8}
+	_, ok := c.request(&enqueue.Plan{}, nil)
+	assert.False(t, ok, "no lease")
+	c.res.lease, c.res.seq = lease, 5
+	p := &enqueue.Plan{Launches: []enqueue.Launch{{ChannelMask: 0b1011}, {ChannelMask: 0b1}}}
+	r, ok := c.request(p, []enqueue.Task{{Coll: kspace.AllReduce}})
+	require.True(t, ok)
+	assert.Equal(t, residency.Request{Lease: lease, Rank: 1, Seq: 5, Blocks: 3}, r)
+	r, _ = c.request(p, []enqueue.Task{{Coll: kspace.AllReduce}, {Coll: kspace.SendRecv}})
+	assert.Equal(t, 8, r.Blocks)
+	r, _ = c.request(&enqueue.Plan{Copies: []enqueue.Copy{{Bytes: 4}}}, []enqueue.Task{{Coll: kspace.SendRecv}})
+	assert.Equal(t, 0, r.Blocks, "copies only: no kernel")
+}
+
+func TestGPUName(t *testing.T) {
+	assert.Equal(t, "0000:1b:00.0", gpuName(residencyInfo{Device: 3, BusID: "0000:1b:00.0"}))
+	assert.Equal(t, "3", gpuName(residencyInfo{Device: 3}))
+}
+
+func TestMPSShare(t *testing.T) {
+	t.Setenv(residency.EnvMPSPercent, "")
+	assert.Equal(t, 132, mpsSMs(132))
+	t.Setenv(residency.EnvMPSPercent, "25")
+	assert.Equal(t, 33, mpsSMs(132), "a quarter of the SMs")
+	t.Setenv(residency.EnvMPSPercent, "lots")
+	assert.Equal(t, 132, mpsSMs(132), "malformed: joinResidency reports it")
+}

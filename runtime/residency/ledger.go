@@ -1,0 +1,506 @@
+package residency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// EnvMPSPercent is the MPS variable that limits a client to a share of
+// the GPU's SMs (see MPSBudget).
+const EnvMPSPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+// Poll intervals of a waiting Ticket: it starts at minPoll and doubles up
+// to maxPoll.
+const (
+	minPoll = 10 * time.Microsecond
+	maxPoll = 500 * time.Microsecond
+)
+
+// ErrNoRequest is returned by Ticket.Next once every request has been
+// returned.
+var ErrNoRequest = errors.New("residency: every request of the ticket was already admitted")
+
+// Completion reports whether the work it stands for has finished.
+// *cuda.Event satisfies it; an error counts as finished (the work is dead).
+type Completion interface {
+	Query() (bool, error)
+}
+
+// Budget is the number of blocks that can be resident on a GPU at once:
+// smCount × blocksPerSM, scaled by the MPS share mpsPercent (the value of
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; empty means the whole GPU), rounding
+// the SMs down.
+func Budget(smCount, blocksPerSM int, mpsPercent string) (int, error) {
+	if smCount < 1 || blocksPerSM < 1 {
+		return 0, fmt.Errorf("residency: SMs=%d, blocks per SM=%d: want both at least 1", smCount, blocksPerSM)
+	}
+	sms := smCount
+	if s := strings.TrimSpace(mpsPercent); s != "" {
+		p, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(p > 0 && p <= 100) {
+			return 0, fmt.Errorf("residency: %s=%q: want a percentage in (0, 100]", EnvMPSPercent, mpsPercent)
+		}
+		sms = max(1, int(math.Floor(float64(smCount)*p/100+1e-9)))
+	}
+	return sms * blocksPerSM, nil
+}
+
+// Ledger accounts the co-resident blocks of every communicator of this
+// process, per GPU. GPUs are named by strings of the caller's choosing (a
+// device ordinal, a UUID). It is safe for concurrent use.
+type Ledger struct {
+	mu      sync.Mutex
+	gpus    map[string]*gpuState
+	leases  map[string]*Lease   // joined leases by key
+	held    map[*Lease]struct{} // leases holding blocks
+	queue   []*request          // waiting requests, oldest first
+	changed chan struct{}       // closed and replaced on a change while someone sleeps
+	asleep  int                 // Tickets waiting on changed
+}
+
+type gpuState struct{ budget, used int }
+
+// New returns an empty ledger.
+func New() *Ledger {
+	return &Ledger{gpus: map[string]*gpuState{}, leases: map[string]*Lease{},
+		held: map[*Lease]struct{}{}, changed: make(chan struct{})}
+}
+
+var process = New()
+
+// Default returns the ledger of this process.
+func Default() *Ledger { return process }
+
+// Lease is one communicator's claim on the ledger, shared by its ranks in
+// this process.
+type Lease struct {
+	l        *Ledger
+	key      string
+	local    map[string]int // GPU → ranks of the communicator on it in this process
+	maxWidth int
+	members  int
+
+	held       bool
+	width      int    // blocks per rank reserved while held
+	grantedEnd uint64 // sequence numbers below are covered while held
+	pins       int    // admitted launches not yet Done
+	latest     map[int]Completion
+}
+
+// Key returns the name the lease was joined under.
+func (s *Lease) Key() string { return s.key }
+
+// Join registers a rank of the communicator key running on gpu, whose
+// blocks budget is budget (the smallest budget given for a GPU wins),
+// and returns the communicator's lease, creating it for the first rank.
+// local gives, per GPU, the communicator's ranks in this process on it;
+// maxWidth is the most blocks one rank's launch may use. Every rank of the
+// communicator in this process must join, with the same local and
+// maxWidth, before any of them launches; each calls Leave when done.
+func (l *Ledger) Join(key, gpu string, budget int, local map[string]int, maxWidth int) (*Lease, error) {
+	if budget < 1 || maxWidth < 1 {
+		return nil, fmt.Errorf("residency: Join(%q): budget=%d, maxWidth=%d: want both at least 1", key, budget, maxWidth)
+	}
+	if local[gpu] < 1 {
+		return nil, fmt.Errorf("residency: Join(%q): local=%v: want at least one rank on the joining GPU %q", key, local, gpu)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.gpus[gpu]
+	if g == nil {
+		g = &gpuState{budget: budget}
+		l.gpus[gpu] = g
+	}
+	g.budget = min(g.budget, budget)
+	if need := maxWidth * local[gpu]; need > g.budget {
+		return nil, fmt.Errorf("residency: communicator %s needs %d blocks on GPU %s (%d ranks × %d channels) but only %d can be resident at once",
+			key, need, gpu, local[gpu], maxWidth, g.budget)
+	}
+	s := l.leases[key]
+	if s == nil {
+		s = &Lease{l: l, key: key, local: maps.Clone(local), maxWidth: maxWidth, latest: map[int]Completion{}}
+		l.leases[key] = s
+	} else if !maps.Equal(s.local, local) || s.maxWidth != maxWidth {
+		return nil, fmt.Errorf("residency: Join(%q): local=%v, maxWidth=%d disagree with an earlier rank's %v, %d",
+			key, local, maxWidth, s.local, s.maxWidth)
+	}
+	s.members++
+	return s, nil
+}
+
+// Leave unregisters rank. A launch of the rank that has not finished stays
+// accounted (its blocks still occupy the GPU) until it does.
+func (s *Lease) Leave(rank int) {
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := s.latest[rank]; c != nil {
+		if done, err := c.Query(); done || err != nil {
+			delete(s.latest, rank)
+		}
+	}
+	if s.members--; s.members <= 0 && l.leases[s.key] == s {
+		delete(l.leases, s.key)
+	}
+	l.notify()
+}
+
+// Used returns the blocks in use on gpu and its budget (0, 0 for a GPU no
+// rank joined on).
+func (l *Ledger) Used(gpu string) (used, budget int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g := l.gpus[gpu]; g != nil {
+		return g.used, g.budget
+	}
+	return 0, 0
+}
+
+// Request asks for one launch of one rank: its sequence number (how many
+// launches the rank made before) and the most blocks a launch of it uses
+// (0: it launches no kernel).
+type Request struct {
+	Lease  *Lease
+	Rank   int
+	Seq    uint64
+	Blocks int
+}
+
+type reqState int
+
+const (
+	queued   reqState = iota
+	admitted          // admitted, not yet returned by Next
+	returned          // returned by Next, not yet Done
+	finished          // Done, or closed
+)
+
+type request struct {
+	Request
+	state  reqState
+	pinned bool
+	since  time.Time
+}
+
+// Ticket is a set of requests made together, typically the launches of one
+// group. Its requests are admitted one by one as they fit; Next returns
+// them. A Ticket is used by one goroutine.
+type Ticket struct {
+	l           *Ledger
+	reqs        []*request
+	interrupted func() error
+}
+
+// Acquire queues reqs, admitting at once those that fit, and returns the
+// ticket that Next returns them from. interrupted (may be nil) is polled
+// while waiting; a non-nil result ends the wait with it. Close the ticket
+// when done with it.
+func (l *Ledger) Acquire(reqs []Request, interrupted func() error) (*Ticket, error) {
+	t := &Ticket{l: l, interrupted: interrupted}
+	now := time.Now()
+	for i, r := range reqs {
+		if r.Lease == nil || r.Lease.l != l {
+			return nil, fmt.Errorf("residency: request %d: lease %v: want a lease of this ledger", i, r.Lease)
+		}
+		if r.Blocks < 0 || r.Blocks > r.Lease.maxWidth {
+			return nil, fmt.Errorf("residency: request %d (communicator %s rank %d): blocks=%d: want 0..%d",
+				i, r.Lease.key, r.Rank, r.Blocks, r.Lease.maxWidth)
+		}
+		t.reqs = append(t.reqs, &request{Request: r, since: now})
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range t.reqs {
+		l.queue = append(l.queue, r)
+	}
+	l.pass(false)
+	return t, nil
+}
+
+// Next waits until one more request of t is admitted and returns its
+// index in the slice given to Acquire; the request's lease stays pinned
+// (held) until Done(i). Admitted requests come back lowest index first. It
+// fails when ctx ends or interrupted reports an error, naming what it
+// waited for, and with ErrNoRequest when every request was returned.
+func (t *Ticket) Next(ctx context.Context) (int, error) {
+	l := t.l
+	delay := minPoll
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for first := true; ; first = false {
+		l.mu.Lock()
+		i, all := t.take()
+		if i < 0 && !all {
+			l.pass(true)
+			i, all = t.take()
+		}
+		switch {
+		case i >= 0:
+			l.mu.Unlock()
+			return i, nil
+		case all:
+			l.mu.Unlock()
+			return -1, ErrNoRequest
+		}
+		ch := l.changed
+		l.asleep++
+		l.mu.Unlock()
+		var stop error
+		if t.interrupted != nil {
+			stop = t.interrupted()
+		}
+		if stop == nil {
+			stop = context.Cause(ctx)
+		}
+		if stop == nil {
+			if !first {
+				delay = min(2*delay, maxPoll)
+			}
+			if timer == nil {
+				timer = time.NewTimer(delay)
+			} else {
+				timer.Reset(delay)
+			}
+			select {
+			case <-ctx.Done():
+			case <-ch:
+			case <-timer.C:
+			}
+		}
+		l.mu.Lock()
+		l.asleep--
+		if stop != nil {
+			err := t.describe()
+			l.mu.Unlock()
+			return -1, fmt.Errorf("%w: %w", err, stop)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// take returns the lowest admitted request and marks it returned; -1 and
+// ok when every request was returned, -1 and !ok when some still wait.
+func (t *Ticket) take() (int, bool) {
+	all := true
+	for i, r := range t.reqs {
+		switch r.state {
+		case admitted:
+			r.state = returned
+			return i, false
+		case queued:
+			all = false
+		}
+	}
+	return -1, all
+}
+
+// describe says what t waits for; l.mu is held.
+func (t *Ticket) describe() error {
+	var parts []string
+	for _, r := range t.reqs {
+		if r.state != queued {
+			continue
+		}
+		s := r.Lease
+		var gs []string
+		for _, g := range slices.Sorted(maps.Keys(s.local)) {
+			st := t.l.gpus[g]
+			if st == nil {
+				continue
+			}
+			gs = append(gs, fmt.Sprintf("GPU %s: %d of %d blocks in use", g, st.used, st.budget))
+		}
+		parts = append(parts, fmt.Sprintf("communicator %s rank %d launch %d (%d blocks × %v ranks) waited %v; %s; %d launches of other communicators queued first",
+			s.key, r.Rank, r.Seq, r.Blocks, s.local, time.Since(r.since).Round(time.Millisecond), strings.Join(gs, ", "), t.l.ahead(r)))
+	}
+	return fmt.Errorf("residency: %s", strings.Join(parts, "; "))
+}
+
+// ahead counts the queued requests of other leases before r.
+func (l *Ledger) ahead(r *request) int {
+	n := 0
+	for _, q := range l.queue {
+		if q == r {
+			break
+		}
+		if q.Lease != r.Lease {
+			n++
+		}
+	}
+	return n
+}
+
+// Done records that the launch of request i (returned by Next) is queued
+// and c reports its completion (nil: nothing was launched), and unpins its
+// lease.
+func (t *Ticket) Done(i int, c Completion) {
+	l := t.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i < 0 || i >= len(t.reqs) {
+		return
+	}
+	r := t.reqs[i]
+	if r.state != returned && r.state != admitted {
+		return
+	}
+	r.state = finished
+	if r.pinned {
+		if c != nil {
+			r.Lease.latest[r.Rank] = c
+		}
+		r.Lease.pins--
+		r.pinned = false
+	}
+	l.notify()
+}
+
+// Close withdraws the requests of t still queued and unpins those admitted
+// but not Done. It is safe to call more than once.
+func (t *Ticket) Close() {
+	l := t.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range t.reqs {
+		if r.pinned {
+			r.Lease.pins--
+			r.pinned = false
+		}
+		r.state = finished
+	}
+	l.queue = slices.DeleteFunc(l.queue, func(q *request) bool { return q.state == finished })
+	l.pass(false)
+	l.notify()
+}
+
+// notify wakes every waiter; l.mu is held.
+func (l *Ledger) notify() {
+	if l.asleep > 0 {
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+}
+
+// pass admits, oldest first, every queued request that is covered by its
+// held lease or fits, and keeps the rest; reap first releases the leases
+// whose launches all finished. l.mu is held.
+func (l *Ledger) pass(reap bool) {
+	if reap {
+		l.reap()
+	}
+	var blocked map[string]bool
+	changed := false
+	keep := l.queue[:0]
+	for _, r := range l.queue {
+		s := r.Lease
+		switch {
+		case r.state != queued:
+			continue
+		case r.Blocks == 0:
+			r.state = admitted
+		case s.held && r.Seq < s.grantedEnd:
+			// Covered: its peers may already spin on it, so it never waits.
+			if r.Blocks > s.width {
+				l.resize(s, r.Blocks)
+			}
+			l.pin(r)
+		case !touches(blocked, s) && l.fits(s, r.Blocks):
+			if !s.held {
+				s.held = true
+				l.held[s] = struct{}{}
+			}
+			l.resize(s, max(s.width, r.Blocks))
+			s.grantedEnd = max(s.grantedEnd, r.Seq+1)
+			l.pin(r)
+		default:
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			for g := range s.local {
+				blocked[g] = true
+			}
+			keep = append(keep, r)
+			continue
+		}
+		changed = true
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	if changed {
+		l.notify()
+	}
+}
+
+func (l *Ledger) pin(r *request) {
+	r.state = admitted
+	r.pinned = true
+	r.Lease.pins++
+}
+
+func touches(blocked map[string]bool, s *Lease) bool {
+	for g := range s.local {
+		if blocked[g] {
+			return true
+		}
+	}
+	return false
+}
+
+// fits reports whether s can reserve blocks per rank beside what is in use.
+func (l *Ledger) fits(s *Lease, blocks int) bool {
+	cur := 0
+	if s.held {
+		cur = s.width
+	}
+	extra := max(blocks, cur) - cur
+	for g, n := range s.local {
+		if st := l.gpus[g]; st != nil && st.used+extra*n > st.budget {
+			return false
+		}
+	}
+	return true
+}
+
+// resize sets s's reservation to width blocks per rank.
+func (l *Ledger) resize(s *Lease, width int) {
+	for g, n := range s.local {
+		if st := l.gpus[g]; st != nil {
+			st.used += (width - s.width) * n
+		}
+	}
+	s.width = width
+}
+
+// reap releases every held lease that no admitted launch pins and whose
+// ranks' latest launches have all finished. l.mu is held.
+func (l *Ledger) reap() {
+	for s := range l.held {
+		if s.pins > 0 {
+			continue
+		}
+		for rank, c := range s.latest {
+			if done, err := c.Query(); done || err != nil {
+				delete(s.latest, rank)
+			}
+		}
+		if len(s.latest) > 0 {
+			continue
+		}
+		l.resize(s, 0)
+		s.held = false
+		delete(l.held, s)
+		l.notify()
+	}
+}
