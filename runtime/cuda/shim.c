@@ -28,6 +28,8 @@
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext* c, CUdevice d))        \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice d))                 \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext c))                                       \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext* c))                                      \
+  X(cuCtxGetDevice, "cuCtxGetDevice", 1, (CUdevice* d))                                         \
   X(cuCtxSynchronize, "cuCtxSynchronize", 1, (void))                                            \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
   X(cuMemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr* p, size_t n))                                 \
@@ -171,6 +173,9 @@ CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
   SETCTX(c);
   return p_cuCtxEnablePeerAccess(peer, 0);
 }
+CUresult ncu_ctx_get_current(CUcontext* c) { return p_cuCtxGetCurrent(c); }
+CUresult ncu_ctx_set_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
+CUresult ncu_ctx_get_device(CUdevice* d) { return p_cuCtxGetDevice(d); }
 CUresult ncu_ctx_synchronize(CUcontext c) {
   SETCTX(c);
   return p_cuCtxSynchronize();

@@ -75,6 +75,10 @@ CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d);
 CUresult ncu_primary_ctx_release(CUdevice d);
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer);
 CUresult ncu_ctx_synchronize(CUcontext c);
+// The calling thread's current context (no context switch around them).
+CUresult ncu_ctx_get_current(CUcontext* c);
+CUresult ncu_ctx_set_current(CUcontext c);
+CUresult ncu_ctx_get_device(CUdevice* d);
 
 // Memory (all set the context current first).
 CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);
@@ -142,5 +146,6 @@ CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd)
 static inline CUstream ncu_stream_from(uintptr_t h) { return (CUstream)h; }
 static inline uintptr_t ncu_stream_to(CUstream s) { return (uintptr_t)s; }
 static inline uintptr_t ncu_ctx_to(CUcontext c) { return (uintptr_t)c; }
+static inline CUcontext ncu_ctx_from(uintptr_t h) { return (CUcontext)h; }
 
 #endif
