@@ -155,6 +155,21 @@ var NCCLFuncs = []CFunc{
 	{"ncclResult_t", "GroupSimulateEnd", "ncclSimInfo_t* simInfo"},
 }
 
+// Args is the call's argument list: the parameter names of Params.
+func (f CFunc) Args() string {
+	if f.Params == "void" {
+		return ""
+	}
+	var names []string
+	for _, p := range strings.Split(f.Params, ",") {
+		p = strings.TrimSpace(p)
+		names = append(names, p[strings.LastIndexAny(p, " *")+1:])
+	}
+	return strings.Join(names, ", ")
+}
+
+func emitPNCCL() ([]byte, error) { return execTemplate("pnccl.h.tmpl", NCCLFuncs) }
+
 func emitNCCLHeader() ([]byte, error) {
 	for _, f := range NCCLFuncs {
 		if f.Name == "" || strings.HasPrefix(f.Name, "nccl") {
