@@ -9,11 +9,13 @@ import (
 
 // The NCCL API level that the C ABI (capi, libnccl.so.2) implements: the
 // nccl.h it emits declares this version, and ncclGetVersion returns its
-// code.
+// code. 2.28.3 is the first 2.28 release; ncclConfig_t is the same through
+// 2.28.9, and clients compiled against it leave out the 2.28.7 device-API
+// (GIN) paths, which ncclgo does not offer.
 const (
 	NCCLMajor = 2
 	NCCLMinor = 28
-	NCCLPatch = 9
+	NCCLPatch = 3
 )
 
 // NCCLVersionCode is NCCL_VERSION(NCCLMajor, NCCLMinor, NCCLPatch).

@@ -86,6 +86,29 @@ func TestNCCLHeaderABI(t *testing.T) {
 	}
 }
 
+// TestNCCLHeaderCXX compiles nccl.h as C++ (nccl-tests and PyTorch are
+// C++), with the initializers and NCCL's version macro.
+func TestNCCLHeaderCXX(t *testing.T) {
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH: the C++ check of nccl.h needs a C++ compiler")
+	}
+	h, err := emitNCCLHeader()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nccl.h"), h, 0o644))
+	src := filepath.Join(dir, "use.cc")
+	require.NoError(t, os.WriteFile(src, []byte(`#include "nccl.h"
+ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+static_assert(sizeof(ncclConfig_t) == 80, "ncclConfig_t");
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2,28,0), "API level");
+ncclResult_t (*allReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) = ncclAllReduce;
+`), 0o644))
+	out, err := exec.Command(cxx, "-std=c++11", "-Wall", "-Werror", "-c", "-o", filepath.Join(dir, "use.o"), src).CombinedOutput()
+	require.NoError(t, err, "compiling nccl.h as C++:\n%s", out)
+}
+
 // TestNCCLHeaderDeclaresEveryFunction checks that nccl.h declares each C
 // API function and its pnccl alias exactly once.
 func TestNCCLHeaderDeclaresEveryFunction(t *testing.T) {
