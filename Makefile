@@ -69,6 +69,8 @@ bundle:
 	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclgen ./cmd/ncclgen
 	CGO_ENABLED=1 $(GO) build $(STRIP) -o $(BUNDLE)/bin/ncclperf ./cmd/ncclperf
 	$(MAKE) --no-print-directory libnccl LIBNCCL_DIR=$(BUNDLE) FATBIN=/nonexistent
+	$(CC) -std=c99 -O2 -I$(BUNDLE)/include -o $(BUNDLE)/bin/capi_test capi/test/capi_test.c \
+		-L$(BUNDLE)/lib -lnccl -ldl -Wl,-rpath,'$$ORIGIN/../lib'
 	@for p in $(GPU_PKGS); do \
 		name=$$(echo $$p | sed 's|^\.$$|ncclgo|; s|^\./||; s|/|_|g'); \
 		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \

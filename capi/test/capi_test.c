@@ -2,10 +2,12 @@
 // point rejects bad arguments with ncclInvalidArgument (or says what it
 // does not implement with ncclInvalidUsage) and never crashes; an init
 // without a usable CUDA driver fails cleanly with a message; with a driver
-// (argument "gpu"), a one-rank communicator runs an all-reduce.
+// (argument "gpu"), one- and two-rank communicators run collectives whose
+// results are checked, the two ranks made the way nccl-tests makes them.
 //
-// Build: cc -I<dir of nccl.h> capi_test.c -L<dir of libnccl.so> -lnccl
+// Build: cc -I<dir of nccl.h> capi_test.c -L<dir of libnccl.so> -lnccl -ldl
 // Run:   capi_test nodriver|gpu
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -207,9 +209,70 @@ static void noDriver(void) {
   EXPECT(ncclGroupEnd(), ncclSuccess);
 }
 
-// gpu: one rank, one in-place all-reduce of ncclMemAlloc'd memory on the
-// legacy default stream, a nonblocking init, and teardown.
-static void gpu(void) {
+// The few driver calls the GPU checks need, through dlopen (no CUDA
+// headers or cudart at build time).
+typedef int CUresult;
+typedef void* CUcontext;
+typedef void* CUstream;
+static struct {
+  CUresult (*init)(unsigned);
+  CUresult (*deviceGetCount)(int*);
+  CUresult (*primaryCtxRetain)(CUcontext*, int);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*ctxGetCurrent)(CUcontext*);
+  CUresult (*streamCreate)(CUstream*, unsigned);
+  CUresult (*streamSynchronize)(CUstream);
+  CUresult (*memcpyHtoD)(unsigned long long, const void*, size_t);
+  CUresult (*memcpyDtoH)(void*, unsigned long long, size_t);
+} cu;
+
+static int loadDriver(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) return 0;
+#define SYM(f, name) *(void**)(&cu.f) = dlsym(lib, name); if (cu.f == NULL) return 0;
+  SYM(init, "cuInit") SYM(deviceGetCount, "cuDeviceGetCount")
+  SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain") SYM(ctxSetCurrent, "cuCtxSetCurrent")
+  SYM(ctxGetCurrent, "cuCtxGetCurrent") SYM(streamCreate, "cuStreamCreate")
+  SYM(streamSynchronize, "cuStreamSynchronize") SYM(memcpyHtoD, "cuMemcpyHtoD_v2")
+  SYM(memcpyDtoH, "cuMemcpyDtoH_v2")
+#undef SYM
+  return cu.init(0) == 0;
+}
+
+#define CU(call)                                                          \
+  do {                                                                    \
+    CUresult r_ = (call);                                                 \
+    if (r_ != 0) {                                                        \
+      fprintf(stderr, "FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, r_); \
+      failures++;                                                         \
+      return;                                                             \
+    }                                                                     \
+  } while (0)
+
+enum { N = 1 << 16 };
+static float host[N];
+
+// fill sets n floats at device address p to v.
+static void fill(void* p, float v) {
+  for (int i = 0; i < N; i++) host[i] = v;
+  CU(cu.memcpyHtoD((unsigned long long)(uintptr_t)p, host, sizeof(host)));
+}
+
+// expectAll checks that the n floats at p are all v.
+static void expectAll(void* p, float v, int line) {
+  CU(cu.memcpyDtoH(host, (unsigned long long)(uintptr_t)p, sizeof(host)));
+  for (int i = 0; i < N; i++) {
+    if (host[i] != v) {
+      fprintf(stderr, "FAIL line %d: element %d = %g, want %g\n", line, i, host[i], v);
+      failures++;
+      return;
+    }
+  }
+}
+
+// gpuOneRank: one rank on the legacy default stream, a nonblocking init,
+// and teardown.
+static void gpuOneRank(void) {
   ncclUniqueId id;
   ncclComm_t comm = NULL;
   void* p = NULL;
@@ -223,15 +286,15 @@ static void gpu(void) {
   CHECK(v == 1);
   EXPECT(ncclCommUserRank(comm, &v), ncclSuccess);
   CHECK(v == 0);
-  EXPECT(ncclCommCuDevice(comm, &v), ncclSuccess);
-  CHECK(v == 0);
-  EXPECT(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
-  EXPECT(ncclAllReduce(p, p, 1 << 18, ncclFloat32, ncclSum, comm, NULL), ncclSuccess);
+  EXPECT(ncclMemAlloc(&p, sizeof(host)), ncclSuccess);
+  fill(p, 3);
+  EXPECT(ncclAllReduce(p, p, N, ncclFloat32, ncclSum, comm, NULL), ncclSuccess);
   EXPECT(ncclAllReduce(p, p, 1, (ncclDataType_t)12, ncclSum, comm, NULL), INV);
   EXPECT(ncclAllReduce(p, p, 1, ncclFloat32, (ncclRedOp_t)77, comm, NULL), INV);
   EXPECT(ncclReduce(p, p, 1, ncclFloat32, ncclSum, 1, comm, NULL), INV);
   EXPECT(ncclAllReduce(NULL, p, 1, ncclFloat32, ncclSum, comm, NULL), INV);
   EXPECT(ncclCommFinalize(comm), ncclSuccess);
+  expectAll(p, 3, __LINE__);
   EXPECT(ncclCommGetAsyncError(comm, &r), ncclSuccess);
   CHECK(r == ncclSuccess);
   EXPECT(ncclMemFree(p), ncclSuccess);
@@ -247,6 +310,91 @@ static void gpu(void) {
   } while (r == ncclInProgress);
   CHECK(r == ncclSuccess);
   EXPECT(ncclCommDestroy(comm), ncclSuccess);
+}
+
+// gpuTwoRanks: nccl-tests' way: one thread creates two ranks in a group,
+// switching the current device between the calls, then runs grouped
+// collectives on a stream per rank (devices 0 and 1, or both on device 0).
+static void gpuTwoRanks(int nDev) {
+  ncclUniqueId id;
+  ncclComm_t comms[2] = {NULL, NULL};
+  CUcontext ctx[2], cur = NULL;
+  CUstream st[2];
+  void *send[2], *recv[2];
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclRedOp_t op[2];
+  float half = 0.5f;
+  int dev[2] = {0, nDev > 1 ? 1 : 0}, v = -1;
+
+  for (int r = 0; r < 2; r++) CU(cu.primaryCtxRetain(&ctx[r], dev[r]));
+  EXPECT(ncclGetUniqueId(&id), ncclSuccess);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    CU(cu.ctxSetCurrent(ctx[r]));
+    EXPECT(ncclCommInitRankConfig(&comms[r], 2, id, r, &cfg), ncclSuccess);
+  }
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  CU(cu.ctxGetCurrent(&cur));
+  CHECK(cur == ctx[1]); // ncclgo leaves the thread's current context alone
+  if (comms[0] == NULL || comms[1] == NULL) return;
+  for (int r = 0; r < 2; r++) {
+    EXPECT(ncclCommCuDevice(comms[r], &v), ncclSuccess);
+    CHECK(v == dev[r]);
+    CU(cu.ctxSetCurrent(ctx[r]));
+    CU(cu.streamCreate(&st[r], 1));
+    EXPECT(ncclMemAlloc(&send[r], sizeof(host)), ncclSuccess);
+    EXPECT(ncclMemAlloc(&recv[r], sizeof(host)), ncclSuccess);
+    fill(send[r], (float)(r + 1));
+  }
+  // All-reduce: 1 + 2.
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++)
+    EXPECT(ncclAllReduce(send[r], recv[r], N, ncclFloat32, ncclSum, comms[r], st[r]), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    CU(cu.streamSynchronize(st[r]));
+    expectAll(recv[r], 3, __LINE__);
+  }
+  // PreMulSum with a host scalar, made and destroyed inside the group as
+  // nccl-tests does: (1 + 2) * 0.5.
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    EXPECT(ncclRedOpCreatePreMulSum(&op[r], &half, ncclFloat32, ncclScalarHostImmediate, comms[r]), ncclSuccess);
+    EXPECT(ncclAllReduce(send[r], recv[r], N, ncclFloat32, op[r], comms[r], st[r]), ncclSuccess);
+    EXPECT(ncclRedOpDestroy(op[r], comms[r]), ncclSuccess);
+  }
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    CU(cu.streamSynchronize(st[r]));
+    expectAll(recv[r], 1.5f, __LINE__);
+  }
+  // Send/receive: each rank gets the other's data.
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    EXPECT(ncclSend(send[r], N, ncclFloat32, 1 - r, comms[r], st[r]), ncclSuccess);
+    EXPECT(ncclRecv(recv[r], N, ncclFloat32, 1 - r, comms[r], st[r]), ncclSuccess);
+  }
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    CU(cu.streamSynchronize(st[r]));
+    expectAll(recv[r], (float)(2 - r), __LINE__);
+  }
+  for (int r = 0; r < 2; r++) {
+    EXPECT(ncclMemFree(send[r]), ncclSuccess);
+    EXPECT(ncclMemFree(recv[r]), ncclSuccess);
+    EXPECT(ncclCommDestroy(comms[r]), ncclSuccess);
+  }
+}
+
+static void gpu(void) {
+  int n = 0;
+  if (!loadDriver() || cu.deviceGetCount(&n) != 0 || n < 1) {
+    fprintf(stderr, "FAIL: gpu mode without a usable driver\n");
+    failures++;
+    return;
+  }
+  gpuOneRank();
+  gpuTwoRanks(n);
 }
 
 int main(int argc, char** argv) {
