@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/transport"
@@ -130,7 +131,7 @@ func ncclGetVersion(version *C.int) result {
 	if version == nil {
 		return argError("GetVersion", "version", "NULL", "a pointer to an int")
 	}
-	*version = C.NCCL_VERSION_CODE
+	*version = generated.NCCLVersionCode
 	return C.ncclSuccess
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
@@ -112,6 +113,7 @@ func TestHeaderValues(t *testing.T) {
 	assert.EqualValues(t, ncclgo.Float8e5m2+1, cNumTypes)
 	assert.EqualValues(t, bootstrap.UniqueIDBytes, cUniqueIDBytes)
 	assert.EqualValues(t, gen.NCCLVersionCode, cVersionCode)
+	assert.EqualValues(t, generated.NCCLVersionCode, cVersionCode, "capi was compiled against a stale nccl.h")
 }
 
 func TestResultOf(t *testing.T) {

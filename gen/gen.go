@@ -93,6 +93,9 @@ func Generate(opts Options) (Files, error) {
 	if files["include/ncclgo_pnccl.h"], err = emitPNCCL(); err != nil {
 		return nil, err
 	}
+	if files["ncclh.go"], err = emitGoNCCLH(files["include/nccl.h"], opts); err != nil {
+		return nil, err
+	}
 	if files[nvbuild.ManifestName], err = emitManifest(s, units, opts); err != nil {
 		return nil, err
 	}

@@ -1,8 +1,11 @@
 package gen
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
+
+	"github.com/dave/jennifer/jen"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
 )
@@ -184,4 +187,19 @@ func emitNCCLHeader() ([]byte, error) {
 		Config                    []CField
 		Funcs                     []CFunc
 	}{NCCLMajor, NCCLMinor, NCCLPatch, NCCLVersionCode, NCCLResults, NCCLRedOps, NCCLDataTypes(), NCCLConfigFields, NCCLFuncs})
+}
+
+// emitGoNCCLH emits the Go side of nccl.h: its API level and a digest of
+// its bytes. capi compiles nccl.h through cgo, and Go's build cache does
+// not track headers outside a package's directory; since capi imports the
+// generated package, any change of the header changes this file and so
+// rebuilds capi against the new header.
+func emitGoNCCLH(header []byte, opts Options) ([]byte, error) {
+	f := jen.NewFile(opts.GoPackage)
+	f.HeaderComment(Header)
+	f.Comment("NCCLVersionCode is the NCCL API level of include/nccl.h (NCCL_VERSION_CODE).")
+	f.Const().Id("NCCLVersionCode").Op("=").Lit(NCCLVersionCode)
+	f.Comment("NCCLHeaderSHA256 is the SHA-256 of include/nccl.h.")
+	f.Const().Id("NCCLHeaderSHA256").Op("=").Lit(fmt.Sprintf("%x", sha256.Sum256(header)))
+	return render(f)
 }
