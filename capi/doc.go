@@ -2,10 +2,13 @@
 // nccl.h that gen emits, NCCL 2.28's ABI) over the public Go API of package
 // ncclgo. Build it with `make libnccl`, which runs
 //
-//	go build -buildmode=c-shared -ldflags=-extldflags='-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'
+//	go build -tags ncclgo_nonvml -buildmode=c-shared \
+//		-ldflags="-extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'" ./capi
 //
 // and lays build/ out as NCCL_HOME: build/include/nccl.h and
-// build/lib/libnccl.so.2 (with a libnccl.so link).
+// build/lib/libnccl.so.2 (with a libnccl.so link). The ncclgo_nonvml tag
+// leaves go-nvml out: its symbols resolve only at run time, which a shared
+// library's clients cannot link against.
 //
 // # Semantics
 //
