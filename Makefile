@@ -11,7 +11,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test gpu-verify embed clean
+.PHONY: all generate kernels test vet unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -72,6 +72,9 @@ bundle:
 	@# an empty placeholder and the binary takes one at run time (-fatbin FILE).
 	test -f examples/slim/kernels.fatbin || : > examples/slim/kernels.fatbin
 	cd examples/slim && CGO_ENABLED=1 $(GO) build $(STRIP) -o $(abspath $(BUNDLE))/bin/slim .
+	$(MAKE) --no-print-directory libnccl LIBNCCL_DIR=$(BUNDLE) FATBIN=/nonexistent
+	$(CC) -std=c99 -O2 -I$(BUNDLE)/include -o $(BUNDLE)/bin/capi_test capi/test/capi_test.c \
+		-L$(BUNDLE)/lib -lnccl -ldl -Wl,-rpath,'$$ORIGIN/../lib'
 	@for p in $(GPU_PKGS); do \
 		name=$$(echo $$p | sed 's|^\.$$|ncclgo|; s|^\./||; s|/|_|g'); \
 		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
@@ -86,6 +89,27 @@ gpu-test:
 		dir=$$(basename $$t .test | sed 's|^ncclgo$$|.|; s|_|/|g'); \
 		( cd $$dir 2>/dev/null || true; NCCLGO_FATBIN=$(CURDIR)/$(FATBIN) NCCL_NVLS_ENABLE=0 $(CURDIR)/$$t -test.v -test.count=1 $(TESTFLAGS) ) || fail=1; \
 	done; exit $$fail
+
+## libnccl: ncclgo as a drop-in libnccl.so.2 (NCCL's C API, package capi), laid out
+## as NCCL_HOME: build/include/nccl.h, build/lib/libnccl.so.2 (+ libnccl.so link).
+## The kernels: $$NCCLGO_FATBIN, or embedded (EMBED=1 after `make embed`), or
+## build/lib/ncclgo.fatbin beside the library (copied from $(FATBIN) when it exists).
+LIBNCCL_DIR   ?= build
+LIBNCCL_TAGS   = ncclgo_nonvml$(if $(EMBED),$(comma)ncclgo_embed)
+LIBNCCL_FLAGS  = -tags $(LIBNCCL_TAGS) -buildmode=c-shared \
+	-ldflags="-s -w -extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'"
+comma := ,
+
+libnccl:
+	mkdir -p $(LIBNCCL_DIR)/lib $(LIBNCCL_DIR)/include
+	CGO_ENABLED=1 $(GO) build $(LIBNCCL_FLAGS) -o $(LIBNCCL_DIR)/lib/libnccl.so.2 ./capi
+	rm -f $(LIBNCCL_DIR)/lib/libnccl.so.h
+	ln -sf libnccl.so.2 $(LIBNCCL_DIR)/lib/libnccl.so
+	ln -sf lib/libnccl.so.2 $(LIBNCCL_DIR)/libnccl.so.2
+	cp generated/include/nccl.h $(LIBNCCL_DIR)/include/nccl.h
+	@if [ -f $(FATBIN) ]; then cp $(FATBIN) $(LIBNCCL_DIR)/lib/ncclgo.fatbin; \
+	else echo "note: no $(FATBIN): put ncclgo.fatbin beside libnccl.so.2, or set NCCLGO_FATBIN"; fi
+	@ls -la $(LIBNCCL_DIR)/lib $(LIBNCCL_DIR)/include
 
 ## embed: copy $(FATBIN) into runtime/kernels so that `go build -tags ncclgo_embed`
 ## puts the kernels inside the binary (then no NCCLGO_FATBIN is needed at run time).

@@ -88,6 +88,15 @@ func Generate(opts Options) (Files, error) {
 	if files["include/ngabi.h"], err = emitABIHeader(); err != nil {
 		return nil, err
 	}
+	if files["include/nccl.h"], err = emitNCCLHeader(); err != nil {
+		return nil, err
+	}
+	if files["include/ncclgo_pnccl.h"], err = emitPNCCL(); err != nil {
+		return nil, err
+	}
+	if files["ncclh.go"], err = emitGoNCCLH(files["include/nccl.h"], opts); err != nil {
+		return nil, err
+	}
 	if files[nvbuild.ManifestName], err = emitManifest(s, units, opts); err != nil {
 		return nil, err
 	}

@@ -28,9 +28,9 @@
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext* c, CUdevice d))        \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice d))                 \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext c))                                       \
-  X(cuCtxSynchronize, "cuCtxSynchronize", 1, (void))                                            \
   X(cuCtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext* c))                                      \
-  X(cuCtxGetDevice, "cuCtxGetDevice", 1, (CUdevice* d))                                        \
+  X(cuCtxGetDevice, "cuCtxGetDevice", 1, (CUdevice* d))                                         \
+  X(cuCtxSynchronize, "cuCtxSynchronize", 1, (void))                                            \
   X(cuCtxCreate, "cuCtxCreate_v2", 0, (CUcontext* c, unsigned flags, CUdevice d))              \
   X(cuCtxDestroy, "cuCtxDestroy_v2", 0, (CUcontext c))                                          \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
@@ -192,6 +192,7 @@ CUresult ncu_ctx_destroy(CUcontext c) {
   NEED(p_cuCtxDestroy);
   return p_cuCtxDestroy(c);
 }
+CUresult ncu_ctx_set_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
 CUresult ncu_ctx_synchronize(CUcontext c) {
   SETCTX(c);
   return p_cuCtxSynchronize();

@@ -79,6 +79,7 @@ CUresult ncu_ctx_get_current(CUcontext* c);
 CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d);
 CUresult ncu_ctx_create(CUcontext* c, CUdevice d);
 CUresult ncu_ctx_destroy(CUcontext c);
+CUresult ncu_ctx_set_current(CUcontext c);
 
 // Memory (all set the context current first).
 CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);

@@ -1,3 +1,5 @@
+//go:build !ncclgo_nonvml
+
 package topo
 
 import (

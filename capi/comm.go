@@ -1,0 +1,506 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "nccl.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// comm is what an ncclComm_t stands for. The handle is a small C
+// allocation, so that it is a unique non-NULL address a C client can hold,
+// and a lookup of an unknown one fails instead of crashing.
+type comm struct {
+	h                    C.ncclComm_t
+	rank, nRanks, device int
+	blocking             bool
+	cancel               context.CancelFunc // cancels the init
+	done                 chan struct{}      // closed when the init has ended
+	c                    *ncclgo.Comm       // set when done and the init succeeded
+	cctx                 *cuda.Context      // the device's primary context, for the caller's streams
+	initErr              error
+	mu                   sync.Mutex
+	destroying           bool
+	startOnce            sync.Once // the init starts (or is cancelled) once
+}
+
+var (
+	commsMu sync.Mutex
+	comms   = map[C.ncclComm_t]*comm{}
+)
+
+func newComm(rank, nRanks, device int, blocking bool) *comm {
+	c := &comm{h: C.ncclComm_t(C.malloc(8)), rank: rank, nRanks: nRanks, device: device, blocking: blocking, done: make(chan struct{})}
+	commsMu.Lock()
+	comms[c.h] = c
+	commsMu.Unlock()
+	return c
+}
+
+// forget unregisters c and frees its handle.
+func (c *comm) forget() {
+	commsMu.Lock()
+	delete(comms, c.h)
+	commsMu.Unlock()
+	C.free(unsafe.Pointer(c.h))
+}
+
+// lookup returns the comm of a handle, or an invalid-argument result.
+func lookup(op string, h C.ncclComm_t) (*comm, result) {
+	if h == nil {
+		return nil, argError(op, "comm", "NULL", "a communicator from ncclCommInitRank, ncclCommInitRankConfig or ncclCommInitAll")
+	}
+	commsMu.Lock()
+	c := comms[h]
+	commsMu.Unlock()
+	if c == nil {
+		return nil, argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a live communicator (this one was never created or is destroyed)")
+	}
+	return c, C.ncclSuccess
+}
+
+// ready returns c's Go communicator once its init has succeeded.
+func (c *comm) ready(op string) (*ncclgo.Comm, result) {
+	select {
+	case <-c.done:
+	default:
+		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.rank, ncclgo.ErrInvalidUsage))
+	}
+	if c.initErr != nil {
+		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator's init failed: %v", c.rank, ncclgo.ErrInvalidUsage, c.initErr))
+	}
+	return c.c, C.ncclSuccess
+}
+
+// finish records the outcome of c's init.
+func (c *comm) finish(gc *ncclgo.Comm, err error) {
+	if err == nil {
+		var dev cuda.Device
+		if dev, err = cuda.GetDevice(c.device); err == nil {
+			c.cctx, err = dev.PrimaryContext()
+		}
+		if err != nil {
+			_ = gc.Destroy()
+			gc = nil
+		}
+	}
+	c.c, c.initErr = gc, err
+	if err != nil {
+		setLastError(fmt.Sprintf("ncclCommInitRank: rank %d: %v", c.rank, err))
+	}
+	close(c.done)
+}
+
+// free destroys (or aborts) the Go communicator and releases the handle.
+func (c *comm) free(abort bool) error {
+	c.mu.Lock()
+	if c.destroying {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: the communicator is already being destroyed", ncclgo.ErrInvalidUsage)
+	}
+	c.destroying = true
+	c.mu.Unlock()
+	if abort && c.cancel != nil {
+		c.cancel()
+	}
+	c.startOnce.Do(func() { // destroyed in a group that never ended
+		c.initErr = fmt.Errorf("%w: destroyed before its group ended", ncclgo.ErrInvalidUsage)
+		close(c.done)
+	})
+	<-c.done
+	if c.cancel != nil {
+		c.cancel()
+	}
+	var err error
+	if c.c != nil {
+		if abort {
+			c.c.Abort()
+		}
+		err = c.c.Destroy()
+		if abort {
+			err = nil // an aborted communicator's Destroy reports the abort
+		}
+	}
+	if c.cctx != nil {
+		_ = c.cctx.Release()
+	}
+	c.forget()
+	return err
+}
+
+//export ncclGetUniqueId
+func ncclGetUniqueId(out *C.ncclUniqueId) result {
+	if out == nil {
+		return argError("GetUniqueId", "uniqueId", "NULL", "a pointer to an ncclUniqueId")
+	}
+	id, err := ncclgo.GetUniqueID(context.Background())
+	if err != nil {
+		return fail("GetUniqueId", err)
+	}
+	*out = C.ncclUniqueId{}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out.internal[0])), len(out.internal)), id[:])
+	return C.ncclSuccess
+}
+
+// config is what a ncclConfig_t asks for.
+type config struct {
+	blocking bool
+	opts     *ncclgo.Options
+}
+
+// readConfig checks and reads cfg (NULL: the defaults).
+func readConfig(op string, cfg *C.ncclConfig_t) (config, result) {
+	out := config{blocking: true, opts: &ncclgo.Options{KernelImage: besideImage()}}
+	if cfg == nil {
+		return out, C.ncclSuccess
+	}
+	if cfg.magic != 0xcafebeef {
+		return out, argError(op, "config.magic", fmt.Sprintf("%#x", uint32(cfg.magic)), "0xcafebeef: initialize ncclConfig_t with NCCL_CONFIG_INITIALIZER")
+	}
+	size := uintptr(cfg.size)
+	if size < unsafe.Offsetof(cfg.maxCTAs)+unsafe.Sizeof(cfg.maxCTAs) || size > 1<<16 {
+		return out, argError(op, "config.size", size, fmt.Sprintf("sizeof(ncclConfig_t) of NCCL 2.14 or later (%d in this nccl.h)", unsafe.Sizeof(*cfg)))
+	}
+	switch cfg.blocking {
+	case C.NCCL_CONFIG_UNDEF_INT, 1:
+	case 0:
+		out.blocking = false
+	default:
+		return out, argError(op, "config.blocking", int(cfg.blocking), "0 (nonblocking), 1 (blocking) or NCCL_CONFIG_UNDEF_INT")
+	}
+	ctas := func(name string, v C.int, dst **int) result {
+		switch {
+		case v == C.NCCL_CONFIG_UNDEF_INT:
+		case v < 1 || v > 64:
+			return argError(op, "config."+name, int(v), "1..64 or NCCL_CONFIG_UNDEF_INT")
+		default:
+			n := int(v)
+			*dst = &n
+		}
+		return C.ncclSuccess
+	}
+	if r := ctas("minCTAs", cfg.minCTAs, &out.opts.MinNChannels); r != C.ncclSuccess {
+		return out, r
+	}
+	if r := ctas("maxCTAs", cfg.maxCTAs, &out.opts.MaxNChannels); r != C.ncclSuccess {
+		return out, r
+	}
+	if mn, mx := out.opts.MinNChannels, out.opts.MaxNChannels; mn != nil && mx != nil && *mn > *mx {
+		return out, argError(op, "config.minCTAs", *mn, fmt.Sprintf("at most config.maxCTAs (%d)", *mx))
+	}
+	// cgaClusterSize, netName, splitShare, trafficClass, commName,
+	// collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer
+	// and nvlinkCentricSched are hints ncclgo has no use for yet.
+	return out, C.ncclSuccess
+}
+
+// checkID validates a unique id's bytes.
+func checkID(op string, id *C.ncclUniqueId) (bootstrap.UniqueID, result) {
+	var u bootstrap.UniqueID
+	copy(u[:], unsafe.Slice((*byte)(unsafe.Pointer(&id.internal[0])), len(id.internal)))
+	if _, err := bootstrap.ParseUniqueID(hex.EncodeToString(u[:])); err != nil {
+		return u, fail(op, fmt.Errorf("commId: %w", err))
+	}
+	return u, C.ncclSuccess
+}
+
+// currentDevice is the calling thread's device, as cudaGetDevice says.
+func currentDevice(op string) (int, result) {
+	d, ok, err := cuda.CurrentDevice()
+	if err != nil {
+		return 0, fail(op, fmt.Errorf("the calling thread's CUDA device: %w", err))
+	}
+	if !ok {
+		return 0, C.ncclSuccess // no current context: cudart's device 0
+	}
+	return int(d), C.ncclSuccess
+}
+
+// initRank starts (in a group: queues) the init of one rank.
+func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
+	if out == nil {
+		return argError(op, "comm", "NULL", "a pointer to an ncclComm_t")
+	}
+	*out = nil
+	if nRanks < 1 {
+		return argError(op, "nranks", int(nRanks), "at least 1")
+	}
+	if rank < 0 || rank >= nRanks {
+		return argError(op, "rank", int(rank), fmt.Sprintf("0..%d", nRanks-1))
+	}
+	u, r := checkID(op, id)
+	if r != C.ncclSuccess {
+		return r
+	}
+	conf, r := readConfig(op, cfg)
+	if r != C.ncclSuccess {
+		return r
+	}
+	dev, r := currentDevice(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	c := newComm(int(rank), int(nRanks), dev, conf.blocking)
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	start := func() {
+		c.startOnce.Do(func() {
+			go func() {
+				gc, err := ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
+				c.finish(gc, err)
+			}()
+		})
+	}
+	*out = c.h
+	if g := threadGroup(false); g != nil {
+		g.inits = append(g.inits, pendingInit{c: c, start: start})
+		return C.ncclSuccess
+	}
+	start()
+	return c.wait(op)
+}
+
+// wait waits for a blocking comm's init (a nonblocking one reports
+// ncclInProgress instead); a failed blocking init frees the handle.
+func (c *comm) wait(op string) result {
+	if !c.blocking {
+		select {
+		case <-c.done:
+		default:
+			return C.ncclInProgress
+		}
+	}
+	<-c.done
+	if c.initErr != nil {
+		r := resultOf(c.initErr)
+		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", op, c.rank, c.initErr))
+		return r
+	}
+	return C.ncclSuccess
+}
+
+//export ncclCommInitRank
+func ncclCommInitRank(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int) result {
+	return initRank("CommInitRank", out, nRanks, &id, rank, nil)
+}
+
+//export ncclCommInitRankConfig
+func ncclCommInitRankConfig(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
+	return initRank("CommInitRankConfig", out, nRanks, &id, rank, cfg)
+}
+
+//export ncclCommInitRankScalable
+func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) result {
+	const op = "CommInitRankScalable"
+	if ids == nil {
+		return argError(op, "commIds", "NULL", "an array of nId ncclUniqueIds")
+	}
+	if nID < 1 || nID > nRanks {
+		return argError(op, "nId", int(nID), "1..nranks")
+	}
+	if nID > 1 {
+		return notImplemented(op, "more than one unique id (nId > 1)")
+	}
+	return initRank(op, out, nRanks, ids, rank, cfg)
+}
+
+//export ncclCommInitAll
+func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
+	const op = "CommInitAll"
+	if out == nil {
+		return argError(op, "comm", "NULL", "an array of ndev ncclComm_t")
+	}
+	if nDev < 1 {
+		return argError(op, "ndev", int(nDev), "at least 1")
+	}
+	devs := make([]int, nDev)
+	for i := range devs {
+		devs[i] = i
+		if devList != nil {
+			devs[i] = int(unsafe.Slice(devList, nDev)[i])
+			if devs[i] < 0 {
+				return argError(op, fmt.Sprintf("devlist[%d]", i), devs[i], "a device ordinal >= 0")
+			}
+		}
+	}
+	outs := unsafe.Slice(out, nDev)
+	for i := range outs {
+		outs[i] = nil
+	}
+	var gcs []*ncclgo.Comm
+	var err error
+	done := make(chan struct{})
+	go func() { // off the caller's thread: its current context stays
+		defer close(done)
+		gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
+	}()
+	<-done
+	if err != nil {
+		return fail(op, err)
+	}
+	for i, gc := range gcs {
+		c := newComm(i, len(gcs), devs[i], true)
+		c.startOnce.Do(func() { c.finish(gc, nil) })
+		if c.initErr != nil {
+			return fail(op, c.initErr)
+		}
+		outs[i] = c.h
+	}
+	return C.ncclSuccess
+}
+
+//export ncclCommFinalize
+func ncclCommFinalize(h C.ncclComm_t) result {
+	const op = "CommFinalize"
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return r
+	}
+	gc, r := c.ready(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	return keepContext(func() result { return fail(op, gc.Wait(context.Background())) })
+}
+
+//export ncclCommDestroy
+func ncclCommDestroy(h C.ncclComm_t) result {
+	const op = "CommDestroy"
+	if h == nil {
+		return C.ncclSuccess // NCCL accepts a NULL communicator here
+	}
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return r
+	}
+	return keepContext(func() result { return fail(op, c.free(false)) })
+}
+
+//export ncclCommAbort
+func ncclCommAbort(h C.ncclComm_t) result {
+	const op = "CommAbort"
+	if h == nil {
+		return C.ncclSuccess
+	}
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return r
+	}
+	return keepContext(func() result { return fail(op, c.free(true)) })
+}
+
+//export ncclCommGetAsyncError
+func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) result {
+	const op = "CommGetAsyncError"
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return r
+	}
+	if out == nil {
+		return argError(op, "asyncError", "NULL", "a pointer to an ncclResult_t")
+	}
+	select {
+	case <-c.done:
+	default:
+		*out = C.ncclInProgress
+		return C.ncclSuccess
+	}
+	err := c.initErr
+	if err == nil {
+		err = c.c.Err()
+	}
+	if err != nil {
+		*out = fail(op, err)
+	} else {
+		*out = C.ncclSuccess
+	}
+	return C.ncclSuccess
+}
+
+func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) result {
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return r
+	}
+	if out == nil {
+		return argError(op, arg, "NULL", "a pointer to an int")
+	}
+	*out = C.int(get(c))
+	return C.ncclSuccess
+}
+
+//export ncclCommCount
+func ncclCommCount(h C.ncclComm_t, count *C.int) result {
+	return commInt("CommCount", "count", h, count, func(c *comm) int { return c.nRanks })
+}
+
+//export ncclCommCuDevice
+func ncclCommCuDevice(h C.ncclComm_t, device *C.int) result {
+	return commInt("CommCuDevice", "device", h, device, func(c *comm) int { return c.device })
+}
+
+//export ncclCommUserRank
+func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
+	return commInt("CommUserRank", "rank", h, rank, func(c *comm) int { return c.rank })
+}
+
+//export ncclCommSplit
+func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) result {
+	const op = "CommSplit"
+	if _, r := lookup(op, h); r != C.ncclSuccess {
+		return r
+	}
+	if newComm == nil {
+		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
+	}
+	*newComm = nil
+	return notImplemented(op, "splitting a communicator")
+}
+
+//export ncclCommShrink
+func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) result {
+	const op = "CommShrink"
+	if _, r := lookup(op, h); r != C.ncclSuccess {
+		return r
+	}
+	if newComm == nil {
+		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
+	}
+	*newComm = nil
+	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
+		return argError(op, "excludeRanksCount", int(nExclude), "0, or the length of a non-NULL excludeRanksList")
+	}
+	return notImplemented(op, "shrinking a communicator")
+}
+
+//export ncclCommRevoke
+func ncclCommRevoke(h C.ncclComm_t, flags C.int) result {
+	const op = "CommRevoke"
+	if _, r := lookup(op, h); r != C.ncclSuccess {
+		return r
+	}
+	if flags != 0 {
+		return argError(op, "revokeFlags", int(flags), "NCCL_REVOKE_DEFAULT (0)")
+	}
+	return notImplemented(op, "revoking a communicator")
+}
+
+// countArg converts a size_t count, failing on counts Go cannot index.
+func countArg(op, arg string, n C.size_t) (int, result) {
+	if uint64(n) > math.MaxInt64 {
+		return 0, argError(op, arg, uint64(n), "a count below 2^63")
+	}
+	return int(n), C.ncclSuccess
+}

@@ -1,0 +1,62 @@
+// Command capi is ncclgo as a drop-in libnccl.so.2: NCCL's C API (the
+// nccl.h that gen emits, NCCL 2.28's ABI) over the public Go API of package
+// ncclgo. Build it with `make libnccl`, which runs
+//
+//	go build -tags ncclgo_nonvml -buildmode=c-shared \
+//		-ldflags="-extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'" ./capi
+//
+// and lays build/ out as NCCL_HOME: build/include/nccl.h and
+// build/lib/libnccl.so.2 (with a libnccl.so link). The ncclgo_nonvml tag
+// leaves go-nvml out: its symbols resolve only at run time, which a shared
+// library's clients cannot link against.
+//
+// # Semantics
+//
+// Group calls (ncclGroupStart/ncclGroupEnd) nest per OS thread, as NCCL's
+// do: a cgo callback runs on the calling C thread, so the thread id keys
+// the group. Collectives in a group join one ncclgo.Group, launched at the
+// outermost ncclGroupEnd; communicator inits in a group (the way
+// nccl-tests and multi-GPU hosts create their ranks from one thread) run
+// concurrently at that ncclGroupEnd. A communicator whose ncclConfig_t has
+// blocking = 0 initializes in the background: init returns ncclInProgress
+// and ncclCommGetAsyncError reports ncclInProgress until it is done.
+//
+// ncclCommInitRank uses the device of the calling thread's current CUDA
+// context (cudart's current device; device 0 when none is current). Every
+// entry point restores the thread's current context before it returns.
+// Streams are the caller's CUstreams (cudaStream_t); NULL is the legacy
+// default stream. Buffers are device addresses. Within a group, the calls
+// of one communicator must use one stream.
+//
+// Errors never abort the host: every entry point returns an ncclResult_t,
+// and ncclGetLastError says what failed, naming the argument, its value and
+// what is valid. What ncclgo does not implement yet (ncclCommSplit,
+// ncclCommShrink, windows, the device API, ncclGroupSimulateEnd,
+// ncclCommRevoke, ncclCommInitRankScalable with several ids) returns
+// ncclInvalidUsage and says so. ncclCommRegister is accepted and does
+// nothing (registration is an optimization ncclgo does not need).
+//
+// # The Go runtime inside a C or Python host
+//
+// A c-shared Go library installs signal handlers only for the synchronous
+// signals (SIGSEGV, SIGBUS, SIGFPE), SIGPIPE and SIGURG (goroutine
+// preemption); it saves the host's handlers and forwards to them the
+// signals that do not come from Go code. For the other signals it keeps
+// the host's handlers and only turns on their SA_ONSTACK flag. Hosts that
+// install handlers for those signals after loading the library must use
+// SA_ONSTACK (Python's faulthandler does). The library never calls
+// os/signal. A host that wants no SIGURG sent to threads while they run
+// the library's code can set GODEBUG=asyncpreemptoff=1 in its environment.
+// Its goroutines belong to communicators (ended by ncclCommDestroy or
+// ncclCommAbort) and to bootstrap roots (ended once their ranks have
+// checked in). The library is linked with -z nodelete: a Go runtime cannot
+// be unloaded, so dlclose leaves it in place.
+//
+// # Kernels
+//
+// The kernel image is found as package kernels finds it ($NCCLGO_FATBIN,
+// then the image embedded with -tags ncclgo_embed), and then beside the
+// library: ncclgo.fatbin in the directory that holds libnccl.so.2.
+package main
+
+func main() {}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# nccl-tests on ncclgo's libnccl.so.2 (and, for comparison, on the
+# machine's NCCL): builds NVIDIA/nccl-tests against ncclgo's nccl.h and
+# runs its perf tests with data checks in threads mode (-g 2).
+#
+# Usage (from the repository root, on the GPU machine):
+#   bash capi/test/nccl-tests.sh <nccl-tests source dir> [<dir with lib/ and include/>]
+# The second argument defaults to bundle/ (what `make bundle` builds).
+# Environment: NCCL_DEVICE_INCLUDE (directory holding NCCL 2.28's
+# nccl_device.h and nccl_device/, which nccl-tests includes at API 2.28;
+# searched for when unset), SYSTEM_NCCL_LIB (directory of the machine's
+# libnccl.so.2; searched for when unset; "none" skips that run),
+# NCCLGO_FATBIN (default: <lib>/ncclgo.fatbin, else build/ncclgo.fatbin),
+# TESTS, ARGS, GENCODE.
+set -euo pipefail
+src=$(cd "$1" && pwd)
+root=$(cd "${2:-bundle}" && pwd)
+lib=$root/lib
+[ -f "$lib/libnccl.so.2" ] || { echo "no $lib/libnccl.so.2: run make libnccl or make bundle first"; exit 1; }
+home=$src/ncclgo_home
+mkdir -p "$home/include"
+cp "$root/include/nccl.h" "$home/include/nccl.h"
+ln -sfn "$lib" "$home/lib"
+
+pyinc() { python3 -c 'import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], "'"$1"'"))' 2>/dev/null || true; }
+dev=${NCCL_DEVICE_INCLUDE:-}
+if [ -z "$dev" ]; then
+  for d in /usr/include /usr/local/include /usr/local/cuda/include "$(pyinc include)"; do
+    if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then dev=$d; break; fi
+  done
+fi
+[ -n "$dev" ] || dev=$(dirname "$(find / -xdev -name nccl_device.h -path '*include*' 2>/dev/null | head -1)")
+if [ -f "$dev/nccl_device.h" ]; then
+  echo "== NCCL device-API headers from $dev (nccl-tests includes them at API 2.28; ncclgo does not implement that API)"
+  cp -r "$dev/nccl_device.h" "$dev/nccl_device" "$home/include/"
+else
+  # Without NCCL's device headers, build nccl-tests at API 2.27, which
+  # leaves the device-API code out; the ABI it uses is the same.
+  echo "== no nccl_device.h found (set NCCL_DEVICE_INCLUDE): building nccl-tests at API level 2.27"
+  sed -i 's/^#define NCCL_MINOR 28$/#define NCCL_MINOR 27/; s/^#define NCCL_VERSION_CODE 228\(..\)$/#define NCCL_VERSION_CODE 227\1/' "$home/include/nccl.h"
+  grep -q "NCCL_VERSION_CODE 227" "$home/include/nccl.h" || { echo "could not lower the API level of $home/include/nccl.h"; exit 1; }
+fi
+
+echo "== building nccl-tests against ncclgo's nccl.h"
+make -C "$src" -j"$(nproc)" MPI=0 NCCL_HOME="$home" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+  NVCC_GENCODE="${GENCODE:--gencode=arch=compute_90,code=sm_90}" >"$src/build.log" 2>&1 ||
+  { tail -40 "$src/build.log"; exit 1; }
+
+sys=${SYSTEM_NCCL_LIB:-}
+if [ -z "$sys" ]; then
+  sys=$(dirname "$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')" 2>/dev/null || true)
+  [ -f "$sys/libnccl.so.2" ] || sys=$(pyinc lib)
+fi
+fatbin=${NCCLGO_FATBIN:-}
+[ -n "$fatbin" ] || { [ -f "$lib/ncclgo.fatbin" ] && fatbin=$lib/ncclgo.fatbin || fatbin=$PWD/build/ncclgo.fatbin; }
+export NCCL_NVLS_ENABLE=0
+
+fail=0
+for t in ${TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter}; do
+  for which in ncclgo nccl; do
+    libdir=$lib
+    if [ "$which" = nccl ]; then
+      [ "$sys" != none ] && [ -f "$sys/libnccl.so.2" ] || continue
+      libdir=$sys
+    fi
+    log=$src/${t}_$which.log
+    echo "== ${t}_perf on $which ($libdir)"
+    rc=0
+    NCCLGO_FATBIN=$fatbin LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      timeout 900 "$src/build/${t}_perf" ${ARGS:--b 8 -e 1G -f 4 -g 2 -c 1} >"$log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+      echo "   FAILED (exit $rc); tail of $log:"; tail -15 "$log"; fail=1; continue
+    fi
+    grep -E "nccl-tests version|NCCL version|Out of bounds|Avg bus bandwidth" "$log" | sed 's/^/   /'
+    grep -q "Out of bounds values : 0 OK" "$log" || fail=1
+  done
+done
+exit $fail

@@ -1,0 +1,30 @@
+package main
+
+// Values of the generated nccl.h as Go constants, for the tests (a
+// _test.go file cannot use cgo).
+
+/*
+#include "nccl.h"
+*/
+import "C"
+
+const (
+	cSuccess            = C.ncclSuccess
+	cUnhandledCudaError = C.ncclUnhandledCudaError
+	cSystemError        = C.ncclSystemError
+	cInternalError      = C.ncclInternalError
+	cInvalidArgument    = C.ncclInvalidArgument
+	cInvalidUsage       = C.ncclInvalidUsage
+	cRemoteError        = C.ncclRemoteError
+	cSum                = C.ncclSum
+	cProd               = C.ncclProd
+	cMax                = C.ncclMax
+	cMin                = C.ncclMin
+	cAvg                = C.ncclAvg
+	cNumOps             = C.ncclNumOps
+	cFloat32            = C.ncclFloat32
+	cBfloat16           = C.ncclBfloat16
+	cNumTypes           = C.ncclNumTypes
+	cUniqueIDBytes      = C.NCCL_UNIQUE_ID_BYTES
+	cVersionCode        = C.NCCL_VERSION_CODE
+)

@@ -1,0 +1,60 @@
+package cuda
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCurrentContext: the thread's current context is what
+// SetCurrentContext made it, CurrentDevice names its device, and 0 leaves
+// the thread without one.
+func TestCurrentContext(t *testing.T) {
+	c := gpu(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev, err := CurrentContextHandle()
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, SetCurrentContext(prev)) }()
+
+	require.NoError(t, SetCurrentContext(c.Handle()))
+	h, err := CurrentContextHandle()
+	require.NoError(t, err)
+	assert.Equal(t, c.Handle(), h)
+	d, ok, err := CurrentDevice()
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, c.Device(), d)
+
+	require.NoError(t, SetCurrentContext(0))
+	_, ok, err = CurrentDevice()
+	require.NoError(t, err)
+	assert.False(t, ok, "no current context after SetCurrentContext(0)")
+}
+
+// TestCurrentContextWraps: CurrentContext wraps the thread's current
+// context as a caller's context, and fails when there is none.
+func TestCurrentContextWraps(t *testing.T) {
+	c := gpu(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev, err := CurrentContextHandle()
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, SetCurrentContext(prev)) }()
+
+	require.NoError(t, SetCurrentContext(c.Handle()))
+	w, err := CurrentContext()
+	require.NoError(t, err)
+	assert.True(t, w.Wrapped())
+	assert.Equal(t, c.Handle(), w.Handle())
+	assert.Equal(t, c.Device(), w.Device())
+	require.NoError(t, w.Release()) // forgets only the wrapper
+	_, err = c.MemGetInfo()
+	require.NoError(t, err, "the context lives on after releasing a wrapper")
+
+	require.NoError(t, SetCurrentContext(0))
+	_, err = CurrentContext()
+	assert.ErrorIs(t, err, ErrInvalidValue)
+}
