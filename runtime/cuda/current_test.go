@@ -51,7 +51,7 @@ func TestCurrentContextWraps(t *testing.T) {
 	assert.Equal(t, c.Handle(), w.Handle())
 	assert.Equal(t, c.Device(), w.Device())
 	require.NoError(t, w.Release()) // forgets only the wrapper
-	_, err = c.MemGetInfo()
+	_, _, err = c.MemGetInfo()
 	require.NoError(t, err, "the context lives on after releasing a wrapper")
 
 	require.NoError(t, SetCurrentContext(0))
