@@ -90,9 +90,9 @@ func GetUniqueID(ctx context.Context) (UniqueID, error) {
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id
 // names. Every rank must call it, concurrently (ranks may be goroutines of
-// one process). Ranks in other processes cannot be connected yet: InitRank
-// then fails on every rank with an error wrapping
-// transport.ErrCrossProcess.
+// one process, or processes of one host). Ranks of different processes
+// sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
+// hosts cannot be connected yet (transport.ErrNoTransport).
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 {
 		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: "at least 1"}

@@ -3,8 +3,10 @@ package ncclgo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"unsafe"
@@ -73,17 +75,13 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		if err := json.Unmarshal(raw, &peers[r]); err != nil {
 			return fail(fmt.Errorf("rank %d's description: %w", r, err))
 		}
-		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device}
+		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device, BusID: peers[r].BusID}
 		devs[r] = peers[r].Device
 	}
-	var remote []string
-	for r, p := range peers {
-		if p.PID != me.PID || p.Host != me.Host {
-			remote = append(remote, fmt.Sprintf("rank %d (pid %d on %s)", r, p.PID, p.Host))
-		}
-	}
-	if len(remote) > 0 {
-		return fail(fmt.Errorf("rank %d (pid %d on %s) cannot reach %s: %w", rank, me.PID, me.Host, strings.Join(remote, ", "), transport.ErrCrossProcess))
+	self := tpeers[rank]
+	local := func(r int) bool { return tpeers[r].SameProcess(self) }
+	if err := checkSharedGPUs(tpeers, mpsActive()); err != nil {
+		return fail(err)
 	}
 	c.layout = topo.NewLayout(devs)
 	if c.layout.NGPUs > 1 {
@@ -98,7 +96,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	c.peers = &cudaPeers{self: c.cctx}
-	if err := enablePeers(c.layout, rank, c.peers); err != nil {
+	if err := enablePeers(c.layout, rank, local, c.peers); err != nil {
 		return fail(err)
 	}
 	// Kernels.
@@ -133,10 +131,15 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		c.log.Info(fmt.Sprintf("Trees [%d] %s->%d->%d", ch, joinInts(t.Down[rank]), rank, t.Up[rank]), config.SubsysInit.Attr())
 	}
 	// Connections.
-	canAccess := peerAccessFunc(c.layout, rank)
+	pol, err := transport.PolicyFromEnv(s.cfg.P2PDisable, s.cfg.SHMDisable, os.Getenv)
+	if err != nil {
+		return fail(err)
+	}
 	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
 	edges := edges(c.plan, c.rings, c.trees)
-	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, canAccess); err != nil {
+	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
+		Log: func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) }}
+	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, topts); err != nil {
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
@@ -172,6 +175,74 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	return c, nil
+}
+
+// ErrSharedGPUNeedsMPS is wrapped by InitRank's error when ranks of
+// different processes share a GPU and the CUDA Multi-Process Service is
+// not running: without MPS the kernels of different processes only
+// time-slice, and the spin-waiting kernels of two ranks would never run
+// together (a hang).
+var ErrSharedGPUNeedsMPS = errors.New("ranks of different processes share a GPU, which needs MPS (CUDA Multi-Process Service: " +
+	"start it with nvidia-cuda-mps-control -d, or give each process its own GPU)")
+
+// checkSharedGPUs refuses ranks of different processes on one GPU unless
+// MPS runs. Every rank sees the same peers, so every rank refuses alike.
+func checkSharedGPUs(peers []transport.Peer, mps bool) error {
+	if mps {
+		return nil
+	}
+	for a := range peers {
+		for b := a + 1; b < len(peers); b++ {
+			p, q := peers[a], peers[b]
+			if !p.SameProcess(q) && p.SameGPU(q) {
+				return fmt.Errorf("rank %d (pid %d) and rank %d (pid %d) both use GPU %d (%s) on %s: %w",
+					a, p.PID, b, q.PID, p.Device, p.BusID, p.Host, ErrSharedGPUNeedsMPS)
+			}
+		}
+	}
+	return nil
+}
+
+// mpsActive reports whether an MPS control daemon runs for this process:
+// its control pipe exists in CUDA_MPS_PIPE_DIRECTORY (default
+// /tmp/nvidia-mps). NCCLGO_MPS=1 or 0 overrides the detection.
+func mpsActive() bool {
+	switch os.Getenv("NCCLGO_MPS") {
+	case "1":
+		return true
+	case "0":
+		return false
+	}
+	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if dir == "" {
+		dir = "/tmp/nvidia-mps"
+	}
+	fi, err := os.Stat(filepath.Join(dir, "control"))
+	return err == nil && fi.Mode()&os.ModeNamedPipe != 0
+}
+
+// linkFunc tells transport.Connect what joins rank's GPU to each peer's:
+// the same GPU (LOC), NVLink (NVL, direct or through NVSwitch), other peer
+// access (taken as PXB, within NCCL's default P2P level), or none.
+func linkFunc(l topo.Layout, rank int, peers []transport.Peer) func(p int) transport.Link {
+	return func(p int) transport.Link {
+		if peers[rank].SameGPU(peers[p]) {
+			return transport.Link{Path: transport.PathLOC, PeerAccess: true}
+		}
+		i, j := l.GPUOf[rank], l.GPUOf[p]
+		switch l.LinkBetween(i, j) {
+		case topo.LinkSame:
+			return transport.Link{Path: transport.PathLOC, PeerAccess: true}
+		case topo.LinkNone:
+			return transport.Link{Path: transport.PathSYS}
+		}
+		nvl := l.NVLinks != nil && l.NVLinks[i][j] > 0 ||
+			l.SwitchLinks != nil && l.SwitchLinks[i] > 0 && l.SwitchLinks[j] > 0
+		if nvl {
+			return transport.Link{Path: transport.PathNVL, PeerAccess: true}
+		}
+		return transport.Link{Path: transport.PathPXB, PeerAccess: true}
+	}
 }
 
 func joinInts[T ~int | ~int32](xs []T) string {
