@@ -143,6 +143,20 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
+	if c.conns.Uses("SHM") {
+		// LL128 relies on 128-byte stores landing whole, which holds in
+		// device memory but not across PCIe into host memory (NCCL too
+		// keeps LL128 off such paths). Every rank sees the same answer.
+		avail := kernels.Available
+		c.tuner, err = tune.New(tp, s.cfg, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
+			tune.WithLogger(s.log.With("rank", rank)))
+		if err != nil {
+			return fail(err)
+		}
+		if rank == 0 {
+			c.log.Info("LL128 off: some connections go through host memory (SHM)", config.SubsysInit.Attr())
+		}
+	}
 	// Flags and device structures.
 	if c.flags, err = c.cctx.MemAllocHost(64); err != nil {
 		return fail(err)

@@ -73,11 +73,18 @@ type Set struct {
 	Recv map[Key]generated.ConnInfo
 	Via  map[Key]string
 
+	used    map[string]bool // transports of any rank's connections
 	mem     Memory
 	allocs  []cuda.DevicePtr
 	regions []Region
 	bytes   uint64
 }
+
+// Uses reports whether any connection of the communicator, on any rank,
+// goes through the transport named name ("P2P", "SHM"). Every rank gets
+// the same answer, so it may decide things all ranks must agree on (the
+// protocols: LL128 is unsafe through host memory).
+func (s *Set) Uses(name string) bool { return s.used[name] }
 
 // Bytes is the device (or pinned host) memory the set allocated.
 func (s *Set) Bytes() uint64 { return s.bytes }
@@ -133,7 +140,7 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 	}
 	self := peers[me]
 	env := &Env{Mem: mem, Rank: me, Self: self, Policy: opts.Policy}
-	set := &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}, Via: map[Key]string{}, mem: mem}
+	set := &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}, Via: map[Key]string{}, used: map[string]bool{}, mem: mem}
 	defer func() {
 		if cerr := env.closeServer(); err == nil && cerr != nil {
 			err = cerr
@@ -234,6 +241,9 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 		}
 		names[r] = ranks[r].Server
 		anyServer = anyServer || names[r] != ""
+		for _, w := range ranks[r].Regions {
+			set.used[w.Transport] = true
+		}
 	}
 	env.setNames(names)
 

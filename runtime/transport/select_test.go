@@ -176,6 +176,10 @@ func TestConnectAcrossProcesses(t *testing.T) {
 			}
 			assert.Contains(t, lines, "Channel 01/0 : 2[2] -> 0[0] via "+c.via)
 			for r := range n {
+				assert.Equal(t, c.via == "SHM/direct/direct", sets[r].Uses("SHM"), "rank %d", r)
+				assert.Equal(t, c.via != "SHM/direct/direct", sets[r].Uses("P2P"), "rank %d", r)
+			}
+			for r := range n {
 				next := (r + 1) % n
 				for ch := range nch {
 					s := sets[r].Send[Key{ch, next}]
@@ -244,6 +248,7 @@ func TestConnectMixed(t *testing.T) {
 		"Channel 00/0 : 2[2] -> 0[0] via P2P/CUMEM",
 	}, lines)
 	assert.Equal(t, uint32(generated.ConnDirect), sets[0].Send[Key{0, 1}].Flags)
+	assert.False(t, sets[0].Uses("SHM"))
 	for r := range 3 {
 		require.NoError(t, sets[r].Close())
 		assert.Zero(t, devs[r].liveCount())
