@@ -18,6 +18,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
@@ -50,6 +51,8 @@ type Comm struct {
 	flagsDev  cuda.DevicePtr
 	launcher  *enqueue.Launcher
 	plan      enqueue.Comm
+	watch     *ipc.Watcher                  // liveness of other processes' ranks (nil within one process)
+	lost      atomic.Pointer[PeerLostError] // the first rank whose process died
 
 	mu        sync.Mutex
 	destroyed bool
@@ -223,10 +226,15 @@ func (c *Comm) Abort() {
 		return
 	}
 	c.aborted.Store(true)
+	c.setAbortFlag()
+	c.net.Abort()
+}
+
+// setAbortFlag tells the kernels to stop waiting.
+func (c *Comm) setAbortFlag() {
 	if c.flags != nil {
 		atomic.StoreUint32((*uint32)(c.flags), 1)
 	}
-	c.net.Abort()
 }
 
 // errorCode reads the device error flag.
@@ -241,6 +249,9 @@ func (c *Comm) errorCode() uint32 {
 // ErrAborted after Abort, or nil. Like ncclCommGetAsyncError it does not
 // wait; see Wait.
 func (c *Comm) Err() error {
+	if err := c.lostErr(); err != nil {
+		return err
+	}
 	if code := c.errorCode(); code != 0 {
 		return &DeviceError{Rank: c.rank, Code: code}
 	}
@@ -321,6 +332,11 @@ func (c *Comm) Destroy() error {
 // free releases what initRank acquired; it tolerates a partial init.
 func (c *Comm) free() error {
 	var errs []error
+	if c.watch != nil {
+		// First: the callback may still set the flags freed below.
+		errs = append(errs, c.watch.Close())
+		c.watch = nil
+	}
 	if c.launcher != nil {
 		errs = append(errs, c.launcher.Close())
 		c.launcher = nil
@@ -366,6 +382,9 @@ func (c *Comm) usable(op string) error {
 	c.mu.Unlock()
 	if d {
 		return fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
+	}
+	if err := c.lostErr(); err != nil {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, err)
 	}
 	if c.aborted.Load() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, ErrAborted)

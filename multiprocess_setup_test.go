@@ -1,6 +1,7 @@
 package ncclgo
 
 import (
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -76,4 +77,20 @@ func TestEnablePeersPerProcess(t *testing.T) {
 		want := map[int][][2]int{1: {{0, 1}, {1, 0}}, 2: {{0, 2}, {2, 0}}}[pid]
 		assert.ElementsMatch(t, want, calls, "process %d", pid)
 	}
+}
+
+func TestPeerLost(t *testing.T) {
+	c := &Comm{rank: 0, log: slog.New(slog.DiscardHandler)}
+	require.NoError(t, c.Err())
+	c.peerLost(&PeerLostError{Rank: 3, PID: 42, Host: "h"})
+	c.peerLost(&PeerLostError{Rank: 2, PID: 41, Host: "h"}) // the first one stays
+	err := c.Err()
+	require.ErrorIs(t, err, ErrAborted)
+	var pl *PeerLostError
+	require.ErrorAs(t, err, &pl)
+	assert.Equal(t, 3, pl.Rank)
+	assert.True(t, c.aborted.Load())
+	err = c.usable("AllReduce")
+	require.ErrorIs(t, err, ErrAborted)
+	assert.Contains(t, err.Error(), "rank 3 (pid 42 on h) exited without destroying the communicator")
 }

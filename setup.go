@@ -184,6 +184,10 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		}
 		return e.Kernel, nil
 	})
+	// Ranks of other processes are watched from now on.
+	if err := c.watchPeers(ctx, tpeers); err != nil {
+		return fail(err)
+	}
 	// Everyone is set up before anyone launches.
 	if err := net.Barrier(ctx); err != nil {
 		return fail(err)
