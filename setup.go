@@ -236,7 +236,7 @@ func mpsActive() bool {
 		dir = "/tmp/nvidia-mps"
 	}
 	fi, err := os.Stat(filepath.Join(dir, "control"))
-	return err == nil && fi.Mode()&os.ModeNamedPipe != 0
+	return err == nil && !fi.IsDir() // a FIFO (or socket) made by nvidia-cuda-mps-control -d
 }
 
 // linkFunc tells transport.Connect what joins rank's GPU to each peer's:

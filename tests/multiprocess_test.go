@@ -91,7 +91,7 @@ func mpsRunning() bool {
 		dir = "/tmp/nvidia-mps"
 	}
 	fi, err := os.Stat(filepath.Join(dir, "control"))
-	return err == nil && fi.Mode()&os.ModeNamedPipe != 0
+	return err == nil && !fi.IsDir()
 }
 
 // mpLayout is the placement of the ranks on processes and devices.
