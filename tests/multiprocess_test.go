@@ -10,8 +10,10 @@ package tests
 //	NCCLGO_TEST_DEVICES       device ordinals; process p and all its ranks
 //	                          run on the (p mod len)-th (default "0": then
 //	                          the processes share GPU 0, which needs MPS)
-//	NCCLGO_MP_KILL_BYTES      bytes of the kill test's AllReduce (default 1 GiB)
+//	NCCLGO_MP_KILL_BYTES      bytes of the kill test's AllReduce (default 1 GiB;
+//	                          64 MiB with -test.short)
 //
+// -test.short drops the 4 Mi-element cases.
 // NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
 // children unchanged.
 
@@ -53,6 +55,7 @@ const (
 	mpEnvDevice  = "NCCLGO_MP_DEVICE" // the process's device
 	mpEnvDir     = "NCCLGO_MP_DIR"    // scratch directory shared by the processes
 	mpEnvVictim  = "NCCLGO_MP_VICTIM" // the rank the kill test kills
+	mpEnvShort   = "NCCLGO_MP_SHORT"  // "true": the parent ran with -test.short
 	mpResultLine = "MPRESULT"
 )
 
@@ -168,7 +171,7 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 		cmd.Env = append(append(env[:len(env):len(env)], extra...),
 			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
 			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
-			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir)
+			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()))
 		pr, pw := io.Pipe()
 		cmd.Stdout, cmd.Stderr = pw, pw
 		k := &mpChild{cmd: cmd, lines: make(chan string, 1024), done: make(chan error, 1)}
@@ -318,14 +321,22 @@ func TestMultiProcessChild(t *testing.T) {
 	n := envInt(t, mpEnvNRanks, -1)
 	local := envInt(t, mpEnvLocal, 1)
 	dev := envInt(t, mpEnvDevice, 0)
-	bufBytes := uint64(4<<20*8) + 64 // the largest case: 4 Mi elements of 8 bytes, per rank
+	short := os.Getenv(mpEnvShort) == "true"
+	bufBytes := uint64(mpMaxCount(short)*8) + 64 // the largest case: elements of 8 bytes, per rank
 	if role == "kill" {
-		bufBytes = uint64(envInt(t, "NCCLGO_MP_KILL_BYTES", 1<<30))
+		def := 1 << 30
+		if short {
+			def = 64 << 20
+		}
+		bufBytes = uint64(envInt(t, "NCCLGO_MP_KILL_BYTES", def))
 	}
-	ranks := mpInit(t, id, first, n, local, dev, bufBytes*uint64(max(n, 1)))
+	if role != "kill" {
+		bufBytes *= uint64(max(n, 1)) // AllGather's output, ReduceScatter's input
+	}
+	ranks := mpInit(t, id, first, n, local, dev, bufBytes)
 	switch role {
 	case "suite":
-		mpSuite(t, ranks, n)
+		mpSuite(t, ranks, n, short)
 	case "kill":
 		mpKill(t, ranks, n, envInt(t, mpEnvVictim, n-1), dev, bufBytes)
 	default:
@@ -450,7 +461,15 @@ type mpCase struct {
 	outPtr   func(rk *mpRank) cuda.DevicePtr
 }
 
-func mpCases(n int) []mpCase {
+// mpMaxCount is the largest count of the cases.
+func mpMaxCount(short bool) int {
+	if short {
+		return 65536 + 3
+	}
+	return 4 << 20
+}
+
+func mpCases(n int, short bool) []mpCase {
 	var cs []mpCase
 	sum := func(i int) float64 {
 		s := 0.0
@@ -468,7 +487,11 @@ func mpCases(n int) []mpCase {
 	}
 	recvPtr := func(rk *mpRank) cuda.DevicePtr { return rk.recv }
 	sendPtr := func(rk *mpRank) cuda.DevicePtr { return rk.send }
-	for _, count := range []int{1, 1000, 65536 + 3, 4 << 20} {
+	counts := []int{1, 1000, 65536 + 3, 4 << 20}
+	if short {
+		counts = counts[:3]
+	}
+	for _, count := range counts {
 		for _, dt := range []ncclgo.DataType{ncclgo.Float32, ncclgo.Int32, ncclgo.Uint8, ncclgo.Float64} {
 			cs = append(cs,
 				mpCase{name: "AllReduce Sum", dt: dt, count: count, in: mpValue, inCount: count,
@@ -513,8 +536,8 @@ func mpCases(n int) []mpCase {
 
 // mpSuite runs every case on the process's ranks and prints one result
 // line per rank.
-func mpSuite(t *testing.T, ranks []*mpRank, n int) {
-	cases := mpCases(n)
+func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
+	cases := mpCases(n, short)
 	failed := 0
 	for _, c := range cases {
 		what := fmt.Sprintf("%s %s count=%d", c.name, c.dt, c.count)
