@@ -205,7 +205,7 @@ func TestMultiProcess(t *testing.T) {
 	}
 	mpGPU(t)
 	l := mpPlacement(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(8*time.Minute))
 	defer cancel()
 	kids := mpStart(t, ctx, l, "suite")
 	for p, k := range kids {
@@ -217,6 +217,16 @@ func TestMultiProcess(t *testing.T) {
 		}
 		t.Logf("process %d (device %d):\n%s", p, l.devs[p], grepLines(out, mpResultLine, "via "))
 	}
+}
+
+// mpBudget bounds a whole multi-process test (the children are killed
+// when it runs out): 2 minutes with -test.short, so that a hang cannot eat
+// a suite run's time.
+func mpBudget(long time.Duration) time.Duration {
+	if testing.Short() {
+		return 2 * time.Minute
+	}
+	return long
 }
 
 func grepLines(s string, subs ...string) string {
@@ -247,7 +257,7 @@ func TestMultiProcessKill(t *testing.T) {
 	}
 	l.perProc = 1
 	victim := l.nProcs - 1
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(5*time.Minute))
 	defer cancel()
 	kids := mpStart(t, ctx, l, "kill", mpEnvVictim+"="+strconv.Itoa(victim))
 	// Wait until every rank has finished two AllReduces.
