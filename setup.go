@@ -165,15 +165,16 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if c.flagsDev, err = c.cctx.HostDevicePointer(c.flags); err != nil {
 		return fail(err)
 	}
-	img, err := c.deviceImage(sizes)
+	dimg, err := transport.BuildImage(transport.ImageSpec{Rank: rank, NRanks: n, NChannels: c.nChannels,
+		Rings: c.rings, Trees: c.trees, Conns: c.conns,
+		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4, Sizes: sizes})
 	if err != nil {
 		return fail(err)
 	}
-	if c.devMem, err = c.cctx.MemAlloc(uint64(len(img))); err != nil {
+	if c.devMem, err = c.cctx.MemAlloc(uint64(dimg.Size())); err != nil {
 		return fail(err)
 	}
-	// The image's pointers are relative to devMem: relocate now.
-	img = c.relocate(img)
+	img := dimg.Relocate(uint64(c.devMem))
 	if err := c.cctx.MemcpyHtoD(c.devMem, unsafe.Pointer(&img[0]), uint64(len(img))); err != nil {
 		return fail(err)
 	}
@@ -313,78 +314,4 @@ func edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edg
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
 	})
 	return slices.Compact(out)
-}
-
-// Offsets in the device image.
-func (c *Comm) imageLayout() (chans, peers, users, total int) {
-	const align = 256
-	up := func(x int) int { return (x + align - 1) / align * align }
-	chans = up(int(unsafe.Sizeof(generated.DevComm{})))
-	peers = up(chans + c.nChannels*int(unsafe.Sizeof(generated.DevChannel{})))
-	users = up(peers + c.nChannels*c.nRanks*int(unsafe.Sizeof(generated.DevPeer{})))
-	total = up(users + c.nChannels*c.nRanks*4)
-	return
-}
-
-// relocBase marks pointers into the image that relocate adds devMem to.
-// Image-relative pointers are stored as offsets with this high bit set.
-const relocBit = uint64(1) << 63
-
-// deviceImage builds the bytes of DevComm, the channels, the peer arrays
-// and the rings' user ranks, with image-relative pointers (relocBit set).
-func (c *Comm) deviceImage(sizes transport.Sizes) ([]byte, error) {
-	chOff, peerOff, userOff, total := c.imageLayout()
-	img := make([]byte, total)
-	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
-	dc := generated.DevComm{
-		Rank: int32(c.rank), NRanks: int32(c.nRanks), NChannels: int32(c.nChannels),
-		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4,
-		Channels: relocBit | uint64(chOff), BuffSizes: sizes,
-	}
-	put(0, unsafe.Pointer(&dc), unsafe.Sizeof(dc))
-	peerSize := int(unsafe.Sizeof(generated.DevPeer{}))
-	for ch := range c.nChannels {
-		var dch generated.DevChannel
-		dch.Id = uint32(ch)
-		prev, next, index, users := graph.RingView(c.rings[ch], c.rank)
-		uo := userOff + ch*c.nRanks*4
-		dch.Ring = generated.DevRing{Prev: int32(prev), Next: int32(next), Index: int32(index), UserRanks: relocBit | uint64(uo)}
-		put(uo, unsafe.Pointer(&users[0]), uintptr(4*len(users)))
-		t := c.trees[ch]
-		dch.Tree = generated.DevTree{Up: int32(t.Up[c.rank]), Down: [3]int32{-1, -1, -1}, Depth: int32(t.Depth)}
-		for i, d := range t.Down[c.rank] {
-			if i < 3 {
-				dch.Tree.Down[i] = int32(d)
-			}
-		}
-		po := peerOff + ch*c.nRanks*peerSize
-		dch.Peers = relocBit | uint64(po)
-		for p := range c.nRanks {
-			var dp generated.DevPeer
-			dp.Send = c.conns.Send[transport.Key{Channel: ch, Peer: p}]
-			dp.Recv = c.conns.Recv[transport.Key{Channel: ch, Peer: p}]
-			put(po+p*peerSize, unsafe.Pointer(&dp), uintptr(peerSize))
-		}
-		put(chOff+ch*int(unsafe.Sizeof(dch)), unsafe.Pointer(&dch), unsafe.Sizeof(dch))
-	}
-	return img, nil
-}
-
-// relocate rewrites the image-relative pointers of deviceImage into device
-// addresses.
-func (c *Comm) relocate(img []byte) []byte {
-	chOff, _, _, _ := c.imageLayout()
-	fix := func(off int) {
-		p := (*uint64)(unsafe.Pointer(&img[off]))
-		if *p&relocBit != 0 {
-			*p = uint64(c.devMem) + (*p &^ relocBit)
-		}
-	}
-	fix(int(unsafe.Offsetof(generated.DevComm{}.Channels)))
-	for ch := range c.nChannels {
-		base := chOff + ch*int(unsafe.Sizeof(generated.DevChannel{}))
-		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Ring)) + int(unsafe.Offsetof(generated.DevRing{}.UserRanks)))
-		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Peers)))
-	}
-	return img
 }
