@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -714,4 +715,25 @@ func mpKill(t *testing.T, ranks []*mpRank, n, victim, dev int, bufBytes uint64) 
 		require.Equal(t, want, got[i], "rank %d element %d after the rebuild", r, i)
 	}
 	fmt.Printf("MPREBUILT rank=%d\n", r)
+}
+
+// TestMultiProcessCasesFit checks, without a GPU, that every case's input
+// and output lie within the buffers a child allocates, for several rank
+// counts, and that each case's expectation is defined on every element.
+func TestMultiProcessCasesFit(t *testing.T) {
+	for _, short := range []bool{true, false} {
+		for _, n := range []int{2, 3, 4, 8} {
+			bufBytes := (uint64(mpMaxCount(short)+1)*8 + 64) * uint64(n)
+			cases := mpCases(n, short)
+			require.NotEmpty(t, cases)
+			for _, c := range cases {
+				es := uint64(c.dt.Size())
+				for r := range n {
+					assert.LessOrEqual(t, uint64(c.inOff(r)+c.inCount)*es, bufBytes, "%s %s count=%d n=%d: input", c.name, c.dt, c.count, n)
+					assert.LessOrEqual(t, uint64(c.outOff(r)+c.outCount)*es, bufBytes, "%s %s count=%d n=%d: output", c.name, c.dt, c.count, n)
+				}
+				assert.False(t, math.IsNaN(c.want(n-1, c.outCount-1)))
+			}
+		}
+	}
 }
