@@ -110,15 +110,7 @@ func mpPlacement(t *testing.T) mpLayout {
 	l := mpLayout{nProcs: envInt(t, "NCCLGO_MP_NPROCS", 2), perProc: envInt(t, "NCCLGO_MP_RANKS_PER_PROC", 1)}
 	require.GreaterOrEqual(t, l.nProcs, 1)
 	require.GreaterOrEqual(t, l.perProc, 1)
-	devs := []int{0}
-	if s := strings.TrimSpace(os.Getenv("NCCLGO_TEST_DEVICES")); s != "" {
-		devs = nil
-		for _, f := range strings.Split(s, ",") {
-			d, err := strconv.Atoi(strings.TrimSpace(f))
-			require.NoError(t, err, "NCCLGO_TEST_DEVICES=%q", s)
-			devs = append(devs, d)
-		}
-	}
+	devs := mpDevices(t)
 	n, err := cuda.DeviceCount()
 	require.NoError(t, err)
 	seen := map[int]bool{}
@@ -139,6 +131,20 @@ func mpPlacement(t *testing.T) mpLayout {
 			l.nProcs, l.devs, shared)
 	}
 	return l
+}
+
+// mpDevices parses NCCLGO_TEST_DEVICES (default "0").
+func mpDevices(t *testing.T) []int {
+	devs := []int{0}
+	if s := strings.TrimSpace(os.Getenv("NCCLGO_TEST_DEVICES")); s != "" {
+		devs = nil
+		for _, f := range strings.Split(s, ",") {
+			d, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "NCCLGO_TEST_DEVICES=%q", s)
+			devs = append(devs, d)
+		}
+	}
+	return devs
 }
 
 // mpChild is a running rank process.
@@ -245,6 +251,45 @@ func grepLines(s string, subs ...string) string {
 	return strings.Join(out, "\n")
 }
 
+// TestMultiProcessSharedGPURefused starts 2 processes on device 0 (the
+// first of NCCLGO_TEST_DEVICES) without MPS: InitRank must fail on both,
+// promptly, with ErrSharedGPUNeedsMPS, never hang.
+func TestMultiProcessSharedGPURefused(t *testing.T) {
+	if os.Getenv(mpEnvRole) != "" {
+		t.Skip("child process")
+	}
+	mpGPU(t)
+	if mpsRunning() {
+		t.Skip("MPS is running: processes may share a GPU")
+	}
+	d := mpDevices(t)[0]
+	l := mpLayout{nProcs: 2, perProc: 1, devs: []int{d, d}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	kids := mpStart(t, ctx, l, "refused", "NCCLGO_MPS=0")
+	for p, k := range kids {
+		err := <-k.done
+		out := k.output()
+		require.NoError(t, err, "process %d:\n%s", p, out)
+		require.Contains(t, out, "MPREFUSED", "process %d:\n%s", p, out)
+		t.Log(grepLines(out, "MPREFUSED"))
+	}
+	assert.Less(t, time.Since(start), 30*time.Second)
+}
+
+// mpRefused is the child role of TestMultiProcessSharedGPURefused.
+func mpRefused(t *testing.T, id ncclgo.UniqueID, rank, n, dev int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := ncclgo.InitRank(ctx, n, id, rank, dev, nil)
+	if err == nil {
+		c.Destroy()
+	}
+	require.ErrorIs(t, err, ncclgo.ErrSharedGPUNeedsMPS)
+	fmt.Printf("MPREFUSED rank=%d err=%v\n", rank, err)
+}
+
 // TestMultiProcessKill SIGKILLs the last rank's process during a loop of
 // large AllReduces: every other rank must fail within 10 s with an error
 // that names the lost rank, then Destroy, and form a new communicator on
@@ -326,7 +371,7 @@ type mpRank struct {
 func TestMultiProcessChild(t *testing.T) {
 	role := os.Getenv(mpEnvRole)
 	if role == "" {
-		t.Skip("only runs as a child of TestMultiProcess or TestMultiProcessKill")
+		t.Skip("only runs as a child of TestMultiProcess, TestMultiProcessKill or TestMultiProcessSharedGPURefused")
 	}
 	id, err := bootstrap.ParseUniqueID(os.Getenv(mpEnvID))
 	require.NoError(t, err)
@@ -334,6 +379,10 @@ func TestMultiProcessChild(t *testing.T) {
 	n := envInt(t, mpEnvNRanks, -1)
 	local := envInt(t, mpEnvLocal, 1)
 	dev := envInt(t, mpEnvDevice, 0)
+	if role == "refused" {
+		mpRefused(t, id, first, n, dev)
+		return
+	}
 	short := os.Getenv(mpEnvShort) == "true"
 	bufBytes := uint64(mpMaxCount(short)+1)*8 + 64 // the largest case, one element off alignment, 8-byte elements
 	if role == "kill" {
