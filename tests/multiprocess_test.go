@@ -13,7 +13,7 @@ package tests
 //	NCCLGO_MP_KILL_BYTES      bytes of the kill test's AllReduce (default 1 GiB;
 //	                          64 MiB with -test.short)
 //
-// -test.short drops the 4 Mi-element cases.
+// -test.short drops the 4 Mi-element cases and keeps 4 of the 12 types.
 // NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
 // children unchanged.
 
@@ -536,7 +536,11 @@ func mpCases(n int, short bool) []mpCase {
 	if short {
 		counts = counts[:3]
 	}
-	for _, dt := range mpTypes {
+	types := mpTypes
+	if short {
+		types = []ncclgo.DataType{ncclgo.Uint8, ncclgo.Int32, ncclgo.Float32, ncclgo.Bfloat16}
+	}
+	for _, dt := range types {
 		val := mpValueOf(dt)
 		reduce := func(op ncclgo.RedOp, i int) float64 {
 			acc := val(0, i)
