@@ -22,6 +22,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/residency"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
@@ -58,6 +59,8 @@ type Comm struct {
 	flagsDev cuda.DevicePtr
 	launcher *enqueue.Launcher
 	plan     enqueue.Comm
+	watch    *ipc.Watcher                  // liveness of other processes' ranks (nil within one process)
+	lost     atomic.Pointer[PeerLostError] // the first rank whose process died
 
 	mu        sync.Mutex
 	destroyed bool
@@ -159,9 +162,9 @@ func (r *Root) Close() error { return r.r.Close() }
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id
 // names. Every rank must call it, concurrently (ranks may be goroutines of
-// one process). Ranks in other processes cannot be connected yet: InitRank
-// then fails on every rank with an error wrapping
-// transport.ErrCrossProcess.
+// one process, or processes of one host). Ranks of different processes
+// sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
+// hosts cannot be connected yet (transport.ErrNoTransport).
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
 		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
@@ -292,12 +295,18 @@ func (c *Comm) Abort() {
 		return
 	}
 	c.aborted.Store(true)
+	c.setAbortFlag()
+	c.net.Abort()
+}
+
+// setAbortFlag tells the kernels to stop waiting; it does nothing once
+// Destroy freed the flags.
+func (c *Comm) setAbortFlag() {
 	c.flagsMu.RLock()
+	defer c.flagsMu.RUnlock()
 	if c.flags != nil {
 		atomic.StoreUint32((*uint32)(c.flags), 1)
 	}
-	c.flagsMu.RUnlock()
-	c.net.Abort()
 }
 
 // errorCode reads the device error flag (0 once Destroy freed it).
@@ -316,6 +325,9 @@ func (c *Comm) errorCode() uint32 {
 func (c *Comm) Err() error {
 	if c == nil {
 		return errNilComm("Err")
+	}
+	if err := c.lostErr(); err != nil {
+		return err
 	}
 	if code := c.errorCode(); code != 0 {
 		return &DeviceError{Rank: c.rank, Code: code}
@@ -496,6 +508,11 @@ func (c *Comm) Destroy() error {
 // free releases what initRank acquired; it tolerates a partial init.
 func (c *Comm) free() error {
 	var errs []error
+	if c.watch != nil {
+		// First: the callback may still set the flags freed below.
+		errs = append(errs, c.watch.Close())
+		c.watch = nil
+	}
 	c.leaveResidency()
 	if c.launcher != nil {
 		errs = append(errs, c.launcher.Close())
@@ -549,6 +566,9 @@ func (c *Comm) usable(op string) error {
 	}
 	if f {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, c.rank, ErrInvalidUsage)
+	}
+	if err := c.lostErr(); err != nil {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, err)
 	}
 	if c.aborted.Load() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, ErrAborted)

@@ -31,16 +31,24 @@ type peerEnabler interface {
 // context, so the others would repeat it). GPUs that the peer matrix says
 // cannot be reached are skipped; a connection that needs one fails in
 // transport.Connect with its own error.
-func enablePeers(l topo.Layout, rank int, pe peerEnabler) error {
+//
+// local, when not nil, tells the ranks of this process: only they count
+// (the first local rank of a GPU enables it, and only towards GPUs that
+// local ranks use; ranks of other processes reach each other through
+// exported memory, which needs no peer context).
+func enablePeers(l topo.Layout, rank int, local func(r int) bool, pe peerEnabler) error {
 	if l.NGPUs < 2 {
 		return nil
 	}
+	if local == nil {
+		local = func(int) bool { return true }
+	}
 	g := l.GPUOf[rank]
-	if l.Ranks[g][0] != rank {
+	if i := slices.IndexFunc(l.Ranks[g], local); i < 0 || l.Ranks[g][i] != rank {
 		return nil
 	}
 	for j := range l.NGPUs {
-		if j == g || !reachable(l, g, j) {
+		if j == g || !reachable(l, g, j) || !slices.ContainsFunc(l.Ranks[j], local) {
 			continue
 		}
 		if err := pe.Enable(l.Ordinals[j]); err != nil {

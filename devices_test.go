@@ -58,7 +58,7 @@ func TestEnablePeersOncePerPairBothWays(t *testing.T) {
 			var wg sync.WaitGroup
 			for r := range devs {
 				wg.Go(func() {
-					assert.NoError(t, enablePeers(l, r, fakePeers{dev: devs[r], mu: &mu, log: &calls}))
+					assert.NoError(t, enablePeers(l, r, nil, fakePeers{dev: devs[r], mu: &mu, log: &calls}))
 				})
 			}
 			wg.Wait()
@@ -81,7 +81,7 @@ func TestEnablePeersOneGPUAndUnreachable(t *testing.T) {
 	var calls [][2]int
 	l := topo.NewLayout([]int{0, 0, 0, 0})
 	for r := range 4 {
-		require.NoError(t, enablePeers(l, r, fakePeers{dev: 0, mu: &mu, log: &calls}))
+		require.NoError(t, enablePeers(l, r, nil, fakePeers{dev: 0, mu: &mu, log: &calls}))
 	}
 	assert.Empty(t, calls, "ranks sharing one GPU need no peer access")
 
@@ -89,7 +89,7 @@ func TestEnablePeersOneGPUAndUnreachable(t *testing.T) {
 	l = topo.NewLayout([]int{0, 1, 2})
 	require.NoError(t, l.ProbePeers(func(a, b int) (bool, error) { return a != 2 && b != 2, nil }))
 	for r := range 3 {
-		require.NoError(t, enablePeers(l, r, fakePeers{dev: r, mu: &mu, log: &calls}))
+		require.NoError(t, enablePeers(l, r, nil, fakePeers{dev: r, mu: &mu, log: &calls}))
 	}
 	assert.ElementsMatch(t, [][2]int{{0, 1}, {1, 0}}, calls)
 	can0 := peerAccessFunc(l, 0)
@@ -101,7 +101,7 @@ func TestEnablePeersOneGPUAndUnreachable(t *testing.T) {
 	boom := errors.New("boom")
 	l = topo.NewLayout([]int{0, 1})
 	require.NoError(t, l.ProbePeers(allPeers))
-	err := enablePeers(l, 1, fakePeers{dev: 1, mu: &mu, log: &calls, fail: map[[2]int]error{{1, 0}: boom}})
+	err := enablePeers(l, 1, nil, fakePeers{dev: 1, mu: &mu, log: &calls, fail: map[[2]int]error{{1, 0}: boom}})
 	assert.ErrorIs(t, err, boom)
 	assert.Contains(t, err.Error(), "from device 1 to device 0")
 }
@@ -240,7 +240,7 @@ func TestSetupOverSeveralGPUs(t *testing.T) {
 				wg.Go(func() {
 					plan := enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}
 					sets[r], errs[r] = transport.Connect(context.Background(), nets[r], mems[r], r, pids, edges(plan, rings, trees),
-						transport.Sizes{1 << 16, 1 << 17, 1 << 20}, peerAccessFunc(l, r))
+						transport.Sizes{1 << 16, 1 << 17, 1 << 20}, transport.Options{Link: linkFunc(l, r, pids)})
 					if errs[r] != nil {
 						nets[r].Abort()
 					}

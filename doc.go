@@ -50,8 +50,11 @@
 // communicator in a caller's CUDA context instead of the device's primary
 // context (cuda.WrapContext, cuda.CurrentContext).
 //
-// Only ranks of one process can be connected so far (the p2p transport);
-// InitRank fails clearly when peers run in other processes.
+// Ranks may be goroutines of one process or processes of one host: P2P
+// (device memory, exported between processes as VMM file descriptors or
+// CUDA IPC handles) or SHM (host shared memory) connect them, chosen per
+// connection under NCCL_P2P_DISABLE, NCCL_P2P_LEVEL and NCCL_SHM_DISABLE.
+// Ranks on different hosts cannot be connected yet (no NET transport).
 //
 // The generator (gen/, cmd/ncclgen) emits the CUDA sources, tables and ABI
 // under generated/; the machinery lives in runtime/ subpackages. See

@@ -3,8 +3,10 @@ package ncclgo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"unsafe"
@@ -73,17 +75,13 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		if err := json.Unmarshal(raw, &peers[r]); err != nil {
 			return fail(fmt.Errorf("rank %d's description: %w", r, err))
 		}
-		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device}
+		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device, BusID: peers[r].BusID}
 		devs[r] = peers[r].Device
 	}
-	var remote []string
-	for r, p := range peers {
-		if p.PID != me.PID || p.Host != me.Host {
-			remote = append(remote, fmt.Sprintf("rank %d (pid %d on %s)", r, p.PID, p.Host))
-		}
-	}
-	if len(remote) > 0 {
-		return fail(fmt.Errorf("rank %d (pid %d on %s) cannot reach %s: %w", rank, me.PID, me.Host, strings.Join(remote, ", "), transport.ErrCrossProcess))
+	self := tpeers[rank]
+	local := func(r int) bool { return tpeers[r].SameProcess(self) }
+	if err := checkSharedGPUs(tpeers, mpsActive()); err != nil {
+		return fail(err)
 	}
 	c.layout = topo.NewLayout(devs)
 	if c.layout.NGPUs > 1 {
@@ -104,7 +102,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	c.peers = &cudaPeers{self: c.cctx}
-	if err := enablePeers(c.layout, rank, c.peers); err != nil {
+	if err := enablePeers(c.layout, rank, local, c.peers); err != nil {
 		return fail(err)
 	}
 	// Kernels.
@@ -147,13 +145,32 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		c.log.Info(fmt.Sprintf("Trees [%d] %s->%d->%d", ch, joinInts(t.Down[rank]), rank, t.Up[rank]), config.SubsysInit.Attr())
 	}
 	// Connections.
-	canAccess := peerAccessFunc(c.layout, rank)
+	pol, err := transport.PolicyFromEnv(s.cfg.P2PDisable, s.cfg.SHMDisable, os.Getenv)
+	if err != nil {
+		return fail(err)
+	}
 	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
 	edges := edges(c.plan, c.rings, c.trees)
-	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, canAccess); err != nil {
+	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
+		Log: func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) }}
+	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, topts); err != nil {
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
+	if c.conns.Uses("SHM") {
+		// LL128 relies on 128-byte stores landing whole, which holds in
+		// device memory but not across PCIe into host memory (NCCL too
+		// keeps LL128 off such paths). Every rank sees the same answer.
+		avail := kernels.Available
+		c.tuner, err = tune.New(tp, s.cfg, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
+			tune.WithLogger(s.log.With("rank", rank)))
+		if err != nil {
+			return fail(err)
+		}
+		if rank == 0 {
+			c.log.Info("LL128 off: some connections go through host memory (SHM)", config.SubsysInit.Attr())
+		}
+	}
 	// Flags and device structures.
 	if c.flags, err = c.cctx.MemAllocHost(64); err != nil {
 		return fail(err)
@@ -162,15 +179,16 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if c.flagsDev, err = c.cctx.HostDevicePointer(c.flags); err != nil {
 		return fail(err)
 	}
-	img, err := c.deviceImage(sizes)
+	dimg, err := transport.BuildImage(transport.ImageSpec{Rank: rank, NRanks: n, NChannels: c.nChannels,
+		Rings: c.rings, Trees: c.trees, Conns: c.conns,
+		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4, Sizes: sizes})
 	if err != nil {
 		return fail(err)
 	}
-	if c.devMem, err = c.cctx.MemAlloc(uint64(len(img))); err != nil {
+	if c.devMem, err = c.cctx.MemAlloc(uint64(dimg.Size())); err != nil {
 		return fail(err)
 	}
-	// The image's pointers are relative to devMem: relocate now.
-	img = c.relocate(img)
+	img := dimg.Relocate(uint64(c.devMem))
 	if err := c.cctx.MemcpyHtoD(c.devMem, unsafe.Pointer(&img[0]), uint64(len(img))); err != nil {
 		return fail(err)
 	}
@@ -181,11 +199,83 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		}
 		return e.Kernel, nil
 	})
+	// Ranks of other processes are watched from now on.
+	if err := c.watchPeers(ctx, tpeers); err != nil {
+		return fail(err)
+	}
 	// Everyone is set up before anyone launches.
 	if err := net.Barrier(ctx); err != nil {
 		return fail(err)
 	}
 	return c, nil
+}
+
+// ErrSharedGPUNeedsMPS is wrapped by InitRank's error when ranks of
+// different processes share a GPU and the CUDA Multi-Process Service is
+// not running: without MPS the kernels of different processes only
+// time-slice, and the spin-waiting kernels of two ranks would never run
+// together (a hang).
+var ErrSharedGPUNeedsMPS = errors.New("ranks of different processes share a GPU, which needs MPS (CUDA Multi-Process Service: " +
+	"start it with nvidia-cuda-mps-control -d, or give each process its own GPU)")
+
+// checkSharedGPUs refuses ranks of different processes on one GPU unless
+// MPS runs. Every rank sees the same peers, so every rank refuses alike.
+func checkSharedGPUs(peers []transport.Peer, mps bool) error {
+	if mps {
+		return nil
+	}
+	for a := range peers {
+		for b := a + 1; b < len(peers); b++ {
+			p, q := peers[a], peers[b]
+			if !p.SameProcess(q) && p.SameGPU(q) {
+				return fmt.Errorf("rank %d (pid %d) and rank %d (pid %d) both use GPU %d (%s) on %s: %w",
+					a, p.PID, b, q.PID, p.Device, p.BusID, p.Host, ErrSharedGPUNeedsMPS)
+			}
+		}
+	}
+	return nil
+}
+
+// mpsActive reports whether an MPS control daemon runs for this process:
+// its control pipe exists in CUDA_MPS_PIPE_DIRECTORY (default
+// /tmp/nvidia-mps). NCCLGO_MPS=1 or 0 overrides the detection.
+func mpsActive() bool {
+	switch os.Getenv("NCCLGO_MPS") {
+	case "1":
+		return true
+	case "0":
+		return false
+	}
+	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if dir == "" {
+		dir = "/tmp/nvidia-mps"
+	}
+	fi, err := os.Stat(filepath.Join(dir, "control"))
+	return err == nil && !fi.IsDir() // a FIFO (or socket) made by nvidia-cuda-mps-control -d
+}
+
+// linkFunc tells transport.Connect what joins rank's GPU to each peer's:
+// the same GPU (LOC), NVLink (NVL, direct or through NVSwitch), other peer
+// access (taken as PXB, within NCCL's default P2P level), or none.
+func linkFunc(l topo.Layout, rank int, peers []transport.Peer) func(p int) transport.Link {
+	return func(p int) transport.Link {
+		if peers[rank].SameGPU(peers[p]) {
+			return transport.Link{Path: transport.PathLOC, PeerAccess: true}
+		}
+		i, j := l.GPUOf[rank], l.GPUOf[p]
+		switch l.LinkBetween(i, j) {
+		case topo.LinkSame:
+			return transport.Link{Path: transport.PathLOC, PeerAccess: true}
+		case topo.LinkNone:
+			return transport.Link{Path: transport.PathSYS}
+		}
+		nvl := l.NVLinks != nil && l.NVLinks[i][j] > 0 ||
+			l.SwitchLinks != nil && l.SwitchLinks[i] > 0 && l.SwitchLinks[j] > 0
+		if nvl {
+			return transport.Link{Path: transport.PathNVL, PeerAccess: true}
+		}
+		return transport.Link{Path: transport.PathPXB, PeerAccess: true}
+	}
 }
 
 func joinInts[T ~int | ~int32](xs []T) string {
@@ -238,78 +328,4 @@ func edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edg
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
 	})
 	return slices.Compact(out)
-}
-
-// Offsets in the device image.
-func (c *Comm) imageLayout() (chans, peers, users, total int) {
-	const align = 256
-	up := func(x int) int { return (x + align - 1) / align * align }
-	chans = up(int(unsafe.Sizeof(generated.DevComm{})))
-	peers = up(chans + c.nChannels*int(unsafe.Sizeof(generated.DevChannel{})))
-	users = up(peers + c.nChannels*c.nRanks*int(unsafe.Sizeof(generated.DevPeer{})))
-	total = up(users + c.nChannels*c.nRanks*4)
-	return
-}
-
-// relocBase marks pointers into the image that relocate adds devMem to.
-// Image-relative pointers are stored as offsets with this high bit set.
-const relocBit = uint64(1) << 63
-
-// deviceImage builds the bytes of DevComm, the channels, the peer arrays
-// and the rings' user ranks, with image-relative pointers (relocBit set).
-func (c *Comm) deviceImage(sizes transport.Sizes) ([]byte, error) {
-	chOff, peerOff, userOff, total := c.imageLayout()
-	img := make([]byte, total)
-	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
-	dc := generated.DevComm{
-		Rank: int32(c.rank), NRanks: int32(c.nRanks), NChannels: int32(c.nChannels),
-		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4,
-		Channels: relocBit | uint64(chOff), BuffSizes: sizes,
-	}
-	put(0, unsafe.Pointer(&dc), unsafe.Sizeof(dc))
-	peerSize := int(unsafe.Sizeof(generated.DevPeer{}))
-	for ch := range c.nChannels {
-		var dch generated.DevChannel
-		dch.Id = uint32(ch)
-		prev, next, index, users := graph.RingView(c.rings[ch], c.rank)
-		uo := userOff + ch*c.nRanks*4
-		dch.Ring = generated.DevRing{Prev: int32(prev), Next: int32(next), Index: int32(index), UserRanks: relocBit | uint64(uo)}
-		put(uo, unsafe.Pointer(&users[0]), uintptr(4*len(users)))
-		t := c.trees[ch]
-		dch.Tree = generated.DevTree{Up: int32(t.Up[c.rank]), Down: [3]int32{-1, -1, -1}, Depth: int32(t.Depth)}
-		for i, d := range t.Down[c.rank] {
-			if i < 3 {
-				dch.Tree.Down[i] = int32(d)
-			}
-		}
-		po := peerOff + ch*c.nRanks*peerSize
-		dch.Peers = relocBit | uint64(po)
-		for p := range c.nRanks {
-			var dp generated.DevPeer
-			dp.Send = c.conns.Send[transport.Key{Channel: ch, Peer: p}]
-			dp.Recv = c.conns.Recv[transport.Key{Channel: ch, Peer: p}]
-			put(po+p*peerSize, unsafe.Pointer(&dp), uintptr(peerSize))
-		}
-		put(chOff+ch*int(unsafe.Sizeof(dch)), unsafe.Pointer(&dch), unsafe.Sizeof(dch))
-	}
-	return img, nil
-}
-
-// relocate rewrites the image-relative pointers of deviceImage into device
-// addresses.
-func (c *Comm) relocate(img []byte) []byte {
-	chOff, _, _, _ := c.imageLayout()
-	fix := func(off int) {
-		p := (*uint64)(unsafe.Pointer(&img[off]))
-		if *p&relocBit != 0 {
-			*p = uint64(c.devMem) + (*p &^ relocBit)
-		}
-	}
-	fix(int(unsafe.Offsetof(generated.DevComm{}.Channels)))
-	for ch := range c.nChannels {
-		base := chOff + ch*int(unsafe.Sizeof(generated.DevChannel{}))
-		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Ring)) + int(unsafe.Offsetof(generated.DevRing{}.UserRanks)))
-		fix(base + int(unsafe.Offsetof(generated.DevChannel{}.Peers)))
-	}
-	return img
 }

@@ -82,13 +82,15 @@ func resultOf(err error) result {
 	case errors.Is(err, ncclgo.ErrInvalidArgument), errors.Is(err, bootstrap.ErrInvalidID):
 		return C.ncclInvalidArgument
 	case errors.Is(err, ncclgo.ErrInvalidUsage), errors.Is(err, ncclgo.ErrDestroyed),
-		errors.Is(err, errNotImplemented), errors.Is(err, transport.ErrCrossProcess):
+		errors.Is(err, errNotImplemented), errors.Is(err, transport.ErrNoTransport),
+		errors.Is(err, ncclgo.ErrSharedGPUNeedsMPS):
 		return C.ncclInvalidUsage
 	case errors.Is(err, cuda.ErrNoDriver), errors.As(err, &ce):
 		return C.ncclUnhandledCudaError
 	case errors.Is(err, bootstrap.ErrTimeout), errors.Is(err, bootstrap.ErrPeerClosed),
 		errors.Is(err, bootstrap.ErrRejected), errors.Is(err, bootstrap.ErrBadMagic),
-		errors.Is(err, bootstrap.ErrAborted), errors.Is(err, ncclgo.ErrAborted):
+		errors.Is(err, bootstrap.ErrAborted), errors.Is(err, ncclgo.ErrAborted),
+		errors.As(err, new(*ncclgo.PeerLostError)):
 		return C.ncclRemoteError
 	case errors.As(err, &ne), errors.As(err, &se), errors.As(err, &errno):
 		return C.ncclSystemError

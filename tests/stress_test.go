@@ -294,10 +294,10 @@ func (s *stressComm) String() string {
 	return fmt.Sprintf("communicator %d (%d ranks, algo %q proto %q)", s.id, len(s.comms), s.algo, s.proto)
 }
 
-// pattern is the 32-bit memset word (or byte, for 1-byte types) that makes
+// fillWord is the 32-bit memset word (or byte, for 1-byte types) that makes
 // every element of dt equal v, and the bytes of one such element. 64-bit
 // elements hold v in both halves: v × (2^32 + 1).
-func pattern(dt ncclgo.DataType, v int) (uint32, []byte) {
+func fillWord(dt ncclgo.DataType, v int) (uint32, []byte) {
 	var w uint32
 	switch dt {
 	case ncclgo.Int8, ncclgo.Uint8:
@@ -335,7 +335,7 @@ func f16(v int) uint32 {
 }
 
 func (s *stressComm) fill(r int, p cuda.DevicePtr, dt ncclgo.DataType, v, count int) error {
-	w, _ := pattern(dt, v)
+	w, _ := fillWord(dt, v)
 	n := uint64(count * dt.Size())
 	if dt.Size() == 1 {
 		return s.streams[r].MemsetD8Async(p, byte(w), n)
@@ -411,7 +411,7 @@ func (s *stressComm) check(o stressOp) error {
 			if !ok {
 				continue
 			}
-			_, el := pattern(o.dt, v)
+			_, el := fillWord(o.dt, v)
 			tile := bytes.Repeat(el, min(blockBytes, downloadFull)/es)
 			base := s.recv[r] + cuda.DevicePtr(b*blockBytes)
 			// The whole block when small, else its head and its tail.
@@ -571,12 +571,12 @@ func TestStressModel(t *testing.T) {
 	for v, want := range map[int]uint32{0: 0, 1: 0x3c00, 2: 0x4000, 3: 0x4200, 5: 0x4500, 40: 0x5100, 1000: 0x63d0} {
 		require.Equal(t, want, f16(v), "f16(%d)", v)
 	}
-	w, el := pattern(ncclgo.Bfloat16, 3)
+	w, el := fillWord(ncclgo.Bfloat16, 3)
 	require.Equal(t, uint32(0x40404040), w)
 	require.Equal(t, []byte{0x40, 0x40}, el)
-	_, el = pattern(ncclgo.Int64, 7)
+	_, el = fillWord(ncclgo.Int64, 7)
 	require.Equal(t, []byte{7, 0, 0, 0, 7, 0, 0, 0}, el, "v × (2^32 + 1)")
-	_, el = pattern(ncclgo.Float32, 2)
+	_, el = fillWord(ncclgo.Float32, 2)
 	require.Equal(t, []byte{0, 0, 0, 0x40}, el)
 
 	o := stressOp{kind: sAllToAll, salt: 4}

@@ -636,3 +636,31 @@ func TestGPUPeerAccess(t *testing.T) {
 	require.NoError(t, c1.MemcpyDtoH(unsafe.Pointer(&out[0]), b, 4096))
 	assert.Equal(t, bytes.Repeat([]byte{0x77}, 4096), out)
 }
+
+// TestGPUMemHostRegister page-locks shared memory (an anonymous shared
+// mapping, as the SHM transport's memfd segments are) and checks that the
+// device address reads what the host wrote and the host sees what the
+// device wrote.
+func TestGPUMemHostRegister(t *testing.T) {
+	c := gpu(t)
+	const n = 1 << 16
+	mem, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	defer syscall.Munmap(mem)
+	for i := range mem {
+		mem[i] = byte(i * 5)
+	}
+	p := unsafe.Pointer(&mem[0])
+	require.NoError(t, c.MemHostRegister(p, n))
+	d, err := c.HostDevicePointer(p)
+	require.NoError(t, err)
+	out := make([]byte, 256)
+	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), d+1000, 256))
+	assert.Equal(t, mem[1000:1256], out)
+	require.NoError(t, c.MemsetD8(d+4096, 0x7e, 64))
+	require.NoError(t, c.Synchronize())
+	assert.Equal(t, bytes.Repeat([]byte{0x7e}, 64), mem[4096:4160])
+	require.NoError(t, c.MemHostUnregister(p))
+	assert.Error(t, c.MemHostUnregister(p), "unregistered twice")
+	assert.ErrorIs(t, c.MemHostRegister(nil, n), ErrInvalidValue)
+}

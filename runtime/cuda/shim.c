@@ -38,6 +38,8 @@
   X(cuMemFree, "cuMemFree_v2", 1, (CUdeviceptr p))                                              \
   X(cuMemHostAlloc, "cuMemHostAlloc", 1, (void** p, size_t n, unsigned flags))                  \
   X(cuMemFreeHost, "cuMemFreeHost", 1, (void* p))                                               \
+  X(cuMemHostRegister, "cuMemHostRegister_v2", 0, (void* p, size_t n, unsigned flags))          \
+  X(cuMemHostUnregister, "cuMemHostUnregister", 0, (void* p))                                   \
   X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 1,                               \
     (CUdeviceptr* d, void* p, unsigned flags))                                                  \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", 1, (CUdeviceptr dst, const void* src, size_t n))           \
@@ -213,6 +215,16 @@ CUresult ncu_mem_host_alloc(CUcontext c, void** p, size_t n, unsigned flags) {
 CUresult ncu_mem_free_host(CUcontext c, void* p) {
   SETCTX(c);
   return p_cuMemFreeHost(p);
+}
+CUresult ncu_mem_host_register(CUcontext c, void* p, size_t n, unsigned flags) {
+  NEED(p_cuMemHostRegister);
+  SETCTX(c);
+  return p_cuMemHostRegister(p, n, flags);
+}
+CUresult ncu_mem_host_unregister(CUcontext c, void* p) {
+  NEED(p_cuMemHostUnregister);
+  SETCTX(c);
+  return p_cuMemHostUnregister(p);
 }
 CUresult ncu_mem_host_device_pointer(CUcontext c, CUdeviceptr* d, void* p) {
   SETCTX(c);

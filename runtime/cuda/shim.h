@@ -86,6 +86,8 @@ CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);
 CUresult ncu_mem_free(CUcontext c, CUdeviceptr p);
 CUresult ncu_mem_host_alloc(CUcontext c, void** p, size_t n, unsigned flags);
 CUresult ncu_mem_free_host(CUcontext c, void* p);
+CUresult ncu_mem_host_register(CUcontext c, void* p, size_t n, unsigned flags);
+CUresult ncu_mem_host_unregister(CUcontext c, void* p);
 CUresult ncu_mem_host_device_pointer(CUcontext c, CUdeviceptr* d, void* p);
 CUresult ncu_memcpy_htod(CUcontext c, CUdeviceptr dst, const void* src, size_t n);
 CUresult ncu_memcpy_dtoh(CUcontext c, void* dst, CUdeviceptr src, size_t n);

@@ -234,3 +234,33 @@ func (c *Context) MemImportFromShareableHandle(fd int) (MemHandle, error) {
 	}
 	return MemHandle(mh), nil
 }
+
+// MemHostRegister page-locks the existing host range [p, p+n) (which must
+// stay mapped until MemHostUnregister) and maps it into the device address
+// space of every context (cuMemHostRegister_v2 with
+// CU_MEMHOSTREGISTER_PORTABLE|CU_MEMHOSTREGISTER_DEVICEMAP). Shared memory
+// mapped by several processes may be registered in each of them;
+// HostDevicePointer gives the range's device address.
+func (c *Context) MemHostRegister(p unsafe.Pointer, n uint64) error {
+	h, err := c.ctx("MemHostRegister")
+	if err != nil {
+		return err
+	}
+	if p == nil || n == 0 {
+		return badArg("MemHostRegister", "pointer %p, size %d", p, n)
+	}
+	return c.wrap(fmt.Sprintf("MemHostRegister(%d bytes)", n),
+		check("cuMemHostRegister", Result(C.ncu_mem_host_register(h, p, C.size_t(n), 0x1|0x2))))
+}
+
+// MemHostUnregister undoes MemHostRegister (cuMemHostUnregister).
+func (c *Context) MemHostUnregister(p unsafe.Pointer) error {
+	h, err := c.ctx("MemHostUnregister")
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return badArg("MemHostUnregister", "nil pointer")
+	}
+	return c.wrap("MemHostUnregister", check("cuMemHostUnregister", Result(C.ncu_mem_host_unregister(h, p))))
+}

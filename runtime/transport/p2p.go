@@ -1,269 +1,288 @@
-// Package transport sets up the connections between the ranks of a
-// communicator. Only the p2p transport exists so far: ranks of one process,
-// on one GPU or on GPUs with peer access, reach each other's device memory
-// directly.
-//
-// Every connection is one direction (From sends to To) on one channel. The
-// receiver allocates, on its own device, the per-protocol FIFOs (LL, LL128,
-// SIMPLE), the head and tail counters, its step word and the two
-// ptrExchange slots, all zeroed; the sender allocates its own step word.
-// The ranks exchange the receivers' addresses through the bootstrap network
-// (one AllGather), and each side fills its generated.ConnInfo.
 package transport
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/ncclgo/ncclgo/generated"
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// Memory is the device memory of one rank (*cuda.Context implements it).
-type Memory interface {
-	MemAlloc(n uint64) (cuda.DevicePtr, error)
-	MemFree(p cuda.DevicePtr) error
-	MemsetD8(p cuda.DevicePtr, v byte, n uint64) error
-}
+// P2P connects ranks whose GPUs can reach each other's memory: the sender
+// stores straight into the receiver's device memory. Within one process
+// the receiver's cuMemAlloc address is used as is; between processes the
+// memory is exported (VMM file descriptor, or a legacy IPC handle) and
+// mapped by the sender.
+type P2P struct{}
 
-// Sizes are the FIFO sizes in bytes, per protocol (LL, LL128, SIMPLE).
-type Sizes [3]uint32
+// Name implements Transport.
+func (P2P) Name() string { return "P2P" }
 
-// Validate checks the sizes against the device library's requirements
-// (devicesrc/ng_prims.h): every FIFO splits into generated.Steps slots of
-// whole lines; SIMPLE a multiple of 1024 bytes, LL of 1024, LL128 of 2048.
-func (s Sizes) Validate() error {
-	names := [3]string{"LL", "LL128", "SIMPLE"}
-	mult := [3]uint32{1024, 2048, 1024}
-	for p, n := range s {
-		if n == 0 || n%mult[p] != 0 {
-			return fmt.Errorf("transport: %s buffer of %d bytes: want a positive multiple of %d", names[p], n, mult[p])
-		}
+// CanConnect implements Transport: P2P needs the same host, the path
+// within NCCL_P2P_LEVEL and, between two GPUs, peer access.
+func (P2P) CanConnect(pol Policy, send, recv Peer, link Link) (bool, string) {
+	switch {
+	case pol.P2PDisable:
+		return false, "disabled by NCCL_P2P_DISABLE"
+	case send.Host != recv.Host:
+		return false, "different hosts"
+	case pol.Level() == PathLOC:
+		return false, "disabled by NCCL_P2P_LEVEL=LOC"
+	case link.Path > pol.Level():
+		return false, fmt.Sprintf("path %v is beyond NCCL_P2P_LEVEL %v", link.Path, pol.Level())
+	case link.Path != PathLOC && !link.PeerAccess:
+		return false, fmt.Sprintf("device %d cannot access device %d's memory (no peer access)", send.Device, recv.Device)
 	}
-	return nil
+	return true, ""
 }
 
-// Edge is one direction of a connection on one channel.
-type Edge struct{ Channel, From, To int }
-
-func (e Edge) String() string { return fmt.Sprintf("ch%d %d->%d", e.Channel, e.From, e.To) }
-
-// Peer identifies where a rank runs.
-type Peer struct {
-	PID    int
-	Host   string
-	Device int
+// Flags implements Transport: in one process the peer's user buffers are
+// reachable (direct mode); between processes they are not, and the
+// sender's fences are system-wide.
+func (P2P) Flags(send, recv Peer) uint32 {
+	if !send.SameProcess(recv) {
+		return 0
+	}
+	f := uint32(generated.ConnDirect)
+	if send.SameGPU(recv) {
+		f |= generated.ConnSameGpu
+	}
+	return f
 }
 
-// Key names one side of a connection from one rank's point of view.
-type Key struct{ Channel, Peer int }
-
-// Layout of a receiver's control block.
+// The kinds of P2P connect info (its first byte).
 const (
-	offHead        = 0
-	offTail        = 64
-	offRecvStep    = 128
-	offPtrExchange = 192
-	ctrlBytes      = 256
-	fifoAlign      = 4096
+	p2pLocal = 1 // in-process: u64 address
+	p2pCuMem = 2 // VMM: u64 size, u64 descriptor key
+	p2pIPC   = 3 // legacy: u64 size, 64-byte cuIpcMemHandle
 )
 
-func roundUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
-
-// record is what a receiver publishes about one connection.
-type record struct {
-	Channel, From, To int32
-	Flags             uint32
-	Buffs             [3]uint64
-	Head, Tail        uint64
-	RecvStep          uint64
-	PtrExchange       uint64
-	Sizes             [3]uint32
-	Pad               uint32
-}
-
-// Set is one rank's connections. Send[k] is the ConnInfo of the sending
-// side towards peer k.Peer on channel k.Channel, Recv[k] that of the
-// receiving side from k.Peer.
-type Set struct {
-	Send map[Key]generated.ConnInfo
-	Recv map[Key]generated.ConnInfo
-
-	mem    Memory
-	allocs []cuda.DevicePtr
-	bytes  uint64
-}
-
-// Bytes is the device memory the set holds.
-func (s *Set) Bytes() uint64 { return s.bytes }
-
-// ErrCrossProcess is returned for a connection to a rank in another
-// process or on another host: only the in-process p2p transport exists.
-var ErrCrossProcess = errors.New("connections between processes are not supported yet (only ranks of one process can connect)")
-
-// Connect sets up the connections of rank me. peers describes every rank;
-// edges lists every connection that rank me takes part in (From == me or
-// To == me); every rank calls Connect at the same time, with edge lists
-// that agree (an edge me->p here must be p's edge me->p). canAccess
-// reports whether rank me's device can load and store the memory of
-// device d (true for its own device).
-func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, peers []Peer, edges []Edge, sizes Sizes,
-	canAccess func(dev int) bool) (_ *Set, err error) {
-	if err := sizes.Validate(); err != nil {
+// SetupRecv implements Transport.
+func (P2P) SetupRecv(env *Env, send Peer, size uint64) (Region, error) {
+	if send.SameProcess(env.Self) {
+		p, err := allocZeroed(env.Mem, size)
+		if err != nil {
+			return nil, err
+		}
+		info := binary.LittleEndian.AppendUint64([]byte{p2pLocal}, uint64(p))
+		return &devRegion{mem: env.Mem, addr: p, info: info, mode: "direct pointer", owned: true}, nil
+	}
+	m, err := env.IPC("P2P between processes")
+	if err != nil {
 		return nil, err
 	}
-	if len(peers) != net.Size() {
-		return nil, fmt.Errorf("transport: %d peer descriptions for %d ranks", len(peers), net.Size())
+	// VMM first; legacy IPC handles where it fails (no POSIX descriptor
+	// handles on this system) or NCCL_CUMEM_ENABLE=0.
+	var vmmErr error
+	if !env.Policy.NoCuMem {
+		r, err := setupCuMem(env, m, size)
+		if err == nil {
+			return r, nil
+		}
+		vmmErr = fmt.Errorf("P2P/CUMEM: %w", err)
 	}
-	set := &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}, mem: mem}
+	p, err := allocZeroed(m, size)
+	if err != nil {
+		return nil, errors.Join(vmmErr, err)
+	}
+	h, err := m.IpcGetMemHandle(p)
+	if err != nil {
+		_ = m.MemFree(p)
+		return nil, errors.Join(vmmErr, fmt.Errorf("P2P/IPC: %w", err))
+	}
+	info := binary.LittleEndian.AppendUint64([]byte{p2pIPC}, size)
+	info = append(info, h[:]...)
+	return &devRegion{mem: m, addr: p, info: info, mode: "IPC", owned: true}, nil
+}
+
+func allocZeroed(m Memory, size uint64) (cuda.DevicePtr, error) {
+	p, err := m.MemAlloc(size)
+	if err != nil {
+		return 0, err
+	}
+	if err := m.MemsetD8(p, 0, size); err != nil {
+		_ = m.MemFree(p)
+		return 0, err
+	}
+	return p, nil
+}
+
+// setupCuMem allocates size bytes (rounded up to the granularity) with
+// cuMemCreate, maps them for this device, zeroes them and exports them.
+func setupCuMem(env *Env, m IPCMemory, size uint64) (_ Region, err error) {
+	gran, err := m.MemGetAllocationGranularity(false)
+	if err != nil {
+		return nil, err
+	}
+	n := roundUp(size, gran)
+	h, err := m.MemCreate(n)
+	if err != nil {
+		return nil, err
+	}
+	r := &vmmRegion{m: m, h: h, size: n, mode: "CUMEM"}
 	defer func() {
 		if err != nil {
-			_ = set.Close()
+			_ = r.Close()
 		}
 	}()
-	self := peers[me]
-	flagsWith := func(p int) (uint32, error) {
-		q := peers[p]
-		if q.PID != self.PID || q.Host != self.Host {
-			return 0, fmt.Errorf("transport: rank %d (pid %d on %q) and rank %d (pid %d on %q): %w",
-				me, self.PID, self.Host, p, q.PID, q.Host, ErrCrossProcess)
-		}
-		var f uint32
-		if q.Device == self.Device {
-			f |= generated.ConnSameGpu | generated.ConnDirect
-		} else if canAccess != nil && canAccess(q.Device) {
-			f |= generated.ConnDirect
-		} else {
-			return 0, fmt.Errorf("transport: rank %d (device %d) cannot access rank %d's device %d (no peer access); "+
-				"connections through host memory are not supported yet", me, self.Device, p, q.Device)
-		}
-		return f, nil
+	if err := r.mapHere(gran); err != nil {
+		return nil, err
 	}
-	var fifo [3]uint64
-	total := uint64(ctrlBytes)
-	total = roundUp(total, fifoAlign)
-	for p, n := range sizes {
-		fifo[p] = total
-		total = roundUp(total+uint64(n), fifoAlign)
+	if err := m.MemsetD8(r.addr, 0, n); err != nil {
+		return nil, err
 	}
-	edges = slices.Clone(edges)
-	slices.SortFunc(edges, func(a, b Edge) int {
-		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
-	})
-	edges = slices.Compact(edges)
-	var mine []record
-	nSend := 0
-	for _, e := range edges {
-		switch {
-		case e.From == e.To:
-			return nil, fmt.Errorf("transport: edge %v connects rank %d to itself", e, e.From)
-		case e.To == me:
-			f, err := flagsWith(e.From)
-			if err != nil {
-				return nil, err
-			}
-			base, err := set.alloc(total)
-			if err != nil {
-				return nil, fmt.Errorf("transport: connection %v: %w", e, err)
-			}
-			r := record{Channel: int32(e.Channel), From: int32(e.From), To: int32(e.To), Flags: f,
-				Head: base + offHead, Tail: base + offTail, RecvStep: base + offRecvStep, PtrExchange: base + offPtrExchange, Sizes: sizes}
-			for p := range fifo {
-				r.Buffs[p] = base + fifo[p]
-			}
-			mine = append(mine, r)
-		case e.From == me:
-			if _, err := flagsWith(e.To); err != nil {
-				return nil, err
-			}
-			nSend++
-		default:
-			return nil, fmt.Errorf("transport: edge %v does not involve rank %d", e, me)
-		}
-	}
-	// The senders' step words, one 64-byte line each.
-	var sendSteps uint64
-	if nSend > 0 {
-		if sendSteps, err = set.alloc(uint64(nSend) * 64); err != nil {
-			return nil, fmt.Errorf("transport: send step words: %w", err)
-		}
-	}
-	var buf bytes.Buffer
-	if err := binary.Write(&buf, binary.LittleEndian, mine); err != nil {
-		return nil, fmt.Errorf("transport: encoding: %w", err)
-	}
-	all, err := net.AllGather(ctx, buf.Bytes())
+	fd, err := m.MemExportToShareableHandle(h)
 	if err != nil {
-		return nil, fmt.Errorf("transport: exchanging connection addresses: %w", err)
+		return nil, err
 	}
-	recvOf := map[Edge]record{}
-	for rank, b := range all {
-		recs := make([]record, len(b)/binary.Size(record{}))
-		if len(b)%binary.Size(record{}) != 0 {
-			return nil, fmt.Errorf("transport: rank %d sent %d bytes of connection records, not a multiple of %d", rank, len(b), binary.Size(record{}))
-		}
-		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, recs); err != nil {
-			return nil, fmt.Errorf("transport: decoding rank %d's records: %w", rank, err)
-		}
-		for _, r := range recs {
-			if int(r.To) != rank {
-				return nil, fmt.Errorf("transport: rank %d published a connection to rank %d", rank, r.To)
-			}
-			recvOf[Edge{Channel: int(r.Channel), From: int(r.From), To: int(r.To)}] = r
-		}
+	key, err := env.Export(fd)
+	if err != nil {
+		return nil, err
 	}
-	conn := func(r record, step uint64) generated.ConnInfo {
-		return generated.ConnInfo{Buffs: r.Buffs, Head: r.Head, Tail: r.Tail, Step: step, PtrExchange: r.PtrExchange,
-			BuffSizes: r.Sizes, Flags: r.Flags}
-	}
-	si := 0
-	for _, e := range edges {
-		r, ok := recvOf[e]
-		if !ok {
-			return nil, fmt.Errorf("transport: connection %v: rank %d did not set it up (the ranks disagree on the channels' graphs)", e, e.To)
-		}
-		if e.To == me {
-			set.Recv[Key{e.Channel, e.From}] = conn(r, r.RecvStep)
-		} else {
-			f, _ := flagsWith(e.To)
-			c := conn(r, sendSteps+uint64(si)*64)
-			c.Flags = f
-			set.Send[Key{e.Channel, e.To}] = c
-			si++
-		}
-	}
-	return set, nil
+	info := binary.LittleEndian.AppendUint64([]byte{p2pCuMem}, n)
+	r.info = binary.LittleEndian.AppendUint64(info, key)
+	return r, nil
 }
 
-// alloc allocates n zeroed bytes.
-func (s *Set) alloc(n uint64) (uint64, error) {
-	p, err := s.mem.MemAlloc(n)
-	if err != nil {
-		return 0, err
+// ConnectSend implements Transport.
+func (P2P) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info []byte) (Region, error) {
+	if len(info) < 9 {
+		return nil, fmt.Errorf("transport: P2P connect info from rank %d: %d bytes, want at least 9", recv, len(info))
 	}
-	s.allocs = append(s.allocs, p)
-	s.bytes += n
-	if err := s.mem.MemsetD8(p, 0, n); err != nil {
-		return 0, err
+	kind, a := info[0], binary.LittleEndian.Uint64(info[1:9])
+	switch {
+	case kind == p2pLocal && len(info) == 9:
+		if !peer.SameProcess(env.Self) {
+			return nil, fmt.Errorf("transport: rank %d (%s) published an in-process P2P address to a rank of another process", recv, peer)
+		}
+		return &devRegion{addr: cuda.DevicePtr(a), mode: "direct pointer"}, nil
+	case kind == p2pCuMem && len(info) == 17:
+		m, err := env.IPC("P2P/CUMEM")
+		if err != nil {
+			return nil, err
+		}
+		gran, err := m.MemGetAllocationGranularity(false)
+		if err != nil {
+			return nil, err
+		}
+		fd, err := env.Import(ctx, recv, binary.LittleEndian.Uint64(info[9:]))
+		if err != nil {
+			return nil, err
+		}
+		h, err := m.MemImportFromShareableHandle(fd)
+		ipcClose(fd)
+		if err != nil {
+			return nil, err
+		}
+		r := &vmmRegion{m: m, h: h, size: a, mode: "CUMEM"}
+		if err := r.mapHere(gran); err != nil {
+			_ = r.Close()
+			return nil, fmt.Errorf("transport: mapping rank %d's buffers: %w", recv, err)
+		}
+		return r, nil
+	case kind == p2pIPC && len(info) == 9+64:
+		m, err := env.IPC("P2P/IPC")
+		if err != nil {
+			return nil, err
+		}
+		var h cuda.IpcMemHandle
+		copy(h[:], info[9:])
+		p, err := m.IpcOpenMemHandle(h)
+		if err != nil {
+			return nil, fmt.Errorf("transport: opening rank %d's IPC handle: %w", recv, err)
+		}
+		return &ipcRegion{m: m, addr: p}, nil
 	}
-	return uint64(p), nil
+	return nil, fmt.Errorf("transport: P2P connect info from rank %d: kind %d, %d bytes: malformed", recv, kind, len(info))
 }
 
-// Close frees the set's memory. The kernels that use it must be done.
-func (s *Set) Close() error {
-	if s == nil {
+// devRegion is device memory from MemAlloc (owned) or a peer's address in
+// this process (not owned).
+type devRegion struct {
+	mem   Memory
+	addr  cuda.DevicePtr
+	info  []byte
+	mode  string
+	owned bool
+}
+
+func (r *devRegion) Addr() uint64 { return uint64(r.addr) }
+func (r *devRegion) Info() []byte { return r.info }
+func (r *devRegion) Mode() string { return r.mode }
+func (r *devRegion) Close() error {
+	if !r.owned || r.addr == 0 {
+		r.addr = 0
 		return nil
 	}
-	var errs []error
-	for _, p := range s.allocs {
-		errs = append(errs, s.mem.MemFree(p))
+	p := r.addr
+	r.addr = 0
+	return r.mem.MemFree(p)
+}
+
+// vmmRegion is a VMM allocation (created here or imported) mapped at addr.
+type vmmRegion struct {
+	m    IPCMemory
+	h    cuda.MemHandle
+	addr cuda.DevicePtr
+	size uint64
+	info []byte
+	mode string
+
+	reserved, mapped bool
+}
+
+// mapHere reserves an address range, maps the allocation there and grants
+// this device read-write access.
+func (r *vmmRegion) mapHere(gran uint64) error {
+	p, err := r.m.MemAddressReserve(r.size, gran)
+	if err != nil {
+		return err
 	}
-	s.allocs = nil
-	s.bytes = 0
+	r.addr, r.reserved = p, true
+	if err := r.m.MemMap(p, r.size, r.h); err != nil {
+		return err
+	}
+	r.mapped = true
+	return r.m.MemSetAccess(p, r.size, r.m.Device())
+}
+
+func (r *vmmRegion) Addr() uint64 { return uint64(r.addr) }
+func (r *vmmRegion) Info() []byte { return r.info }
+func (r *vmmRegion) Mode() string { return r.mode }
+func (r *vmmRegion) Close() error {
+	var errs []error
+	if r.mapped {
+		errs = append(errs, r.m.MemUnmap(r.addr, r.size))
+		r.mapped = false
+	}
+	if r.h != 0 {
+		errs = append(errs, r.m.MemRelease(r.h))
+		r.h = 0
+	}
+	if r.reserved {
+		errs = append(errs, r.m.MemAddressFree(r.addr, r.size))
+		r.reserved = false
+	}
+	r.addr = 0
 	return errors.Join(errs...)
+}
+
+// ipcRegion is a peer's memory opened from a legacy IPC handle.
+type ipcRegion struct {
+	m    IPCMemory
+	addr cuda.DevicePtr
+}
+
+func (r *ipcRegion) Addr() uint64 { return uint64(r.addr) }
+func (r *ipcRegion) Info() []byte { return nil }
+func (r *ipcRegion) Mode() string { return "IPC" }
+func (r *ipcRegion) Close() error {
+	if r.addr == 0 {
+		return nil
+	}
+	p := r.addr
+	r.addr = 0
+	return r.m.IpcCloseMemHandle(p)
 }

@@ -86,7 +86,7 @@ func connectAll(t *testing.T, peers []Peer, edges func(r int) []Edge, mems []*fa
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, edges(r), sizes, func(int) bool { return true })
+			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, edges(r), sizes, Options{})
 			if errs[r] != nil {
 				nets[r].Abort()
 			}
@@ -146,12 +146,23 @@ func TestConnectRing(t *testing.T) {
 	}
 }
 
-func TestConnectCrossProcess(t *testing.T) {
+func TestConnectCrossProcessNeedsIPC(t *testing.T) {
 	peers := []Peer{{PID: 1, Host: "h"}, {PID: 2, Host: "h"}}
 	mems := []*fakeMem{newFakeMem(), newFakeMem()}
 	_, errs := connectAll(t, peers, func(r int) []Edge { return ringEdges(2, 1, r) }, mems)
 	for r := range 2 {
-		assert.ErrorIs(t, errs[r], ErrCrossProcess)
+		assert.ErrorContains(t, errs[r], "needs CUDA IPC and VMM operations")
+		assert.Empty(t, mems[r].live)
+	}
+}
+
+func TestConnectOtherHost(t *testing.T) {
+	peers := []Peer{{PID: 1, Host: "a"}, {PID: 1, Host: "b"}}
+	mems := []*fakeMem{newFakeMem(), newFakeMem()}
+	_, errs := connectAll(t, peers, func(r int) []Edge { return ringEdges(2, 1, r) }, mems)
+	for r := range 2 {
+		require.Error(t, errs[r])
+		assert.Contains(t, errs[r].Error(), "NET: not implemented yet")
 		assert.Empty(t, mems[r].live)
 	}
 }

@@ -1,0 +1,149 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// EnvIDFile names a file, readable by every rank, through which rank 0
+// hands the unique id to the others when the launcher provides no address
+// (mpirun, srun).
+const EnvIDFile = "NCCLGO_ID_FILE"
+
+// EnvIDPort overrides the port that ShareID serves the id on under
+// torchrun (default MASTER_PORT+1: torchrun's own store holds MASTER_PORT).
+const EnvIDPort = "NCCLGO_ID_PORT"
+
+// ShareID returns the communicator's unique id (in text form) on every
+// rank of the job: the one Spawn passed; else rank 0 calls create and
+// serves the result over TCP at MASTER_ADDR:MASTER_PORT+1 (torchrun) or
+// writes it to the file $NCCLGO_ID_FILE (any launcher), and the other
+// ranks fetch it, waiting until ctx is done.
+func ShareID(ctx context.Context, p Place, getenv func(string) string, create func() (string, error)) (string, error) {
+	if p.ID != "" {
+		return p.ID, nil
+	}
+	if p.Size == 1 {
+		return create()
+	}
+	if f := getenv(EnvIDFile); f != "" {
+		return shareByFile(ctx, p, f, create)
+	}
+	if p.MasterAddr != "" {
+		addr, err := idAddr(p.MasterAddr, getenv(EnvIDPort))
+		if err != nil {
+			return "", err
+		}
+		return shareByTCP(ctx, p, addr, create)
+	}
+	return "", fmt.Errorf("launch: under %s the unique id must reach the ranks: set %s to a path every rank can read", p.Launcher, EnvIDFile)
+}
+
+// idAddr is MASTER_ADDR with port MASTER_PORT+1 or the override.
+func idAddr(master, override string) (string, error) {
+	host, port, err := net.SplitHostPort(master)
+	if err != nil {
+		return "", fmt.Errorf("launch: MASTER_ADDR:MASTER_PORT %q: %w", master, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p >= 65535 {
+		return "", fmt.Errorf("launch: MASTER_PORT=%q: want a port below 65535", port)
+	}
+	p++
+	if override != "" {
+		if p, err = strconv.Atoi(override); err != nil || p < 1 || p > 65535 {
+			return "", fmt.Errorf("launch: %s=%q: want a port", EnvIDPort, override)
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}
+
+func shareByFile(ctx context.Context, p Place, path string, create func() (string, error)) (string, error) {
+	if p.Rank == 0 {
+		id, err := create()
+		if err != nil {
+			return "", err
+		}
+		tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+		if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("launch: writing the id: %w", err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return "", fmt.Errorf("launch: publishing the id: %w", err)
+		}
+		return id, nil
+	}
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && strings.HasSuffix(string(b), "\n") {
+			return strings.TrimSpace(string(b)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("launch: rank %d: waiting for rank 0's id in %s: %w", p.Rank, path, context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// shareByTCP: rank 0 answers every connection with the id, until the
+// other Size-1 ranks have it or ctx is done.
+func shareByTCP(ctx context.Context, p Place, addr string, create func() (string, error)) (string, error) {
+	if p.Rank == 0 {
+		id, err := create()
+		if err != nil {
+			return "", err
+		}
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("launch: serving the id at %s: %w", addr, err)
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		var wg sync.WaitGroup
+		for served := 0; served < p.Size-1; served++ {
+			c, err := ln.Accept()
+			if err != nil {
+				ln.Close()
+				wg.Wait()
+				return "", fmt.Errorf("launch: serving the id at %s (%d of %d ranks served): %w", addr, served, p.Size-1, errors.Join(err, context.Cause(ctx)))
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				_, _ = c.Write([]byte(id + "\n"))
+			})
+		}
+		ln.Close()
+		wg.Wait()
+		return id, nil
+	}
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, rerr := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if rerr == nil {
+				return strings.TrimSpace(line), nil
+			}
+			err = rerr
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("launch: rank %d: fetching the id from %s: %w (last: %v)", p.Rank, addr, context.Cause(ctx), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

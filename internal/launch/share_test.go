@@ -1,0 +1,93 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shareAll runs ShareID on n goroutine ranks and returns their ids.
+func shareAll(t *testing.T, n int, place func(r int) Place, getenv func(string) string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := make([]string, n)
+	errs := make([]error, n)
+	calls := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			ids[r], errs[r] = ShareID(ctx, place(r), getenv, func() (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				return fmt.Sprintf("id-from-rank-%d", r), nil
+			})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	assert.Equal(t, 1, calls, "only rank 0 creates the id")
+	return ids
+}
+
+func TestShareIDByTCP(t *testing.T) {
+	// A free port for the id; MASTER_PORT is the one below it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
+	ids := shareAll(t, 4, func(r int) Place {
+		return Place{Rank: r, Size: 4, LocalRank: r, LocalSize: 4, Launcher: "torchrun", MasterAddr: master}
+	}, envOf())
+	for _, id := range ids {
+		assert.Equal(t, "id-from-rank-0", id)
+	}
+}
+
+func TestShareIDByFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "id")
+	ids := shareAll(t, 3, func(r int) Place { return Place{Rank: r, Size: 3, LocalRank: r, LocalSize: 3, Launcher: "mpirun"} },
+		envOf(EnvIDFile, f))
+	for _, id := range ids {
+		assert.Equal(t, "id-from-rank-0", id)
+	}
+}
+
+func TestShareIDOthers(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	id, err := ShareID(ctx, Place{Rank: 1, Size: 2, Launcher: "ncclgo", ID: "given"}, envOf(), func() (string, error) { return "", boom })
+	require.NoError(t, err)
+	assert.Equal(t, "given", id)
+	id, err = ShareID(ctx, Place{Rank: 0, Size: 1}, envOf(), func() (string, error) { return "solo", nil })
+	require.NoError(t, err)
+	assert.Equal(t, "solo", id)
+	_, err = ShareID(ctx, Place{Rank: 1, Size: 2, Launcher: "mpirun"}, envOf(), nil)
+	assert.ErrorContains(t, err, EnvIDFile)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = ShareID(short, Place{Rank: 1, Size: 2, Launcher: "mpirun"}, envOf(EnvIDFile, filepath.Join(t.TempDir(), "never")), nil)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = idAddr("host:65535", "")
+	assert.Error(t, err)
+	a, err := idAddr("[::1]:29500", "")
+	require.NoError(t, err)
+	assert.Equal(t, "[::1]:29501", a)
+	a, err = idAddr("h:29500", "4000")
+	require.NoError(t, err)
+	assert.Equal(t, "h:4000", a)
+}

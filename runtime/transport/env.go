@@ -1,0 +1,140 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
+)
+
+// Memory is the device memory of one rank (*cuda.Context implements it).
+type Memory interface {
+	MemAlloc(n uint64) (cuda.DevicePtr, error)
+	MemFree(p cuda.DevicePtr) error
+	MemsetD8(p cuda.DevicePtr, v byte, n uint64) error
+}
+
+// IPCMemory is what the transports between processes need besides Memory:
+// CUDA VMM with shareable handles, legacy IPC handles and registration of
+// host memory. *cuda.Context implements it.
+type IPCMemory interface {
+	Memory
+	Device() cuda.Device
+	MemGetAllocationGranularity(recommended bool) (uint64, error)
+	MemCreate(size uint64) (cuda.MemHandle, error)
+	MemAddressReserve(size, alignment uint64) (cuda.DevicePtr, error)
+	MemMap(p cuda.DevicePtr, size uint64, mh cuda.MemHandle) error
+	MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.Device) error
+	MemUnmap(p cuda.DevicePtr, size uint64) error
+	MemAddressFree(p cuda.DevicePtr, size uint64) error
+	MemRelease(mh cuda.MemHandle) error
+	MemExportToShareableHandle(mh cuda.MemHandle) (int, error)
+	MemImportFromShareableHandle(fd int) (cuda.MemHandle, error)
+	IpcGetMemHandle(p cuda.DevicePtr) (cuda.IpcMemHandle, error)
+	IpcOpenMemHandle(h cuda.IpcMemHandle) (cuda.DevicePtr, error)
+	IpcCloseMemHandle(p cuda.DevicePtr) error
+	MemHostRegister(p unsafe.Pointer, n uint64) error
+	MemHostUnregister(p unsafe.Pointer) error
+	HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error)
+}
+
+var _ IPCMemory = (*cuda.Context)(nil)
+
+// Env is what a transport sees of the rank it sets up: its memory, where
+// it runs, the policy, and the descriptor exchange with the other ranks.
+type Env struct {
+	Mem    Memory
+	Rank   int
+	Self   Peer
+	Policy Policy
+
+	mu      sync.Mutex
+	server  *ipc.Server
+	nextKey uint64
+	names   []string // every rank's descriptor server ("" for none)
+}
+
+// IPC returns the memory as an IPCMemory, or an error naming op when it
+// lacks the cross-process operations.
+func (e *Env) IPC(op string) (IPCMemory, error) {
+	m, ok := e.Mem.(IPCMemory)
+	if !ok {
+		return nil, fmt.Errorf("transport: %s needs CUDA IPC and VMM operations, which %T lacks", op, e.Mem)
+	}
+	return m, nil
+}
+
+// Export hands fd (which Export now owns) to the other processes: it
+// returns the key under which the rank's descriptor server serves it.
+func (e *Env) Export(fd int) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.server == nil {
+		s, err := ipc.Listen(ipc.NewName("ncclgo"))
+		if err != nil {
+			ipcClose(fd)
+			return 0, fmt.Errorf("transport: rank %d: starting the descriptor server: %w", e.Rank, err)
+		}
+		e.server = s
+	}
+	e.nextKey++
+	if err := e.server.Add(e.nextKey, fd); err != nil {
+		ipcClose(fd)
+		return 0, err
+	}
+	return e.nextKey, nil
+}
+
+// Import fetches the descriptor that rank exported under key; the caller
+// owns it.
+func (e *Env) Import(ctx context.Context, rank int, key uint64) (int, error) {
+	e.mu.Lock()
+	name := ""
+	if rank >= 0 && rank < len(e.names) {
+		name = e.names[rank]
+	}
+	e.mu.Unlock()
+	if name == "" {
+		return -1, fmt.Errorf("transport: rank %d exported no descriptors (asked for key %d)", rank, key)
+	}
+	fds, err := ipc.Fetch(ctx, name, key)
+	if err != nil {
+		return -1, fmt.Errorf("transport: fetching rank %d's descriptor %d: %w", rank, key, err)
+	}
+	return fds[0], nil
+}
+
+// serverName is the name other ranks fetch from ("" before any Export).
+func (e *Env) serverName() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.server == nil {
+		return ""
+	}
+	return e.server.Name()
+}
+
+func (e *Env) setNames(names []string) {
+	e.mu.Lock()
+	e.names = names
+	e.mu.Unlock()
+}
+
+// closeServer stops the descriptor server and closes the exported
+// descriptors (the importers hold their own by then).
+func (e *Env) closeServer() error {
+	e.mu.Lock()
+	s := e.server
+	e.server = nil
+	e.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("transport: rank %d: closing the descriptor server: %w", e.Rank, err)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package transport
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/graph"
+)
+
+// ImageSpec is what one rank's device image describes.
+type ImageSpec struct {
+	Rank, NRanks, NChannels int
+	Rings                   [][]int      // per channel, the ring order (graph.Rings)
+	Trees                   []graph.Tree // per channel
+	Conns                   *Set         // this rank's connections
+	// AbortFlag and ErrorFlag are the device addresses of the host-mapped
+	// uint32 flags.
+	AbortFlag, ErrorFlag uint64
+	Sizes                Sizes
+}
+
+// Image is one rank's device image: the DevComm, then its channels, the
+// channels' peer arrays and the rings' user ranks, with pointers into the
+// image relative to its start until Relocate.
+type Image struct {
+	bytes []byte
+	chOff int
+	nch   int
+}
+
+// imageAlign aligns each part of the image.
+const imageAlign = 256
+
+// BuildImage lays out spec's image.
+func BuildImage(spec ImageSpec) (*Image, error) {
+	if spec.NChannels > len(spec.Rings) || spec.NChannels > len(spec.Trees) {
+		return nil, fmt.Errorf("transport: image of %d channels with %d rings and %d trees", spec.NChannels, len(spec.Rings), len(spec.Trees))
+	}
+	if spec.Conns == nil {
+		return nil, fmt.Errorf("transport: image without connections")
+	}
+	up := func(x int) int { return (x + imageAlign - 1) / imageAlign * imageAlign }
+	chOff := up(int(unsafe.Sizeof(generated.DevComm{})))
+	peerOff := up(chOff + spec.NChannels*int(unsafe.Sizeof(generated.DevChannel{})))
+	userOff := up(peerOff + spec.NChannels*spec.NRanks*int(unsafe.Sizeof(generated.DevPeer{})))
+	total := up(userOff + spec.NChannels*spec.NRanks*4)
+	img := make([]byte, total)
+	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
+	dc := generated.DevComm{
+		Rank: int32(spec.Rank), NRanks: int32(spec.NRanks), NChannels: int32(spec.NChannels),
+		AbortFlag: spec.AbortFlag, ErrorFlag: spec.ErrorFlag,
+		Channels: relocBit | uint64(chOff), BuffSizes: spec.Sizes,
+	}
+	put(0, unsafe.Pointer(&dc), unsafe.Sizeof(dc))
+	peerSize := int(unsafe.Sizeof(generated.DevPeer{}))
+	for ch := range spec.NChannels {
+		var dch generated.DevChannel
+		dch.Id = uint32(ch)
+		prev, next, index, users := graph.RingView(spec.Rings[ch], spec.Rank)
+		if len(users) != spec.NRanks {
+			return nil, fmt.Errorf("transport: channel %d's ring has %d ranks, want %d", ch, len(users), spec.NRanks)
+		}
+		uo := userOff + ch*spec.NRanks*4
+		dch.Ring = generated.DevRing{Prev: int32(prev), Next: int32(next), Index: int32(index), UserRanks: relocBit | uint64(uo)}
+		put(uo, unsafe.Pointer(&users[0]), uintptr(4*len(users)))
+		t := spec.Trees[ch]
+		dch.Tree = generated.DevTree{Up: int32(t.Up[spec.Rank]), Down: [3]int32{-1, -1, -1}, Depth: int32(t.Depth)}
+		for i, d := range t.Down[spec.Rank] {
+			if i < 3 {
+				dch.Tree.Down[i] = int32(d)
+			}
+		}
+		po := peerOff + ch*spec.NRanks*peerSize
+		dch.Peers = relocBit | uint64(po)
+		for p := range spec.NRanks {
+			var dp generated.DevPeer
+			dp.Send = spec.Conns.Send[Key{Channel: ch, Peer: p}]
+			dp.Recv = spec.Conns.Recv[Key{Channel: ch, Peer: p}]
+			put(po+p*peerSize, unsafe.Pointer(&dp), uintptr(peerSize))
+		}
+		put(chOff+ch*int(unsafe.Sizeof(dch)), unsafe.Pointer(&dch), unsafe.Sizeof(dch))
+	}
+	return &Image{bytes: img, chOff: chOff, nch: spec.NChannels}, nil
+}
+
+// relocBit marks image-relative pointers (offsets with this high bit set).
+const relocBit = uint64(1) << 63
+
+// Size is the image's size in bytes.
+func (m *Image) Size() int { return len(m.bytes) }
+
+// Relocate returns the image's bytes with its internal pointers made
+// absolute for an image copied to device address base.
+func (m *Image) Relocate(base uint64) []byte {
+	img := append([]byte(nil), m.bytes...)
+	fix := func(off int) {
+		p := (*uint64)(unsafe.Pointer(&img[off]))
+		if *p&relocBit != 0 {
+			*p = base + (*p &^ relocBit)
+		}
+	}
+	fix(int(unsafe.Offsetof(generated.DevComm{}.Channels)))
+	for ch := range m.nch {
+		off := m.chOff + ch*int(unsafe.Sizeof(generated.DevChannel{}))
+		fix(off + int(unsafe.Offsetof(generated.DevChannel{}.Ring)) + int(unsafe.Offsetof(generated.DevRing{}.UserRanks)))
+		fix(off + int(unsafe.Offsetof(generated.DevChannel{}.Peers)))
+	}
+	return img
+}

@@ -1,0 +1,3 @@
+package ipc
+
+const sysMemfdCreate = 279

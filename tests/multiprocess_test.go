@@ -1,0 +1,792 @@
+package tests
+
+// Ranks as processes. The test binary re-executes itself as the rank
+// processes (the child role: TestMultiProcessChild), passing the unique id
+// and the placement through the environment; the parent holds the
+// bootstrap root and checks what the children print.
+//
+//	NCCLGO_MP_NPROCS          processes (default 2)
+//	NCCLGO_MP_RANKS_PER_PROC  ranks in each process (default 1)
+//	NCCLGO_TEST_DEVICES       device ordinals; process p and all its ranks
+//	                          run on the (p mod len)-th (default "0": then
+//	                          the processes share GPU 0, which needs MPS)
+//	NCCLGO_MP_KILL_BYTES      bytes of the kill test's AllReduce (default 1 GiB;
+//	                          64 MiB with -test.short)
+//
+// -test.short drops the 4 Mi-element cases and keeps 4 of the 12 types.
+// NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
+// children unchanged.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+// The child's environment.
+const (
+	mpEnvRole    = "NCCLGO_MP_ROLE" // "suite" or "kill"
+	mpEnvID      = "NCCLGO_MP_ID"   // UniqueID in text form
+	mpEnvRank    = "NCCLGO_MP_RANK" // first rank of the process
+	mpEnvNRanks  = "NCCLGO_MP_NRANKS"
+	mpEnvLocal   = "NCCLGO_MP_LOCAL"  // ranks in the process
+	mpEnvDevice  = "NCCLGO_MP_DEVICE" // the process's device
+	mpEnvDir     = "NCCLGO_MP_DIR"    // scratch directory shared by the processes
+	mpEnvVictim  = "NCCLGO_MP_VICTIM" // the rank the kill test kills
+	mpEnvShort   = "NCCLGO_MP_SHORT"  // "true": the parent ran with -test.short
+	mpResultLine = "MPRESULT"
+)
+
+// mpGPU skips without a driver, a kernel image or enough devices.
+func mpGPU(t *testing.T) {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	if _, _, err := kernels.FindImage(""); err != nil {
+		t.Skipf("no kernel image (build one with `make kernels` or set %s): %v", kernels.EnvFatbin, err)
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := strings.TrimSpace(os.Getenv(name))
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	require.NoError(t, err, "%s=%q", name, s)
+	return v
+}
+
+// mpsRunning mirrors InitRank's MPS detection.
+func mpsRunning() bool {
+	switch os.Getenv("NCCLGO_MPS") {
+	case "1":
+		return true
+	case "0":
+		return false
+	}
+	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if dir == "" {
+		dir = "/tmp/nvidia-mps"
+	}
+	fi, err := os.Stat(filepath.Join(dir, "control"))
+	return err == nil && !fi.IsDir()
+}
+
+// mpLayout is the placement of the ranks on processes and devices.
+type mpLayout struct {
+	nProcs, perProc int
+	devs            []int // per process
+}
+
+func mpPlacement(t *testing.T) mpLayout {
+	l := mpLayout{nProcs: envInt(t, "NCCLGO_MP_NPROCS", 2), perProc: envInt(t, "NCCLGO_MP_RANKS_PER_PROC", 1)}
+	require.GreaterOrEqual(t, l.nProcs, 1)
+	require.GreaterOrEqual(t, l.perProc, 1)
+	devs := mpDevices(t)
+	n, err := cuda.DeviceCount()
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	shared := -1
+	for p := range l.nProcs {
+		d := devs[p%len(devs)]
+		if d >= n {
+			t.Skipf("NCCLGO_TEST_DEVICES names device %d, but there are %d devices", d, n)
+		}
+		if seen[d] {
+			shared = d
+		}
+		seen[d] = true
+		l.devs = append(l.devs, d)
+	}
+	if shared >= 0 && !mpsRunning() {
+		t.Skipf("%d processes on devices %v share GPU %d, which needs MPS (not running); set NCCLGO_TEST_DEVICES to one device per process",
+			l.nProcs, l.devs, shared)
+	}
+	return l
+}
+
+// mpDevices parses NCCLGO_TEST_DEVICES (default "0").
+func mpDevices(t *testing.T) []int {
+	devs := []int{0}
+	if s := strings.TrimSpace(os.Getenv("NCCLGO_TEST_DEVICES")); s != "" {
+		devs = nil
+		for _, f := range strings.Split(s, ",") {
+			d, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "NCCLGO_TEST_DEVICES=%q", s)
+			devs = append(devs, d)
+		}
+	}
+	return devs
+}
+
+// mpChild is a running rank process.
+type mpChild struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	out   strings.Builder
+	lines chan string
+	done  chan error
+}
+
+func (c *mpChild) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+// mpStart starts the rank processes of a communicator whose root runs here.
+func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra ...string) []*mpChild {
+	t.Helper()
+	id, err := ncclgo.GetUniqueID(ctx)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NCCLGO_MP_") {
+			env = append(env, kv)
+		}
+	}
+	var kids []*mpChild
+	for p := range l.nProcs {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMultiProcessChild$", "-test.count=1", "-test.v", "-test.timeout=10m")
+		cmd.Env = append(append(env[:len(env):len(env)], extra...),
+			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
+			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
+			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()))
+		pr, pw := io.Pipe()
+		cmd.Stdout, cmd.Stderr = pw, pw
+		k := &mpChild{cmd: cmd, lines: make(chan string, 1024), done: make(chan error, 1)}
+		require.NoError(t, cmd.Start())
+		go func() {
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				k.mu.Lock()
+				k.out.WriteString(sc.Text() + "\n")
+				k.mu.Unlock()
+				select {
+				case k.lines <- sc.Text():
+				default:
+				}
+			}
+			close(k.lines)
+		}()
+		go func() { err := cmd.Wait(); pw.Close(); k.done <- err }()
+		kids = append(kids, k)
+	}
+	return kids
+}
+
+// TestMultiProcess runs the collectives with ranks in separate processes:
+// AllReduce (sum, max; in and out of place), AllGather, ReduceScatter,
+// Broadcast and Send/Recv, over several types and sizes.
+func TestMultiProcess(t *testing.T) {
+	if os.Getenv(mpEnvRole) != "" {
+		t.Skip("child process")
+	}
+	mpGPU(t)
+	l := mpPlacement(t)
+	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(8*time.Minute))
+	defer cancel()
+	kids := mpStart(t, ctx, l, "suite")
+	for p, k := range kids {
+		err := <-k.done
+		out := k.output()
+		require.NoError(t, err, "process %d:\n%s", p, out)
+		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+			require.Regexp(t, fmt.Sprintf(`%s rank=%d pid=\d+ cases=\d+ skipped=\d+ failed=0`, mpResultLine, r), out, "process %d:\n%s", p, out)
+		}
+		t.Logf("process %d (device %d):\n%s", p, l.devs[p], grepLines(out, mpResultLine, "via "))
+	}
+}
+
+// mpBudget bounds a whole multi-process test (the children are killed
+// when it runs out): 2 minutes with -test.short, so that a hang cannot eat
+// a suite run's time.
+func mpBudget(long time.Duration) time.Duration {
+	if testing.Short() {
+		return 2 * time.Minute
+	}
+	return long
+}
+
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestMultiProcessSharedGPURefused starts 2 processes on device 0 (the
+// first of NCCLGO_TEST_DEVICES) without MPS: InitRank must fail on both,
+// promptly, with ErrSharedGPUNeedsMPS, never hang.
+func TestMultiProcessSharedGPURefused(t *testing.T) {
+	if os.Getenv(mpEnvRole) != "" {
+		t.Skip("child process")
+	}
+	mpGPU(t)
+	if mpsRunning() {
+		t.Skip("MPS is running: processes may share a GPU")
+	}
+	d := mpDevices(t)[0]
+	l := mpLayout{nProcs: 2, perProc: 1, devs: []int{d, d}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	kids := mpStart(t, ctx, l, "refused", "NCCLGO_MPS=0")
+	for p, k := range kids {
+		err := <-k.done
+		out := k.output()
+		require.NoError(t, err, "process %d:\n%s", p, out)
+		require.Contains(t, out, "MPREFUSED", "process %d:\n%s", p, out)
+		t.Log(grepLines(out, "MPREFUSED"))
+	}
+	assert.Less(t, time.Since(start), 30*time.Second)
+}
+
+// mpRefused is the child role of TestMultiProcessSharedGPURefused.
+func mpRefused(t *testing.T, id ncclgo.UniqueID, rank, n, dev int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := ncclgo.InitRank(ctx, n, id, rank, dev, nil)
+	if err == nil {
+		c.Destroy()
+	}
+	require.ErrorIs(t, err, ncclgo.ErrSharedGPUNeedsMPS)
+	fmt.Printf("MPREFUSED rank=%d err=%v\n", rank, err)
+}
+
+// TestMultiProcessKill SIGKILLs the last rank's process during a loop of
+// large AllReduces: every other rank must fail within 10 s with an error
+// that names the lost rank, then Destroy, and form a new communicator on
+// the same GPUs that passes an AllReduce.
+func TestMultiProcessKill(t *testing.T) {
+	if os.Getenv(mpEnvRole) != "" {
+		t.Skip("child process")
+	}
+	mpGPU(t)
+	l := mpPlacement(t)
+	if l.nProcs < 2 {
+		t.Skip("the kill test needs at least 2 processes")
+	}
+	l.perProc = 1
+	victim := l.nProcs - 1
+	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(5*time.Minute))
+	defer cancel()
+	kids := mpStart(t, ctx, l, "kill", mpEnvVictim+"="+strconv.Itoa(victim))
+	// Wait until every rank has finished two AllReduces.
+	looping := map[int]bool{}
+	re := regexp.MustCompile(`MPLOOP rank=(\d+) iter=(\d+)`)
+	deadline := time.After(3 * time.Minute)
+	for len(looping) < l.nProcs {
+		for p, k := range kids {
+			select {
+			case line, ok := <-k.lines:
+				if !ok {
+					t.Fatalf("process %d ended before the kill:\n%s", p, k.output())
+				}
+				if m := re.FindStringSubmatch(line); m != nil && m[2] != "0" {
+					looping[p] = true
+				}
+			case <-deadline:
+				t.Fatalf("the ranks did not loop within 3 minutes; outputs:\n%s", allOutputs(kids))
+			default:
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	killed := time.Now()
+	require.NoError(t, kids[victim].cmd.Process.Signal(syscall.SIGKILL))
+	t.Logf("killed rank %d (pid %d)", victim, kids[victim].cmd.Process.Pid)
+	<-kids[victim].done
+	lost := regexp.MustCompile(`MPLOST rank=(\d+) at=(\d+) err=(.*)`)
+	for p, k := range kids[:victim] {
+		err := <-k.done
+		out := k.output()
+		require.NoError(t, err, "survivor %d:\n%s", p, out)
+		m := lost.FindStringSubmatch(out)
+		require.NotNil(t, m, "survivor %d printed no MPLOST line:\n%s", p, out)
+		at, _ := strconv.ParseInt(m[2], 10, 64)
+		after := time.Unix(0, at).Sub(killed)
+		assert.Less(t, after, 10*time.Second, "survivor %d noticed after %v", p, after)
+		assert.Contains(t, m[3], fmt.Sprintf("rank %d ", victim), "survivor %d's error must name the lost rank", p)
+		assert.Contains(t, out, "MPREBUILT", "survivor %d: a new communicator on the same GPUs", p)
+		t.Logf("survivor %d: error after %v: %s", p, after.Round(time.Millisecond), m[3])
+	}
+}
+
+func allOutputs(kids []*mpChild) string {
+	var b strings.Builder
+	for p, k := range kids {
+		fmt.Fprintf(&b, "--- process %d\n%s", p, k.output())
+	}
+	return b.String()
+}
+
+// mpRank is one rank of a child process with its stream and buffers.
+type mpRank struct {
+	comm       *ncclgo.Comm
+	ctx        *cuda.Context
+	stream     *cuda.Stream
+	send, recv cuda.DevicePtr
+	bytes      uint64
+}
+
+// TestMultiProcessChild is the rank process of the tests above; it skips
+// unless started by them.
+func TestMultiProcessChild(t *testing.T) {
+	role := os.Getenv(mpEnvRole)
+	if role == "" {
+		t.Skip("only runs as a child of TestMultiProcess, TestMultiProcessKill or TestMultiProcessSharedGPURefused")
+	}
+	id, err := bootstrap.ParseUniqueID(os.Getenv(mpEnvID))
+	require.NoError(t, err)
+	first := envInt(t, mpEnvRank, -1)
+	n := envInt(t, mpEnvNRanks, -1)
+	local := envInt(t, mpEnvLocal, 1)
+	dev := envInt(t, mpEnvDevice, 0)
+	if role == "refused" {
+		mpRefused(t, id, first, n, dev)
+		return
+	}
+	short := os.Getenv(mpEnvShort) == "true"
+	bufBytes := uint64(mpMaxCount(short)+1)*8 + 64 // the largest case, one element off alignment, 8-byte elements
+	if role == "kill" {
+		def := 1 << 30
+		if short {
+			def = 64 << 20
+		}
+		bufBytes = uint64(envInt(t, "NCCLGO_MP_KILL_BYTES", def))
+	}
+	if role != "kill" {
+		bufBytes *= uint64(max(n, 1)) // AllGather's output, ReduceScatter's input
+	}
+	ranks := mpInit(t, id, first, n, local, dev, bufBytes)
+	switch role {
+	case "suite":
+		mpSuite(t, ranks, n, short)
+	case "kill":
+		mpKill(t, ranks, n, envInt(t, mpEnvVictim, n-1), dev, bufBytes)
+	default:
+		t.Fatalf("%s=%q: want suite or kill", mpEnvRole, role)
+	}
+}
+
+// mpInit creates the process's ranks, concurrently, with their buffers.
+func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes uint64) []*mpRank {
+	t.Helper()
+	ranks := make([]*mpRank, local)
+	errs := make([]error, local)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range local {
+		wg.Go(func() {
+			c, err := ncclgo.InitRank(ctx, n, id, first+i, dev, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ranks[i] = &mpRank{comm: c, bytes: bufBytes}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "InitRank of rank %d", first+i)
+	}
+	d, err := cuda.GetDevice(dev)
+	require.NoError(t, err)
+	for _, r := range ranks {
+		r.ctx, err = d.PrimaryContext()
+		require.NoError(t, err)
+		r.stream, err = r.ctx.NewStream(false)
+		require.NoError(t, err)
+		r.send, err = r.ctx.MemAlloc(bufBytes)
+		require.NoError(t, err)
+		r.recv, err = r.ctx.MemAlloc(bufBytes)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			r.ctx.MemFree(r.send)
+			r.ctx.MemFree(r.recv)
+			r.stream.Destroy()
+			r.ctx.Release()
+		})
+	}
+	t.Cleanup(func() {
+		for _, r := range ranks {
+			if r.comm != nil {
+				assert.NoError(t, r.comm.Destroy())
+			}
+		}
+	})
+	return ranks
+}
+
+// mpValue is element i of rank r's input: small integers, so that sums of
+// up to 11 ranks are exact in every type tested (int8 and half included);
+// fp8 types get 0 and 1 only.
+func mpValue(r, i int) float64 { return float64((i*7+r*3)%11 + 1) }
+
+// mpValueOf is mpValue for type dt.
+func mpValueOf(dt ncclgo.DataType) func(r, i int) float64 {
+	if dt == ncclgo.Float8e4m3 || dt == ncclgo.Float8e5m2 {
+		return func(r, i int) float64 { return float64((i*7 + r*3) % 2) }
+	}
+	return mpValue
+}
+
+func mpEncode(dt ncclgo.DataType, vals func(i int) float64, count int) []byte {
+	v := make([]float64, count)
+	for i := range v {
+		v[i] = vals(i)
+	}
+	return numfmt.Encode(kspace.Type(dt), v)
+}
+
+func (r *mpRank) upload(t *testing.T, p cuda.DevicePtr, b []byte) {
+	if len(b) > 0 {
+		require.NoError(t, r.ctx.MemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
+	}
+}
+
+func (r *mpRank) download(t *testing.T, p cuda.DevicePtr, n int) []byte {
+	b := make([]byte, n)
+	if n > 0 {
+		require.NoError(t, r.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(n)))
+	}
+	return b
+}
+
+// mpCase is one collective call on every rank and what each rank's output
+// must hold. Offsets are in elements from the start of the rank's buffers.
+type mpCase struct {
+	name  string
+	dt    ncclgo.DataType
+	count int
+	// in gives rank r's input element i; inCount its length, inOff where
+	// it goes (in the send buffer, or the receive buffer when inRecv).
+	in      func(r, i int) float64
+	inCount int
+	inOff   func(r int) int
+	inRecv  bool
+	// issue adds rank r's call to g.
+	issue func(g *ncclgo.Group, r int, rk *mpRank) error
+	// want gives rank r's output element i; outCount its length, outOff
+	// where it is in the receive buffer (or the send buffer when outSend).
+	want     func(r, i int) float64
+	outCount int
+	outOff   func(r int) int
+	outSend  bool
+}
+
+// mpMaxCount is the largest count of the cases.
+func mpMaxCount(short bool) int {
+	if short {
+		return 65536 + 3
+	}
+	return 4<<20 + 5
+}
+
+// mpTypes are the types the multi-process suite runs (all of nccl.h's).
+var mpTypes = []ncclgo.DataType{ncclgo.Int8, ncclgo.Uint8, ncclgo.Int32, ncclgo.Uint32, ncclgo.Int64, ncclgo.Uint64,
+	ncclgo.Float16, ncclgo.Float32, ncclgo.Float64, ncclgo.Bfloat16, ncclgo.Float8e4m3, ncclgo.Float8e5m2}
+
+// mpCases lists the cases for n ranks: for every type and count, AllReduce
+// (Sum; Min and Max at one count), AllGather, ReduceScatter, Broadcast and
+// a Send/Recv ring shift; every other case in place, and odd counts' cases
+// one element off alignment.
+func mpCases(n int, short bool) []mpCase {
+	var cs []mpCase
+	at := func(k int) func(int) int { return func(int) int { return k } }
+	counts := []int{1, 1000 + 1, 65536 + 3, mpMaxCount(false)}
+	if short {
+		counts = counts[:3]
+	}
+	types := mpTypes
+	if short {
+		types = []ncclgo.DataType{ncclgo.Uint8, ncclgo.Int32, ncclgo.Float32, ncclgo.Bfloat16}
+	}
+	for _, dt := range types {
+		val := mpValueOf(dt)
+		reduce := func(op ncclgo.RedOp, i int) float64 {
+			acc := val(0, i)
+			for r := 1; r < n; r++ {
+				switch v := val(r, i); op {
+				case ncclgo.Sum:
+					acc += v
+				case ncclgo.Max:
+					acc = max(acc, v)
+				case ncclgo.Min:
+					acc = min(acc, v)
+				}
+			}
+			return acc
+		}
+		for ci, count := range counts {
+			off := count % 2 // odd counts: one element off alignment
+			inPlace := ci%2 == 1
+			ops := []ncclgo.RedOp{ncclgo.Sum}
+			if ci == 1 {
+				ops = append(ops, ncclgo.Min, ncclgo.Max)
+			}
+			for _, op := range ops {
+				c := mpCase{name: fmt.Sprintf("AllReduce %v", op), dt: dt, count: count, in: val, inCount: count, inOff: at(off),
+					want: func(_, i int) float64 { return reduce(op, i) }, outCount: count, outOff: at(off)}
+				c.inRecv = inPlace
+				c.issue = func(g *ncclgo.Group, r int, rk *mpRank) error {
+					send, recv := rk.addr(dt, false, off), rk.addr(dt, true, off)
+					if inPlace {
+						send = recv
+					}
+					return g.AllReduce(rk.comm, send, recv, count, dt, op, rk.stream)
+				}
+				cs = append(cs, c)
+			}
+			// AllGather: in place, rank r's block already sits at block r of
+			// the output.
+			ag := mpCase{name: "AllGather", dt: dt, count: count, in: val, inCount: count, inOff: at(off),
+				want: func(_, i int) float64 { return val(i/count, i%count) }, outCount: n * count, outOff: at(off)}
+			if inPlace {
+				ag.inRecv, ag.inOff = true, func(r int) int { return off + r*count }
+			}
+			ag.issue = func(g *ncclgo.Group, r int, rk *mpRank) error {
+				send := rk.addr(dt, false, off)
+				if inPlace {
+					send = rk.addr(dt, true, off+r*count)
+				}
+				return g.AllGather(rk.comm, send, rk.addr(dt, true, off), count, dt, rk.stream)
+			}
+			// ReduceScatter: in place, the result lands at block r of the input.
+			rs := mpCase{name: "ReduceScatter Sum", dt: dt, count: count, in: val, inCount: n * count, inOff: at(off),
+				want: func(r, i int) float64 { return reduce(ncclgo.Sum, r*count+i) }, outCount: count, outOff: at(off)}
+			if inPlace {
+				rs.outSend, rs.outOff = true, func(r int) int { return off + r*count }
+			}
+			rs.issue = func(g *ncclgo.Group, r int, rk *mpRank) error {
+				recv := rk.addr(dt, true, off)
+				if inPlace {
+					recv = rk.addr(dt, false, off+r*count)
+				}
+				return g.ReduceScatter(rk.comm, rk.addr(dt, false, off), recv, count, dt, ncclgo.Sum, rk.stream)
+			}
+			bc := mpCase{name: "Broadcast", dt: dt, count: count, in: val, inCount: count, inOff: at(off), inRecv: inPlace,
+				want: func(_, i int) float64 { return val(n-1, i) }, outCount: count, outOff: at(off)}
+			bc.issue = func(g *ncclgo.Group, r int, rk *mpRank) error {
+				send, recv := rk.addr(dt, false, off), rk.addr(dt, true, off)
+				if inPlace {
+					send = recv
+				}
+				return g.Broadcast(rk.comm, send, recv, count, dt, n-1, rk.stream)
+			}
+			sr := mpCase{name: "SendRecv ring", dt: dt, count: count, in: val, inCount: count, inOff: at(off),
+				want: func(r, i int) float64 { return val((r+n-1)%n, i) }, outCount: count, outOff: at(off)}
+			sr.issue = func(g *ncclgo.Group, r int, rk *mpRank) error {
+				if err := g.Send(rk.comm, rk.addr(dt, false, off), count, dt, (r+1)%n, rk.stream); err != nil {
+					return err
+				}
+				return g.Recv(rk.comm, rk.addr(dt, true, off), count, dt, (r+n-1)%n, rk.stream)
+			}
+			cs = append(cs, ag, rs, bc, sr)
+		}
+	}
+	return cs
+}
+
+// addr is element off of the rank's send or receive buffer, for type dt.
+func (r *mpRank) addr(dt ncclgo.DataType, recv bool, off int) cuda.DevicePtr {
+	p := r.send
+	if recv {
+		p = r.recv
+	}
+	return p + cuda.DevicePtr(off*dt.Size())
+}
+
+// mpSuite runs every case on the process's ranks and prints one result
+// line per rank. Cases whose function is not in the kernel build are
+// skipped (every rank skips alike).
+func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
+	cases := mpCases(n, short)
+	failed, skipped := 0, 0
+	for _, c := range cases {
+		what := fmt.Sprintf("%s %s count=%d", c.name, c.dt, c.count)
+		es := c.dt.Size()
+		for _, rk := range ranks {
+			r := rk.comm.Rank()
+			// Poison both buffers, then place the input.
+			require.NoError(t, rk.ctx.MemsetD8(rk.send, 0xA5, rk.bytes))
+			require.NoError(t, rk.ctx.MemsetD8(rk.recv, 0xA5, rk.bytes))
+			in := mpEncode(c.dt, func(i int) float64 { return c.in(r, i) }, c.inCount)
+			rk.upload(t, rk.addr(c.dt, c.inRecv, c.inOff(r)), in)
+			require.NoError(t, rk.ctx.Synchronize())
+		}
+		g := ncclgo.NewGroup()
+		for _, rk := range ranks {
+			require.NoError(t, c.issue(g, rk.comm.Rank(), rk), what)
+		}
+		// End plans every call before it launches any: a function missing
+		// from the build fails here on every rank alike, launching nothing.
+		err := g.End()
+		if errors.Is(err, tune.ErrNoChoice) {
+			skipped++
+			t.Logf("%s: skipped: %v", what, err)
+			continue
+		}
+		require.NoError(t, err, what)
+		for _, rk := range ranks {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := rk.comm.Wait(ctx)
+			cancel()
+			require.NoError(t, err, "%s: rank %d", what, rk.comm.Rank())
+		}
+		for _, rk := range ranks {
+			r := rk.comm.Rank()
+			got := numfmt.Decode(kspace.Type(c.dt), rk.download(t, rk.addr(c.dt, !c.outSend, c.outOff(r)), c.outCount*es))
+			bad := 0
+			for i, g := range got {
+				if w := c.want(r, i); w != g {
+					if bad < 3 {
+						t.Errorf("%s: rank %d element %d = %v, want %v", what, r, i, g, w)
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				failed++
+				t.Errorf("%s: rank %d: %d of %d elements wrong", what, r, bad, c.outCount)
+			}
+		}
+	}
+	for _, rk := range ranks {
+		fmt.Printf("%s rank=%d pid=%d cases=%d skipped=%d failed=%d\n", mpResultLine, rk.comm.Rank(), os.Getpid(), len(cases), skipped, failed)
+	}
+}
+
+// mpKill loops AllReduces of bufBytes until one fails (the victim is
+// killed by the parent meanwhile), prints when and why, then proves the
+// GPU still works with a new communicator of the survivors.
+func mpKill(t *testing.T, ranks []*mpRank, n, victim, dev int, bufBytes uint64) {
+	require.Len(t, ranks, 1, "the kill test runs one rank per process")
+	rk := ranks[0]
+	r := rk.comm.Rank()
+	count := int(bufBytes / 4)
+	var failure error
+	for iter := 0; iter < 10000 && failure == nil; iter++ {
+		failure = rk.comm.AllReduce(rk.send, rk.recv, count, ncclgo.Float32, ncclgo.Sum, rk.stream)
+		if failure == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			failure = rk.comm.Wait(ctx)
+			cancel()
+		}
+		if failure == nil {
+			fmt.Printf("MPLOOP rank=%d iter=%d\n", r, iter)
+		}
+	}
+	require.Error(t, failure, "rank %d: the loop ended without an error", r)
+	fmt.Printf("MPLOST rank=%d at=%d err=%v\n", r, time.Now().UnixNano(), failure)
+	if r == victim {
+		t.Fatalf("the victim survived")
+	}
+	start := time.Now()
+	require.NoError(t, rk.comm.Destroy())
+	rk.comm = nil
+	fmt.Printf("MPDESTROYED rank=%d in=%v\n", r, time.Since(start))
+
+	// A new communicator of the survivors (ranks 0..victim-1 keep their
+	// numbers) on the same GPUs; rank 0 publishes its id in the scratch
+	// directory.
+	survivors := n - 1
+	idFile := filepath.Join(os.Getenv(mpEnvDir), "rebuild-id")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var id ncclgo.UniqueID
+	if r == 0 {
+		var err error
+		id, err = ncclgo.GetUniqueID(ctx)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(idFile+".tmp", []byte(id.String()), 0o600))
+		require.NoError(t, os.Rename(idFile+".tmp", idFile))
+	} else {
+		for {
+			b, err := os.ReadFile(idFile)
+			if err == nil {
+				id, err = bootstrap.ParseUniqueID(string(b))
+				require.NoError(t, err)
+				break
+			}
+			require.NoError(t, ctx.Err(), "rank 0 published no new id")
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c, err := ncclgo.InitRank(ctx, survivors, id, r, dev, nil)
+	require.NoError(t, err, "rank %d: a new communicator after the loss", r)
+	defer func() { require.NoError(t, c.Destroy()) }()
+	const small = 4096
+	rk.upload(t, rk.send, mpEncode(ncclgo.Float32, func(i int) float64 { return mpValue(r, i) }, small))
+	require.NoError(t, rk.ctx.Synchronize())
+	require.NoError(t, c.AllReduce(rk.send, rk.recv, small, ncclgo.Float32, ncclgo.Sum, rk.stream))
+	require.NoError(t, c.Wait(ctx))
+	got := numfmt.Decode(kspace.F32, rk.download(t, rk.recv, small*4))
+	for i := range small {
+		want := 0.0
+		for s := range survivors {
+			want += mpValue(s, i)
+		}
+		require.Equal(t, want, got[i], "rank %d element %d after the rebuild", r, i)
+	}
+	fmt.Printf("MPREBUILT rank=%d\n", r)
+}
+
+// TestMultiProcessCasesFit checks, without a GPU, that every case's input
+// and output lie within the buffers a child allocates, for several rank
+// counts, and that each case's expectation is defined on every element.
+func TestMultiProcessCasesFit(t *testing.T) {
+	for _, short := range []bool{true, false} {
+		for _, n := range []int{2, 3, 4, 8} {
+			bufBytes := (uint64(mpMaxCount(short)+1)*8 + 64) * uint64(n)
+			cases := mpCases(n, short)
+			require.NotEmpty(t, cases)
+			for _, c := range cases {
+				es := uint64(c.dt.Size())
+				for r := range n {
+					assert.LessOrEqual(t, uint64(c.inOff(r)+c.inCount)*es, bufBytes, "%s %s count=%d n=%d: input", c.name, c.dt, c.count, n)
+					assert.LessOrEqual(t, uint64(c.outOff(r)+c.outCount)*es, bufBytes, "%s %s count=%d n=%d: output", c.name, c.dt, c.count, n)
+				}
+				assert.False(t, math.IsNaN(c.want(n-1, c.outCount-1)))
+			}
+		}
+	}
+}
