@@ -3,6 +3,7 @@ package ncclgo
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -98,7 +99,7 @@ func TestGPUGroupedUnevenPlacement(t *testing.T) {
 						require.NoError(t, g.ReduceScatter(e.c, b[r].rsS, b[r].rsR, 1, Int32, Sum, e.s))
 						require.NoError(t, g.End())
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					ctx, cancel := context.WithTimeout(context.Background(), groupWait())
 					for _, e := range envs {
 						if err := e.c.Wait(ctx); err != nil {
 							t.Errorf("iteration %d: rank %d: %v; connections on channels 0-1:\n%s", iter, e.c.Rank(), err, connDump(envs, 2))
@@ -132,4 +133,13 @@ func TestGPUGroupedUnevenPlacement(t *testing.T) {
 			})
 		}
 	}
+}
+
+// groupWait is how long a group may take before it counts as hung:
+// $NCCLGO_TEST_WAIT (a Go duration), else a minute.
+func groupWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("NCCLGO_TEST_WAIT")); err == nil && d > 0 {
+		return d
+	}
+	return time.Minute
 }

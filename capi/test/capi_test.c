@@ -279,6 +279,11 @@ static void gpuOneRank(void) {
   int v = -1;
   ncclResult_t r;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  CUcontext ctx0;
+  // As cudaSetDevice(0) would: device 0's primary context is current, so
+  // this test's own copies below run in it.
+  CU(cu.primaryCtxRetain(&ctx0, 0));
+  CU(cu.ctxSetCurrent(ctx0));
   EXPECT(ncclGetUniqueId(&id), ncclSuccess);
   EXPECT(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
   if (comm == NULL) return;
