@@ -203,6 +203,15 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if err := c.watchPeers(ctx, tpeers); err != nil {
 		return fail(err)
 	}
+	// What this rank set up on its device went through the legacy stream
+	// (cuMemsetD8 zeroing FIFOs and flags, cuMemcpyHtoD of the device
+	// image), which is asynchronous with respect to the host and not
+	// ordered with the non-blocking streams that kernels run on: it must
+	// have landed before any peer launches, or a peer's first writes into
+	// a FIFO can be wiped by the zeroing still queued behind them.
+	if err := cuda.WrapStream(c.cctx, 0).Synchronize(); err != nil {
+		return fail(fmt.Errorf("waiting for the device setup: %w", err))
+	}
 	// Everyone is set up before anyone launches.
 	if err := net.Barrier(ctx); err != nil {
 		return fail(err)
