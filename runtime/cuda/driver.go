@@ -52,6 +52,16 @@ func doInit() error {
 		return fmt.Errorf("%w: %s", ErrNoDriver, C.GoString(&buf[0]))
 	}
 	loaded.Store(true)
+	// ncclgo's kernels spin-wait on each other, so each must be on the
+	// device before any of them runs: lazy loading (CUDA's default) loads a
+	// kernel at its first launch and may wait for the device to drain
+	// first, which deadlocks against a peer kernel that waits for it. The
+	// driver reads the setting at cuInit; a host that initialized CUDA
+	// already is covered by the kernel loader, which loads every kernel
+	// explicitly (Function.Load).
+	if _, set := os.LookupEnv("CUDA_MODULE_LOADING"); !set {
+		_ = os.Setenv("CUDA_MODULE_LOADING", "EAGER")
+	}
 	if err := check("cuInit", Result(C.ncu_init())); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}

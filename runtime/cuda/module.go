@@ -175,6 +175,20 @@ func (f *Function) MaxActiveBlocksPerSM(blockSize int, dynSmem uint64) (int, err
 	return int(n), nil
 }
 
+// Load makes sure the kernel's code is on the device now (cuFuncLoad; an
+// attribute query before CUDA 12.4). Under lazy module loading, the default
+// since CUDA 11.7, a kernel is otherwise loaded at its first launch, and
+// that load may wait for the device to drain: kernels that spin-waiting
+// on each other would then deadlock, one of them running and the other
+// never loaded.
+func (f *Function) Load() error {
+	c, err := f.function("Function.Load")
+	if err != nil {
+		return err
+	}
+	return f.mod.ctx.wrap(fmt.Sprintf("Function.Load(%q)", f.name), check("cuFuncLoad", Result(C.ncu_func_load(c, f.h))))
+}
+
 // Attribute returns a property of the kernel (cuFuncGetAttribute).
 func (f *Function) Attribute(a FunctionAttribute) (int, error) {
 	c, err := f.function("Function.Attribute")

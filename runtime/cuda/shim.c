@@ -78,6 +78,7 @@
   X(cuModuleGetGlobal, "cuModuleGetGlobal_v2", 1,                                               \
     (CUdeviceptr* p, size_t* n, CUmodule m, const char* name))                                  \
   X(cuFuncGetAttribute, "cuFuncGetAttribute", 1, (int* v, int attr, CUfunction f))              \
+  X(cuFuncLoad, "cuFuncLoad", 0, (CUfunction f))                                                \
   X(cuFuncSetAttribute, "cuFuncSetAttribute", 0, (CUfunction f, int attr, int v))               \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", \
     1, (int* n, CUfunction f, int block, size_t smem))                                          \
@@ -352,6 +353,13 @@ CUresult ncu_module_function(CUcontext c, CUfunction* f, CUmodule m, const char*
 CUresult ncu_module_global(CUcontext c, CUdeviceptr* p, size_t* n, CUmodule m, const char* name) {
   SETCTX(c);
   return p_cuModuleGetGlobal(p, n, m, name);
+}
+CUresult ncu_func_load(CUcontext c, CUfunction f) {
+  SETCTX(c);
+  if (p_cuFuncLoad != NULL) return p_cuFuncLoad(f);
+  /* Before CUDA 12.4: querying an attribute loads a lazily loaded kernel. */
+  int v;
+  return p_cuFuncGetAttribute(&v, 4 /* CU_FUNC_ATTRIBUTE_NUM_REGS */, f);
 }
 CUresult ncu_func_attribute(CUcontext c, int* v, int attr, CUfunction f) {
   SETCTX(c);

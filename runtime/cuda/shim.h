@@ -123,6 +123,7 @@ CUresult ncu_module_load(CUcontext c, CUmodule* m, const void* image, char* log,
 CUresult ncu_module_unload(CUcontext c, CUmodule m);
 CUresult ncu_module_function(CUcontext c, CUfunction* f, CUmodule m, const char* name);
 CUresult ncu_module_global(CUcontext c, CUdeviceptr* p, size_t* n, CUmodule m, const char* name);
+CUresult ncu_func_load(CUcontext c, CUfunction f);
 CUresult ncu_func_attribute(CUcontext c, int* v, int attr, CUfunction f);
 CUresult ncu_func_set_attribute(CUcontext c, CUfunction f, int attr, int v);
 CUresult ncu_occupancy(CUcontext c, int* n, CUfunction f, int block, size_t smem);

@@ -224,6 +224,10 @@ func (m *module) load(image []byte) (err error) {
 	for i, k := range tab.kernels {
 		f, ferr := mod.Function(k.Symbol)
 		if ferr == nil {
+			// Loaded now, not at its first launch (see cuda.Function.Load).
+			if err := f.Load(); err != nil {
+				return fmt.Errorf("kernels: loading %s on device %d: %w", k.Symbol, int(dev), err)
+			}
 			m.kernels[i] = f
 			continue
 		}
