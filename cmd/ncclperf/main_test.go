@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -204,4 +205,17 @@ func TestPointToPointSizes(t *testing.T) {
 		assert.Equal(t, want, got)
 	}
 	assert.False(t, collAllReduce.p2p())
+}
+
+func TestMatchTestsConfig(t *testing.T) {
+	t.Setenv(centricSchedEnv, "")
+	os.Unsetenv(centricSchedEnv)
+	require.NoError(t, matchTestsConfig(22703))
+	_, set := os.LookupEnv(centricSchedEnv)
+	assert.False(t, set, "before 2.28 nccl-tests sets nothing")
+	require.NoError(t, matchTestsConfig(22809))
+	assert.Equal(t, "1", os.Getenv(centricSchedEnv))
+	t.Setenv(centricSchedEnv, "0")
+	require.NoError(t, matchTestsConfig(22809))
+	assert.Equal(t, "0", os.Getenv(centricSchedEnv), "the user's setting wins")
 }
