@@ -25,7 +25,7 @@
 # even ones), both under `taskset -c $CAL_CPUS` when it is set (auto: GPU 0's
 # local CPUs). $OUT/calibrate.txt has, per size (rows joined by size), the
 # median out-of-place time of each, their ratio, whether they agree within
-# 5 %, each one's spread over rounds and ncclperf's host enqueue time (and
+# 5 %, each one's spread over rounds and host time per iteration (and
 # ncclgo's own column when a fatbin is present and CAL_NCCLGO is not 0);
 # then, unless CAL_DIAG=0, the lines of NCCL_DEBUG=INFO (algorithm, protocol
 # and channels per size; count, type, op, root per call; env and init) that
@@ -212,12 +212,16 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
           else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
         done
       done
+      # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
+      # before the drain, what ncclperf's -hosttime prints).
+      t timeout 60 $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
       grep -hE '^# (ncclgo|reference|measured):' "$CAL/$coll-np-1.txt" | head -2
       # Per size (rows joined by the size column; nccl-tests' 0-byte rows of no-ops, where a
       # rank's chunk rounds to nothing, left out): the median over rounds of each harness's
       # out-of-place time (column 6 of nccl-tests and of ncclperf alone; with ncclgo, NCCL's is
       # column 14 and ncclgo's 6), their ratio, each harness's spread over rounds (max / min)
-      # and ncclperf's host time per iteration (the enqueue loop alone, -hosttime).
+      # and each one's host time per iteration (the issue loop alone: ncclperf -hosttime,
+      # nccl-tests -C 1).
       awk -v coll=$coll '
         function sortn(a, n,   i, j, v) {
           for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
@@ -229,7 +233,8 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
           if (what == "spread") return a[1] > 0 ? a[n] / a[1] : 0
           return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
         }
-        FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/ }
+        FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/ }
+        iscpu && $1 ~ /^[0-9]+$/ && NF >= 13 { nthost[$1 + 0] = nthost[$1 + 0] " " $6; next }
         $1 ~ /^[0-9]+$/ && NF >= 13 {
           s = $1 + 0
           if (s == 0) { zero++; next }
@@ -238,13 +243,13 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
           else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
           else np[s] = np[s] " " $6
         }
-        $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt { host[$2 + 0] = host[$2 + 0] " " $NF }
+        $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt && !iscpu { host[$2 + 0] = host[$2 + 0] " " $NF }
         END {
           for (s in seen) sz[++ns] = s + 0
           sortn(sz, ns)
           printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests; spread = max / min over rounds", coll
           printf "%s\n", zero ? sprintf("; %d nccl-tests 0-byte rows (no-ops) left out", zero) : ""
-          printf "#%11s %11s %14s %7s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "np-host"
+          printf "#%11s %11s %14s %7s %9s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "nt-host", "np-host"
           if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
           printf "\n"
           for (k = 1; k <= ns; k++) {
@@ -255,22 +260,23 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
               q = b / a; ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
             }
             if (ok == "yes") good++; else bad = bad sprintf(" %d:%s", s, a < 0 || b < 0 ? (a < 0 ? "no-nccl-tests-row" : "no-ncclperf-row") : sprintf("%.3f", q))
-            printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(host[s])
+            printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
             if (hasgo) { g = stat(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
             printf "\n"
           }
           printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
-        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt | tee -a "$OUT/calibrate.txt"
+        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$OUT/calibrate.txt"
     done
     if [[ "${CAL_DIAG:-1}" != 0 ]]; then
       # What NCCL chose and was asked, per call, in each harness: one short sweep each with
       # NCCL_DEBUG=INFO (INIT, ENV, TUNING: algorithm, protocol, channels per size on rank 0;
-      # COLL: count, type, op, root per call), pointers, opCounts and timings normalised away,
-      # unique lines compared. Count-0 calls (nccl-tests' no-op rows) and the init API's own
-      # name are left out.
+      # COLL: count, type, op, root per call; plugins, channels, tuning tables), pointers,
+      # opCounts and timings normalised away, unique lines compared. Left out: count-0 calls
+      # (nccl-tests' no-op rows), the init API's own name, pids and hashes, and the variable
+      # by which ncclperf gives NCCL nccl-tests' nvlinkCentricSched.
       norm() {
         sed -n 's/.*NCCL INFO //p' "$1" | sed -E 's/0x[0-9a-fA-F]+/P/g; s/opCount [0-9a-fA-F]+/opCount N/; s/[0-9]+\.[0-9]+ ?(s|ms|us|seconds)\b/T/g' \
-          | grep -vE ' count 0 |Init (START|COMPLETE)|[Tt]imings|ncclCommInit|commId|[Bb]ootstrap|NET/|NCCL version|cudaDriverVersion|pidHash|hostHash|NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE' \
+          | grep -vE ' count 0 |Init (START|COMPLETE)|[Tt]imings|ncclCommInit|commId|[Pp]id|[Hh]ash|NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE' \
           | sort -u
       }
       echo "# NCCL's choices and arguments (NCCL_DEBUG=INFO, INIT,ENV,TUNING,COLL; $DIAG_ARGS): unique lines that differ" >> "$OUT/calibrate.txt"
