@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -237,4 +239,32 @@ func TestTable(t *testing.T) {
 	tb.row(&out, row{bytes: 8, count: 2, oop: result{wrong: 3}, ipNA: true}, nil)
 	assert.ErrorContains(t, tb.footer(&out, nil), "3 wrong values")
 	assert.Contains(t, out.String(), "# Out of bounds values : 3 FAILED")
+}
+
+// TestRowsMatchNcclTestsOutput sweeps -b 8 -e 1G -f 2 on 2 ranks and checks
+// the first five columns of every row against what all_reduce_perf and
+// all_gather_perf printed for the same arguments (testdata; their 0-byte
+// rows of no-ops, which ncclperf leaves out, aside).
+func TestRowsMatchNcclTestsOutput(t *testing.T) {
+	for file, k := range map[string]coll{"all_reduce_perf-2gpus.txt": collAllReduce, "all_gather_perf-2gpus.txt": collAllGather} {
+		data, err := os.ReadFile(filepath.Join("testdata", file))
+		require.NoError(t, err)
+		var want []string
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 13 && f[0] != "0" && f[0][0] >= '0' && f[0][0] <= '9' {
+				want = append(want, strings.Join(f[:5], " "))
+			}
+		}
+		require.Len(t, want, map[coll]int{collAllReduce: 28, collAllGather: 26}[k], file)
+		c := &config{coll: k, dt: float32T, op: opSum, nRanks: 2, minBytes: 8, maxBytes: 1 << 30, factor: 2}
+		var got []string
+		for _, size := range c.sizes() {
+			count := c.countFor(size)
+			var out bytes.Buffer
+			(&table{c: c}).row(&out, row{bytes: c.rowBytes(count), count: count, ipNA: true}, nil)
+			got = append(got, strings.Join(strings.Fields(out.String())[:5], " "))
+		}
+		assert.Equal(t, want, got, file)
+	}
 }
