@@ -282,11 +282,14 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
       echo "# NCCL's choices and arguments (NCCL_DEBUG=INFO, INIT,ENV,TUNING,COLL; $DIAG_ARGS): unique lines that differ" >> "$OUT/calibrate.txt"
       for coll in allreduce allgather reducescatter broadcast; do
         case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
-        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,COLL timeout 60 $PIN "$NT/${nt}_perf" $DIAG_ARGS > "$CAL/diag-$coll-nt.txt" 2>&1
-        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,COLL timeout 60 $PIN $B/ncclperf -coll $coll $DIAG_ARGS -compare "$NCCL_LIB" -ncclgo=false > "$CAL/diag-$coll-np.txt" 2>&1
-        diff <(norm "$CAL/diag-$coll-nt.txt") <(norm "$CAL/diag-$coll-np.txt") > "$CAL/diag-$coll.diff"
+        # NCCL_DEBUG_FILE is line-buffered; NCCL's stdout would lose its tail when Go exits.
+        export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,COLL
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-nt.log" timeout 60 $PIN "$NT/${nt}_perf" $DIAG_ARGS > "$CAL/diag-$coll-nt.txt" 2>&1
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-np.log" timeout 60 $PIN $B/ncclperf -coll $coll $DIAG_ARGS -compare "$NCCL_LIB" -ncclgo=false > "$CAL/diag-$coll-np.txt" 2>&1
+        unset NCCL_DEBUG NCCL_DEBUG_SUBSYS
+        diff <(norm "$CAL/diag-$coll-nt.log") <(norm "$CAL/diag-$coll-np.log") > "$CAL/diag-$coll.diff"
         nd=$(grep -c '^[<>]' "$CAL/diag-$coll.diff")
-        nt_algo=$(norm "$CAL/diag-$coll-nt.txt" | grep -c 'Bytes -> Algo')
+        nt_algo=$(norm "$CAL/diag-$coll-nt.log" | grep -c 'Bytes -> Algo')
         echo "# $coll-diag: $nd differing lines (< nccl-tests, > ncclperf); $nt_algo algorithm choices seen" | tee -a "$OUT/calibrate.txt"
         grep '^[<>]' "$CAL/diag-$coll.diff" | head -${CAL_DIAG_LINES:-12} | sed 's/^/#   /' >> "$OUT/calibrate.txt"
       done
