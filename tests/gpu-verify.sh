@@ -162,6 +162,7 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
   if [[ "$cpus" == auto ]]; then
     bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 2>/dev/null | tr 'A-F' 'a-f' | sed -E 's/^0000([0-9a-f]{4}:)/\1/')
     cpus=$(cat "/sys/bus/pci/devices/$bus/local_cpulist" 2>/dev/null)
+    [[ -z "$cpus" ]] && echo "calibrate: CAL_CPUS=auto: no local_cpulist for GPU 0 (bus ${bus:-unknown}): not pinned"
   fi
   [[ -n "$cpus" ]] && PIN="taskset -c $cpus"
   echo "== calibrate: nccl-tests ($SRC) and ncclperf's NCCL column on ${NCCL_LIB:-no NCCL found}: $CAL_ARGS${PIN:+, both under $PIN}"
