@@ -97,6 +97,10 @@ func (c *config) sweep(b backend, ranks []rankBuffers, inPlace bool, emit func(r
 
 func (it *iterator) sweep(inPlace bool, emit func(row)) error {
 	c := it.c
+	if len(c.sizes()) == 0 {
+		return fmt.Errorf("-b %d to -e %d: no size with a non-zero %s count on %d ranks (each rank's chunk is rounded down to 16 bytes, as nccl-tests does); raise -e",
+			c.minBytes, c.maxBytes, c.coll, c.nRanks)
+	}
 	if err := it.warmUp(); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}

@@ -187,6 +187,11 @@ func TestTimingLoopSkipsEmptySizes(t *testing.T) {
 	require.Len(t, rows, 1)
 	assert.Equal(t, int64(32), rows[0].bytes)
 	assert.Equal(t, int64(4), rows[0].count)
+
+	c.maxBytes = 16
+	f = &fakeBackend{}
+	assert.ErrorContains(t, fakeIterator(c, f).sweep(false, func(row) {}), "no size with a non-zero allgather count on 2 ranks")
+	assert.Empty(t, f.log)
 }
 
 func TestTable(t *testing.T) {
