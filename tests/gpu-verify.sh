@@ -21,13 +21,20 @@
 # ncclperf's NCCL column on the same library, back to back in one lease:
 # AllReduce, AllGather, ReduceScatter and Broadcast, ${CAL_B:-8} to
 # ${CAL_E:-1G} by ${CAL_F:-2}, -g ${CAL_G:-2}, -n ${CAL_N:-200} -w ${CAL_W:-20}
-# -c 0, ${CAL_ROUNDS:-3} alternating rounds. $OUT/calibrate.txt has, per
-# size, the median out-of-place time of each, their ratio and whether they
-# agree within 5 % (and ncclgo's own column when a fatbin is present and
-# CAL_NCCLGO is not 0). Raw outputs: $OUT/cal-<coll>-{nt,np}-<round>.txt.
-# The step needs the GPUs only, not the fatbin: STEPS=calibrate is enough.
-# On two H200s: nccl-tests' build (four binaries, sm_90) about 1-2 min, the
-# runs about 2.5 min (CAL_ROUNDS=2 or CAL_NCCLGO=0 shorten them).
+# -c 0, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf in
+# even ones), both under `taskset -c $CAL_CPUS` when it is set (auto: GPU 0's
+# local CPUs). $OUT/calibrate.txt has, per size (rows joined by size), the
+# median out-of-place time of each, their ratio, whether they agree within
+# 5 %, each one's spread over rounds and host time per iteration (and
+# ncclgo's own column when a fatbin is present and CAL_NCCLGO is not 0);
+# then, unless CAL_DIAG=0, the lines of NCCL_DEBUG=INFO (algorithm, protocol
+# and channels per size; count, type, op, root per call; env and init) that
+# differ between the two harnesses on a short sweep to ${CAL_DIAG_E:-4M}.
+# Raw outputs, the nccl-tests build log and the machine's CPU and GPU
+# topology: one tarball, $OUT/calibrate-raw.tgz. The step needs the GPUs
+# only, not the fatbin: STEPS=calibrate is enough. On two H200s: nccl-tests'
+# build (four binaries, sm_90) about 1-2 min, the runs about 2 min with
+# CAL_NCCLGO=0 and 3 rounds, the diagnostics about 30 s.
 # e.g. STEPS="build multigpu" OUT=... bash tests/gpu-verify.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -145,8 +152,20 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
   CAL_G=${CAL_G:-2}
   NH=$ROOT/build/nccl-home NT=$ROOT/build/nccl-tests
+  # Raw outputs go to $CAL and leave as one tarball, $OUT/calibrate-raw.tgz.
+  CAL=$ROOT/build/calibrate
+  rm -rf "$CAL" && mkdir -p "$CAL"
   CAL_ARGS="-b ${CAL_B:-8} -e ${CAL_E:-1G} -f ${CAL_F:-2} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0"
-  echo "== calibrate: nccl-tests ($SRC) and ncclperf's NCCL column on ${NCCL_LIB:-no NCCL found}: $CAL_ARGS"
+  DIAG_ARGS="-b ${CAL_B:-8} -e ${CAL_DIAG_E:-4M} -f 2 -g $CAL_G -n 1 -w 1 -c 0"
+  # CAL_CPUS pins both harnesses to the same CPUs (taskset -c LIST); auto: GPU 0's local CPUs.
+  PIN="" cpus=${CAL_CPUS:-}
+  if [[ "$cpus" == auto ]]; then
+    bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 2>/dev/null | tr 'A-F' 'a-f' | sed -E 's/^0000([0-9a-f]{4}:)/\1/')
+    cpus=$(cat "/sys/bus/pci/devices/$bus/local_cpulist" 2>/dev/null)
+    [[ -z "$cpus" ]] && echo "calibrate: CAL_CPUS=auto: no local_cpulist for GPU 0 (bus ${bus:-unknown}): not pinned"
+  fi
+  [[ -n "$cpus" ]] && PIN="taskset -c $cpus"
+  echo "== calibrate: nccl-tests ($SRC) and ncclperf's NCCL column on ${NCCL_LIB:-no NCCL found}: $CAL_ARGS${PIN:+, both under $PIN}"
   if [[ -z "$NCCL_LIB" || ! -f "$SRC/src/common.cu" ]]; then
     echo "calibrate: skipped: needs NCCL_LIB (found: ${NCCL_LIB:-none}) and nccl-tests' source tree in NCCL_TESTS_SRC (no $SRC/src/common.cu)"
   else
@@ -166,61 +185,118 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
     targets=""
     for b in all_reduce all_gather reduce_scatter broadcast; do targets="$targets $NT/${b}_perf"; done
     t make -C "$SRC/src" -j "$JOBS" MPI=0 NCCL_HOME="$NH" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" \
-      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$NT" $targets > "$OUT/nccl-tests-build.log" 2>&1 \
-      || tail -20 "$OUT/nccl-tests-build.log"
-    tail -1 "$OUT/nccl-tests-build.log"
+      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$NT" $targets > "$CAL/nccl-tests-build.log" 2>&1 \
+      || tail -20 "$CAL/nccl-tests-build.log"
+    tail -1 "$CAL/nccl-tests-build.log"
   fi
   if [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" && ! -x "$NT/broadcast_perf" ]]; then
-    echo "calibrate: skipped: nccl-tests did not build (log: $OUT/nccl-tests-build.log)"
+    echo "calibrate: skipped: nccl-tests did not build (log in $OUT/calibrate-raw.tgz)"
   elif [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" ]]; then
     cal_start=$(date +%s)
     export LD_LIBRARY_PATH="$NH/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    { echo "# $CAL_ARGS${PIN:+ under $PIN}"; env | grep -E '^(NCCL|CUDA|GO)[A-Z_]*=' | sort; nproc; lscpu 2>/dev/null | head -25
+      nvidia-smi topo -m 2>&1; nvidia-smi -q -d CLOCK,PERFORMANCE 2>&1 | head -60; } > "$CAL/machine.txt"
     # ncclperf runs ncclgo's sweep first when a fatbin is there (the column as -compare
     # normally measures it, after ncclgo's communicators are gone), else NCCL alone.
     GO=""
     [[ "${CAL_NCCLGO:-1}" == 0 || ! -f "$NCCLGO_FATBIN" ]] && GO="-ncclgo=false"
     : > "$OUT/calibrate.txt"
+    echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$OUT/calibrate.txt"
     for coll in allreduce allgather reducescatter broadcast; do
       case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
       for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
-        t timeout 120 "$NT/${nt}_perf" $CAL_ARGS > "$OUT/cal-$coll-nt-$r.txt" 2>&1 || tail -3 "$OUT/cal-$coll-nt-$r.txt"
-        t timeout 180 $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO > "$OUT/cal-$coll-np-$r.txt" 2>&1 || tail -3 "$OUT/cal-$coll-np-$r.txt"
+        ntcmd=(timeout 120 $PIN "$NT/${nt}_perf" $CAL_ARGS)
+        npcmd=(timeout 180 $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
+        for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
+          f="$CAL/$coll-$who-$r.txt"
+          if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
+          else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
+        done
       done
-      grep -hE '^# (ncclgo|reference|measured):' "$OUT/cal-$coll-np-1.txt" | head -2
-      # Per size: the median over rounds of each harness's out-of-place time (column 6 of
-      # nccl-tests and of ncclperf alone; with ncclgo, NCCL's is column 14 and ncclgo's 6).
+      # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
+      # before the drain, what ncclperf's -hosttime prints).
+      t timeout 60 $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
+      grep -hE '^# (ncclgo|reference|measured):' "$CAL/$coll-np-1.txt" | head -2
+      # Per size (rows joined by the size column; nccl-tests' 0-byte rows of no-ops, where a
+      # rank's chunk rounds to nothing, left out): the median over rounds of each harness's
+      # out-of-place time (column 6 of nccl-tests and of ncclperf alone; with ncclgo, NCCL's is
+      # column 14 and ncclgo's 6), their ratio, each harness's spread over rounds (max / min)
+      # and each one's host time per iteration (the issue loop alone: ncclperf -hosttime,
+      # nccl-tests -C 1).
       awk -v coll=$coll '
-        function median(s,   n, a, i, j, v) {
+        function sortn(a, n,   i, j, v) {
+          for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+        }
+        function stat(s, what,   n, a) {
           n = split(s, a, " ")
           if (n == 0) return -1
-          for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+          sortn(a, n)
+          if (what == "spread") return a[1] > 0 ? a[n] / a[1] : 0
           return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
         }
+        FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/ }
+        iscpu && $1 ~ /^[0-9]+$/ && NF >= 13 { nthost[$1 + 0] = nthost[$1 + 0] " " $6; next }
         $1 ~ /^[0-9]+$/ && NF >= 13 {
           s = $1 + 0
-          if (!(s in seen)) { seen[s] = 1; order[++ns] = s }
-          if (FILENAME ~ /-nt-[0-9]+\.txt$/) nt[s] = nt[s] " " $6
+          if (s == 0) { zero++; next }
+          seen[s] = 1
+          if (isnt) nt[s] = nt[s] " " $6
           else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
           else np[s] = np[s] " " $6
         }
+        $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt && !iscpu { host[$2 + 0] = host[$2 + 0] " " $NF }
         END {
-          printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests\n", coll
-          printf "#%11s %11s %14s %7s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%"
+          for (s in seen) sz[++ns] = s + 0
+          sortn(sz, ns)
+          printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests; spread = max / min over rounds", coll
+          printf "%s\n", zero ? sprintf("; %d nccl-tests 0-byte rows (no-ops) left out", zero) : ""
+          printf "#%11s %11s %14s %7s %9s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "nt-host", "np-host"
           if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
           printf "\n"
           for (k = 1; k <= ns; k++) {
-            s = order[k]; a = median(nt[s]); b = median(np[s])
-            q = (a > 0 && b > 0) ? b / a : 0
-            ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
-            n++; if (ok == "yes") good++; else bad = bad sprintf(" %d:%.3f", s, q)
-            printf "%12d %11.2f %14.2f %7.3f %9s", s, a, b, q, ok
-            if (hasgo) { g = median(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
+            s = sz[k]; a = stat(nt[s]); b = stat(np[s]); n++
+            if (a < 0 || b < 0) {
+              ok = "MISSING"; q = 0
+            } else {
+              q = b / a; ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
+            }
+            if (ok == "yes") good++; else bad = bad sprintf(" %d:%s", s, a < 0 || b < 0 ? (a < 0 ? "no-nccl-tests-row" : "no-ncclperf-row") : sprintf("%.3f", q))
+            printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
+            if (hasgo) { g = stat(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
             printf "\n"
           }
           printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
-        }' "$OUT"/cal-$coll-nt-*.txt "$OUT"/cal-$coll-np-*.txt | tee -a "$OUT/calibrate.txt"
+        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$OUT/calibrate.txt"
     done
+    if [[ "${CAL_DIAG:-1}" != 0 ]]; then
+      # What NCCL chose and was asked, per call, in each harness: one short sweep each with
+      # NCCL_DEBUG=INFO (INIT, ENV, TUNING: algorithm, protocol, channels per size on rank 0;
+      # COLL: count, type, op, root per call; plugins, channels, tuning tables), pointers,
+      # opCounts and timings normalised away, unique lines compared. Left out: count-0 calls
+      # (nccl-tests' no-op rows), the init API's own name, pids and hashes, and the variable
+      # by which ncclperf gives NCCL nccl-tests' nvlinkCentricSched.
+      norm() {
+        sed -n 's/.*NCCL INFO //p' "$1" | sed -E 's/0x[0-9a-fA-F]+/P/g; s/opCount [0-9a-fA-F]+/opCount N/; s/[0-9]+\.[0-9]+ ?(s|ms|us|seconds)\b/T/g' \
+          | grep -vE ' count 0 |Init (START|COMPLETE)|[Tt]imings|ncclCommInit|commId|[Pp]id|[Hh]ash|NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE' \
+          | sort -u
+      }
+      echo "# NCCL's choices and arguments (NCCL_DEBUG=INFO, INIT,ENV,TUNING,COLL; $DIAG_ARGS): unique lines that differ" >> "$OUT/calibrate.txt"
+      for coll in allreduce allgather reducescatter broadcast; do
+        case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
+        # NCCL_DEBUG_FILE is line-buffered; NCCL's stdout would lose its tail when Go exits.
+        export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,COLL
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-nt.log" timeout 60 $PIN "$NT/${nt}_perf" $DIAG_ARGS > "$CAL/diag-$coll-nt.txt" 2>&1
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-np.log" timeout 60 $PIN $B/ncclperf -coll $coll $DIAG_ARGS -compare "$NCCL_LIB" -ncclgo=false > "$CAL/diag-$coll-np.txt" 2>&1
+        unset NCCL_DEBUG NCCL_DEBUG_SUBSYS
+        diff <(norm "$CAL/diag-$coll-nt.log") <(norm "$CAL/diag-$coll-np.log") > "$CAL/diag-$coll.diff"
+        nd=$(grep -c '^[<>]' "$CAL/diag-$coll.diff")
+        nt_algo=$(norm "$CAL/diag-$coll-nt.log" | grep -c 'Bytes -> Algo')
+        echo "# $coll-diag: $nd differing lines (< nccl-tests, > ncclperf); $nt_algo algorithm choices seen" | tee -a "$OUT/calibrate.txt"
+        grep '^[<>]' "$CAL/diag-$coll.diff" | head -${CAL_DIAG_LINES:-12} | sed 's/^/#   /' >> "$OUT/calibrate.txt"
+      done
+    fi
     echo "== calibration verdict ($(( $(date +%s) - cal_start )) s of runs; table in $OUT/calibrate.txt)"
-    grep -E '^# (allreduce|allgather|reducescatter|broadcast) ' "$OUT/calibrate.txt"
+    grep -E '^# (allreduce|allgather|reducescatter|broadcast)[ -]' "$OUT/calibrate.txt"
   fi
+  tar -czf "$OUT/calibrate-raw.tgz" -C "$(dirname "$CAL")" "$(basename "$CAL")" && echo "raw outputs: $OUT/calibrate-raw.tgz ($(ls "$CAL" | wc -l) files)"
 fi

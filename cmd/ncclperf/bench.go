@@ -35,11 +35,15 @@ type row struct {
 	ipNA         bool // not measured: point-to-point, or the reference's column
 }
 
-// sizes lists the sizes of the sweep, in bytes.
+// sizes lists the sizes of the sweep (-b to -e by -f or -i), in bytes,
+// leaving out those whose count is 0 (see countFor): nccl-tests prints
+// them as 0-byte rows of no-ops, which measure nothing.
 func (c *config) sizes() []int64 {
 	var s []int64
 	for size := c.minBytes; size <= c.maxBytes; size = c.next(size) {
-		s = append(s, size)
+		if c.countFor(size) > 0 {
+			s = append(s, size)
+		}
 		if c.next(size) == size {
 			break
 		}
@@ -51,7 +55,7 @@ func (c *config) sizes() []int64 {
 // buffers (-e bytes) hold steps = -e / total copies of the largest of the
 // send and receive sizes, and iteration iter uses copy iter % steps.
 func (c *config) shift(count int64, iter int) int64 {
-	send, recv := c.bufferBytes(count * int64(c.dt.size()) * c.elemsPerCount())
+	send, recv := c.countBytes(count)
 	total := max(send, recv)
 	if total == 0 {
 		return 0
@@ -72,6 +76,9 @@ func (c *config) pointers(ranks []rankBuffers, count int64, inPlace bool, iter i
 			case collAllGather:
 				s = d + cuda.DevicePtr(int64(r)*count*ts)
 			case collReduceScatter:
+				// nccl-tests: both in the receive buffer, which
+				// holds the whole input.
+				s = d
 				d = s + cuda.DevicePtr(int64(r)*count*ts)
 			default:
 				s = d
@@ -90,12 +97,16 @@ func (c *config) sweep(b backend, ranks []rankBuffers, inPlace bool, emit func(r
 
 func (it *iterator) sweep(inPlace bool, emit func(row)) error {
 	c := it.c
+	if len(c.sizes()) == 0 {
+		return fmt.Errorf("-b %d to -e %d: no size with a non-zero %s count on %d ranks (each rank's chunk is rounded down to 16 bytes, as nccl-tests does); raise -e",
+			c.minBytes, c.maxBytes, c.coll, c.nRanks)
+	}
 	if err := it.warmUp(); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	for _, size := range c.sizes() {
 		count := c.countFor(size)
-		rw := row{bytes: count * int64(c.dt.size()) * c.elemsPerCount(), count: count, ipNA: !inPlace || c.coll.p2p()}
+		rw := row{bytes: c.rowBytes(count), count: count, ipNA: !inPlace || c.coll.p2p()}
 		var err error
 		if rw.oop, err = it.bench(count, false); err != nil {
 			return fmt.Errorf("size %d, out-of-place: %w", size, err)
@@ -142,7 +153,8 @@ func (it *iterator) start(count int64, inPlace bool, iter int) error {
 }
 
 // warmUp runs -w out-of-place iterations at every size from -b to -e by a
-// factor of 2, draining the streams after each size.
+// factor of 2, draining the streams after each size (sizes of count 0,
+// no-ops in NCCL, are left out).
 func (it *iterator) warmUp() error {
 	c := it.c
 	if c.warmup == 0 {
@@ -153,6 +165,9 @@ func (it *iterator) warmUp() error {
 	}
 	for size := c.minBytes; size <= c.maxBytes; size = max(size*2, 1) {
 		count := c.countFor(size)
+		if count == 0 {
+			continue
+		}
 		for i := range c.warmup {
 			if err := it.start(count, false, i); err != nil {
 				return fmt.Errorf("size %d: %w", size, err)
@@ -205,7 +220,7 @@ func (it *iterator) bench(count int64, inPlace bool) (result, error) {
 		return res, err
 	}
 	sec := time.Since(start).Seconds() / float64(c.iters)
-	bytes := float64(count * int64(c.dt.size()) * c.elemsPerCount())
+	bytes := float64(c.rowBytes(count))
 	res.usec = sec * 1e6
 	res.algbw = bytes / sec / 1e9
 	res.busbw = res.algbw * c.coll.busFactor(len(it.ranks))
@@ -285,7 +300,14 @@ func (t *table) header(w io.Writer) {
 // reference's out-of-place result and the ratio.
 func (t *table) row(w io.Writer, rw row, ref *row) {
 	c := t.c
-	line := fmt.Sprintf("%12d %12d %8s %6s %6d", rw.bytes, rw.count, c.dt, c.op, c.root)
+	op, root := c.op.String(), c.root
+	if !c.coll.reduces() {
+		op = "none"
+	}
+	if c.coll != collBroadcast && c.coll != collReduce {
+		root = -1
+	}
+	line := fmt.Sprintf("%12d %12d %8s %6s %6d", rw.bytes, rw.count, c.dt, op, root)
 	for i, res := range []result{rw.oop, rw.ip} {
 		if i == 1 && rw.ipNA {
 			line += fmt.Sprintf("   %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A")

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -157,12 +159,39 @@ func TestShiftAndPointers(t *testing.T) {
 	}
 	// ReduceScatter of the same 4 KiB in: 64 floats out per rank, shifts
 	// of 1 KiB (the larger of in and out).
+	// In-place, both in the receive buffer (as nccl-tests: its offset 0
+	// in, rank r's chunk out).
 	c.coll = collReduceScatter
 	c.pointers(ranks, count/4, true, 3, send, recv)
 	for r := range ranks {
-		assert.Equal(t, ranks[r].send+3*1024, send[r])
+		assert.Equal(t, ranks[r].recv+3*1024, send[r])
 		assert.Equal(t, send[r]+cuda.DevicePtr(r*256), recv[r])
 	}
+	c.pointers(ranks, count/4, false, 3, send, recv)
+	for r := range ranks {
+		assert.Equal(t, ranks[r].send+3*1024, send[r])
+		assert.Equal(t, ranks[r].recv+3*1024, recv[r])
+	}
+}
+
+// TestTimingLoopSkipsEmptySizes: AllGather of 8 and 16 B on 2 ranks has
+// count 0 by nccl-tests' rule, so neither the warm-up nor the sweep runs
+// it, and the first row is 32 B of 4 floats per rank.
+func TestTimingLoopSkipsEmptySizes(t *testing.T) {
+	c := &config{coll: collAllGather, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 32, factor: 2, iters: 1, warmup: 1}
+	f := &fakeBackend{}
+	var rows []row
+	require.NoError(t, fakeIterator(c, f).sweep(false, func(rw row) { rows = append(rows, rw) }))
+	assert.Equal(t, []string{"begin", "run 4 0:0,0:0", "idle 0", "idle 1",
+		"begin", "run 4 0:0,0:0", "idle 0", "idle 1", "run 4 0:0,0:0", "idle 0", "idle 1"}, f.log)
+	require.Len(t, rows, 1)
+	assert.Equal(t, int64(32), rows[0].bytes)
+	assert.Equal(t, int64(4), rows[0].count)
+
+	c.maxBytes = 16
+	f = &fakeBackend{}
+	assert.ErrorContains(t, fakeIterator(c, f).sweep(false, func(row) {}), "no size with a non-zero allgather count on 2 ranks")
+	assert.Empty(t, f.log)
 }
 
 func TestTable(t *testing.T) {
@@ -176,7 +205,7 @@ func TestTable(t *testing.T) {
 	require.NoError(t, tb.footer(&out, nil))
 	s := out.String()
 	assert.Contains(t, s, "# reference: NCCL 2.28.3 (libnccl.so.2), measured after ncclgo's communicators were destroyed")
-	assert.Regexp(t, `(?m)^ +8 +2 +float +sum +0 +10\.00 .* 11\.00 .* 14\.00 +0\.00 +1\.400 +time$`, s)
+	assert.Regexp(t, `(?m)^ +8 +2 +float +sum +-1 +10\.00 .* 11\.00 .* 14\.00 +0\.00 +1\.400 +time$`, s)
 	assert.Contains(t, s, "host enqueue (us/iter): ncclgo 4.00, reference 6.00")
 
 	// NCCL alone: nccl-tests' columns, no ratio.
@@ -193,6 +222,21 @@ func TestTable(t *testing.T) {
 	require.Len(t, fields, 13, "nccl-tests' 13 columns")
 	assert.Equal(t, "14.00", fields[5], "out-of-place time is column 6, as in nccl-tests")
 
+	// nccl-tests' redop and root columns: "none" for a collective that
+	// does not reduce, -1 for one without a root.
+	for _, tc := range []struct {
+		coll     coll
+		op, root string
+	}{{collAllGather, "none", "-1"}, {collReduceScatter, "sum", "-1"}, {collBroadcast, "none", "1"}, {collReduce, "sum", "1"}} {
+		out.Reset()
+		cc := *c
+		cc.coll, cc.root = tc.coll, 1
+		tb = &table{c: &cc, ref: "NCCL"}
+		tb.row(&out, ref, nil)
+		fields := strings.Fields(out.String())
+		assert.Equal(t, []string{tc.op, tc.root}, fields[3:5], tc.coll)
+	}
+
 	// Wrong values fail the table.
 	out.Reset()
 	c.check = true
@@ -200,4 +244,32 @@ func TestTable(t *testing.T) {
 	tb.row(&out, row{bytes: 8, count: 2, oop: result{wrong: 3}, ipNA: true}, nil)
 	assert.ErrorContains(t, tb.footer(&out, nil), "3 wrong values")
 	assert.Contains(t, out.String(), "# Out of bounds values : 3 FAILED")
+}
+
+// TestRowsMatchNcclTestsOutput sweeps -b 8 -e 1G -f 2 on 2 ranks and checks
+// the first five columns of every row against what all_reduce_perf and
+// all_gather_perf printed for the same arguments (testdata; their 0-byte
+// rows of no-ops, which ncclperf leaves out, aside).
+func TestRowsMatchNcclTestsOutput(t *testing.T) {
+	for file, k := range map[string]coll{"all_reduce_perf-2gpus.txt": collAllReduce, "all_gather_perf-2gpus.txt": collAllGather} {
+		data, err := os.ReadFile(filepath.Join("testdata", file))
+		require.NoError(t, err)
+		var want []string
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 13 && f[0] != "0" && f[0][0] >= '0' && f[0][0] <= '9' {
+				want = append(want, strings.Join(f[:5], " "))
+			}
+		}
+		require.Len(t, want, map[coll]int{collAllReduce: 28, collAllGather: 26}[k], file)
+		c := &config{coll: k, dt: float32T, op: opSum, nRanks: 2, minBytes: 8, maxBytes: 1 << 30, factor: 2}
+		var got []string
+		for _, size := range c.sizes() {
+			count := c.countFor(size)
+			var out bytes.Buffer
+			(&table{c: c}).row(&out, row{bytes: c.rowBytes(count), count: count, ipNA: true}, nil)
+			got = append(got, strings.Join(strings.Fields(out.String())[:5], " "))
+		}
+		assert.Equal(t, want, got, file)
+	}
 }

@@ -13,6 +13,12 @@
 // drained by polling. Every call comes from one OS thread, every rank's
 // call in one group per iteration (nccl-tests' -t 1 -g N).
 //
+// Sizes, counts and pointers are nccl-tests' too: the size column of
+// AllGather, ReduceScatter and AllToAll is the whole buffer (nRanks chunks),
+// each chunk rounded down to 16 bytes, and a size whose chunk rounds to
+// nothing (8 or 16 B of floats on 2 ranks) is left out, where nccl-tests
+// prints a 0-byte row of no-ops.
+//
 // Ranks are placed round-robin over the visible GPUs unless -devices lists
 // them, so -g 4 on a one-GPU machine puts four ranks on that GPU and -g 8
 // on an eight-GPU machine one rank on each. -coll all sweeps AllReduce,
@@ -439,14 +445,38 @@ func (c *config) elemsPerCount() int64 {
 	return 1
 }
 
-// countFor is the count argument of the collective for a size in bytes.
+// countFor is the count argument of the collective for a size in bytes,
+// by nccl-tests' rules (each collective's GetCollByteCount): size /
+// typesize elements for AllReduce, Broadcast, Reduce and SendRecv; for
+// AllGather, ReduceScatter and AllToAll, whose size is the whole buffer of
+// nRanks chunks, the chunk, rounded down to a multiple of 16 bytes. The
+// count is 0 when a chunk rounds to nothing (AllGather of 8 or 16 B on 2
+// ranks): nccl-tests then prints a 0-byte row of no-ops, which ncclperf
+// leaves out (see sizes).
 func (c *config) countFor(size int64) int64 {
-	return size / int64(c.dt.size()) / c.elemsPerCount()
+	ts := int64(c.dt.size())
+	count := size / ts
+	if per := c.elemsPerCount(); per > 1 {
+		count = (count / per) &^ (max(16/ts, 1) - 1)
+	}
+	return count
+}
+
+// rowBytes is nccl-tests' size column for count: the larger of one rank's
+// send and receive bytes.
+func (c *config) rowBytes(count int64) int64 {
+	return count * int64(c.dt.size()) * c.elemsPerCount()
 }
 
 // bufferBytes is what each rank's send and receive buffers need for size.
 func (c *config) bufferBytes(size int64) (send, recv int64) {
-	count := c.countFor(size) * int64(c.dt.size())
+	return c.countBytes(c.countFor(size))
+}
+
+// countBytes is what each rank sends and receives for the count argument
+// count.
+func (c *config) countBytes(n int64) (send, recv int64) {
+	count := n * int64(c.dt.size())
 	switch c.coll {
 	case collAllGather:
 		return count, count * int64(c.nRanks)

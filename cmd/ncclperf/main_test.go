@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,6 +43,47 @@ func TestSizes(t *testing.T) {
 	assert.Equal(t, int64(4096), r)
 	c.coll = collAllReduce
 	assert.InDelta(t, 1.5, c.coll.busFactor(4), 1e-9)
+}
+
+// TestCountsAreNcclTests checks the count argument and the size column
+// against nccl-tests' GetCollByteCount of each collective; the float rows
+// on 2 ranks are those all_gather_perf and all_reduce_perf print.
+func TestCountsAreNcclTests(t *testing.T) {
+	for _, tc := range []struct {
+		coll         coll
+		dt           dataType
+		nRanks       int
+		size         int64
+		count, bytes int64
+	}{
+		{collAllReduce, float32T, 2, 8, 2, 8},
+		{collAllReduce, float32T, 2, 1 << 30, 1 << 28, 1 << 30},
+		{collBroadcast, float32T, 2, 6, 1, 4},
+		{collAllGather, float32T, 2, 8, 0, 0}, // nccl-tests' 0-byte rows
+		{collAllGather, float32T, 2, 16, 0, 0},
+		{collAllGather, float32T, 2, 32, 4, 32},
+		{collAllGather, float32T, 2, 1024, 128, 1024},
+		{collAllGather, float32T, 2, 1 << 30, 1 << 27, 1 << 30},
+		{collReduceScatter, float32T, 2, 16, 0, 0},
+		{collReduceScatter, float32T, 2, 64, 8, 64},
+		// Chunks rounded down to 16 bytes.
+		{collAllGather, float32T, 3, 64, 4, 48},
+		{collReduceScatter, float64T, 2, 48, 2, 32},
+		{collAllGather, int8T, 2, 64, 32, 64},
+		{collAllGather, int8T, 2, 48, 16, 32},
+		{collAllToAll, float32T, 4, 4096, 256, 4096},
+		{collAllToAll, float32T, 4, 48, 0, 0},
+		{collSendRecv, float32T, 4, 12, 3, 12},
+	} {
+		c := &config{coll: tc.coll, dt: tc.dt, nRanks: tc.nRanks}
+		count := c.countFor(tc.size)
+		assert.Equal(t, tc.count, count, "%s %s %d ranks %d B: count", tc.coll, tc.dt, tc.nRanks, tc.size)
+		assert.Equal(t, tc.bytes, c.rowBytes(count), "%s %s %d ranks %d B: size column", tc.coll, tc.dt, tc.nRanks, tc.size)
+	}
+	c := &config{coll: collAllGather, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 128, factor: 2}
+	assert.Equal(t, []int64{32, 64, 128}, c.sizes(), "8 and 16 B are no-ops on 2 ranks")
+	c.coll = collAllReduce
+	assert.Equal(t, []int64{8, 16, 32, 64, 128}, c.sizes())
 }
 
 func TestEncodeDecode(t *testing.T) {
@@ -163,4 +205,17 @@ func TestPointToPointSizes(t *testing.T) {
 		assert.Equal(t, want, got)
 	}
 	assert.False(t, collAllReduce.p2p())
+}
+
+func TestMatchTestsConfig(t *testing.T) {
+	t.Setenv(centricSchedEnv, "")
+	os.Unsetenv(centricSchedEnv)
+	require.NoError(t, matchTestsConfig(22703))
+	_, set := os.LookupEnv(centricSchedEnv)
+	assert.False(t, set, "before 2.28 nccl-tests sets nothing")
+	require.NoError(t, matchTestsConfig(22809))
+	assert.Equal(t, "1", os.Getenv(centricSchedEnv))
+	t.Setenv(centricSchedEnv, "0")
+	require.NoError(t, matchTestsConfig(22809))
+	assert.Equal(t, "0", os.Getenv(centricSchedEnv), "the user's setting wins")
 }

@@ -149,7 +149,8 @@ type ncclBackend struct {
 
 // openNCCL loads lib (a path or a soname) and initialises one communicator
 // per entry of devices, in the process's current thread with the first
-// rank's device current. A device may repeat (NCCL 2.30+ needs
+// rank's device current, configured as nccl-tests configures its own (see
+// matchTestsConfig). A device may repeat (NCCL 2.30+ needs
 // NCCL_MULTI_RANK_GPU_ENABLE=1 for that, which is then set here).
 func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, error) {
 	if sharesGPU(devices) {
@@ -173,6 +174,9 @@ func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, err
 		return nil, err
 	}
 	b.version = int(v)
+	if err := matchTestsConfig(b.version); err != nil {
+		return nil, err
+	}
 	if err := b.Begin(); err != nil {
 		return nil, err
 	}
@@ -191,6 +195,27 @@ func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, err
 		return nil, err
 	}
 	return b, nil
+}
+
+// centricSchedEnv is NCCL's environment override of ncclConfig_t's
+// nvlinkCentricSched.
+const centricSchedEnv = "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE"
+
+// matchTestsConfig gives the communicators of NCCL version (ncclGetVersion's
+// code) the one setting in which nccl-tests' ncclCommInitRankConfig differs
+// from ncclCommInitAll's default config: from 2.28, nccl-tests sets
+// config.nvlinkCentricSched = 1 (the NVLink-utilisation-centric launch
+// attribute, which NCCL uses on compute capability 10.0 and later only). The
+// environment variable stands for the config field, which ncclCommInitAll
+// does not take; one the user set is left alone.
+func matchTestsConfig(version int) error {
+	if version < 22800 {
+		return nil
+	}
+	if _, ok := os.LookupEnv(centricSchedEnv); ok {
+		return nil
+	}
+	return os.Setenv(centricSchedEnv, "1")
 }
 
 func (b *ncclBackend) freeArrays() {
