@@ -2,12 +2,9 @@ package tests
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -316,15 +313,15 @@ func (g *groupRun) enqueue(w *world, grp *ncclgo.Group, r, ci int, ops *[]func()
 	return fmt.Errorf("call %d: %s is not a call the suite knows", ci, c)
 }
 
-// errHang is wrapped by run's error when the group does not complete in
-// time.
-var errHang = errors.New("the group did not complete")
-
 // run uploads the group's inputs, enqueues it (one group for every rank, or
-// one group per rank ended in rank order), waits at most timeout, and
-// checks every byte of every rank's arena. It returns every problem found.
-func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
+// one group per rank ended in rank order), waits at most NCCLGO_TEST_WAIT
+// (waitAll: on a hang it prints where the group is stuck and marks the
+// world hung), and checks every byte of every rank's arena. It returns
+// every problem found.
+func (g *groupRun) run(w *world, perRank bool) []error {
 	n := g.n
+	wd := watch(fmt.Sprintf("group of %d calls on %d ranks", len(g.calls), n), w.comms, "upload")
+	defer wd.stop()
 	for r := range n {
 		if len(g.before[r]) > int(w.size) {
 			return []error{fmt.Errorf("the group needs %d bytes per rank, the buffers hold %d", len(g.before[r]), w.size)}
@@ -339,6 +336,7 @@ func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
 		}
 	}
 	var ops []func() error
+	wd.at("enqueue and Group.End")
 	if perRank {
 		for r := range n {
 			grp := ncclgo.NewGroup()
@@ -366,18 +364,22 @@ func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
 			return []error{fmt.Errorf("Group.End: %w", err)}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for r, c := range w.comms {
-		if err := c.Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				w.hung = true
-				return []error{fmt.Errorf("%w within %v: rank %d: %v", errHang, timeout, r, err)}
-			}
-			return []error{fmt.Errorf("rank %d: %w", r, err)}
-		}
+	wd.at("Wait")
+	werrs, hang := waitAll(fmt.Sprintf("group of %d calls on %d ranks:%s", len(g.calls), n, describe(g.calls)), w.comms)
+	if hang != nil {
+		w.hung = true
+		return []error{hang}
 	}
 	var errs []error
+	for r, err := range werrs {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	wd.at("DestroyRedOp and read back")
 	for _, f := range ops {
 		if err := f(); err != nil {
 			errs = append(errs, err)

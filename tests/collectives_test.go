@@ -24,6 +24,11 @@
 //	NCCLGO_TEST_SEED    the data's seed (default: from the clock, printed)
 //	NCCLGO_RANDOM_BUDGET how long TestRandom draws groups (Go duration;
 //	                    default 30s, 10s with -test.short)
+//	NCCLGO_TEST_WAIT    how long a group may take before it counts as hung
+//	                    (Go duration; default 60s): the test then prints
+//	                    which ranks' Wait returned and every connection's
+//	                    counters (stderr, lines from HANG or STUCK), and
+//	                    aborts
 package tests
 
 import (
@@ -352,12 +357,13 @@ func runConfig(t *testing.T, n int, cfg config1, seed uint64) {
 }
 
 // runCalls runs one group of calls on w and fails the test on any wrong
-// byte; a group that does not complete within a minute stops it.
+// byte; a group that does not complete within NCCLGO_TEST_WAIT stops it,
+// after printing where it is stuck.
 func runCalls(t *testing.T, w *world, calls []call, perRank bool) {
 	t.Helper()
 	g, err := planGroup(calls, len(w.comms), calls[0].seed)
 	require.NoError(t, err)
-	errs := g.run(w, perRank, time.Minute)
+	errs := g.run(w, perRank)
 	for _, err := range errs {
 		t.Errorf("%v", err)
 	}
@@ -409,7 +415,8 @@ func TestSendRecv(t *testing.T) {
 
 // TestNoDeadlockManyRanks runs AllReduce, AllGather and ReduceScatter for 4
 // and 8 ranks on one GPU at every power-of-two size from 8 B to 1 GiB, where
-// NCCL 2.30 deadlocks from 1 MiB up. Each size must finish within a minute.
+// NCCL 2.30 deadlocks from 1 MiB up. Each size must finish within
+// NCCLGO_TEST_WAIT.
 func TestNoDeadlockManyRanks(t *testing.T) {
 	gpu(t)
 	if testing.Short() {
@@ -439,11 +446,15 @@ func TestNoDeadlockManyRanks(t *testing.T) {
 						require.NoError(t, err)
 					}
 					require.NoError(t, g.End())
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					for _, c := range w.comms {
-						require.NoError(t, c.Wait(ctx), "%s %d B on %d ranks did not finish", coll, size, n)
+					what := fmt.Sprintf("%s %d B on %d ranks", coll, size, n)
+					errs, hang := waitAll(what, w.comms)
+					if hang != nil {
+						w.hung = true
+						t.Fatal(hang)
 					}
-					cancel()
+					for r, err := range errs {
+						require.NoError(t, err, "%s: rank %d", what, r)
+					}
 				}
 			}
 		})
@@ -478,10 +489,13 @@ func TestSendRecvSizeMismatch(t *testing.T) {
 	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, ncclgo.Uint8, 1, w.streams[0]))
 	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, ncclgo.Uint8, 0, w.streams[1]))
 	require.NoError(t, g.End())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err0 := w.comms[0].Wait(ctx)
-	require.NoError(t, w.comms[1].Wait(ctx), "the receiver completes")
+	errs, hang := waitAll("Send 1 MiB to a Recv of 512 KiB", w.comms)
+	if hang != nil {
+		w.hung = true
+		t.Fatal(hang)
+	}
+	err0 := errs[0]
+	require.NoError(t, errs[1], "the receiver completes")
 	require.ErrorIs(t, err0, ncclgo.ErrDevice, "the sender reports the mismatch")
 	t.Logf("sender: %v", err0)
 	// What lands inside the receive buffer is unspecified (each channel
@@ -563,13 +577,14 @@ func runHuge(t *testing.T, w *world, coll kspace.Coll, ty kspace.Type, seed uint
 		}
 	}
 	require.NoError(t, g.End())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for _, c := range w.comms {
-		if err := c.Wait(ctx); err != nil {
-			w.hung = ctx.Err() != nil
-			t.Fatalf("%s %s count=%d: %v", coll, ty, huge, err)
-		}
+	// Twice the usual bound: a huge call on 8 ranks of one GPU takes a while.
+	errs, hang := waitAllWithin(fmt.Sprintf("%s %s count=%d", coll, ty, huge), w.comms, 2*testWait())
+	if hang != nil {
+		w.hung = true
+		t.Fatal(hang)
+	}
+	for r, err := range errs {
+		require.NoError(t, err, "%s %s count=%d: rank %d", coll, ty, huge, r)
 	}
 	// want returns output bytes [off, off+k) (k within one block).
 	want := func(off, k int) []byte {

@@ -175,7 +175,7 @@ func TestRandom(t *testing.T) {
 			perRank := rng.IntN(2) == 0
 			g, err := planGroup(cs, n, pattern.Mix(seed, uint64(groups)))
 			require.NoError(t, err)
-			errs := g.run(w, perRank, time.Minute)
+			errs := g.run(w, perRank)
 			groups++
 			calls += len(cs)
 			if len(errs) > 0 {
