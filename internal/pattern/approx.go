@@ -101,9 +101,15 @@ func Bound(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uint
 	if Exact(t, op, nRanks) {
 		return numfmt.Round(t, Result(seed, t, op, nRanks, scalar, i)), 0
 	}
-	s := avgScalar(t, nRanks)
+	return avgBound(seed, t, nRanks, avgScalar(t, nRanks), i)
+}
+
+// avgBound is Bound of a float Avg whose device scalar is s.
+func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (center, radius float64) {
+	op := Avg
 	h := func(v float64) float64 { return Spacing(t, v) / 2 }
-	var pos, neg []float64
+	var bufs [3][16]float64 // no allocation for up to 16 ranks
+	pos, neg, m := bufs[0][:0], bufs[1][:0], bufs[2][:0]
 	var premul, abs float64
 	for r := range nRanks {
 		p := Input(seed, t, op, nRanks, r, i) * s
@@ -123,7 +129,11 @@ func Bound(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uint
 	// m[j] bounds the magnitude of a sum of j+1 of the products.
 	slices.SortFunc(pos, func(a, b float64) int { return cmp.Compare(b, a) })
 	slices.SortFunc(neg, func(a, b float64) int { return cmp.Compare(b, a) })
-	m := make([]float64, nRanks)
+	if nRanks <= len(bufs[2]) {
+		m = bufs[2][:nRanks]
+	} else {
+		m = make([]float64, nRanks)
+	}
 	var sp, sn float64
 	for j := range m {
 		if j < len(pos) {
@@ -166,8 +176,13 @@ type Approx struct {
 // Bounds returns Bound for n consecutive elements from off.
 func Bounds(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off uint64, n int) Approx {
 	a := Approx{Center: make([]float64, n), Radius: make([]float64, n)}
+	if Exact(t, op, nRanks) {
+		a.Center = numfmt.Decode(t, Results(seed, t, op, nRanks, scalar, off, n))
+		return a
+	}
+	s := avgScalar(t, nRanks)
 	for k := range n {
-		a.Center[k], a.Radius[k] = Bound(seed, t, op, nRanks, scalar, off+uint64(k))
+		a.Center[k], a.Radius[k] = avgBound(seed, t, nRanks, s, off+uint64(k))
 	}
 	return a
 }
