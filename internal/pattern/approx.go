@@ -95,8 +95,8 @@ func avgScalar(t kspace.Type, nRanks int) float64 {
 // the device may produce lies within radius of center. Where Exact holds,
 // radius is 0 and center is Result rounded to t; otherwise (a float Avg
 // over a rank count that is not a power of two) center is the exact sum
-// of the inputs times the device's scalar and radius is the bound derived
-// above.
+// of the inputs times the device's scalar (for f64, rounded once to
+// float64, which radius allows for) and radius is the bound derived above.
 func Bound(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uint64) (center, radius float64) {
 	if Exact(t, op, nRanks) {
 		return numfmt.Round(t, Result(seed, t, op, nRanks, scalar, i)), 0
@@ -110,22 +110,35 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 	h := func(v float64) float64 { return Spacing(t, v) / 2 }
 	var bufs [3][16]float64 // no allocation for up to 16 ranks
 	pos, neg, m := bufs[0][:0], bufs[1][:0], bufs[2][:0]
-	var premul, abs float64
-	for r := range nRanks {
-		p := Input(seed, t, op, nRanks, r, i) * s
-		center += p
-		abs += math.Abs(p)
-		if t == kspace.F64 {
-			premul += h(p) // p itself is rounded: bound the error
+	var premul, abs, comp float64
+	// sum adds v to center, keeping in comp what the addition lost
+	// (Neumaier): the products of every type but f64 and their sums are
+	// exact in float64; an f64 product is p+e, both kept.
+	sum := func(v float64) {
+		c := center + v
+		if math.Abs(center) >= math.Abs(v) {
+			comp += center - c + v
 		} else {
-			premul += math.Abs(RoundTo(t, p) - p) // p is exact
+			comp += v - c + center
 		}
+		center = c
+	}
+	for r := range nRanks {
+		x := Input(seed, t, op, nRanks, r, i)
+		p := x * s
+		e := math.FMA(x, s, -p) // x·s = p + e exactly; e is 0 but for f64
+		sum(p)
+		sum(e)
+		abs += math.Abs(p)
+		// The device's product rounds x·s to t (or, fused, not at all).
+		premul += math.Abs(RoundTo(t, p)-p) + math.Abs(e)
 		if p > 0 {
 			pos = append(pos, p)
 		} else {
 			neg = append(neg, -p)
 		}
 	}
+	center += comp
 	// m[j] bounds the magnitude of a sum of j+1 of the products.
 	slices.SortFunc(pos, func(a, b float64) int { return cmp.Compare(b, a) })
 	slices.SortFunc(neg, func(a, b float64) int { return cmp.Compare(b, a) })
@@ -160,9 +173,9 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 		radius = next
 	}
 	if t == kspace.F64 {
-		// The sum above is itself rounded to float64: allow for its error
-		// too (a few units in the last place of Σ|x·s|).
-		radius += 2 * float64(nRanks) * Spacing(t, abs)
+		// center is Σ x·s rounded to float64 once (comp's own error is
+		// some 2^-100 of Σ|x·s|): allow for that rounding.
+		radius += h(center) + Spacing(t, abs)*0x1p-40
 	}
 	return center, radius
 }

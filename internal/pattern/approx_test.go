@@ -47,17 +47,13 @@ func TestSpacingAndRoundTo(t *testing.T) {
 	}
 }
 
-// products are the device's PreMulSum operands of element i of a float
-// Avg: each rank's input times the scalar, exact (float64 holds them for
-// every type but f64) and rounded to t.
-func products(seed uint64, ty kspace.Type, n int, i uint64) (exact, rounded []float64) {
-	s := avgScalar(ty, n)
+// inputs are element i's inputs of a float Avg over n ranks and the
+// device's scalar.
+func inputs(seed uint64, ty kspace.Type, n int, i uint64) (x []float64, s float64) {
 	for r := range n {
-		p := Input(seed, ty, Avg, n, r, i) * s
-		exact = append(exact, p)
-		rounded = append(rounded, RoundTo(ty, p))
+		x = append(x, Input(seed, ty, Avg, n, r, i))
 	}
-	return exact, rounded
+	return x, avgScalar(ty, n)
 }
 
 // addSet adds v to the sorted set s.
@@ -69,17 +65,21 @@ func addSet(s []float64, v float64) []float64 {
 	return slices.Insert(s, k, v)
 }
 
-// reachable returns every value the device can produce from the products
-// p (exact) of n ranks in t: each rank's product rounded (or fused into the
-// addition that consumes it: rounded once with it), then summed with a
-// rounding after each addition, in any order of the ranks along a chain
-// (a ring starting at any rank) or, with trees, along any binary tree. It
-// walks the subsets of the ranks: the values a subset can sum to.
-func reachable(ty kspace.Type, p []float64, trees bool) []float64 {
-	n := len(p)
+// reachable returns every value the device can produce from the inputs x
+// of n ranks and the scalar sc in t: each rank's product x·sc rounded (or
+// fused into the addition that consumes it: rounded once with it, as
+// math.FMA does for f64 and, the sum being exact in float64, RoundTo for
+// the others), then summed with a rounding after each addition, in any
+// order of the ranks along a chain (a ring starting at any rank) or, with
+// trees, along any binary tree. It walks the subsets of the ranks: the
+// values a subset can sum to.
+func reachable(ty kspace.Type, x []float64, sc float64, trees bool) []float64 {
+	n := len(x)
 	sets := make([][]float64, 1<<n)
+	leaf := make([]float64, n)
 	for i := range n {
-		sets[1<<i] = []float64{RoundTo(ty, p[i])}
+		leaf[i] = RoundTo(ty, x[i]*sc)
+		sets[1<<i] = []float64{leaf[i]}
 	}
 	for s := 1; s < 1<<n; s++ {
 		if bits.OnesCount(uint(s)) < 2 {
@@ -93,8 +93,8 @@ func reachable(ty kspace.Type, p []float64, trees bool) []float64 {
 				continue
 			}
 			for _, v := range sets[rest] {
-				out = addSet(out, RoundTo(ty, v+RoundTo(ty, p[i])))
-				out = addSet(out, RoundTo(ty, v+p[i])) // fused multiply-add
+				out = addSet(out, RoundTo(ty, v+leaf[i]))
+				out = addSet(out, RoundTo(ty, math.FMA(x[i], sc, v))) // fused multiply-add
 			}
 		}
 		if trees {
@@ -118,16 +118,12 @@ func reachable(ty kspace.Type, p []float64, trees bool) []float64 {
 	return sets[1<<n-1]
 }
 
-// TestAvgBoundHoldsForEveryOrder: for every float type (f64 aside: its
-// products are not exact in float64) and every rank count that is not a
-// power of two, every result any ring order (and, on fewer elements, any
+// TestAvgBoundHoldsForEveryOrder: for every float type and every rank
+// count that is not a power of two, every result any ring order (and, on fewer elements, any
 // tree) can produce lies within Bound, and the bound is not loose: the
 // worst order's error reaches half of it (an eighth for fp8).
 func TestAvgBoundHoldsForEveryOrder(t *testing.T) {
 	for _, ty := range floatTypes {
-		if ty == kspace.F64 {
-			continue
-		}
 		for _, n := range []int{3, 5, 6, 7} {
 			elems, trees := 300, false
 			if n <= 6 {
@@ -136,8 +132,8 @@ func TestAvgBoundHoldsForEveryOrder(t *testing.T) {
 			worst, worstRatio := 0.0, 0.0
 			for i := range uint64(elems) {
 				c, rad := Bound(77, ty, Avg, n, 1, i)
-				p, _ := products(77, ty, n, i)
-				for _, v := range reachable(ty, p, trees && i < 60) {
+				x, sc := inputs(77, ty, n, i)
+				for _, v := range reachable(ty, x, sc, trees && i < 60) {
 					d := math.Abs(v - c)
 					if d > rad {
 						t.Fatalf("%s avg n=%d element %d: an order gives %v, %v away from %v, beyond the bound %v", ty, n, i, v, d, c, rad)
@@ -219,8 +215,8 @@ func TestAvgReplaySeed4433764915817500376(t *testing.T) {
 		want := Results(seed, ty, Avg, n, 1, uint64(r*replayCount), replayCount)
 		for k := range replayCount {
 			i := uint64(r*replayCount + k)
-			p, _ := products(seed, ty, n, i)
-			got := reachable(ty, p, false)
+			x, sc := inputs(seed, ty, n, i)
+			got := reachable(ty, x, sc, false)
 			orders += len(got)
 			old := numfmt.Decode(ty, want[2*k:2*k+2])[0]
 			oldTol := float64(n+1) * numfmt.Epsilon(ty) * math.Max(1, math.Abs(old))
@@ -263,13 +259,13 @@ func TestCheckerCatchesCorruptionAvg(t *testing.T) {
 			want := Expect(poison, Guard, a.Encoded(ty))
 			prev := Expect(poison, Guard, Bounds(prevSeed, ty, Avg, n, 1, 0, n*cnt).Encoded(ty))
 			require.NoError(t, CompareApprox(what, ty, bytes.Clone(want), want, a), "the centers")
-			if ty != kspace.F64 {
+			{
 				// One ring order's result per element, the worst from the
 				// center.
 				got := bytes.Clone(want)
 				for k := range n * cnt {
-					p, _ := products(s, ty, n, uint64(k))
-					vals := reachable(ty, p, false)
+					x, sc := inputs(s, ty, n, uint64(k))
+					vals := reachable(ty, x, sc, false)
 					v := slices.MaxFunc(vals, func(x, y float64) int {
 						return cmpAbs(x-a.Center[k], y-a.Center[k])
 					})
