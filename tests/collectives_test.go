@@ -153,8 +153,13 @@ func newWorldOn(t *testing.T, devs []int, opts *ncclgo.Options, bufBytes uint64)
 	}
 	initCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// InitAll's own waits honour initCtx; the watchdog reports one that
+	// does not (a CUDA call that blocks), with every goroutine's stack.
+	wd := watch(fmt.Sprintf("InitAll over devices %v", devs), nil, "InitAll")
 	var err error
-	if w.comms, err = ncclgo.InitAll(initCtx, devs, opts); err != nil {
+	w.comms, err = ncclgo.InitAll(initCtx, devs, opts)
+	wd.stop()
+	if err != nil {
 		return nil, fmt.Errorf("InitAll over devices %v: %w", devs, err)
 	}
 	for r := range devs {
@@ -181,6 +186,8 @@ func newWorldOn(t *testing.T, devs []int, opts *ncclgo.Options, bufBytes uint64)
 // close destroys the world (aborting its communicators first when a group
 // hung, so that Destroy does not wait for it).
 func (w *world) close() {
+	wd := watch(fmt.Sprintf("closing a world of %d ranks", len(w.comms)), w.comms, "Abort and Destroy")
+	defer wd.stop()
 	if w.hung {
 		for _, c := range w.comms {
 			c.Abort()
