@@ -157,6 +157,32 @@ func TestAvgBoundHoldsForEveryOrder(t *testing.T) {
 	}
 }
 
+func TestCheckable(t *testing.T) {
+	for _, ty := range allTypes {
+		for n := 1; n <= 8; n++ {
+			for op := Sum; op <= Avg; op++ {
+				assert.True(t, Checkable(ty, op, n), "%s %s n=%d: every reduction the suite runs is checkable", ty, op, n)
+			}
+		}
+	}
+	assert.True(t, Checkable(kspace.F8E4M3, Avg, 16))
+	assert.False(t, Checkable(kspace.F8E4M3, Avg, 17))
+	assert.False(t, Checkable(kspace.F8E5M2, Avg, 9))
+	assert.True(t, Checkable(kspace.F8E5M2, Avg, 16), "a power of two is exact")
+	assert.True(t, Checkable(kspace.F16, Avg, 1000))
+	assert.True(t, Checkable(kspace.I8, Avg, 9))
+	assert.Panics(t, func() { Bound(1, kspace.F8E5M2, Avg, 9, 1, 0) })
+	// Where it holds, the bound exists for every element.
+	for _, ty := range floatTypes {
+		for n := 3; n <= 40; n++ {
+			if Checkable(ty, Avg, n) {
+				a := Bounds(5, ty, Avg, n, 1, 0, 500)
+				require.Less(t, slices.Max(a.Radius), math.Inf(1))
+			}
+		}
+	}
+}
+
 // TestBoundExactCases: where Exact holds the interval is one value, the
 // Result the exact checks compare with.
 func TestBoundExactCases(t *testing.T) {
