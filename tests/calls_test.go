@@ -2,12 +2,9 @@ package tests
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -85,11 +82,11 @@ func patternOp(o op) (pattern.Op, float64) {
 
 // output is what one call should leave at byte at of one rank's arena.
 type output struct {
-	at   int
-	want []byte
-	ty   kspace.Type
-	tol  float64 // 0: bit for bit
-	what string
+	at     int
+	want   []byte
+	ty     kspace.Type
+	approx *pattern.Approx // nil: bit for bit; else the intervals of a float Avg
+	what   string
 }
 
 // arena lays out the calls of a group in each rank's buffer, Guard bytes
@@ -163,15 +160,14 @@ func planGroup(calls []call, n int, seed uint64) (*groupRun, error) {
 	g.after = make([][]byte, n)
 	g.outs = make([][]output, n)
 	// The results shared by every rank, then each rank's data in parallel.
-	shared := make([][]byte, len(calls))
+	shared := make([]result, len(calls))
 	for ci, c := range calls {
 		if c.kind > kindSendRecv || c.kind == kindColl && !(c.coll == kspace.AllReduce || c.coll == kspace.Reduce ||
 			c.coll == kspace.ReduceScatter || c.coll == kspace.AllGather || c.coll == kspace.Broadcast) {
 			return nil, fmt.Errorf("call %d: %s is not a call the suite knows", ci, c)
 		}
 		if c.kind == kindColl && (c.coll == kspace.AllReduce || c.coll == kspace.Reduce) {
-			pop, scalar := patternOp(c.o)
-			shared[ci] = pattern.Results(c.seed, c.ty, pop, n, scalar, 0, c.count)
+			shared[ci] = c.results(n, 0)
 		}
 	}
 	var wg sync.WaitGroup
@@ -182,8 +178,27 @@ func planGroup(calls []call, n int, seed uint64) (*groupRun, error) {
 	return g, nil
 }
 
+// result is a reduction's expected output: its bytes, and its intervals
+// where it is not exact.
+type result struct {
+	want   []byte
+	approx *pattern.Approx
+}
+
+// results is the expected output of reduction c over n ranks, c.count
+// elements from element off: exact (pattern.Results) where the patterns
+// make it so, else intervals (pattern.Bounds).
+func (c call) results(n int, off uint64) result {
+	pop, scalar := patternOp(c.o)
+	if pattern.Exact(c.ty, pop, n) {
+		return result{want: pattern.Results(c.seed, c.ty, pop, n, scalar, off, c.count)}
+	}
+	a := pattern.Bounds(c.seed, c.ty, pop, n, scalar, off, c.count)
+	return result{want: a.Encoded(c.ty), approx: &a}
+}
+
 // rankData fills rank r's arena before the group and its expected outputs.
-func (g *groupRun) rankData(r int, seed uint64, end int, shared [][]byte) {
+func (g *groupRun) rankData(r int, seed uint64, end int, shared []result) {
 	n := g.n
 	// What the previous group left does not matter: every byte the group
 	// may touch, and its surroundings, get fresh poison.
@@ -192,13 +207,12 @@ func (g *groupRun) rankData(r int, seed uint64, end int, shared [][]byte) {
 	for ci, c := range g.calls {
 		es := c.ty.Size()
 		cb := c.count * es
-		pop, scalar := patternOp(c.o)
-		tol := 0.0
-		if !pattern.Exact(c.ty, pop, n) {
-			tol = tolerance(c.ty, c.o, n, 1)
+		pop, _ := patternOp(c.o)
+		out := func(at int, b []byte, what string) {
+			g.outs[r] = append(g.outs[r], output{at: at, want: b, ty: c.ty, what: fmt.Sprintf("call %d (%s): %s", ci, c, what)})
 		}
-		out := func(at int, b []byte, tol float64, what string) {
-			g.outs[r] = append(g.outs[r], output{at: at, want: b, ty: c.ty, tol: tol, what: fmt.Sprintf("call %d (%s): %s", ci, c, what)})
+		outResult := func(at int, res result, what string) {
+			g.outs[r] = append(g.outs[r], output{at: at, want: res.want, ty: c.ty, approx: res.approx, what: fmt.Sprintf("call %d (%s): %s", ci, c, what)})
 		}
 		gathered := func(off uint64) []byte {
 			all := make([]byte, 0, n*cb)
@@ -211,40 +225,40 @@ func (g *groupRun) rankData(r int, seed uint64, end int, shared [][]byte) {
 		switch {
 		case c.kind == kindColl && c.coll == kspace.AllReduce:
 			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
-			out(d, shared[ci], tol, fmt.Sprintf("rank %d", r))
+			outResult(d, shared[ci], fmt.Sprintf("rank %d", r))
 		case c.kind == kindColl && c.coll == kspace.Reduce:
 			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, c.count))
 			if r == c.root {
-				out(d, shared[ci], tol, fmt.Sprintf("root %d", r))
+				outResult(d, shared[ci], fmt.Sprintf("root %d", r))
 			}
 		case c.kind == kindColl && c.coll == kspace.ReduceScatter:
 			put(s, pattern.Encoded(c.seed, c.ty, pop, n, r, 0, n*c.count))
-			out(d, pattern.Results(c.seed, c.ty, pop, n, scalar, uint64(r*c.count), c.count), tol, fmt.Sprintf("rank %d", r))
+			outResult(d, c.results(n, uint64(r*c.count)), fmt.Sprintf("rank %d", r))
 		case c.kind == kindColl && c.coll == kspace.AllGather:
 			put(s, pattern.Bytes(c.seed, r, 0, cb))
-			out(d, gathered(0), 0, fmt.Sprintf("rank %d", r))
+			out(d, gathered(0), fmt.Sprintf("rank %d", r))
 		case c.kind == kindColl && c.coll == kspace.Broadcast:
 			if r == c.root {
 				put(s, pattern.Bytes(c.seed, r, 0, cb))
 			}
-			out(d, pattern.Bytes(c.seed, c.root, 0, cb), 0, fmt.Sprintf("rank %d", r))
+			out(d, pattern.Bytes(c.seed, c.root, 0, cb), fmt.Sprintf("rank %d", r))
 		case c.kind == kindAllToAll:
 			put(s, pattern.Bytes(c.seed, r, 0, n*cb))
-			out(d, gathered(uint64(r*cb)), 0, fmt.Sprintf("rank %d", r))
+			out(d, gathered(uint64(r*cb)), fmt.Sprintf("rank %d", r))
 		case c.kind == kindGather:
 			put(s, pattern.Bytes(c.seed, r, 0, cb))
 			if r == c.root {
-				out(d, gathered(0), 0, fmt.Sprintf("root %d", r))
+				out(d, gathered(0), fmt.Sprintf("root %d", r))
 			}
 		case c.kind == kindScatter:
 			if r == c.root {
 				put(s, pattern.Bytes(c.seed, r, 0, n*cb))
 			}
-			out(d, pattern.Bytes(c.seed, c.root, uint64(r*cb), cb), 0, fmt.Sprintf("rank %d", r))
+			out(d, pattern.Bytes(c.seed, c.root, uint64(r*cb), cb), fmt.Sprintf("rank %d", r))
 		case c.kind == kindSendRecv:
 			put(s, pattern.Bytes(c.seed, r, 0, cb))
 			from := ((r-c.shift)%n + n) % n
-			out(d, pattern.Bytes(c.seed, from, 0, cb), 0, fmt.Sprintf("rank %d from %d", r, from))
+			out(d, pattern.Bytes(c.seed, from, 0, cb), fmt.Sprintf("rank %d from %d", r, from))
 		}
 	}
 	g.after[r] = bytes.Clone(g.before[r])
@@ -299,15 +313,15 @@ func (g *groupRun) enqueue(w *world, grp *ncclgo.Group, r, ci int, ops *[]func()
 	return fmt.Errorf("call %d: %s is not a call the suite knows", ci, c)
 }
 
-// errHang is wrapped by run's error when the group does not complete in
-// time.
-var errHang = errors.New("the group did not complete")
-
 // run uploads the group's inputs, enqueues it (one group for every rank, or
-// one group per rank ended in rank order), waits at most timeout, and
-// checks every byte of every rank's arena. It returns every problem found.
-func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
+// one group per rank ended in rank order), waits at most NCCLGO_TEST_WAIT
+// (waitAll: on a hang it prints where the group is stuck and marks the
+// world hung), and checks every byte of every rank's arena. It returns
+// every problem found.
+func (g *groupRun) run(w *world, perRank bool) []error {
 	n := g.n
+	wd := watch(fmt.Sprintf("group of %d calls on %d ranks", len(g.calls), n), w.comms, "upload")
+	defer wd.stop()
 	for r := range n {
 		if len(g.before[r]) > int(w.size) {
 			return []error{fmt.Errorf("the group needs %d bytes per rank, the buffers hold %d", len(g.before[r]), w.size)}
@@ -322,6 +336,7 @@ func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
 		}
 	}
 	var ops []func() error
+	wd.at("enqueue and Group.End")
 	if perRank {
 		for r := range n {
 			grp := ncclgo.NewGroup()
@@ -349,18 +364,22 @@ func (g *groupRun) run(w *world, perRank bool, timeout time.Duration) []error {
 			return []error{fmt.Errorf("Group.End: %w", err)}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for r, c := range w.comms {
-		if err := c.Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				w.hung = true
-				return []error{fmt.Errorf("%w within %v: rank %d: %v", errHang, timeout, r, err)}
-			}
-			return []error{fmt.Errorf("rank %d: %w", r, err)}
-		}
+	wd.at("Wait")
+	werrs, hang := waitAll(fmt.Sprintf("group of %d calls on %d ranks:%s", len(g.calls), n, describe(g.calls)), w.comms)
+	if hang != nil {
+		w.hung = true
+		return []error{hang}
 	}
 	var errs []error
+	for r, err := range werrs {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	wd.at("DestroyRedOp and read back")
 	for _, f := range ops {
 		if err := f(); err != nil {
 			errs = append(errs, err)
@@ -394,8 +413,8 @@ func (g *groupRun) check(r int, got []byte) []error {
 		lo, hi := o.at-pattern.Guard, o.at+len(o.want)+pattern.Guard
 		win := pattern.Expect(g.after[r], o.at, o.want)
 		var err error
-		if o.tol > 0 {
-			err = pattern.CompareClose(o.what, o.ty, got[lo:hi], win, o.tol)
+		if o.approx != nil {
+			err = pattern.CompareApprox(o.what, o.ty, got[lo:hi], win, *o.approx)
 			copy(want[o.at:o.at+len(o.want)], got[o.at:o.at+len(o.want)]) // judged just above
 		} else {
 			err = pattern.Compare(o.what, got[lo:hi], win, o.ty.Size())

@@ -666,11 +666,20 @@ func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
 			continue
 		}
 		require.NoError(t, err, what)
-		for _, rk := range ranks {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := rk.comm.Wait(ctx)
-			cancel()
-			require.NoError(t, err, "%s: rank %d", what, rk.comm.Rank())
+		comms := make([]*ncclgo.Comm, len(ranks))
+		for i, rk := range ranks {
+			comms[i] = rk.comm
+		}
+		// On a hang the dump shows this process's ranks' connections.
+		errs, hang := waitAll(what, comms)
+		if hang != nil {
+			for _, c := range comms {
+				c.Abort()
+			}
+			t.Fatal(hang)
+		}
+		for i, err := range errs {
+			require.NoError(t, err, "%s: rank %d", what, comms[i].Rank())
 		}
 		for _, rk := range ranks {
 			r := rk.comm.Rank()

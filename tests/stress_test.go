@@ -40,7 +40,8 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// stressWait bounds every wait of the stress test.
+// stressWait bounds the stress test's setup; its groups wait
+// NCCLGO_TEST_WAIT (waitAll).
 const stressWait = 60 * time.Second
 
 // stressBuf is the size of each rank's send and receive buffer.
@@ -390,11 +391,13 @@ func (s *stressComm) issue(o stressOp) error {
 
 // check waits for o and compares every rank's result with what it must be.
 func (s *stressComm) check(o stressOp) error {
-	ctx, cancel := context.WithTimeout(context.Background(), stressWait)
-	defer cancel()
-	for r, c := range s.comms {
-		if err := c.Wait(ctx); err != nil {
-			return fmt.Errorf("rank %d did not finish within %v: %w", r, stressWait, err)
+	errs, hang := waitAll(fmt.Sprintf("%s: %s %s count %d", s, o.kind, o.dt, o.count), s.comms)
+	if hang != nil {
+		return hang
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
 		}
 	}
 	for _, st := range s.streams {

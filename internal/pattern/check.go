@@ -3,11 +3,7 @@ package pattern
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"strings"
-
-	"github.com/ncclgo/ncclgo/gen/kspace"
-	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 
 // Guard is how many bytes the checks read on each side of an output: a
@@ -64,23 +60,13 @@ func CompareBare(what string, got, want []byte, es int) error {
 	return compare(what, got, want, es, 0, nil)
 }
 
-// CompareClose is Compare for a float output that may differ from want by
-// rounding: element i passes when |got-want| <= tol·max(1, |want|); the
-// guard bytes must still match exactly.
-func CompareClose(what string, t kspace.Type, got, want []byte, tol float64) error {
-	if len(got) != len(want) {
-		return fmt.Errorf("%s: read %d bytes, want %d", what, len(got), len(want))
-	}
-	if bytes.Equal(got, want) {
-		return nil
-	}
-	return compare(what, got, want, t.Size(), Guard, func(g, w []byte) bool {
-		gv, wv := numfmt.Decode(t, g)[0], numfmt.Decode(t, w)[0]
-		return !math.IsNaN(gv) && math.Abs(gv-wv) <= tol*math.Max(1, math.Abs(wv))
-	})
+// elemCheck judges the elements that differ from want by their bytes.
+type elemCheck interface {
+	ok(k int, got []byte) bool               // element k passes anyway
+	describe(k int, got, want []byte) string // the report of a failed element
 }
 
-func compare(what string, got, want []byte, es, guard int, close func(g, w []byte) bool) error {
+func compare(what string, got, want []byte, es, guard int, check elemCheck) error {
 	m := &Mismatch{What: what}
 	lo, hi := guard, len(want)-guard
 	if hi < lo {
@@ -97,12 +83,16 @@ func compare(what string, got, want []byte, es, guard int, close func(g, w []byt
 	}
 	for e := range m.Total {
 		g, w := got[lo+e*es:lo+(e+1)*es], want[lo+e*es:lo+(e+1)*es]
-		if bytes.Equal(g, w) || close != nil && close(g, w) {
+		if bytes.Equal(g, w) || check != nil && check.ok(e, g) {
 			continue
 		}
 		m.Elems++
 		if len(m.Examples) < maxExamples {
-			m.Examples = append(m.Examples, fmt.Sprintf("[%d]=%x want %x", e, g, w))
+			if check != nil {
+				m.Examples = append(m.Examples, check.describe(e, g, w))
+			} else {
+				m.Examples = append(m.Examples, fmt.Sprintf("[%d]=%x want %x", e, g, w))
+			}
 		}
 	}
 	for i := hi; i < len(want); i++ {

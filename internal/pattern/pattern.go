@@ -10,7 +10,8 @@
 // sum or product over the ranks is exact in the element type (fp8, half
 // and bfloat16 included), so that Result, rounded to the type, is the
 // device's answer bit for bit (Exact says when it is not: a float Avg over
-// a rank count that is not a power of two).
+// a rank count that is not a power of two, whose results Bound brackets
+// and CompareApprox checks).
 //
 // A run draws one seed (Seed: NCCLGO_TEST_SEED, or the clock), prints it,
 // and derives one seed per call with Mix, so that an element left over from
@@ -257,7 +258,7 @@ func Results(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off 
 // Exact reports whether the device's result is Result rounded to t bit for
 // bit. Only a float Avg over a rank count that is not a power of two is
 // not: the device multiplies every input by 1/nRanks rounded to t, and the
-// rounding depends on the order of the additions.
+// rounding depends on the order of the additions (see Bound).
 func Exact(t kspace.Type, op Op, nRanks int) bool {
 	if op != Avg || t.IsInteger() {
 		return true
