@@ -486,3 +486,33 @@ func TestShrinkAnnounceJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &a))
 	assert.True(t, slices.Equal(a.Exclude, []int{1}) && a.OK)
 }
+
+// A rank that aborts its view between collectives does not leave the
+// others waiting for it until their timeout.
+func TestSubNetAbortReleasesPeers(t *testing.T) {
+	root := bootstrap.NewInProcess(4)
+	views := make([]bootstrap.Network, 4)
+	for r := range 4 {
+		views[r] = newSubNet(root[r], []int{0, 1, 2, 3}, r, 43, time.Minute)
+	}
+	t.Cleanup(func() {
+		for r := range 4 {
+			_ = closeNet(views[r])
+			_ = closeNet(root[r])
+		}
+	})
+	gatherInts(t, views, func(r int) int { return r })
+	start := time.Now()
+	_, errs := onEveryRank(4, func(r int) ([][]byte, error) {
+		if r == 2 {
+			time.Sleep(20 * time.Millisecond)
+			views[2].Abort()
+			return nil, nil
+		}
+		return views[r].AllGather(context.Background(), nil)
+	})
+	assert.Less(t, time.Since(start), 10*time.Second)
+	for _, r := range []int{0, 1, 3} {
+		require.ErrorIs(t, errs[r], bootstrap.ErrCollectiveBroken, "rank %d", r)
+	}
+}

@@ -313,5 +313,27 @@ func (v *subNet) Close() error {
 }
 
 // Abort implements bootstrap.Network: the view's waits end with
-// bootstrap.ErrAborted; the root network and other views go on.
-func (v *subNet) Abort() { v.end(bootstrap.ErrAborted) }
+// bootstrap.ErrAborted; the root network and other views go on. The next
+// rank hears that this one abandoned its last collective and the next
+// one (and passes it on), so that the others do not wait for it until
+// their timeout.
+func (v *subNet) Abort() {
+	if v.life.Err() != nil {
+		return
+	}
+	v.end(bootstrap.ErrAborted)
+	v.collMu.Lock() // the collective in progress, if any, has just ended
+	seq := v.seq
+	v.collMu.Unlock()
+	if len(v.members) == 1 {
+		return
+	}
+	next := v.members[(v.rank+1)%len(v.members)]
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, v.timeout))
+	defer cancel()
+	for _, s := range []int64{seq, seq + 1} {
+		if s > 0 {
+			_ = v.root.Send(ctx, next, viewTag(v.id, true, s), []byte{blockAbandon})
+		}
+	}
+}
