@@ -586,6 +586,9 @@ func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, r
 	}
 	start()
 	r := c.wait(op)
+	if noComm && r == C.ncclInProgress {
+		return C.ncclSuccess // no communicator to poll: its part goes on in the background
+	}
 	if r != C.ncclSuccess && r != C.ncclInProgress && !noComm {
 		*out = nil
 		c.forget()
