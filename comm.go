@@ -71,6 +71,7 @@ type Comm struct {
 	userTypes map[RedOp]DataType
 	nextOp    RedOp
 	res       residencyState // guarded by mu (residency.go)
+	split     splitState     // Split and Shrink (split.go)
 }
 
 // Rank returns the communicator rank of c (-1 for a nil Comm).
@@ -539,7 +540,7 @@ func (c *Comm) free() error {
 		c.kset = nil
 	}
 	if c.net != nil {
-		errs = append(errs, c.net.Close())
+		errs = append(errs, closeNet(c.net)) // a view of Split, or a network views share (splitnet.go)
 	}
 	if c.peers != nil {
 		errs = append(errs, c.peers.Close())

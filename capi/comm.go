@@ -34,6 +34,7 @@ type comm struct {
 	mu                   sync.Mutex
 	destroying           bool
 	startOnce            sync.Once // the init starts (or is cancelled) once
+	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
 }
 
 var (
@@ -437,13 +438,25 @@ func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) re
 	if out == nil {
 		return argError(op, arg, "NULL", "a pointer to an int")
 	}
+	if c.derived {
+		select {
+		case <-c.done:
+		default:
+			return C.ncclInProgress // its rank and size are not known yet
+		}
+	}
 	*out = C.int(get(c))
 	return C.ncclSuccess
 }
 
 //export ncclCommCount
 func ncclCommCount(h C.ncclComm_t, count *C.int) result {
-	return commInt("CommCount", "count", h, count, func(c *comm) int { return c.nRanks })
+	return commInt("CommCount", "count", h, count, func(c *comm) int {
+		if c.derived && c.c != nil {
+			return c.c.Size()
+		}
+		return c.nRanks
+	})
 }
 
 //export ncclCommCuDevice
@@ -453,26 +466,45 @@ func ncclCommCuDevice(h C.ncclComm_t, device *C.int) result {
 
 //export ncclCommUserRank
 func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
-	return commInt("CommUserRank", "rank", h, rank, func(c *comm) int { return c.rank })
+	return commInt("CommUserRank", "rank", h, rank, func(c *comm) int {
+		if c.derived && c.c != nil {
+			return c.c.Rank()
+		}
+		return c.rank
+	})
 }
 
 //export ncclCommSplit
 func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) result {
 	const op = "CommSplit"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	parent, r := lookup(op, h)
+	if r != C.ncclSuccess {
 		return r
 	}
 	if newComm == nil {
 		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
 	}
 	*newComm = nil
-	return notImplemented(op, "splitting a communicator")
+	gc, r := parent.ready(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	blocking, opts, r := deriveConfig(op, parent, cfg)
+	if r != C.ncclSuccess {
+		return r
+	}
+	// A bad color goes to Split all the same: the exchange tells the
+	// other ranks, which then fail at once instead of waiting for this one.
+	return derive(op, parent, newComm, color == C.NCCL_SPLIT_NOCOLOR, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return gc.Split(ctx, int(color), int(key), opts)
+	})
 }
 
 //export ncclCommShrink
 func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) result {
 	const op = "CommShrink"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	parent, r := lookup(op, h)
+	if r != C.ncclSuccess {
 		return r
 	}
 	if newComm == nil {
@@ -482,7 +514,86 @@ func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.n
 	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
 		return argError(op, "excludeRanksCount", int(nExclude), "0, or the length of a non-NULL excludeRanksList")
 	}
-	return notImplemented(op, "shrinking a communicator")
+	if flags != C.NCCL_SHRINK_DEFAULT && flags != C.NCCL_SHRINK_ABORT {
+		return argError(op, "shrinkFlags", int(flags), "NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")
+	}
+	list := make([]int, nExclude)
+	if nExclude > 0 {
+		for i, r := range unsafe.Slice(exclude, nExclude) {
+			list[i] = int(r)
+		}
+	}
+	gc, r := parent.ready(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	blocking, opts, r := deriveConfig(op, parent, cfg)
+	if r != C.ncclSuccess {
+		return r
+	}
+	return derive(op, parent, newComm, false, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return gc.Shrink(ctx, list, opts, flags == C.NCCL_SHRINK_ABORT)
+	})
+}
+
+// deriveConfig reads the config of a communicator made by ncclCommSplit or
+// ncclCommShrink: NULL inherits the parent's (its options, and whether it
+// blocks).
+func deriveConfig(op string, parent *comm, cfg *C.ncclConfig_t) (bool, *ncclgo.Options, result) {
+	if cfg == nil {
+		return parent.blocking, nil, C.ncclSuccess
+	}
+	conf, r := readConfig(op, cfg)
+	return conf.blocking, conf.opts, r
+}
+
+// derive runs the making of a communicator from parent (a Split or
+// Shrink), as an init: now, or at ncclGroupEnd within a group; blocking, or
+// in the background for a nonblocking config. noComm: this rank gets no
+// communicator (NCCL_SPLIT_NOCOLOR) but takes part all the same.
+func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, run func(context.Context) (*ncclgo.Comm, error)) result {
+	var c *comm
+	if noComm {
+		c = &comm{rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})} // no handle
+	} else {
+		c = newComm(-1, 0, parent.device, blocking)
+		c.derived = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	start := func() {
+		c.startOnce.Do(func() {
+			go func() {
+				gc, err := run(ctx)
+				if noComm {
+					if err != nil {
+						setLastError(fmt.Sprintf("ncclCommSplit: rank %d: %v", parent.rank, err))
+					}
+					c.initErr = err
+					close(c.done)
+					return
+				}
+				c.finish(gc, err)
+			}()
+		})
+	}
+	if !noComm {
+		*out = c.h
+	}
+	if g := threadGroup(false); g != nil {
+		g.inits = append(g.inits, pendingInit{c: c, start: start})
+		return C.ncclSuccess
+	}
+	start()
+	r := c.wait(op)
+	if noComm && r == C.ncclInProgress {
+		return C.ncclSuccess // no communicator to poll: its part goes on in the background
+	}
+	if r != C.ncclSuccess && r != C.ncclInProgress && !noComm {
+		*out = nil
+		c.forget()
+	}
+	return r
 }
 
 //export ncclCommRevoke

@@ -30,11 +30,19 @@
 //
 // Errors never abort the host: every entry point returns an ncclResult_t,
 // and ncclGetLastError says what failed, naming the argument, its value and
-// what is valid. What ncclgo does not implement yet (ncclCommSplit,
-// ncclCommShrink, windows, the device API, ncclGroupSimulateEnd,
-// ncclCommRevoke, ncclCommInitRankScalable with several ids) returns
-// ncclInvalidUsage and says so. ncclCommRegister is accepted and does
-// nothing (registration is an optimization ncclgo does not need).
+// what is valid. What ncclgo does not implement yet (windows, the device
+// API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with
+// several ids) returns ncclInvalidUsage and says so. ncclCommRegister is
+// accepted and does nothing (registration is an optimization ncclgo does
+// not need).
+//
+// ncclCommSplit and ncclCommShrink (default and NCCL_SHRINK_ABORT) run
+// like an init: at once, or at ncclGroupEnd within a group, and in the
+// background for a nonblocking config (a NULL config inherits the
+// parent's). A rank with NCCL_SPLIT_NOCOLOR gets NULL and still takes part.
+// The new communicator's bootstrap travels over the parent's; it shares
+// nothing else with the parent (splitShare and shrinkShare are hints
+// ncclgo does not honour); see ncclgo's Comm.Split and Comm.Shrink.
 //
 // # The Go runtime inside a C or Python host
 //

@@ -317,6 +317,54 @@ static void gpuOneRank(void) {
   EXPECT(ncclCommDestroy(comm), ncclSuccess);
 }
 
+// gpuSplitShrink: ncclCommSplit in a group (keys reversing the ranks, then
+// NCCL_SPLIT_NOCOLOR on rank 1) and ncclCommShrink of rank 1 by rank 0
+// alone, each child running an all-reduce of the send buffers (rank r holds
+// r + 1).
+static void gpuSplitShrink(ncclComm_t comms[2], CUstream st[2], void* send[2], void* recv[2]) {
+  ncclComm_t kids[2] = {NULL, NULL}, one = NULL;
+  int v = -1;
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++) EXPECT(ncclCommSplit(comms[r], 7, 1 - r, &kids[r], NULL), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  if (kids[0] == NULL || kids[1] == NULL) return;
+  for (int r = 0; r < 2; r++) {
+    EXPECT(ncclCommUserRank(kids[r], &v), ncclSuccess);
+    CHECK(v == 1 - r);
+    EXPECT(ncclCommCount(kids[r], &v), ncclSuccess);
+    CHECK(v == 2);
+  }
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++)
+    EXPECT(ncclAllReduce(send[r], recv[r], N, ncclFloat32, ncclSum, kids[r], st[r]), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    CU(cu.streamSynchronize(st[r]));
+    expectAll(recv[r], 3, __LINE__);
+    EXPECT(ncclCommDestroy(kids[r]), ncclSuccess);
+  }
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclCommSplit(comms[0], 0, 0, &kids[0], NULL), ncclSuccess);
+  EXPECT(ncclCommSplit(comms[1], NCCL_SPLIT_NOCOLOR, 0, &kids[1], NULL), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  CHECK(kids[1] == NULL);
+  if (kids[0] == NULL) return;
+  EXPECT(ncclCommCount(kids[0], &v), ncclSuccess);
+  CHECK(v == 1);
+  EXPECT(ncclCommDestroy(kids[0]), ncclSuccess);
+  int excl[1] = {1};
+  EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, 2), INV);
+  lastErrorSays("shrinkFlags", __LINE__);
+  EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
+  if (one == NULL) return;
+  EXPECT(ncclCommCount(one, &v), ncclSuccess);
+  CHECK(v == 1);
+  EXPECT(ncclAllReduce(send[0], recv[0], N, ncclFloat32, ncclSum, one, st[0]), ncclSuccess);
+  CU(cu.streamSynchronize(st[0]));
+  expectAll(recv[0], 1, __LINE__);
+  EXPECT(ncclCommDestroy(one), ncclSuccess);
+}
+
 // gpuTwoRanks: nccl-tests' way: one thread creates two ranks in a group,
 // switching the current device between the calls, then runs grouped
 // collectives on a stream per rank (devices 0 and 1, or both on device 0).
@@ -384,6 +432,7 @@ static void gpuTwoRanks(int nDev) {
     CU(cu.streamSynchronize(st[r]));
     expectAll(recv[r], (float)(2 - r), __LINE__);
   }
+  gpuSplitShrink(comms, st, send, recv);
   for (int r = 0; r < 2; r++) {
     EXPECT(ncclMemFree(send[r]), ncclSuccess);
     EXPECT(ncclMemFree(recv[r]), ncclSuccess);

@@ -1,0 +1,498 @@
+package ncclgo
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// SplitNoColor is the color of a rank that takes part in Split without
+// joining any of the new communicators (NCCL's NCCL_SPLIT_NOCOLOR).
+const SplitNoColor = -1
+
+// splitState is what a communicator keeps for Split and Shrink.
+type splitState struct {
+	mu      sync.Mutex // one Split or Shrink at a time
+	splits  uint64     // Splits made so far (the same on every rank)
+	shrinks uint64     // Shrinks made so far
+}
+
+// Split creates new communicators from the ranks of c (NCCL's
+// ncclCommSplit). It is collective: every rank of c must call it, in the
+// same order as c's other Splits (in one process, from different
+// goroutines), and it blocks until the new communicator is ready. Ranks
+// that pass the same color form one communicator, in which they are
+// ordered by key, then by their rank in c. A rank that passes SplitNoColor
+// joins none and gets (nil, nil); other negative colors are an *ArgError
+// on the rank that passed it, and an error naming that rank on the others.
+//
+// The new communicator's ranks keep c's devices and CUDA contexts. opts nil
+// takes c's options; otherwise opts applies as at InitRank, except for
+// Contexts, which c decides.
+//
+// What the new communicator shares with c: the bootstrap connections
+// (its bootstrap messages travel over c's, in a tag space of their own, so
+// that neither sees the other's traffic; they stay open until both are
+// destroyed), the device and the CUDA context. It has its own channels,
+// transport buffers and connections, kernels, flags and residency share
+// (NCCL's splitShare=0; splitShare=1 is taken as a hint and not honoured).
+// Abort of the new communicator does not affect c. Abort of c tears the
+// shared bootstrap connections down: the new communicator keeps running
+// collectives (they do not use the bootstrap), but its own Split and
+// Shrink then fail with ErrAborted.
+func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm, error) {
+	const op = "Split"
+	if err := c.usable(op); err != nil {
+		return nil, err
+	}
+	c.split.mu.Lock()
+	defer c.split.mu.Unlock()
+	c.split.splits++
+	seq := c.split.splits
+
+	// Every rank says what it asks for, or that it failed locally, so that
+	// a bad argument on one rank fails every rank at once.
+	var local error
+	if color < 0 && color != SplitNoColor {
+		local = &ArgError{Op: op, Arg: "color", Value: color, Want: "a color >= 0, or SplitNoColor (-1)"}
+	}
+	var s settings
+	if local == nil && color != SplitNoColor {
+		s, local = c.childSettings(opts)
+	}
+	all, err := c.net.AllGather(ctx, encodeSplitArgs(local == nil, color, key))
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: Split: exchanging colors and keys: %w", c.rank, err)
+	}
+	if local != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, local)
+	}
+	colors, keys, err := decodeSplitArgs(all)
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: Split: %w", c.rank, err)
+	}
+	if color == SplitNoColor {
+		return nil, nil
+	}
+	members, newRank := splitMembers(colors, keys, c.rank)
+	view := newSubNet(c.net, members, newRank, viewID(pathID(c.net), 'S', seq), commTimeout(s))
+	return c.initChild(ctx, op, view, s)
+}
+
+// Shrink creates a communicator of c's ranks other than exclude, numbered
+// in c's order (NCCL's ncclCommShrink). Every rank not in exclude must call
+// it with the same ranks (in any order); the excluded ranks do not call
+// it. A rank whose list differs fails with an error (matching
+// ErrInvalidUsage) that names the ranks that disagree.
+//
+// In the default mode c stays usable and the new communicator's bootstrap
+// travels over c's, as after Split (see Split for what is shared). With
+// abortMode (NCCL_SHRINK_ABORT) the excluded ranks are taken for dead: c
+// is aborted first (its kernels stop; c's later calls fail with
+// ErrAborted, and Destroy is still needed), and the new communicator gets
+// a bootstrap network of its own, whose root the lowest remaining rank
+// starts; that rank sends the root's id to the others over c's bootstrap
+// connections, which join two ranks directly (no message goes through a
+// third rank), so excluded ranks are never waited for.
+//
+// Limitation: the exclude lists are checked through messages under a tag
+// derived from how many Shrinks each rank made on c; a rank left out of a
+// Shrink of c must therefore not take part in a later Shrink of c.
+func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMode bool) (*Comm, error) {
+	const op = "Shrink"
+	if abortMode {
+		if c == nil {
+			return nil, errNilComm(op)
+		}
+		c.mu.Lock()
+		d := c.destroyed
+		c.mu.Unlock()
+		if d {
+			return nil, fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
+		}
+	} else if err := c.usable(op); err != nil {
+		return nil, err
+	}
+	c.split.mu.Lock()
+	defer c.split.mu.Unlock()
+	c.split.shrinks++
+	seq := c.split.shrinks
+	excl, err := checkExclude(exclude, c.rank, c.nRanks)
+	var s settings
+	if err == nil {
+		s, err = c.childSettings(opts)
+	}
+	if err != nil {
+		if !abortMode {
+			c.announceFailure(ctx, seq)
+		}
+		return nil, err
+	}
+	survivors := survivorsOf(c.nRanks, excl)
+	newRank := slices.Index(survivors, c.rank)
+	if abortMode {
+		return c.shrinkAbort(ctx, excl, survivors, newRank, seq, s)
+	}
+	if err := c.agreeExclude(ctx, excl, survivors, seq); err != nil {
+		return nil, err
+	}
+	view := newSubNet(c.net, survivors, newRank, viewID(pathID(c.net), 's', seq), commTimeout(s))
+	return c.initChild(ctx, op, view, s)
+}
+
+// shrinkAbort is Shrink's abort mode.
+func (c *Comm) shrinkAbort(ctx context.Context, excl, survivors []int, newRank int, seq uint64, s settings) (_ *Comm, err error) {
+	// Abort the device side now; the bootstrap stays for the hand-over
+	// of the new root's id, and is aborted at the end.
+	c.aborted.Store(true)
+	c.setAbortFlag()
+	defer abortNet(c.net)
+
+	root, rmap := rootOf(c.net)
+	tag := viewTag(viewID(pathID(c.net), 'a', seq), false, 0)
+	leader := survivors[0]
+	var id bootstrap.UniqueID
+	if c.rank == leader {
+		r, rid, err := bootstrap.NewRoot(ctx, s.bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: starting the new bootstrap root: %w", c.rank, err)
+		}
+		defer func() {
+			if err == nil {
+				// Every rank checked in: wait until the root has
+				// answered them all.
+				_ = r.Wait(ctx)
+			}
+			_ = r.Close()
+		}()
+		id = rid
+		b, _ := json.Marshal(shrinkAnnounce{OK: true, Exclude: excl, ID: id.String()})
+		var wg sync.WaitGroup
+		errs := make([]error, len(survivors))
+		for i, p := range survivors[1:] {
+			wg.Go(func() { errs[i] = root.Send(ctx, rmap(p), tag, b) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: sending the new bootstrap id: %w", c.rank, err)
+		}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, commTimeout(s))
+		b, err := root.Recv(rctx, rmap(leader), tag)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: waiting for rank %d's new bootstrap id: %w", c.rank, leader, err)
+		}
+		var a shrinkAnnounce
+		if err := json.Unmarshal(b, &a); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: rank %d's message: %w", c.rank, leader, err)
+		}
+		if !slices.Equal(a.Exclude, excl) {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: %w: exclude lists disagree: this rank excludes %v, rank %d excludes %v",
+				c.rank, ErrInvalidUsage, excl, leader, a.Exclude)
+		}
+		if id, err = bootstrap.ParseUniqueID(a.ID); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: Shrink: rank %d's bootstrap id: %w", c.rank, leader, err)
+		}
+	}
+	conn, err := bootstrap.Init(ctx, id, newRank, len(survivors), s.bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: Shrink: joining the new bootstrap: %w", c.rank, err)
+	}
+	// Everyone now checks everyone's list.
+	mine, _ := json.Marshal(excl)
+	all, err := conn.AllGather(ctx, mine)
+	if err == nil {
+		err = compareExcludes(excl, survivors, func(i int) ([]int, error) {
+			var e []int
+			return e, json.Unmarshal(all[i], &e)
+		})
+	}
+	if err != nil {
+		conn.Abort()
+		_ = conn.Close()
+		return nil, fmt.Errorf("ncclgo: rank %d: Shrink: %w", c.rank, err)
+	}
+	return c.initChild(ctx, "Shrink", conn, s)
+}
+
+// shrinkAnnounce is what a rank tells the others at Shrink.
+type shrinkAnnounce struct {
+	OK      bool   // false: the rank failed before the exchange
+	Exclude []int  // sorted
+	ID      string `json:",omitempty"` // abort mode: the new bootstrap's id
+}
+
+// agreeExclude checks, in Shrink's default mode, that the ranks this rank
+// keeps exclude the same ranks. It tells every rank of c (the excluded ones
+// too, briefly and best effort: a rank that excludes this one must learn
+// that it disagrees) and hears from every rank it keeps.
+func (c *Comm) agreeExclude(ctx context.Context, excl, survivors []int, seq uint64) error {
+	root, rmap := rootOf(c.net)
+	tag := viewTag(viewID(pathID(c.net), 'v', seq), false, 0)
+	b, _ := json.Marshal(shrinkAnnounce{OK: true, Exclude: excl})
+	var wg sync.WaitGroup
+	sendErrs := make([]error, c.nRanks)
+	for p := range c.nRanks {
+		if p == c.rank {
+			continue
+		}
+		wg.Go(func() {
+			sctx := ctx
+			if _, ok := slices.BinarySearch(excl, p); ok {
+				var cancel context.CancelFunc
+				sctx, cancel = context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				_ = root.Send(sctx, rmap(p), tag, b)
+				return
+			}
+			sendErrs[p] = root.Send(sctx, rmap(p), tag, b)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(sendErrs...); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Shrink: sending the exclude list: %w", c.rank, err)
+	}
+	// Hear from every rank kept, all at once; after a disagreement, wait
+	// briefly for the rest, to name every rank that disagrees.
+	rctx, cancel := context.WithTimeoutCause(ctx, commTimeout(c.s), &bootstrap.TimeoutError{
+		Op: fmt.Sprintf("rank %d: Shrink: waiting for the exclude lists of ranks %v", c.rank, survivors), After: commTimeout(c.s)})
+	defer cancel()
+	type reply struct {
+		rank int
+		a    shrinkAnnounce
+		err  error
+	}
+	replies := make(chan reply, len(survivors))
+	for _, p := range survivors {
+		if p == c.rank {
+			continue
+		}
+		wg.Go(func() {
+			b, err := root.Recv(rctx, rmap(p), tag)
+			var a shrinkAnnounce
+			if err == nil {
+				err = json.Unmarshal(b, &a)
+			}
+			replies <- reply{p, a, err}
+		})
+	}
+	got := map[int]shrinkAnnounce{}
+	var errs []error
+	var grace <-chan time.Time
+	for range len(survivors) - 1 {
+		var r reply
+		select {
+		case r = <-replies:
+		case <-grace:
+			cancel()
+			r = <-replies
+		}
+		if r.err != nil {
+			if len(got) == 0 || grace == nil {
+				errs = append(errs, fmt.Errorf("rank %d: %w", r.rank, r.err))
+			}
+			continue
+		}
+		got[r.rank] = r.a
+		if !r.a.OK || !slices.Equal(r.a.Exclude, excl) {
+			if grace == nil {
+				t := time.NewTimer(time.Second)
+				defer t.Stop()
+				grace = t.C
+			}
+		}
+	}
+	wg.Wait()
+	if err := compareExcludes(excl, survivors, func(i int) ([]int, error) {
+		a, ok := got[survivors[i]]
+		switch {
+		case survivors[i] == c.rank:
+			return excl, nil
+		case !ok:
+			return excl, nil // no answer: reported below if nothing disagrees
+		case !a.OK:
+			return nil, fmt.Errorf("rank %d failed before the exchange", survivors[i])
+		}
+		return a.Exclude, nil
+	}); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Shrink: %w", c.rank, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Shrink: waiting for the exclude lists: %w", c.rank, err)
+	}
+	return nil
+}
+
+// announceFailure tells every other rank, briefly and best effort, that
+// this rank's default-mode Shrink failed before the exchange.
+func (c *Comm) announceFailure(ctx context.Context, seq uint64) {
+	root, rmap := rootOf(c.net)
+	tag := viewTag(viewID(pathID(c.net), 'v', seq), false, 0)
+	b, _ := json.Marshal(shrinkAnnounce{})
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range c.nRanks {
+		if p != c.rank {
+			wg.Go(func() { _ = root.Send(ctx, rmap(p), tag, b) })
+		}
+	}
+	wg.Wait()
+}
+
+// compareExcludes checks that the list of every survivor (list(i) for
+// survivors[i]) equals mine, naming those that differ.
+func compareExcludes(mine, survivors []int, list func(i int) ([]int, error)) error {
+	var bad []string
+	for i, p := range survivors {
+		e, err := list(i)
+		switch {
+		case err != nil:
+			bad = append(bad, err.Error())
+		case !slices.Equal(e, mine):
+			bad = append(bad, fmt.Sprintf("rank %d excludes %v", p, e))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: exclude lists disagree: this rank excludes %v; %s", ErrInvalidUsage, mine, strings.Join(bad, "; "))
+}
+
+// initChildRank is initRank; CPU tests replace it.
+var initChildRank = initRank
+
+// initChild builds the rank of a new communicator on net, c's device.
+func (c *Comm) initChild(ctx context.Context, op string, net bootstrap.Network, s settings) (*Comm, error) {
+	s.logCloser.retain()
+	child, err := initChildRank(ctx, net, c.device, s)
+	if err != nil {
+		net.Abort()
+		_ = closeNet(net)
+		_ = s.logCloser.release()
+		return nil, fmt.Errorf("ncclgo: rank %d: %s: %w", c.rank, op, err)
+	}
+	return child, nil
+}
+
+// childSettings is what a communicator derived from c runs with: opts (nil:
+// c's own), on c's CUDA context.
+func (c *Comm) childSettings(opts *Options) (settings, error) {
+	if opts == nil {
+		return c.s, nil
+	}
+	s, err := opts.resolve()
+	if err != nil {
+		return s, err
+	}
+	ctxs := maps.Clone(s.contexts)
+	if ctxs == nil {
+		ctxs = map[int]*cuda.Context{}
+	}
+	if pc := c.s.contexts[c.device]; pc != nil {
+		ctxs[c.device] = pc
+	} else {
+		delete(ctxs, c.device)
+	}
+	s.contexts = ctxs
+	return s, nil
+}
+
+// checkExclude validates Shrink's exclude list for rank me of n and
+// returns it sorted.
+func checkExclude(exclude []int, me, n int) ([]int, error) {
+	out := slices.Clone(exclude)
+	slices.Sort(out)
+	for i, r := range out {
+		switch {
+		case r < 0 || r >= n:
+			return nil, &ArgError{Op: "Shrink", Arg: "exclude", Value: exclude, Want: fmt.Sprintf("ranks in 0..%d (rank %d is not)", n-1, r)}
+		case i > 0 && out[i-1] == r:
+			return nil, &ArgError{Op: "Shrink", Arg: "exclude", Value: exclude, Want: fmt.Sprintf("distinct ranks (rank %d repeats)", r)}
+		case r == me:
+			return nil, &ArgError{Op: "Shrink", Arg: "exclude", Value: exclude, Want: fmt.Sprintf("ranks other than this one (%d): excluded ranks do not call Shrink", me)}
+		}
+	}
+	if out == nil {
+		out = []int{}
+	}
+	return out, nil
+}
+
+// survivorsOf lists the ranks of 0..n-1 not in excl (sorted).
+func survivorsOf(n int, excl []int) []int {
+	out := make([]int, 0, n-len(excl))
+	for r := range n {
+		if _, ok := slices.BinarySearch(excl, r); !ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// splitMembers returns the ranks that share rank me's color, ordered by key
+// then rank, and me's position among them.
+func splitMembers(colors, keys []int, me int) ([]int, int) {
+	var m []int
+	for r, col := range colors {
+		if col == colors[me] {
+			m = append(m, r)
+		}
+	}
+	slices.SortStableFunc(m, func(a, b int) int { return cmp.Compare(keys[a], keys[b]) })
+	return m, slices.Index(m, me)
+}
+
+// encodeSplitArgs is one rank's part of Split's exchange.
+func encodeSplitArgs(ok bool, color, key int) []byte {
+	b := make([]byte, 17)
+	if ok {
+		b[0] = 1
+	}
+	binary.BigEndian.PutUint64(b[1:], uint64(int64(color)))
+	binary.BigEndian.PutUint64(b[9:], uint64(int64(key)))
+	return b
+}
+
+// decodeSplitArgs reads every rank's part of Split's exchange, failing when
+// a rank failed locally or passed a bad color.
+func decodeSplitArgs(all [][]byte) (colors, keys []int, err error) {
+	colors, keys = make([]int, len(all)), make([]int, len(all))
+	var failed, badColor []int
+	for r, b := range all {
+		if len(b) != 17 {
+			return nil, nil, fmt.Errorf("rank %d sent a %d-byte split request, want 17", r, len(b))
+		}
+		colors[r] = int(int64(binary.BigEndian.Uint64(b[1:])))
+		keys[r] = int(int64(binary.BigEndian.Uint64(b[9:])))
+		switch {
+		case colors[r] < 0 && colors[r] != SplitNoColor:
+			badColor = append(badColor, r)
+		case b[0] != 1:
+			failed = append(failed, r)
+		}
+	}
+	if len(badColor) > 0 {
+		bad := make([]string, len(badColor))
+		for i, r := range badColor {
+			bad[i] = fmt.Sprintf("rank %d: color=%d", r, colors[r])
+		}
+		return nil, nil, fmt.Errorf("%w: %s (want a color >= 0, or SplitNoColor (-1))", ErrInvalidArgument, strings.Join(bad, ", "))
+	}
+	if len(failed) > 0 {
+		return nil, nil, fmt.Errorf("%w: rank(s) %v failed before the exchange (see their errors)", ErrInvalidUsage, failed)
+	}
+	return colors, keys, nil
+}

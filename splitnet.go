@@ -1,0 +1,339 @@
+package ncclgo
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+)
+
+// A subNet is the bootstrap network of a communicator made by Split or
+// Shrink: a view of some ranks of its parent's network (the root network,
+// never another view: a view of a view maps its ranks through), whose
+// messages travel as the root's Send and Recv under tags of the view's own
+// (see viewTag), so that the traffic of parent and children never mixes.
+// The root network stays open until its owner and every view of it are
+// closed (closeNet). Abort and Close of a view end only the view's own
+// waits.
+type subNet struct {
+	root    bootstrap.Network
+	members []int // the root rank of each rank of the view
+	rank    int
+	id      uint32
+	timeout time.Duration
+
+	life    context.Context // ends at Abort or Close, with ErrAborted or ErrClosed
+	end     context.CancelCauseFunc
+	release sync.Once
+
+	collMu sync.Mutex
+	seq    int64 // collectives so far
+	broken error // the first collective that failed here or on the previous rank
+}
+
+var _ bootstrap.Network = (*subNet)(nil)
+
+// The tags of views: bit 62 set (the root networks use small tags), the
+// view's id in bits 30..61, bit 29 set for a collective's messages, and the
+// user's tag, or the collective's number, in bits 0..28.
+const (
+	viewSpace   = 1 << 62
+	viewIDShift = 30
+	viewColl    = 1 << 29
+	// MaxViewTag is the largest tag of a view's Send and Recv.
+	maxViewTag = viewColl - 1
+)
+
+// A view's tag must fit an int.
+const _ int = viewSpace
+
+func viewTag(id uint32, coll bool, t int64) int {
+	tag := int64(viewSpace) | int64(id)<<viewIDShift | t&maxViewTag
+	if coll {
+		tag |= viewColl
+	}
+	return int(tag)
+}
+
+// viewID names the view that a communicator (whose bootstrap view is
+// parent, 0 for a root network) derives for its seq-th Split (kind 'S'),
+// Shrink ('s'), or a Shrink's messages ('v': exclude lists, 'a': the new
+// root's id). Every rank of the parent computes the same id, and views with
+// a rank pair in common differ; two views share an id by accident with a
+// probability of 2^-32.
+func viewID(parent uint32, kind byte, seq uint64) uint32 {
+	h := fnv.New64a()
+	var b [13]byte
+	binary.BigEndian.PutUint32(b[:], parent)
+	b[4] = kind
+	binary.BigEndian.PutUint64(b[5:], seq)
+	_, _ = h.Write(b[:])
+	x := h.Sum64()
+	return uint32(x>>32) ^ uint32(x)
+}
+
+// pathID is the view id of a communicator's network (0: a root network).
+func pathID(n bootstrap.Network) uint32 {
+	if v, ok := n.(*subNet); ok {
+		return v.id
+	}
+	return 0
+}
+
+// rootOf returns the root network under n and how n's ranks map onto it.
+func rootOf(n bootstrap.Network) (bootstrap.Network, func(int) int) {
+	if v, ok := n.(*subNet); ok {
+		return v.root, func(r int) int { return v.members[r] }
+	}
+	return n, func(r int) int { return r }
+}
+
+// newSubNet returns rank rank of the view of parent's ranks ranks (in the
+// view's order).
+func newSubNet(parent bootstrap.Network, ranks []int, rank int, id uint32, timeout time.Duration) *subNet {
+	root, rmap := rootOf(parent)
+	m := make([]int, len(ranks))
+	for i, r := range ranks {
+		m[i] = rmap(r)
+	}
+	retainRoot(root)
+	life, end := context.WithCancelCause(context.Background())
+	return &subNet{root: root, members: m, rank: rank, id: id, timeout: timeout, life: life, end: end}
+}
+
+// The root networks that views share, with their number of users (the
+// owner and each open view).
+var shared struct {
+	sync.Mutex
+	refs map[bootstrap.Network]int
+}
+
+func retainRoot(n bootstrap.Network) {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.refs == nil {
+		shared.refs = map[bootstrap.Network]int{}
+	}
+	if shared.refs[n] == 0 {
+		shared.refs[n] = 1 // the owner
+	}
+	shared.refs[n]++
+}
+
+// releaseRoot drops one user of n and closes n after the last.
+func releaseRoot(n bootstrap.Network) error {
+	shared.Lock()
+	r, ok := shared.refs[n]
+	if ok && r > 1 {
+		shared.refs[n] = r - 1
+		shared.Unlock()
+		return nil
+	}
+	delete(shared.refs, n)
+	shared.Unlock()
+	return n.Close()
+}
+
+// closeNet closes a communicator's bootstrap network: a view ends, and a
+// root network closes once no view of it remains.
+func closeNet(n bootstrap.Network) error {
+	if n == nil {
+		return nil
+	}
+	if v, ok := n.(*subNet); ok {
+		return v.Close()
+	}
+	return releaseRoot(n)
+}
+
+// abortNet aborts a communicator's network, unless it is a root network
+// that views still use (an abort would end their bootstrap too).
+func abortNet(n bootstrap.Network) {
+	if _, ok := n.(*subNet); !ok {
+		shared.Lock()
+		r := shared.refs[n]
+		shared.Unlock()
+		if r > 1 {
+			return
+		}
+	}
+	n.Abort()
+}
+
+// Rank implements bootstrap.Network.
+func (v *subNet) Rank() int { return v.rank }
+
+// Size implements bootstrap.Network.
+func (v *subNet) Size() int { return len(v.members) }
+
+// opContext bounds one call by the timeout and by the view's life.
+func (v *subNet) opContext(ctx context.Context, op string) (context.Context, func()) {
+	ctx, cancelT := context.WithTimeoutCause(ctx, v.timeout, &bootstrap.TimeoutError{Op: fmt.Sprintf("view rank %d: %s", v.rank, op), After: v.timeout})
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(v.life, func() { cancel(context.Cause(v.life)) })
+	return ctx, func() { stop(); cancel(nil); cancelT() }
+}
+
+// wrap names the call in err; a view ended meanwhile reports why.
+func (v *subNet) wrap(op string, err error) error {
+	if v.life.Err() != nil {
+		err = context.Cause(v.life)
+	}
+	return fmt.Errorf("bootstrap view %08x: rank %d: %s: %w", v.id, v.rank, op, err)
+}
+
+func (v *subNet) check(op string, peer, tag int) error {
+	if err := v.life.Err(); err != nil {
+		return v.wrap(op, err)
+	}
+	if peer < 0 || peer >= len(v.members) {
+		return v.wrap(op, fmt.Errorf("peer rank %d out of range for %d ranks (want 0..%d)", peer, len(v.members), len(v.members)-1))
+	}
+	if tag < 0 || tag > maxViewTag {
+		return v.wrap(op, fmt.Errorf("tag %d out of range (want 0..%d)", tag, maxViewTag))
+	}
+	return nil
+}
+
+// Send implements bootstrap.Network.
+func (v *subNet) Send(ctx context.Context, peer, tag int, data []byte) error {
+	op := fmt.Sprintf("send to rank %d tag %d", peer, tag)
+	if err := v.check(op, peer, tag); err != nil {
+		return err
+	}
+	ctx, done := v.opContext(ctx, op)
+	defer done()
+	if err := v.root.Send(ctx, v.members[peer], viewTag(v.id, false, int64(tag)), data); err != nil {
+		return v.wrap(op, err)
+	}
+	return nil
+}
+
+// Recv implements bootstrap.Network.
+func (v *subNet) Recv(ctx context.Context, peer, tag int) ([]byte, error) {
+	op := fmt.Sprintf("recv from rank %d tag %d", peer, tag)
+	if err := v.check(op, peer, tag); err != nil {
+		return nil, err
+	}
+	ctx, done := v.opContext(ctx, op)
+	defer done()
+	d, err := v.root.Recv(ctx, v.members[peer], viewTag(v.id, false, int64(tag)))
+	if err != nil {
+		return nil, v.wrap(op, err)
+	}
+	return d, nil
+}
+
+// AllGather implements bootstrap.Network, as a ring: in step s a rank
+// sends block (rank-s) to rank+1 and receives block (rank-s-1) from
+// rank-1. Each collective has tags of its own, so that a block left over
+// by a failed one never passes for a later one's. A failure is final for
+// the view's collectives (bootstrap.ErrCollectiveBroken), and the rank
+// that failed tells the next one, which fails too and passes it on.
+func (v *subNet) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
+	return v.ring(ctx, "allgather", mine)
+}
+
+// Barrier implements bootstrap.Network.
+func (v *subNet) Barrier(ctx context.Context) error {
+	_, err := v.ring(ctx, "barrier", nil)
+	return err
+}
+
+const (
+	blockData    = 0
+	blockAbandon = 1
+)
+
+func (v *subNet) ring(ctx context.Context, op string, mine []byte) ([][]byte, error) {
+	v.collMu.Lock()
+	defer v.collMu.Unlock()
+	v.seq++
+	op = fmt.Sprintf("%s #%d", op, v.seq)
+	if err := v.life.Err(); err != nil {
+		return nil, v.wrap(op, err)
+	}
+	if v.broken != nil {
+		return nil, v.wrap(op, v.broken)
+	}
+	n, r := len(v.members), v.rank
+	out := make([][]byte, n)
+	out[r] = append([]byte{}, mine...)
+	if n == 1 {
+		return out, nil
+	}
+	tag := viewTag(v.id, true, v.seq)
+	next, prev := v.members[(r+1)%n], v.members[(r-1+n)%n]
+	ctx, done := v.opContext(ctx, op)
+	defer done()
+	fail := func(what string, err error) ([][]byte, error) {
+		if !errors.Is(err, bootstrap.ErrCollectiveBroken) {
+			err = fmt.Errorf("%w: collective #%d failed on view rank %d: %w", bootstrap.ErrCollectiveBroken, v.seq, r, err)
+		}
+		v.broken = err
+		if v.life.Err() == nil {
+			actx, cancel := context.WithTimeout(context.Background(), min(time.Second, v.timeout))
+			_ = v.root.Send(actx, next, tag, []byte{blockAbandon})
+			cancel()
+		}
+		return nil, v.wrap(op+": "+what, err)
+	}
+	for s := range n - 1 {
+		send := ((r-s)%n + n) % n
+		recv := ((r-s-1)%n + n) % n
+		msg := append([]byte{blockData}, out[send]...)
+		if err := v.root.Send(ctx, next, tag, msg); err != nil {
+			return fail(fmt.Sprintf("step %d: send to rank %d", s, (r+1)%n), err)
+		}
+		d, err := v.root.Recv(ctx, prev, tag)
+		if err == nil && (len(d) == 0 || d[0] != blockData) {
+			err = fmt.Errorf("%w: view rank %d abandoned collective #%d", bootstrap.ErrCollectiveBroken, (r-1+n)%n, v.seq)
+		}
+		if err != nil {
+			return fail(fmt.Sprintf("step %d: recv from rank %d", s, (r-1+n)%n), err)
+		}
+		out[recv] = d[1:]
+	}
+	return out, nil
+}
+
+// Close implements bootstrap.Network: the view's waits end with
+// bootstrap.ErrClosed, and the root network closes if no one else uses
+// it.
+func (v *subNet) Close() error {
+	v.end(bootstrap.ErrClosed)
+	var err error
+	v.release.Do(func() { err = releaseRoot(v.root) })
+	return err
+}
+
+// Abort implements bootstrap.Network: the view's waits end with
+// bootstrap.ErrAborted; the root network and other views go on. The next
+// rank hears that this one abandoned its last collective and the next
+// one (and passes it on), so that the others do not wait for it until
+// their timeout.
+func (v *subNet) Abort() {
+	if v.life.Err() != nil {
+		return
+	}
+	v.end(bootstrap.ErrAborted)
+	v.collMu.Lock() // the collective in progress, if any, has just ended
+	seq := v.seq
+	v.collMu.Unlock()
+	if len(v.members) == 1 {
+		return
+	}
+	next := v.members[(v.rank+1)%len(v.members)]
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, v.timeout))
+	defer cancel()
+	for _, s := range []int64{seq, seq + 1} {
+		if s > 0 {
+			_ = v.root.Send(ctx, next, viewTag(v.id, true, s), []byte{blockAbandon})
+		}
+	}
+}
