@@ -446,8 +446,18 @@ func TestConcurrentNeverOverBudget(t *testing.T) {
 	}
 	wg.Wait()
 	check()
-	// Everything finished: the next pass releases every lease.
-	time.Sleep(time.Millisecond)
+	// Once every launch has finished (their timers may fire late on a
+	// loaded machine), the next pass releases every lease.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, ln := range running {
+		for {
+			if ok, _ := ln.done.Query(); ok {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "a launch of %s never finished", ln.lease.key)
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 	l.mu.Lock()
 	l.pass(true)
 	for g, st := range l.gpus {
