@@ -183,7 +183,7 @@ func (g *Group) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	case <-time.After(lostGrace):
 	}
 	if le := g.Err(); le != nil {
-		return nil, fmt.Errorf("rank %d: %w", g.place.Rank, le)
+		return nil, le
 	}
 	return nil, fmt.Errorf("launch: rank %d: exchange: %w", g.place.Rank, err)
 }
