@@ -35,6 +35,20 @@
 // times only the library, in nccl-tests' columns (in-place too): the
 // calibration against nccl-tests itself.
 //
+// Ranks as processes: -np N spawns ncclperf N times, one rank per process
+// (rank r on GPU r modulo the visible GPUs, or -devices' r-th entry), and
+// under mpirun, torchrun or srun (their rank variables set) ncclperf runs
+// as one rank of their job. Each process runs the same sweep on its rank
+// (InitRank; with -compare, ncclCommInitRank after ncclgo's communicator
+// is destroyed), the ranks combine each size's times as nccl-tests with
+// MPI does (-a: the mean by default, or rank 0's, the minimum, the
+// maximum) and sum the wrong counts, and rank 0 prints the table. A rank
+// that fails or dies makes the others exit with an error naming it (see
+// mproc.go).
+//
+//	ncclperf -np 2 -coll allreduce -b 8 -e 128M -f 4 -c 1 [-compare libnccl.so.2]
+//	mpirun -np 2 ncclperf -coll allreduce -b 8 -e 128M -f 4
+//
 // Checking (-c 1) stays cheap at any size: inputs are periodic, so each
 // rank uploads at most fillChunk elements and the device replicates them;
 // outputs up to -check-max bytes per rank are checked whole, larger ones on

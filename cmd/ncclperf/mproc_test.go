@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -248,4 +249,43 @@ func TestCombineRows(t *testing.T) {
 	assert.ErrorContains(t, err, "rank 1 measured 8 B")
 	_, err = c.combineRows(nil)
 	assert.Error(t, err)
+}
+
+// TestUnderOtherLaunchers starts two ranks as mpirun and torchrun would
+// (their variables, no -np): each runs as one rank of the job without
+// spawning, and rank 0 prints the table.
+func TestUnderOtherLaunchers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	job := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for name, vars := range map[string]func(r int) []string{
+		"mpirun": func(r int) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r),
+				"OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid=" + job}
+		},
+		"torchrun": func(r int) []string {
+			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=2",
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port-1)}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			var cmds [2]*exec.Cmd
+			var outs [2]bytes.Buffer
+			for r := range 2 {
+				cmds[r] = exec.Command(os.Args[0], "-b", "8", "-e", "16", "-c", "0", "-n", "1", "-w", "0")
+				cmds[r].Env = append(append(os.Environ(), envMain+"=1", envFake+"=slow1"), vars(r)...)
+				cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+				require.NoError(t, cmds[r].Start())
+			}
+			for r := range 2 {
+				assert.NoError(t, cmds[r].Wait(), "rank %d: %s", r, outs[r].String())
+			}
+			assert.Contains(t, outs[0].String(), "# 2 processes of one rank each (launcher: "+name+")")
+			assert.Regexp(t, `\n +16 +4 +float`, outs[0].String())
+			assert.Empty(t, outs[1].String(), "only rank 0 prints")
+		})
+	}
 }

@@ -122,9 +122,14 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 			return nil, err
 		}
 	}
-	// Once past this, every pair of ranks watches each other.
+	// Once past this, every pair of ranks watches each other, and every
+	// rank has read the id: rank 0 removes the file that carried it, which
+	// a later job of the same name must not find.
 	if err := g.conn.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("launch: rank %d: waiting for every rank to watch the others: %w", p.Rank, err)
+	}
+	if f := idFile(p, getenv); f != "" && p.Rank == 0 {
+		_ = os.Remove(f)
 	}
 	return g, nil
 }

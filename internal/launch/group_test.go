@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -98,4 +99,32 @@ func groupChild(t *testing.T, p Place) {
 	<-g.Context().Done()
 	assert.Equal(t, le, g.Err())
 	os.Stdout.WriteString("LOST " + le.Error() + "\n")
+}
+
+// TestGroupUnderMpirun: ranks that get no id from their launcher share
+// rank 0's through the id file, which is gone once all have joined.
+func TestGroupUnderMpirun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f := filepath.Join(t.TempDir(), "id")
+	const n = 2
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			g, err := Join(ctx, Place{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "mpirun"}, envOf(EnvIDFile, f))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = g.Barrier(ctx)
+			_ = g.Close()
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	_, err := os.Stat(f)
+	assert.ErrorIs(t, err, os.ErrNotExist, "rank 0 removed the id file")
 }
