@@ -281,11 +281,11 @@ func run(c *config, w io.Writer) error {
 	if c.place != nil {
 		return runRank(c, w)
 	}
+	n, err := deviceCount()
+	if err != nil {
+		return err
+	}
 	if c.devices == nil {
-		n, err := deviceCount()
-		if err != nil {
-			return err
-		}
 		c.devices = placeRanks(c.nRanks, n)
 	}
 	return c.measure(w, c.devices)
