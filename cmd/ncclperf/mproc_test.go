@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ import (
 // envMain is set: the -np tests start it so, and its -np spawns it again
 // as the ranks, which inherit the variables. envFake replaces the GPU with
 // fakes: "slow1" makes rank 1's calls take fakeDelay, "die1" kills rank
-// 1's process in the middle of the sweep.
+// 1's process in the middle of the sweep, at the call after which rank 0's
+// stream never gets idle (a kernel waiting for the dead rank).
 const (
 	envMain   = "NCCLPERF_TEST_MAIN"
 	envFake   = "NCCLPERF_TEST_FAKE"
@@ -50,9 +52,12 @@ func installFakeGPU(mode string) {
 	openRanks = func(devices []int) ([]rankBuffers, func(), error) {
 		return make([]rankBuffers, len(devices)), func() {}, nil
 	}
-	streamIdle = func(*cuda.Stream) (bool, error) { return true, nil }
+	streamIdle = func(*cuda.Stream) (bool, error) { return !fakeHung.Load(), nil }
 	openOurs = func(c *config) (backend, error) { return &procBackend{rank: c.rank0, mode: mode}, nil }
 }
+
+// fakeHung makes the fake streams busy for ever.
+var fakeHung atomic.Bool
 
 // procBackend is the backend of a fake rank process.
 type procBackend struct {
@@ -69,6 +74,8 @@ func (b *procBackend) Run(coll, []cuda.DevicePtr, []cuda.DevicePtr, int, dataTyp
 		time.Sleep(fakeDelay)
 	case b.rank == 1 && b.mode == "die1" && b.calls == 3:
 		os.Exit(7)
+	case b.rank == 0 && b.mode == "die1" && b.calls == 3:
+		fakeHung.Store(true)
 	}
 	return nil
 }
@@ -164,13 +171,14 @@ func TestSpawnFakeSweep(t *testing.T) {
 	}
 }
 
-// TestSpawnRankDies: rank 1's process dies in the middle of the sweep;
-// rank 0 reports it by rank and pid and exits non-zero, the launcher names
-// both and leaves no process behind.
+// TestSpawnRankDies: rank 1's process dies in the middle of the sweep
+// while rank 0 drains a stream that will never be idle; rank 0 reports it
+// by rank and pid and exits non-zero, the launcher names both and leaves
+// no process behind.
 func TestSpawnRankDies(t *testing.T) {
 	out, code, took := runMain(t, "die1", "-np", "2", "-b", "8", "-e", "1K", "-c", "0", "-n", "2", "-w", "1")
 	assert.Equal(t, 1, code, out)
-	assert.Regexp(t, `ncclperf: rank 0 of 2: .*rank 1 \(pid \d+\) exited before the job finished`, out)
+	assert.Regexp(t, `ncclperf: rank 0 of 2: warm-up: rank 1 \(pid \d+\) exited before the job finished`, out)
 	assert.Regexp(t, `launch: rank 1 \(pid \d+\): exit status 7`, out)
 	assert.Regexp(t, `launch: rank 0 \(pid \d+\): exit status 1`, out)
 	assertReaped(t, out, 2)
