@@ -69,7 +69,8 @@ func (c *config) shift(count int64, iter int) int64 {
 func (c *config) pointers(ranks []rankBuffers, count int64, inPlace bool, iter int, send, recv []cuda.DevicePtr) {
 	ts := int64(c.dt.size())
 	sh := cuda.DevicePtr(c.shift(count, iter))
-	for r, rb := range ranks {
+	for lr, rb := range ranks {
+		r := c.rank0 + lr // the communicator rank
 		s, d := rb.send+sh, rb.recv+sh
 		if inPlace {
 			switch c.coll {
@@ -84,7 +85,7 @@ func (c *config) pointers(ranks []rankBuffers, count int64, inPlace bool, iter i
 				s = d
 			}
 		}
-		send[r], recv[r] = s, d
+		send[lr], recv[lr] = s, d
 	}
 }
 
@@ -116,6 +117,13 @@ func (it *iterator) sweep(inPlace bool, emit func(row)) error {
 				return fmt.Errorf("size %d, in-place: %w", size, err)
 			}
 		}
+		if c.mp != nil {
+			// nccl-tests with MPI: every rank's time and wrong
+			// count combined, per size.
+			if rw, err = c.mp.combine(c, rw); err != nil {
+				return fmt.Errorf("size %d: %w", size, err)
+			}
+		}
 		emit(rw)
 	}
 	return nil
@@ -140,9 +148,13 @@ func newIterator(c *config, b backend, ranks []rankBuffers) *iterator {
 	for r := range ranks {
 		it.streams[r] = ranks[r].stream
 	}
-	it.done = func(r int) (bool, error) { return it.streams[r].Query() }
+	it.done = func(r int) (bool, error) { return streamIdle(it.streams[r]) }
 	return it
 }
+
+// streamIdle reports whether s has finished its work (cuStreamQuery);
+// tests replace it.
+var streamIdle = func(s *cuda.Stream) (bool, error) { return s.Query() }
 
 // start issues iteration iter (nccl-tests' startColl): one group of every
 // rank's call.
@@ -220,11 +232,16 @@ func (it *iterator) bench(count int64, inPlace bool) (result, error) {
 		return res, err
 	}
 	sec := time.Since(start).Seconds() / float64(c.iters)
-	bytes := float64(c.rowBytes(count))
 	res.usec = sec * 1e6
-	res.algbw = bytes / sec / 1e9
-	res.busbw = res.algbw * c.coll.busFactor(len(it.ranks))
+	res.algbw, res.busbw = c.bandwidth(count, res.usec)
 	return res, nil
+}
+
+// bandwidth is nccl-tests' algorithm and bus bandwidth (GB/s) of count
+// elements in usec microseconds.
+func (c *config) bandwidth(count int64, usec float64) (algbw, busbw float64) {
+	algbw = float64(c.rowBytes(count)) / usec / 1e3
+	return algbw, algbw * c.coll.busFactor(c.nRanks)
 }
 
 // drain waits until every stream is idle by polling them in turn, yielding
@@ -249,6 +266,9 @@ func (it *iterator) drain() error {
 			}
 		}
 		if idle {
+			if err := it.c.mp.alive(); err != nil {
+				return err // a rank this one waits for is gone
+			}
 			runtime.Gosched()
 		}
 	}
@@ -270,6 +290,10 @@ type table struct {
 func (t *table) header(w io.Writer) {
 	c := t.c
 	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
+	if c.place != nil {
+		fmt.Fprintf(w, "# %d processes of one rank each (launcher: %s); time: %s (-a %d), #wrong: the sum over ranks\n",
+			c.nRanks, c.place.Launcher, averageNames[c.average], c.average)
+	}
 	if t.ours != "" {
 		fmt.Fprintf(w, "# ncclgo: %s\n", t.ours)
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/ncclgo/ncclgo/internal/launch"
 )
 
 // Options are parsed with the standard flag package, which already accepts
@@ -31,6 +33,7 @@ var longNames = map[string]string{
 	"r": "root",
 	"g": "ngpus",
 	"t": "nthreads",
+	"a": "average",
 }
 
 // flagName is how errors name a flag: "-b/--minbytes", or "-coll".
@@ -104,6 +107,13 @@ func splitAttached(fs *flag.FlagSet, args []string) []string {
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	return parseArgs(args, stderr, nil)
+}
+
+// parseArgs parses ncclperf's flags for a process at place in a job that
+// a launcher started (nil: a process on its own, which -np makes the
+// launcher of its ranks).
+func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, error) {
 	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
@@ -116,6 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.nRanks, "g", 1, "number of `ranks` (placed round-robin over the visible GPUs)")
 	nThreads := fs.Int("t", 1, "`threads` issuing the calls: only 1 (every rank's call in one group from one thread, as nccl-tests' -t 1 -g N)")
 	devs := fs.String("devices", "", "comma-separated `list` of each rank's device (overrides round-robin)")
+	fs.IntVar(&c.np, "np", 0, "run `N` processes of one rank each (ncclperf spawns itself; under mpirun or torchrun it is one rank of their job)")
+	fs.IntVar(&c.average, "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over `ranks` (nccl-tests' -a)")
 	fs.IntVar(&c.iters, "n", 20, "timed `iterations` per size")
 	fs.IntVar(&c.warmup, "w", 5, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does)")
 	chk := fs.Int("c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
@@ -168,6 +180,27 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.nRanks < 1 {
 		return nil, fmt.Errorf("%s %d: want at least 1 rank", flagName("g"), c.nRanks)
 	}
+	if c.np < 0 {
+		return nil, fmt.Errorf("-np %d: want a number of processes (one rank each), at least 1", c.np)
+	}
+	if c.np > 0 {
+		if c.nRanks != 1 {
+			return nil, fmt.Errorf("-np %d with %s %d: -np runs one rank per process, so %s must stay 1", c.np, flagName("g"), c.nRanks, flagName("g"))
+		}
+		c.nRanks = c.np
+	}
+	if place != nil {
+		if c.np != 0 && c.np != place.Size {
+			return nil, fmt.Errorf("-np %d, but %s started %d processes: leave -np out under %s", c.np, place.Launcher, place.Size, place.Launcher)
+		}
+		if c.nRanks != 1 && c.np == 0 {
+			return nil, fmt.Errorf("%s %d under %s: each process of the job is one rank, so %s must stay 1", flagName("g"), c.nRanks, place.Launcher, flagName("g"))
+		}
+		c.nRanks, c.place = place.Size, place
+	}
+	if c.average < avgRank0 || c.average > avgMax {
+		return nil, fmt.Errorf("%s %d: want 0 (rank 0), 1 (mean), 2 (minimum) or 3 (maximum)", flagName("a"), c.average)
+	}
 	if *nThreads != 1 {
 		return nil, fmt.Errorf("%s %d: ncclperf issues every rank's call from one thread, in one group (nccl-tests' -t 1 -g N); set the rank count with %s", flagName("t"), *nThreads, flagName("g"))
 	}
@@ -205,7 +238,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	c.op, c.dt = c.ops[0], c.types[0]
 	if c.root < 0 || c.root >= c.nRanks {
-		return nil, fmt.Errorf("%s %d: want a root in [0, %d) for %s %d", flagName("r"), c.root, c.nRanks, flagName("g"), c.nRanks)
+		return nil, fmt.Errorf("%s %d: want a root in [0, %d) for %d ranks", flagName("r"), c.root, c.nRanks, c.nRanks)
 	}
 	if *devs != "" {
 		for _, s := range strings.Split(*devs, ",") {
@@ -216,7 +249,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			c.devices = append(c.devices, d)
 		}
 		if len(c.devices) != c.nRanks {
-			return nil, fmt.Errorf("-devices lists %d devices for %s %d ranks", len(c.devices), flagName("g"), c.nRanks)
+			by := flagName("g")
+			if c.np > 0 {
+				by = "-np"
+			}
+			return nil, fmt.Errorf("-devices lists %d devices for %s %d ranks", len(c.devices), by, c.nRanks)
 		}
 	}
 	if !c.ncclgo && c.compare == "" {

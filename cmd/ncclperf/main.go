@@ -35,6 +35,20 @@
 // times only the library, in nccl-tests' columns (in-place too): the
 // calibration against nccl-tests itself.
 //
+// Ranks as processes: -np N spawns ncclperf N times, one rank per process
+// (rank r on GPU r modulo the visible GPUs, or -devices' r-th entry), and
+// under mpirun, torchrun or srun (their rank variables set) ncclperf runs
+// as one rank of their job. Each process runs the same sweep on its rank
+// (InitRank; with -compare, ncclCommInitRank after ncclgo's communicator
+// is destroyed), the ranks combine each size's times as nccl-tests with
+// MPI does (-a: the mean by default, or rank 0's, the minimum, the
+// maximum) and sum the wrong counts, and rank 0 prints the table. A rank
+// that fails or dies makes the others exit with an error naming it (see
+// mproc.go).
+//
+//	ncclperf -np 2 -coll allreduce -b 8 -e 128M -f 4 -c 1 [-compare libnccl.so.2]
+//	mpirun -np 2 ncclperf -coll allreduce -b 8 -e 128M -f 4
+//
 // Checking (-c 1) stays cheap at any size: inputs are periodic, so each
 // rank uploads at most fillChunk elements and the device replicates them;
 // outputs up to -check-max bytes per rank are checked whole, larger ones on
@@ -52,10 +66,12 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/internal/launch"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -150,6 +166,11 @@ type config struct {
 	hostTime        bool   // -hosttime: report the enqueue loop's own time
 	cpuProfile      string // -cpuprofile: write a Go CPU profile here
 	compare, fatbin string
+	np              int           // -np: processes to spawn, one rank each
+	average         int           // -a: how per-rank times combine (avgRank0..avgMax)
+	place           *launch.Place // this process's place in a launched job, else nil
+	mp              *mpRank       // the job's control channel, with ranks in several processes
+	rank0           int           // the communicator rank of this process's first rank
 }
 
 // job is one table: a collective, a type and an op.
@@ -190,7 +211,16 @@ const noDriverHint = "it needs an NVIDIA GPU and its driver (libcuda.so.1): inst
 	"with NCCLGO_FATBIN (or -fatbin) naming a kernel image built there by `ncclgen build`"
 
 func main() {
-	c, err := parseFlags(os.Args[1:], os.Stderr)
+	place, err := launch.FromEnv(os.Getenv)
+	var at *launch.Place
+	switch {
+	case err == nil:
+		at = &place
+	case !errors.Is(err, launch.ErrNotLaunched):
+		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		os.Exit(2)
+	}
+	c, err := parseArgs(os.Args[1:], os.Stderr, at)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -198,7 +228,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
 		os.Exit(2)
 	}
+	if c.np > 0 && c.place == nil {
+		if err := spawn(c, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "ncclperf:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if c.cpuProfile != "" {
+		if c.place != nil && c.place.Rank > 0 {
+			c.cpuProfile += "." + strconv.Itoa(c.place.Rank) // one profile per rank
+		}
 		f, err := os.Create(c.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "ncclperf: -cpuprofile:", err)
@@ -233,22 +273,38 @@ type rankBuffers struct {
 // the process at the same time: ncclgo's communicators are destroyed before
 // NCCL's are created, so nothing of one runs while the other is timed.
 // Every call comes from this goroutine, locked to its OS thread, as
-// nccl-tests -t 1 issues them from its one thread.
+// nccl-tests -t 1 issues them from its one thread. A process that a
+// launcher started (c.place) runs its one rank of the job (runRank).
 func run(c *config, w io.Writer) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cuda.Init(); err != nil {
+	if c.place != nil {
+		return runRank(c, w)
+	}
+	n, err := deviceCount()
+	if err != nil {
 		return err
 	}
 	if c.devices == nil {
-		n, err := cuda.DeviceCount()
-		if err != nil {
-			return err
-		}
 		c.devices = placeRanks(c.nRanks, n)
 	}
-	ranks := make([]rankBuffers, c.nRanks)
-	defer func() {
+	return c.measure(w, c.devices)
+}
+
+// deviceCount initialises CUDA and counts the visible devices; tests
+// replace it.
+var deviceCount = func() (int, error) {
+	if err := cuda.Init(); err != nil {
+		return 0, err
+	}
+	return cuda.DeviceCount()
+}
+
+// openRanks makes a context and stream on each device, for this process's
+// ranks; release frees them. Tests replace it.
+var openRanks = func(devices []int) (ranks []rankBuffers, release func(), err error) {
+	ranks = make([]rankBuffers, len(devices))
+	release = func() {
 		for _, rb := range ranks {
 			if rb.stream != nil {
 				rb.stream.Destroy()
@@ -257,27 +313,41 @@ func run(c *config, w io.Writer) error {
 				rb.ctx.Release()
 			}
 		}
-	}()
-	for r := range ranks {
-		dev, err := cuda.GetDevice(c.devices[r])
+	}
+	for r, d := range devices {
+		dev, err := cuda.GetDevice(d)
 		if err != nil {
-			return err
+			return ranks, release, err
 		}
 		if ranks[r].ctx, err = dev.PrimaryContext(); err != nil {
-			return err
+			return ranks, release, err
 		}
 		// nccl-tests: cudaStreamCreateWithFlags(cudaStreamNonBlocking) on
 		// the device's primary context, which is what this is.
 		if ranks[r].stream, err = ranks[r].ctx.NewStream(true); err != nil {
-			return err
+			return ranks, release, err
 		}
+	}
+	return ranks, release, nil
+}
+
+// openOurs opens ncclgo's communicator; tests replace it.
+var openOurs = func(c *config) (backend, error) { return openNcclgo(c) }
+
+// measure runs the jobs on this process's ranks, on devices local (all of
+// c.devices, or this rank's alone under a launcher).
+func (c *config) measure(w io.Writer, local []int) error {
+	ranks, release, err := openRanks(local)
+	defer release()
+	if err != nil {
+		return err
 	}
 
 	jobs := c.jobs()
 	ours := make([]jobResult, len(jobs))
 	var oursName string
 	if c.ncclgo {
-		b, err := openNcclgo(c)
+		b, err := openOurs(c)
 		if err != nil {
 			return err
 		}
@@ -290,18 +360,19 @@ func run(c *config, w io.Writer) error {
 				}
 				t.header(w)
 			}
-			ours[j].err = t.c.sweep(b, ranks, true, func(rw row) {
+			serr := t.c.sweep(b, ranks, true, func(rw row) {
 				ours[j].rows = append(ours[j].rows, rw)
 				if c.compare == "" {
 					t.row(w, rw, nil)
 				}
 			})
+			ours[j].err = serr
 			if c.compare == "" {
-				ours[j].err = t.footer(w, ours[j].err)
+				ours[j].err = t.footer(w, serr)
 			}
-			return nil
+			return c.fatal(serr)
 		})
-		if cerr := b.Close(); err == nil {
+		if cerr := c.closeBackend(b, err); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -309,7 +380,7 @@ func run(c *config, w io.Writer) error {
 		}
 	}
 	if c.compare != "" {
-		b, err := openNCCL(c.compare, c.devices, ranks)
+		b, err := openNCCL(c.compare, c.devices, ranks, c.mp)
 		if err != nil {
 			return err
 		}
@@ -340,9 +411,9 @@ func run(c *config, w io.Writer) error {
 				err = fmt.Errorf("reference: %w", err)
 			}
 			ours[j].err = t.footer(w, errors.Join(ours[j].err, err))
-			return nil
+			return c.fatal(err)
 		})
-		if cerr := b.Close(); err == nil {
+		if cerr := c.closeBackend(b, err); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -399,6 +470,29 @@ func (c *config) measureAll(b backend, ranks []rankBuffers, jobs []job, each fun
 		}
 	}
 	return nil
+}
+
+// fatal is the error that ends the run: with ranks in other processes, a
+// sweep that failed on this rank (the others wait for it in vain) ends
+// the job; in one process the next job runs.
+func (c *config) fatal(sweepErr error) error {
+	if c.mp != nil {
+		return sweepErr
+	}
+	return nil
+}
+
+// aborter is a backend whose communicators can be abandoned without
+// waiting for their work (after a rank of another process was lost).
+type aborter interface{ Abort() error }
+
+// closeBackend closes b, or aborts it when the run failed with ranks in
+// other processes: its kernels may wait for a rank that is gone.
+func (c *config) closeBackend(b backend, runErr error) error {
+	if a, ok := b.(aborter); ok && runErr != nil && c.mp != nil {
+		return a.Abort()
+	}
+	return b.Close()
 }
 
 // placeRanks puts n ranks round-robin on the visible GPUs: one rank per GPU
@@ -519,7 +613,7 @@ func (c *config) fill(ranks []rankBuffers, send []cuda.DevicePtr, count int64) e
 		first := min(n, fillChunk)
 		vals := make([]float64, first)
 		for i := range vals {
-			vals[i] = fillValue(r, i, c.op)
+			vals[i] = fillValue(c.rank0+r, i, c.op)
 		}
 		b := encode(c.dt, vals)
 		if err := rb.ctx.MemcpyHtoD(send[r], unsafe.Pointer(&b[0]), uint64(len(b))); err != nil {
@@ -600,7 +694,8 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 	ts := int64(c.dt.size())
 	wrong := 0
 	rounded := map[float64]float64{} // want → want in c.dt
-	for r, rb := range ranks {
+	for lr, rb := range ranks {
+		r := c.rank0 + lr
 		n := count
 		var bounds []int64
 		if c.coll == collAllGather || c.coll == collAllToAll {
@@ -617,7 +712,7 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 		}
 		for _, win := range checkWindows(n, max(c.checkMax/ts, 1), bounds) {
 			b := make([]byte, (win[1]-win[0])*ts)
-			if err := rb.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), recv[r]+cuda.DevicePtr(win[0]*ts), uint64(len(b))); err != nil {
+			if err := rb.ctx.MemcpyDtoH(unsafe.Pointer(&b[0]), recv[lr]+cuda.DevicePtr(win[0]*ts), uint64(len(b))); err != nil {
 				return 0, err
 			}
 			for j, g := range decode(c.dt, b) {

@@ -13,6 +13,8 @@ typedef struct { char internal[128]; } ncclUniqueId;
 typedef ncclResult_t (*pGetVersion)(int*);
 typedef const char* (*pGetErrorString)(ncclResult_t);
 typedef ncclResult_t (*pCommInitAll)(ncclComm_t*, int, const int*);
+typedef ncclResult_t (*pGetUniqueId)(ncclUniqueId*);
+typedef ncclResult_t (*pCommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
 typedef ncclResult_t (*pCommDestroy)(ncclComm_t);
 typedef ncclResult_t (*pGroup)(void);
 typedef ncclResult_t (*pAllReduce)(const void*, void*, size_t, int, int, ncclComm_t, void*);
@@ -31,7 +33,9 @@ typedef struct {
 	pGetVersion getVersion;
 	pGetErrorString errorString;
 	pCommInitAll commInitAll;
-	pCommDestroy commDestroy;
+	pGetUniqueId getUniqueId;
+	pCommInitRank commInitRank;
+	pCommDestroy commDestroy, commAbort;
 	pGroup groupStart, groupEnd;
 	pAllReduce allReduce;
 	pAllGather allGather;
@@ -52,7 +56,10 @@ static const char* ng_nccl_open(const char* path, ncclLib* l) {
 	SYM(getVersion, pGetVersion, "ncclGetVersion")
 	SYM(errorString, pGetErrorString, "ncclGetErrorString")
 	SYM(commInitAll, pCommInitAll, "ncclCommInitAll")
+	SYM(getUniqueId, pGetUniqueId, "ncclGetUniqueId")
+	SYM(commInitRank, pCommInitRank, "ncclCommInitRank")
 	SYM(commDestroy, pCommDestroy, "ncclCommDestroy")
+	SYM(commAbort, pCommDestroy, "ncclCommAbort")
 	SYM(groupStart, pGroup, "ncclGroupStart")
 	SYM(groupEnd, pGroup, "ncclGroupEnd")
 	SYM(allReduce, pAllReduce, "ncclAllReduce")
@@ -86,14 +93,18 @@ static int ng_nccl_version(ncclLib* l, int* v) { return l->getVersion(v); }
 static const char* ng_nccl_err(ncclLib* l, int r) { return l->errorString(r); }
 static int ng_nccl_init_all(ncclLib* l, ncclComm_t* comms, int n, const int* devs) { return l->commInitAll(comms, n, devs); }
 static int ng_nccl_destroy(ncclLib* l, ncclComm_t c) { return l->commDestroy(c); }
+static int ng_nccl_abort(ncclLib* l, ncclComm_t c) { return l->commAbort(c); }
+static int ng_nccl_unique_id(ncclLib* l, ncclUniqueId* id) { return l->getUniqueId(id); }
+static int ng_nccl_init_rank(ncclLib* l, ncclComm_t* comm, int n, const ncclUniqueId* id, int rank) { return l->commInitRank(comm, n, *id, rank); }
 static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
 static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 
-// ng_nccl_coll runs one collective on every rank inside a group (none for
-// a collective on one rank, as nccl-tests' startColl).
+// ng_nccl_coll runs one collective on the process's n ranks (communicator
+// ranks rank0.., of nranks) inside a group (none for a collective on one
+// rank, as nccl-tests' startColl).
 // coll 5 is nccl-tests' sendrecv (to the next rank, from the previous), 6
 // its alltoall (count elements of esize bytes to and from every rank).
-static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
+static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
                         size_t count, int dt, int op, int root, uintptr_t* streams, size_t esize) {
 	int group = n > 1 || coll >= 5;
 	int r = group ? l->groupStart() : 0;
@@ -107,11 +118,11 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_
 		case 3: r = l->broadcast(s, d, count, dt, root, comms[i], st); break;
 		case 4: r = l->reduce(s, d, count, dt, op, root, comms[i], st); break;
 		case 5:
-			r = l->send(s, count, dt, (i + 1) % n, comms[i], st);
-			if (!r) r = l->recv(d, count, dt, (i + n - 1) % n, comms[i], st);
+			r = l->send(s, count, dt, (rank0 + i + 1) % nranks, comms[i], st);
+			if (!r) r = l->recv(d, count, dt, (rank0 + i + nranks - 1) % nranks, comms[i], st);
 			break;
 		case 6:
-			for (int j = 0; j < n && !r; j++) {
+			for (int j = 0; j < nranks && !r; j++) {
 				r = l->send((const char*)s + (size_t)j * count * esize, count, dt, j, comms[i], st);
 				if (!r) r = l->recv((char*)d + (size_t)j * count * esize, count, dt, j, comms[i], st);
 			}
@@ -126,6 +137,7 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"unsafe"
@@ -140,7 +152,9 @@ import (
 // Begin, not per call); buffers from ncclMemAlloc.
 type ncclBackend struct {
 	lib     *C.ncclLib
-	n       int
+	n       int           // ranks in this process
+	rank0   int           // the communicator rank of the first
+	nRanks  int           // ranks in the communicator
 	comms   *C.ncclComm_t // n communicators
 	args    *C.uintptr_t  // send, receive and stream of each rank: 3n
 	ctxs    []uintptr     // each rank's primary context
@@ -152,14 +166,21 @@ type ncclBackend struct {
 // rank's device current, configured as nccl-tests configures its own (see
 // matchTestsConfig). A device may repeat (NCCL 2.30+ needs
 // NCCL_MULTI_RANK_GPU_ENABLE=1 for that, which is then set here).
-func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, error) {
+//
+// With ranks in several processes (mp), this process's one rank (ranks[0],
+// on devices[mp's rank]) joins with ncclCommInitRank, rank 0's
+// ncclGetUniqueId handed to the others over the job's control channel.
+func openNCCL(lib string, devices []int, ranks []rankBuffers, mp *mpRank) (*ncclBackend, error) {
 	if sharesGPU(devices) {
 		if err := os.Setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1"); err != nil {
 			return nil, err
 		}
 	}
-	n := len(devices)
-	b := &ncclBackend{lib: (*C.ncclLib)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncclLib{})))), n: n}
+	n := len(ranks)
+	b := &ncclBackend{lib: (*C.ncclLib)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncclLib{})))), n: n, nRanks: len(devices)}
+	if mp != nil {
+		b.rank0 = mp.g.Rank()
+	}
 	cpath := C.CString(lib)
 	defer C.free(unsafe.Pointer(cpath))
 	if msg := C.ng_nccl_open(cpath, b.lib); msg != nil {
@@ -182,6 +203,13 @@ func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, err
 	}
 	b.comms = (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
 	b.args = (*C.uintptr_t)(C.calloc(C.size_t(3*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
+	if mp != nil {
+		if err := b.initRank(mp); err != nil {
+			b.freeArrays()
+			return nil, err
+		}
+		return b, nil
+	}
 	devs := (*C.int)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.int(0)))))
 	defer C.free(unsafe.Pointer(devs))
 	for i, d := range devices {
@@ -195,6 +223,32 @@ func openNCCL(lib string, devices []int, ranks []rankBuffers) (*ncclBackend, err
 		return nil, err
 	}
 	return b, nil
+}
+
+// initRank creates this process's rank of the communicator (its device
+// current, from Begin): rank 0 gets the unique id, every rank receives it
+// over the control channel, then calls ncclCommInitRank, as nccl-tests
+// does with MPI_Bcast.
+func (b *ncclBackend) initRank(mp *mpRank) error {
+	id := (*C.ncclUniqueId)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncclUniqueId{}))))
+	defer C.free(unsafe.Pointer(id))
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(id)), unsafe.Sizeof(*id))
+	var mine []byte
+	if b.rank0 == 0 {
+		if err := b.check("ncclGetUniqueId", C.ng_nccl_unique_id(b.lib, id)); err != nil {
+			return err
+		}
+		mine = raw
+	}
+	all, err := mp.g.AllGather(context.Background(), mine)
+	if err != nil {
+		return fmt.Errorf("-compare: sharing rank 0's ncclUniqueId: %w", err)
+	}
+	if len(all[0]) != len(raw) {
+		return fmt.Errorf("-compare: rank 0's ncclUniqueId has %d bytes, want %d", len(all[0]), len(raw))
+	}
+	copy(raw, all[0])
+	return b.check("ncclCommInitRank", C.ng_nccl_init_rank(b.lib, b.comms, C.int(b.nRanks), id, C.int(b.rank0)))
 }
 
 // centricSchedEnv is NCCL's environment override of ncclConfig_t's
@@ -291,7 +345,23 @@ func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dat
 	for i := range n {
 		a[i], a[n+i], a[2*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i]), C.uintptr_t(streams[i].Handle())
 	}
-	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
+	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
+}
+
+// Abort ends the communicators without waiting for their work
+// (ncclCommAbort), for a job that lost a rank.
+func (b *ncclBackend) Abort() error {
+	if b.comms == nil {
+		return nil
+	}
+	var first error
+	for _, c := range unsafe.Slice(b.comms, b.n) {
+		if err := b.check("ncclCommAbort", C.ng_nccl_abort(b.lib, c)); err != nil && first == nil {
+			first = err
+		}
+	}
+	b.freeArrays()
+	return first
 }
 
 func (b *ncclBackend) Close() error {

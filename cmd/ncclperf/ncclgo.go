@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -16,24 +17,64 @@ type ncclgoBackend struct {
 	initTime time.Duration
 }
 
+// With ranks in several processes (c.mp), this process's one rank joins
+// with InitRank on its device; rank 0 starts the bootstrap root and hands
+// its id to the others over the job's control channel.
 func openNcclgo(c *config) (*ncclgoBackend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	comms, err := ncclgo.InitAll(ctx, c.devices, &ncclgo.Options{KernelImage: c.fatbin})
+	opts := &ncclgo.Options{KernelImage: c.fatbin}
+	if c.mp != nil {
+		// A lost rank ends the wait at once.
+		stop := context.AfterFunc(c.mp.g.Context(), cancel)
+		defer stop()
+		comm, err := initRank(ctx, c, opts)
+		if err != nil {
+			if lost := c.mp.alive(); lost != nil {
+				err = fmt.Errorf("%w (%w)", lost, err)
+			}
+			return nil, fmt.Errorf("ncclgo init: %w", err)
+		}
+		return &ncclgoBackend{comms: []*ncclgo.Comm{comm}, initTime: time.Since(start)}, nil
+	}
+	comms, err := ncclgo.InitAll(ctx, c.devices, opts)
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo init: %w", err)
 	}
 	return &ncclgoBackend{comms: comms, initTime: time.Since(start)}, nil
 }
 
+// initRank creates this process's rank (c.rank0) of a communicator of
+// c.nRanks ranks in as many processes.
+func initRank(ctx context.Context, c *config, opts *ncclgo.Options) (*ncclgo.Comm, error) {
+	var mine []byte
+	if c.rank0 == 0 {
+		root, err := ncclgo.StartRoot(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		defer root.Close()
+		mine = []byte(root.ID().String())
+	}
+	ids, err := c.mp.g.AllGather(ctx, mine)
+	if err != nil {
+		return nil, fmt.Errorf("sharing rank 0's unique id: %w", err)
+	}
+	id, err := bootstrap.ParseUniqueID(string(ids[0]))
+	if err != nil {
+		return nil, fmt.Errorf("rank 0's unique id: %w", err)
+	}
+	return ncclgo.InitRank(ctx, c.nRanks, id, c.rank0, c.devices[c.rank0], opts)
+}
+
 func (b *ncclgoBackend) Name() string {
-	return fmt.Sprintf("%d ranks, %d channels, init %v", len(b.comms), b.comms[0].NChannels(), b.initTime.Round(time.Millisecond))
+	return fmt.Sprintf("%d ranks, %d channels, init %v", b.comms[0].Size(), b.comms[0].NChannels(), b.initTime.Round(time.Millisecond))
 }
 
 func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
 	g := ncclgo.NewGroup()
-	for r, comm := range b.comms {
+	for r, comm := range b.comms { // r: this process's rank index
 		var err error
 		rdt, rop := ncclgo.DataType(dt), ncclgo.RedOp(op)
 		switch c {
@@ -48,10 +89,10 @@ func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt d
 		case collReduce:
 			err = g.Reduce(comm, send[r], recv[r], count, rdt, rop, root, streams[r])
 		case collSendRecv:
-			n := len(b.comms)
-			err = g.Send(comm, send[r], count, rdt, (r+1)%n, streams[r])
+			me, n := comm.Rank(), comm.Size()
+			err = g.Send(comm, send[r], count, rdt, (me+1)%n, streams[r])
 			if err == nil {
-				err = g.Recv(comm, recv[r], count, rdt, (r+n-1)%n, streams[r])
+				err = g.Recv(comm, recv[r], count, rdt, (me+n-1)%n, streams[r])
 			}
 		case collAllToAll:
 			err = g.AllToAll(comm, send[r], recv[r], count, rdt, streams[r])
@@ -93,4 +134,13 @@ func (b *ncclgoBackend) Close() error {
 		}
 	}
 	return first
+}
+
+// Abort stops the communicators' kernels, then frees them (for a job that
+// lost a rank: their kernels may wait for it).
+func (b *ncclgoBackend) Abort() error {
+	for _, c := range b.comms {
+		c.Abort()
+	}
+	return b.Close()
 }

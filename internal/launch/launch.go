@@ -129,9 +129,11 @@ type Job struct {
 
 // Spawn starts n copies of prog with args on this host, rank r with
 // EnvRank=r, EnvSize=n, EnvLocalRank=r, EnvLocalSize=n and EnvID=id added
-// to env (nil: this process's environment). Rank r's output goes to
-// out(r) (nil out: os.Stdout). Cancelling ctx kills the ranks.
-func Spawn(ctx context.Context, n int, prog string, args []string, env []string, id string, out func(rank int) io.Writer) (*Job, error) {
+// to env (nil: this process's environment). Rank r's standard output and
+// error go to out(r) (nil out: this process's). Cancelling ctx kills the
+// ranks, and so does this process's death (the kernel's parent-death
+// signal), so that no rank outlives its launcher.
+func Spawn(ctx context.Context, n int, prog string, args []string, env []string, id string, out func(rank int) (stdout, stderr io.Writer)) (*Job, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("launch: %d ranks: want at least 1", n)
 	}
@@ -150,11 +152,11 @@ func Spawn(ctx context.Context, n int, prog string, args []string, env []string,
 		cmd.Env = append(clean[:len(clean):len(clean)],
 			EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(n),
 			EnvLocalRank+"="+strconv.Itoa(r), EnvLocalSize+"="+strconv.Itoa(n), EnvID+"="+id)
-		w := io.Writer(os.Stdout)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if out != nil {
-			w = out(r)
+			cmd.Stdout, cmd.Stderr = out(r)
 		}
-		cmd.Stdout, cmd.Stderr = w, w
+		cmd.SysProcAttr = dieWithParent()
 		cmd.WaitDelay = 5 * time.Second
 		if err := cmd.Start(); err != nil {
 			for _, c := range j.cmds {

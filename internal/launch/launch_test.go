@@ -83,7 +83,7 @@ func TestSpawn(t *testing.T) {
 	outs := make([]*syncBuf, 3)
 	env := append(os.Environ(), envChild+"=ok", EnvRank+"=99") // a stale rank variable is replaced
 	j, err := Spawn(context.Background(), 3, os.Args[0], []string{"-test.run=^TestChild$", "-test.v"}, env, "the-id",
-		func(r int) io.Writer { outs[r] = &syncBuf{}; return outs[r] })
+		func(r int) (io.Writer, io.Writer) { outs[r] = &syncBuf{}; return outs[r], outs[r] })
 	require.NoError(t, err)
 	assert.Len(t, j.Pids(), 3)
 	require.NoError(t, j.Wait(time.Second))
@@ -100,7 +100,7 @@ func TestSpawnFailure(t *testing.T) {
 	}
 	env := append(os.Environ(), envChild+"=fail1")
 	j, err := Spawn(context.Background(), 2, os.Args[0], []string{"-test.run=^TestChild$"}, env, "",
-		func(int) io.Writer { return io.Discard })
+		func(int) (io.Writer, io.Writer) { return io.Discard, io.Discard })
 	require.NoError(t, err)
 	start := time.Now()
 	err = j.Wait(200 * time.Millisecond)
@@ -121,6 +121,9 @@ func TestChild(t *testing.T) {
 	p, err := FromEnv(os.Getenv)
 	require.NoError(t, err)
 	switch {
+	case role == "group":
+		groupChild(t, p)
+		return
 	case role == "fail1" && p.Rank == 1:
 		os.Exit(3)
 	case role == "fail1":

@@ -45,7 +45,55 @@ func ShareID(ctx context.Context, p Place, getenv func(string) string, create fu
 		}
 		return shareByTCP(ctx, p, addr, create)
 	}
+	if f := DefaultIDFile(p, getenv); f != "" {
+		return shareByFile(ctx, p, f, create)
+	}
 	return "", fmt.Errorf("launch: under %s the unique id must reach the ranks: set %s to a path every rank can read", p.Launcher, EnvIDFile)
+}
+
+// DefaultIDFile is the file through which ShareID passes the id when
+// neither $NCCLGO_ID_FILE nor torchrun's MASTER_ADDR says how: for a job
+// on one host (local size = size) whose launcher names the job (PMIx's
+// PMIX_NAMESPACE, Open MPI 4's OMPI_MCA_ess_base_jobid, Slurm's
+// SLURM_JOB_ID and SLURM_STEP_ID), a file named after the job in the
+// temporary directory; else "".
+func DefaultIDFile(p Place, getenv func(string) string) string {
+	if p.LocalSize != p.Size {
+		return ""
+	}
+	key := ""
+	switch {
+	case getenv("PMIX_NAMESPACE") != "":
+		key = getenv("PMIX_NAMESPACE")
+	case getenv("OMPI_MCA_ess_base_jobid") != "":
+		key = getenv("OMPI_MCA_ess_base_jobid")
+	case getenv("SLURM_JOB_ID") != "":
+		key = getenv("SLURM_JOB_ID") + "." + getenv("SLURM_STEP_ID")
+	default:
+		return ""
+	}
+	safe := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, key)
+	return filepath.Join(os.TempDir(), fmt.Sprintf("ncclgo-id-%d-%s-%s", os.Getuid(), p.Launcher, safe))
+}
+
+// idFile is the file ShareID used for p, if any (for its removal once
+// every rank has the id).
+func idFile(p Place, getenv func(string) string) string {
+	if p.ID != "" || p.Size == 1 {
+		return ""
+	}
+	if f := getenv(EnvIDFile); f != "" {
+		return f
+	}
+	if p.MasterAddr != "" {
+		return ""
+	}
+	return DefaultIDFile(p, getenv)
 }
 
 // idAddr is MASTER_ADDR with port MASTER_PORT+1 or the override.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,4 +91,28 @@ func TestShareIDOthers(t *testing.T) {
 	a, err = idAddr("h:29500", "4000")
 	require.NoError(t, err)
 	assert.Equal(t, "h:4000", a)
+}
+
+func TestDefaultIDFile(t *testing.T) {
+	p := Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "mpirun"}
+	f := DefaultIDFile(p, envOf("PMIX_NAMESPACE", "prterun-host-123@1"))
+	assert.Contains(t, f, "ncclgo-id-")
+	assert.True(t, strings.HasSuffix(f, "-mpirun-prterun-host-123_1"), f)
+	assert.NotEqual(t, f, DefaultIDFile(p, envOf("PMIX_NAMESPACE", "prterun-host-124@1")), "one file per job")
+	assert.NotEmpty(t, DefaultIDFile(p, envOf("OMPI_MCA_ess_base_jobid", "4242")))
+	assert.NotEmpty(t, DefaultIDFile(p, envOf("SLURM_JOB_ID", "7", "SLURM_STEP_ID", "0")))
+	assert.Empty(t, DefaultIDFile(p, envOf()), "no job name")
+	p.LocalSize = 1
+	assert.Empty(t, DefaultIDFile(p, envOf("PMIX_NAMESPACE", "x")), "ranks on several hosts share no temporary directory")
+}
+
+// TestShareIDByJobName: under mpirun with no NCCLGO_ID_FILE, the job's
+// name picks the file.
+func TestShareIDByJobName(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	ids := shareAll(t, 3, func(r int) Place { return Place{Rank: r, Size: 3, LocalRank: r, LocalSize: 3, Launcher: "mpirun"} },
+		envOf("OMPI_MCA_ess_base_jobid", fmt.Sprint(time.Now().UnixNano())))
+	for _, id := range ids {
+		assert.Equal(t, "id-from-rank-0", id)
+	}
 }

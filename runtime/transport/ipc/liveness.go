@@ -15,6 +15,11 @@ import (
 // a connection that ends without it belonged to a process that died.
 const byeByte = 'B'
 
+// ackByte is what the accepting watcher answers a hello with: once Dial
+// has it, both ends track the connection and a Close on either says
+// goodbye on it (a connection still in the listen queue would be reset).
+const ackByte = 'A'
+
 // helloTimeout bounds the wait for a dialer's greeting.
 const helloTimeout = 10 * time.Second
 
@@ -60,17 +65,27 @@ func (w *Watcher) accept() {
 		if err != nil {
 			return
 		}
+		// Tracked from the accept on, so that a Close before the hello
+		// is read still says goodbye to the dialer.
+		if !w.track(c, -1) {
+			c.Close()
+			return
+		}
 		w.wg.Go(func() {
 			if !samePeerUser(c) {
+				w.untrack(c)
 				c.Close()
 				return
 			}
 			var hello [4]byte
 			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 			if _, err := io.ReadFull(c, hello[:]); err != nil {
+				w.untrack(c)
 				c.Close()
 				return
 			}
+			// A failed ack ends the dialer's Dial with an error.
+			_, _ = c.Write([]byte{ackByte})
 			_ = c.SetReadDeadline(time.Time{})
 			w.watch(c, int(binary.LittleEndian.Uint32(hello[:])))
 		})
@@ -91,20 +106,51 @@ func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
 		c.Close()
 		return fmt.Errorf("ipc: rank %d: greeting rank %d: %w", w.rank, peer, err)
 	}
+	deadline := time.Now().Add(helloTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.SetReadDeadline(deadline)
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != ackByte {
+		c.Close()
+		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection: %v (got %q)", w.rank, peer, err, ack[:])
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if !w.track(c, peer) {
+		c.Close()
+		return fmt.Errorf("ipc: rank %d: dialing rank %d: %w", w.rank, peer, net.ErrClosed)
+	}
 	w.wg.Go(func() { w.watch(c, peer) })
 	return nil
 }
 
-// watch reads c until it ends and reports peer unless the end was a
-// goodbye or this watcher is closing.
-func (w *Watcher) watch(c *net.UnixConn, peer int) {
+// track registers c, a connection to peer (-1 before its hello), for
+// Close's goodbye; it reports false once the watcher is closing.
+func (w *Watcher) track(c *net.UnixConn, peer int) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closing {
-		w.mu.Unlock()
-		c.Close()
-		return
+		return false
 	}
 	w.conns[c] = peer
+	return true
+}
+
+func (w *Watcher) untrack(c *net.UnixConn) {
+	w.mu.Lock()
+	delete(w.conns, c)
+	w.mu.Unlock()
+}
+
+// watch reads c, tracked already, until it ends and reports peer unless
+// the end was a goodbye or this watcher is closing (whose Close ended the
+// reads of every tracked connection).
+func (w *Watcher) watch(c *net.UnixConn, peer int) {
+	w.mu.Lock()
+	if !w.closing {
+		w.conns[c] = peer
+	}
 	w.mu.Unlock()
 	var b [1]byte
 	bye := false

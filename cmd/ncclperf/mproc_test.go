@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/launch"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// The test binary runs as ncclperf itself (main, with os.Args) when
+// envMain is set: the -np tests start it so, and its -np spawns it again
+// as the ranks, which inherit the variables. envFake replaces the GPU with
+// fakes: "slow1" makes rank 1's calls take fakeDelay, "die1" kills rank
+// 1's process in the middle of the sweep, at the call after which rank 0's
+// stream never gets idle (a kernel waiting for the dead rank).
+const (
+	envMain   = "NCCLPERF_TEST_MAIN"
+	envFake   = "NCCLPERF_TEST_FAKE"
+	fakeDelay = 20 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envMain) == "1" {
+		if mode := os.Getenv(envFake); mode != "" {
+			installFakeGPU(mode)
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// installFakeGPU replaces the device with fakes: two devices, streams
+// always idle, and a backend whose calls sleep or die as mode says.
+func installFakeGPU(mode string) {
+	deviceCount = func() (int, error) { return 2, nil }
+	openRanks = func(devices []int) ([]rankBuffers, func(), error) {
+		return make([]rankBuffers, len(devices)), func() {}, nil
+	}
+	streamIdle = func(*cuda.Stream) (bool, error) { return !fakeHung.Load(), nil }
+	openOurs = func(c *config) (backend, error) { return &procBackend{rank: c.rank0, mode: mode}, nil }
+}
+
+// fakeHung makes the fake streams busy for ever.
+var fakeHung atomic.Bool
+
+// procBackend is the backend of a fake rank process.
+type procBackend struct {
+	fakeBackend
+	rank  int
+	mode  string
+	calls int
+}
+
+func (b *procBackend) Run(coll, []cuda.DevicePtr, []cuda.DevicePtr, int, dataType, redOp, int, []*cuda.Stream) error {
+	b.calls++
+	switch {
+	case b.rank == 1 && b.mode == "slow1":
+		time.Sleep(fakeDelay)
+	case b.rank == 1 && b.mode == "die1" && b.calls == 3:
+		os.Exit(7)
+	case b.rank == 0 && b.mode == "die1" && b.calls == 3:
+		fakeHung.Store(true)
+	}
+	return nil
+}
+
+// runMain runs the test binary as ncclperf with args and returns its
+// combined output, its exit code and how long it took.
+func runMain(t *testing.T, fake string, args ...string) (string, int, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envMain+"=1", envFake+"="+fake)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), code, time.Since(start)
+}
+
+// assertReaped checks that every rank process the launcher's error names
+// is gone.
+func assertReaped(t *testing.T, out string, ranks int) {
+	t.Helper()
+	m := regexp.MustCompile(`launch: rank (\d+) \(pid (\d+)\)`).FindAllStringSubmatch(out, -1)
+	require.Len(t, m, ranks, out)
+	for _, g := range m {
+		pid, _ := strconv.Atoi(g[2])
+		err := syscall.Kill(pid, 0)
+		assert.ErrorIs(t, err, syscall.ESRCH, "rank %s (pid %d) still exists", g[1], pid)
+	}
+}
+
+// TestSpawnNoDriver: without a CUDA driver every rank of -np 2 fails with
+// the same clear message, and the launcher exits non-zero naming each,
+// with no rank left behind.
+func TestSpawnNoDriver(t *testing.T) {
+	if err := cuda.Init(); err == nil {
+		t.Skip("a CUDA driver is present: this test needs a machine without one")
+	}
+	out, code, took := runMain(t, "", "-np", "2", "-b", "8", "-e", "64")
+	assert.Equal(t, 1, code, out)
+	for r := range 2 {
+		assert.Contains(t, out, fmt.Sprintf("ncclperf: rank %d of 2: cuda: no usable CUDA driver", r), out)
+	}
+	assert.Contains(t, out, noDriverHint)
+	assert.Regexp(t, `ncclperf: -np 2: launch: rank 0 \(pid \d+\): exit status 1`, out)
+	assert.Regexp(t, `launch: rank 1 \(pid \d+\): exit status 1`, out)
+	assertReaped(t, out, 2)
+	assert.Less(t, took, 10*time.Second)
+}
+
+// TestSpawnFakeSweep runs -np 2 through the launcher, the control channel
+// and the per-size exchange with a fake device whose rank 1 is slow:
+// rank 0 prints one table whose times are the maximum (-a 3) or rank 0's
+// (-a 0).
+func TestSpawnFakeSweep(t *testing.T) {
+	timesOf := func(out string) []float64 {
+		var ts []float64
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 13 || strings.HasPrefix(line, "#") {
+				continue
+			}
+			oop, err1 := strconv.ParseFloat(f[5], 64)
+			ip, err2 := strconv.ParseFloat(f[9], 64)
+			require.NoError(t, errors.Join(err1, err2), line)
+			ts = append(ts, oop, ip)
+		}
+		return ts
+	}
+	args := []string{"-np", "2", "-b", "8", "-e", "64", "-c", "0", "-n", "2", "-w", "1"}
+	out, code, _ := runMain(t, "slow1", append(args, "-a", "3")...)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "# ncclperf: allreduce, 2 ranks on devices [0 1], float sum")
+	assert.Contains(t, out, "# 2 processes of one rank each (launcher: ncclgo); time: maximum over ranks (-a 3)")
+	assert.Equal(t, 1, strings.Count(out, "# Avg bus bandwidth"), "only rank 0 prints: %s", out)
+	ts := timesOf(out)
+	require.Len(t, ts, 8, out) // 8, 16, 32, 64 B, out-of-place and in-place
+	for _, v := range ts {
+		assert.GreaterOrEqual(t, v, float64(fakeDelay.Microseconds()), "the slow rank's time: %s", out)
+	}
+
+	out, code, _ = runMain(t, "slow1", append(args, "-a", "0", "-devices", "1,0")...)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "2 ranks on devices [1 0]")
+	for _, v := range timesOf(out) {
+		assert.Less(t, v, float64(fakeDelay.Microseconds()), "rank 0's own time: %s", out)
+	}
+}
+
+// TestSpawnRankDies: rank 1's process dies in the middle of the sweep
+// while rank 0 drains a stream that will never be idle; rank 0 reports it
+// by rank and pid and exits non-zero, the launcher names both and leaves
+// no process behind.
+func TestSpawnRankDies(t *testing.T) {
+	out, code, took := runMain(t, "die1", "-np", "2", "-b", "8", "-e", "1K", "-c", "0", "-n", "2", "-w", "1")
+	assert.Equal(t, 1, code, out)
+	assert.Regexp(t, `ncclperf: rank 0 of 2: warm-up: rank 1 \(pid \d+\) exited before the job finished`, out)
+	assert.Regexp(t, `launch: rank 1 \(pid \d+\): exit status 7`, out)
+	assert.Regexp(t, `launch: rank 0 \(pid \d+\): exit status 1`, out)
+	assertReaped(t, out, 2)
+	assert.Less(t, took, killGrace, "rank 0 noticed on its own, before the launcher's kill")
+}
+
+func TestParseNp(t *testing.T) {
+	c, err := parseFlags([]string{"-np", "4", "-devices", "0,1,0,1", "-r", "3"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, 4, c.np)
+	assert.Equal(t, 4, c.nRanks, "-np sets the communicator's size")
+	assert.Equal(t, []int{0, 1, 0, 1}, c.devices)
+	assert.Equal(t, avgMean, c.average, "nccl-tests' default -a 1")
+	assert.Nil(t, c.place)
+
+	for want, args := range map[string][]string{
+		"-np -1: want a number of processes":     {"-np", "-1"},
+		"-np 2 with -g/--ngpus 2":                {"-np", "2", "-g", "2"},
+		"-devices lists 1 devices for -np 2":     {"-np", "2", "-devices", "0"},
+		"-r/--root 2: want a root in [0, 2)":     {"-np", "2", "-r", "2"},
+		"-a/--average 4: want 0 (rank 0), 1":     {"-a", "4"},
+		"-a/--average -1: want 0 (rank 0), 1 (m": {"--average", "-1"},
+	} {
+		_, err := parseFlags(args, &bytes.Buffer{})
+		assert.ErrorContains(t, err, want, "%v", args)
+	}
+
+	mpi := &launch.Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "mpirun"}
+	c, err = parseArgs([]string{"-r", "1", "-a", "3"}, &bytes.Buffer{}, mpi)
+	require.NoError(t, err, "the job's size bounds -r")
+	assert.Equal(t, 2, c.nRanks)
+	assert.Equal(t, mpi, c.place)
+	assert.Equal(t, avgMax, c.average)
+	_, err = parseArgs([]string{"-np", "2"}, &bytes.Buffer{}, mpi)
+	assert.NoError(t, err, "-np that matches the job")
+	_, err = parseArgs([]string{"-np", "3"}, &bytes.Buffer{}, mpi)
+	assert.ErrorContains(t, err, "-np 3, but mpirun started 2 processes")
+	_, err = parseArgs([]string{"-g", "2"}, &bytes.Buffer{}, mpi)
+	assert.ErrorContains(t, err, "-g/--ngpus 2 under mpirun: each process of the job is one rank")
+	_, err = parseArgs([]string{"-devices", "0,1,2"}, &bytes.Buffer{}, mpi)
+	assert.ErrorContains(t, err, "-devices lists 3 devices for -g/--ngpus 2 ranks")
+}
+
+func TestRankDevice(t *testing.T) {
+	p := launch.Place{Rank: 3, Size: 4, LocalRank: 3, LocalSize: 4}
+	assert.Equal(t, 1, rankDevice(nil, p, 2), "round-robin over the visible GPUs")
+	assert.Equal(t, 3, rankDevice(nil, p, 8))
+	assert.Equal(t, 0, rankDevice(nil, p, 0), "no GPU: device 0, whose use reports the error")
+	assert.Equal(t, 5, rankDevice([]int{0, 0, 0, 5}, p, 2), "-devices lists each rank's")
+	p = launch.Place{Rank: 5, Size: 8, LocalRank: 1, LocalSize: 4}
+	assert.Equal(t, 1, rankDevice(nil, p, 4), "the rank within its host picks the GPU")
+}
+
+func TestCombineRows(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 3}
+	rw := func(oop, ip float64, wrong int) row {
+		return row{bytes: 1 << 20, count: 1 << 18, oop: result{usec: oop, hostUsec: oop / 2, wrong: wrong}, ip: result{usec: ip, wrong: 1}}
+	}
+	rows := []row{rw(100, 40, 0), rw(300, 50, 2), rw(200, 30, 5)}
+	for avg, want := range map[int][2]float64{avgRank0: {100, 40}, avgMean: {200, 40}, avgMin: {100, 30}, avgMax: {300, 50}} {
+		c.average = avg
+		got, err := c.combineRows(rows)
+		require.NoError(t, err)
+		assert.InDelta(t, want[0], got.oop.usec, 1e-9, averageNames[avg])
+		assert.InDelta(t, want[1], got.ip.usec, 1e-9, averageNames[avg])
+		assert.InDelta(t, want[0]/2, got.oop.hostUsec, 1e-9, averageNames[avg])
+		assert.Equal(t, 7, got.oop.wrong, "wrong counts add up")
+		assert.Equal(t, 3, got.ip.wrong)
+		algbw, busbw := c.bandwidth(1<<18, want[0])
+		assert.InDelta(t, algbw, got.oop.algbw, 1e-12)
+		assert.InDelta(t, busbw, got.oop.busbw, 1e-12)
+		assert.InDelta(t, float64(1<<20)/want[0]/1e3*4/3, got.oop.busbw, 1e-9, "busbw of 3 ranks: 2(n-1)/n")
+	}
+	bad := []row{rw(1, 1, 0), {bytes: 8, count: 2}}
+	_, err := c.combineRows(bad)
+	assert.ErrorContains(t, err, "rank 1 measured 8 B")
+	_, err = c.combineRows(nil)
+	assert.Error(t, err)
+}
+
+// TestUnderOtherLaunchers starts two ranks as mpirun and torchrun would
+// (their variables, no -np): each runs as one rank of the job without
+// spawning, and rank 0 prints the table.
+func TestUnderOtherLaunchers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	job := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for name, vars := range map[string]func(r int) []string{
+		"mpirun": func(r int) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r),
+				"OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid=" + job}
+		},
+		"torchrun": func(r int) []string {
+			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=2",
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port-1)}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			var cmds [2]*exec.Cmd
+			var outs [2]bytes.Buffer
+			for r := range 2 {
+				cmds[r] = exec.Command(os.Args[0], "-b", "8", "-e", "16", "-c", "0", "-n", "1", "-w", "0")
+				cmds[r].Env = append(append(os.Environ(), envMain+"=1", envFake+"=slow1"), vars(r)...)
+				cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+				require.NoError(t, cmds[r].Start())
+			}
+			for r := range 2 {
+				assert.NoError(t, cmds[r].Wait(), "rank %d: %s", r, outs[r].String())
+			}
+			assert.Contains(t, outs[0].String(), "# 2 processes of one rank each (launcher: "+name+")")
+			assert.Regexp(t, `\n +16 +4 +float`, outs[0].String())
+			assert.Empty(t, outs[1].String(), "only rank 0 prints")
+		})
+	}
+}
