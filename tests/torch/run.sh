@@ -7,9 +7,9 @@
 #   bash tests/torch/run.sh
 #
 # For each library (the stock NCCL first, then ncclgo) it runs, under torchrun
-# with NPROC processes (one GPU each): collectives.py (exact checks),
-# collectives.py --device-id (eager init: new_group through ncclCommSplit) and
-# ddp.py (200 steps, losses to $OUT/loss-<lib>.json); then compare_loss.py
+# with NPROC processes (one GPU each): collectives.py (exact checks), ddp.py
+# (200 steps, losses to $OUT/loss-<lib>.json) and collectives.py --device-id
+# (eager init: new_group through ncclCommSplit); then compare_loss.py
 # (within 1e-5 relative). Every step runs under `timeout`, and all steps
 # together stay within BUDGET seconds (default 570: one device call).
 #
@@ -30,8 +30,8 @@
 # $BUNDLE/lib/ncclgo.fatbin), TORCH_VENV (/opt/torch/.venv), NPROC (2),
 # METHOD (preload|libpath), STEPS ("probe collectives split ddp compare"),
 # LIBS ("stock ncclgo"), OUT (build/torch), BUDGET (570), T_PROBE (60),
-# T_COLL (150), T_DDP (150), EXPECT_VERSION (2.28.3), STOCK_NCCL (the wheel's
-# libnccl.so.2, found in the venv), SCRIPT_ARGS (more arguments for both
+# T_COLL (200), T_DDP (200), EXPECT_VERSION (2.28.3), STOCK_NCCL (the wheel's
+# libnccl.so.2, found under the venv's site-packages/nvidia), SCRIPT_ARGS (more arguments for both
 # scripts), COLL_ARGS (for collectives.py only, e.g. "--verbose"). A CPU dry
 # run of the plumbing: STEPS="collectives ddp compare" SCRIPT_ARGS="--backend
 # gloo" COLL_ARGS="--dtypes float32 --skip all_reduce/avg,all_gather_into,reduce_scatter".
@@ -54,8 +54,8 @@ STEPS=${STEPS:-probe collectives split ddp compare}
 LIBS=${LIBS:-stock ncclgo}
 BUDGET=${BUDGET:-570}
 T_PROBE=${T_PROBE:-60}
-T_COLL=${T_COLL:-150}
-T_DDP=${T_DDP:-150}
+T_COLL=${T_COLL:-200}
+T_DDP=${T_DDP:-200}
 EXPECT_VERSION=${EXPECT_VERSION:-2.28.3}
 T0=$SECONDS
 
@@ -66,10 +66,12 @@ die() { echo "run.sh: $*" >&2; echo "TORCH-RUN-RESULT FAIL (setup)"; exit 2; }
 [[ -f $BUNDLE/lib/libnccl.so.2 ]] || die "no $BUNDLE/lib/libnccl.so.2: run 'make bundle' on the build machine"
 LIB=$(readlink -f "$BUNDLE/lib/libnccl.so.2")
 FATBIN=${NCCLGO_FATBIN:-build/ncclgo.fatbin}
+[[ -n ${NCCLGO_FATBIN:-} && ! -f $FATBIN ]] && die "NCCLGO_FATBIN=$FATBIN: no such file"
 [[ -f $FATBIN ]] || FATBIN=$BUNDLE/lib/ncclgo.fatbin
 [[ -f $FATBIN ]] || die "no kernels: build them with '$BUNDLE/bin/ncclgen build --arch sm_90 --out build/ncclgo.fatbin' or set NCCLGO_FATBIN"
 FATBIN=$(readlink -f "$FATBIN")
-STOCK=${STOCK_NCCL:-$(compgen -G "$VENV/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2" | head -1)}
+# The wheel's library: nvidia/nccl/lib (or wherever the nvidia-nccl wheel of this CUDA put it).
+STOCK=${STOCK_NCCL:-$(find "$VENV"/lib/python3*/site-packages/nvidia -name 'libnccl.so.2*' 2>/dev/null | sort | head -1)}
 [[ -n $STOCK ]] && STOCK=$(readlink -f "$STOCK")
 
 case $METHOD in
@@ -98,6 +100,18 @@ fi
 declare -a TABLE=()
 FAILED=0
 
+# reap ID: kill what is left of a step (workers that outlived torchrun after
+# a timeout): every process whose environment has NCCLGO_TORCH_STEP=ID.
+reap() {
+  local p n=0
+  for p in /proc/[0-9]*; do
+    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "NCCLGO_TORCH_STEP=$1"; then
+      kill -9 "${p#/proc/}" 2>/dev/null && n=$((n + 1))
+    fi
+  done
+  ((n)) && echo "reaped $n leftover process(es) of step $1"
+}
+
 # step NAME TIMEOUT REQUIRED CMD...: runs CMD under timeout, logs to $OUT/NAME.log.
 step() {
   local name=$1 t=$2 required=$3
@@ -113,9 +127,10 @@ step() {
   echo "== $name (timeout ${t}s)"
   printf '%q ' "$@" >"$log"
   echo >>"$log"
-  timeout -k 15 "$t" "$@" >>"$log" 2>&1
+  timeout -k 15 "$t" env NCCLGO_TORCH_STEP="$name.$$" "$@" >>"$log" 2>&1
   rc=$?
   ((rc == 124 || rc == 137)) && echo "TIMEOUT: killed after ${t}s" | tee -a "$log"
+  reap "$name.$$" | tee -a "$log"
   grep -E '^(TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG)' "$log" | head -40
   local verdict=ok
   if ((rc != 0)); then
@@ -163,14 +178,14 @@ for lib in $LIBS; do
     torch_cmd "$lib" collectives.py
     step "collectives-$lib" "$T_COLL" 1 "${CMD[@]}"
   fi
-  if has split; then
-    torch_cmd "$lib" collectives.py --device-id
-    step "split-$lib" "$T_COLL" 1 "${CMD[@]}"
-  fi
   if has ddp; then
     rm -f "$OUT/loss-$lib.json"
     torch_cmd "$lib" ddp.py --out "$OUT/loss-$lib.json"
     step "ddp-$lib" "$T_DDP" 1 "${CMD[@]}"
+  fi
+  if has split; then
+    torch_cmd "$lib" collectives.py --device-id
+    step "split-$lib" "$T_COLL" 1 "${CMD[@]}"
   fi
 done
 
