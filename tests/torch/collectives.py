@@ -122,11 +122,11 @@ def main():
     kwargs = {"device_id": dev} if args.device_id else {}
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=120), **kwargs)
     barrier_kw = {"device_ids": [local]} if gpu else {}
+    store = dist.distributed_c10d._get_default_store()
 
     def sync():
         if gpu:
             torch.cuda.synchronize()
-    store = dist.distributed_c10d._get_default_store()
 
     counts = [int(x) for x in args.counts.split(",") if x]
     dtypes = [getattr(torch, name) for name in args.dtypes.split(",") if name]
@@ -137,6 +137,7 @@ def main():
     def skipping_run(op, dtype, count, fn):
         if not (skip and op.startswith(skip)):
             run(op, dtype, count, fn)
+
     c.run = skipping_run
     pow2 = world & (world - 1) == 0
 
@@ -168,7 +169,7 @@ def main():
         c.ok("library", "-", 0)
     if rank == 0:
         say(f"TORCH-LIB rank=0 {ncclinfo.describe(info)} via={info['via']} "
-              f"torch={torch.__version__} torch_nccl_header={ncclinfo.torch_header_version()}")
+            f"torch={torch.__version__} torch_nccl_header={ncclinfo.torch_header_version()}")
 
     # all_reduce: sum, avg, max.
     for opname, op in (("sum", ReduceOp.SUM), ("avg", ReduceOp.AVG), ("max", ReduceOp.MAX)):
@@ -338,7 +339,7 @@ def main():
             failed += 1
         total_failed = failed
         say(f"TORCH-CHECKS passed={passed} failed={failed} ranks={world} backend={dist.get_backend()} "
-              f"{ncclinfo.describe(info)} torch_nccl_header={ncclinfo.torch_header_version()}")
+            f"{ncclinfo.describe(info)} torch_nccl_header={ncclinfo.torch_header_version()}")
     dist.barrier(**barrier_kw)
     dist.destroy_process_group()
     return 1 if total_failed else 0

@@ -159,10 +159,11 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(p)
     a = p.parse_args()
-    import torch  # noqa: F401  (loads libtorch_cuda and its libnccl)
+    import torch  # loads libtorch_cuda and its libnccl
     inf = bound_nccl()
     problems = check(inf, a)
-    print(f"NCCL-PROBE {describe(inf)} via={inf['via']} torch_nccl_header={torch_header_version()} "
+    print(f"NCCL-PROBE {describe(inf)} via={inf['via']} torch={torch.__version__} "
+          f"torch_nccl_header={torch_header_version()} "
           f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')} "
           f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '')}")
     for e in problems:
