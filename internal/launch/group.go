@@ -98,7 +98,7 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 		return nil, fmt.Errorf("launch: rank %d: joining the job: %w", p.Rank, err)
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
-	if g.watch, err = ipc.NewWatcher(p.Rank, g.lost); err != nil {
+	if g.watch, err = ipc.NewWatcher(p.Rank, p.Size, g.lost); err != nil {
 		return nil, err
 	}
 	blocks, err := g.conn.AllGather(ctx, []byte(strconv.Itoa(os.Getpid())+" "+g.watch.Name()))

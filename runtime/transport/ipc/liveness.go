@@ -31,6 +31,7 @@ const helloTimeout = 10 * time.Second
 // connection, so that a rank that finishes normally is never reported.
 type Watcher struct {
 	rank   int
+	size   int
 	onLost func(rank int)
 	ln     *net.UnixListener
 
@@ -42,16 +43,21 @@ type Watcher struct {
 	wg sync.WaitGroup
 }
 
-// NewWatcher starts rank's watcher; onLost is called (from a goroutine of
-// the watcher, at most once per rank) with each rank whose process ends
-// without saying goodbye.
-func NewWatcher(rank int, onLost func(rank int)) (*Watcher, error) {
+// NewWatcher starts the watcher of rank, one of size ranks; onLost is
+// called (from a goroutine of the watcher, at most once per rank) with
+// each rank whose process ends without saying goodbye. It is only ever
+// called with a rank in [0, size) other than rank: a connection whose
+// greeting names another is refused unacknowledged.
+func NewWatcher(rank, size int, onLost func(rank int)) (*Watcher, error) {
+	if rank < 0 || rank >= size {
+		return nil, fmt.Errorf("ipc: liveness watcher of rank %d in a job of %d ranks: want 0 <= rank < size", rank, size)
+	}
 	name := NewName(fmt.Sprintf("ncclgo-live-r%d", rank))
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: rank %d: liveness socket %q: %w", rank, name, err)
 	}
-	w := &Watcher{rank: rank, onLost: onLost, ln: ln, conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
+	w := &Watcher{rank: rank, size: size, onLost: onLost, ln: ln, conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
 	w.wg.Go(w.accept)
 	return w, nil
 }
@@ -84,16 +90,30 @@ func (w *Watcher) accept() {
 				c.Close()
 				return
 			}
+			// A greeting from no rank of the job (a corrupt or foreign
+			// peer) gets no ack: its Dial fails, and it is never reported.
+			peer := int(binary.LittleEndian.Uint32(hello[:]))
+			if !w.valid(peer) {
+				w.untrack(c)
+				c.Close()
+				return
+			}
 			// A failed ack ends the dialer's Dial with an error.
 			_, _ = c.Write([]byte{ackByte})
 			_ = c.SetReadDeadline(time.Time{})
-			w.watch(c, int(binary.LittleEndian.Uint32(hello[:])))
+			w.watch(c, peer)
 		})
 	}
 }
 
+// valid reports whether peer is another rank of the job.
+func (w *Watcher) valid(peer int) bool { return peer >= 0 && peer < w.size && peer != w.rank }
+
 // Dial connects to the watcher of rank peer at name.
 func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
+	if !w.valid(peer) {
+		return fmt.Errorf("ipc: rank %d: dialing the liveness socket of rank %d: want another rank in [0, %d)", w.rank, peer, w.size)
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", name)
 	if err != nil {
