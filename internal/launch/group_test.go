@@ -89,12 +89,18 @@ func groupChild(t *testing.T, p Place) {
 	g, err := Join(ctx, p, os.Getenv)
 	require.NoError(t, err)
 	_, err = g.AllGather(ctx, []byte("hello"))
-	require.NoError(t, err)
 	if p.Rank == 1 {
+		require.NoError(t, err)
 		os.Exit(3) // without Close: lost
 	}
-	_, err = g.AllGather(ctx, []byte("never answered"))
+	// Rank 1 exits as soon as its own part of the exchange is done, and
+	// its death may be noticed here before its block is read: then this
+	// first exchange already fails naming it, as the second always does.
 	var le *LostError
+	if !errors.As(err, &le) {
+		require.NoError(t, err)
+		_, err = g.AllGather(ctx, []byte("never answered"))
+	}
 	require.True(t, errors.As(err, &le), "%v", err)
 	<-g.Context().Done()
 	assert.Equal(t, le, g.Err())
