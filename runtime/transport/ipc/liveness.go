@@ -20,6 +20,10 @@ const byeByte = 'B'
 // goodbye on it (a connection still in the listen queue would be reset).
 const ackByte = 'A'
 
+// errNoAck is in Dial's error when the peer closed the connection
+// without acknowledging it.
+var errNoAck = errors.New("no acknowledgement")
+
 // helloTimeout bounds the wait for a dialer's greeting.
 const helloTimeout = 10 * time.Second
 
@@ -120,23 +124,26 @@ func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
 		return fmt.Errorf("ipc: rank %d: dialing rank %d's liveness socket %q: %w", w.rank, peer, name, err)
 	}
 	c := nc.(*net.UnixConn)
+	// Cancelling ctx ends the greeting at once (through the deadline, so
+	// that c stays usable once acknowledged).
+	_ = c.SetDeadline(time.Now().Add(helloTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	var hello [4]byte
 	binary.LittleEndian.PutUint32(hello[:], uint32(w.rank))
-	if _, err := c.Write(hello[:]); err != nil {
-		c.Close()
-		return fmt.Errorf("ipc: rank %d: greeting rank %d: %w", w.rank, peer, err)
-	}
-	deadline := time.Now().Add(helloTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = c.SetReadDeadline(deadline)
+	_, err = c.Write(hello[:])
 	var ack [1]byte
-	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != ackByte {
-		c.Close()
-		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection: %v (got %q)", w.rank, peer, err, ack[:])
+	if err == nil {
+		_, err = io.ReadFull(c, ack[:])
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	if !stop() || ctx.Err() != nil {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	if err != nil || ack[0] != ackByte {
+		c.Close()
+		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection %q (got %q): %w",
+			w.rank, peer, name, ack[:], errors.Join(err, errNoAck))
+	}
+	_ = c.SetDeadline(time.Time{})
 	if !w.track(c, peer) {
 		c.Close()
 		return fmt.Errorf("ipc: rank %d: dialing rank %d: %w", w.rank, peer, net.ErrClosed)

@@ -150,3 +150,29 @@ func TestWatcherRefusesForeignHello(t *testing.T) {
 	_, err = NewWatcher(3, 3, nil)
 	require.Error(t, err, "a rank outside the job")
 }
+
+// TestWatcherDialHonoursContext: a peer that accepts but never answers
+// the greeting holds Dial only until ctx is cancelled.
+func TestWatcherDialHonoursContext(t *testing.T) {
+	name := NewName("ncclgo-test-mute")
+	ln, err := net.Listen("unix", name)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // reads the greeting, never acknowledges
+		}
+	}()
+	w, err := NewWatcher(0, 2, nil)
+	require.NoError(t, err)
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	err = w.Dial(ctx, 1, name)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "rank 1")
+	assert.Less(t, time.Since(start), 3*time.Second, "Dial outlived its context")
+}
