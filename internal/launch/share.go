@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -143,6 +144,9 @@ func shareByFile(ctx context.Context, p Place, path string, create func() (strin
 	}
 }
 
+// maxIDLine bounds the line an id is read from (ids are far shorter).
+const maxIDLine = 4096
+
 // shareByTCP: rank 0 answers every connection with the id, until the
 // other Size-1 ranks have it or ctx is done.
 func shareByTCP(ctx context.Context, p Place, addr string, create func() (string, error)) (string, error) {
@@ -181,10 +185,14 @@ func shareByTCP(ctx context.Context, p Place, addr string, create func() (string
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			line, rerr := bufio.NewReader(c).ReadString('\n')
+			// Whatever answers at addr sends at most maxIDLine bytes here.
+			line, rerr := bufio.NewReader(io.LimitReader(c, maxIDLine)).ReadString('\n')
 			c.Close()
 			if rerr == nil {
 				return strings.TrimSpace(line), nil
+			}
+			if len(line) == maxIDLine {
+				rerr = fmt.Errorf("%s answered a line longer than %d bytes, not an id", addr, maxIDLine-1)
 			}
 			err = rerr
 		}

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,4 +116,33 @@ func TestShareIDByJobName(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, "id-from-rank-0", id)
 	}
+}
+
+// TestShareIDByTCPBoundsTheLine: a server at the id's address that sends
+// an endless line does not make a rank read it all: it keeps waiting for
+// an id until its context ends, saying why.
+func TestShareIDByTCPBoundsTheLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write(append(bytes.Repeat([]byte("x"), 1<<20), '\n'))
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	id, err := ShareID(ctx, Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "torchrun", MasterAddr: master}, envOf(), nil)
+	require.Error(t, err, "got an id of %d bytes", len(id))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "longer than 4095 bytes")
 }
