@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +115,32 @@ func TestWatcherCloseReleases(t *testing.T) {
 	}
 	require.NoError(t, mute.Close())
 	assertReleased(t, fds, gs)
+}
+
+// TestWatcherCloseDuringDial: a Close concurrent with a Dial of the same
+// watcher still waits for every goroutine of the watcher: none runs once
+// both returned.
+func TestWatcherCloseDuringDial(t *testing.T) {
+	peer, err := NewWatcher(1, 2, nil)
+	require.NoError(t, err)
+	defer peer.Close()
+	for range 50 {
+		w, err := NewWatcher(0, 2, nil)
+		require.NoError(t, err)
+		dialed := make(chan struct{})
+		go func() {
+			defer close(dialed)
+			_ = w.Dial(context.Background(), 1, peer.Name())
+		}()
+		runtime.Gosched()
+		require.NoError(t, w.Close())
+		<-dialed
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "(*Watcher).watch(") && strings.Contains(g, "(*Watcher).Dial") {
+				t.Fatalf("a watcher goroutine outlived Close and Dial:\n%s", g)
+			}
+		}
+	}
 }

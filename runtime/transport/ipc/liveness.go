@@ -81,7 +81,8 @@ func (w *Watcher) accept() {
 			c.Close()
 			return
 		}
-		w.wg.Go(func() {
+		go func() {
+			defer w.wg.Done()
 			if !samePeerUser(c) {
 				w.untrack(c)
 				c.Close()
@@ -106,7 +107,7 @@ func (w *Watcher) accept() {
 			_, _ = c.Write([]byte{ackByte})
 			_ = c.SetReadDeadline(time.Time{})
 			w.watch(c, peer)
-		})
+		}()
 	}
 }
 
@@ -145,15 +146,25 @@ func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if !w.track(c, peer) {
+		// The peer tracks c already: a goodbye, so that it does not
+		// report this rank lost.
+		_, _ = c.Write([]byte{byeByte})
 		c.Close()
 		return fmt.Errorf("ipc: rank %d: dialing rank %d: %w", w.rank, peer, net.ErrClosed)
 	}
-	w.wg.Go(func() { w.watch(c, peer) })
+	go func() {
+		defer w.wg.Done()
+		w.watch(c, peer)
+	}()
 	return nil
 }
 
 // track registers c, a connection to peer (-1 before its hello), for
-// Close's goodbye; it reports false once the watcher is closing.
+// Close's goodbye, and counts in w.wg the goroutine that the caller then
+// starts to serve it (which calls w.wg.Done). Under the lock, so that a
+// Close that has not seen c waits for that goroutine: an Add after the
+// Wait began, from a Dial racing Close, let Close return before it. It
+// reports false, counting nothing, once the watcher is closing.
 func (w *Watcher) track(c *net.UnixConn, peer int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -161,6 +172,7 @@ func (w *Watcher) track(c *net.UnixConn, peer int) bool {
 		return false
 	}
 	w.conns[c] = peer
+	w.wg.Add(1)
 	return true
 }
 
