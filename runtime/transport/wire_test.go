@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
@@ -78,32 +77,15 @@ func TestConnectRejectsCorruptPeer(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fds := openFDs(t)
-			peers := make([]Peer, n)
-			devs := make([]*fakeIPC, n)
-			for r := range n {
-				peers[r] = Peer{PID: 100 + r, Host: "h", Device: r}
-				devs[r] = newFakeIPC(r)
-			}
-			nets := bootstrap.NewInProcess(n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := range n {
-				wg.Go(func() {
-					var nt bootstrap.Network = nets[r]
-					if r == victim {
-						nt = &corruptNet{Network: nets[r], edit: c.edit(t)}
-					}
-					var s *Set
-					s, errs[r] = Connect(context.Background(), nt, devs[r], r, peers, ringEdges(n, nch, r), sizes, Options{Policy: c.pol})
-					if errs[r] != nil {
-						nets[r].Abort()
-					}
-					assert.NoError(t, s.Close())
-				})
-			}
-			wg.Wait()
-			for _, nt := range nets {
-				nt.Close()
+			peers, devs := fakeProcesses(n)
+			sets, errs, _ := connectFakeVia(t, peers, devs, nch, c.pol, func(r int, nt bootstrap.Network) bootstrap.Network {
+				if r == victim {
+					return &corruptNet{Network: nt, edit: c.edit(t)}
+				}
+				return nt
+			})
+			for r, s := range sets {
+				assert.NoError(t, s.Close(), "rank %d", r)
 			}
 			require.Error(t, errs[victim])
 			assert.Contains(t, errs[victim].Error(), c.want)
