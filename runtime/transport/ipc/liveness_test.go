@@ -157,8 +157,10 @@ func TestWatcherDialHonoursContext(t *testing.T) {
 	name := NewName("ncclgo-test-mute")
 	ln, err := net.Listen("unix", name)
 	require.NoError(t, err)
-	defer ln.Close()
+	muted := make(chan struct{})
+	defer func() { ln.Close(); <-muted }()
 	go func() {
+		defer close(muted)
 		c, err := ln.Accept()
 		if err == nil {
 			defer c.Close()
