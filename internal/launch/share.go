@@ -181,6 +181,7 @@ func shareByTCP(ctx context.Context, p Place, addr string, create func() (string
 		return id, nil
 	}
 	var d net.Dialer
+	var last error // the last failure before ctx ended
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
@@ -196,9 +197,12 @@ func shareByTCP(ctx context.Context, p Place, addr string, create func() (string
 			}
 			err = rerr
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("launch: rank %d: fetching the id from %s: %w (last: %v)", p.Rank, addr, context.Cause(ctx), err)
+			return "", fmt.Errorf("launch: rank %d: fetching the id from %s: %w (last: %v)", p.Rank, addr, context.Cause(ctx), last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
