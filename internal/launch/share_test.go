@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -145,4 +146,43 @@ func TestShareIDByTCPBoundsTheLine(t *testing.T) {
 	require.Error(t, err, "got an id of %d bytes", len(id))
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "longer than 4095 bytes")
+}
+
+// TestShareIDByTCPCountsRanks: connections that take the id without
+// acknowledging it (a port scanner's) do not use up rank 0's service: the
+// real ranks still get the id; a rank that never comes is named.
+func TestShareIDByTCPCountsRanks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
+	place := func(r, n int) Place {
+		return Place{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "torchrun", MasterAddr: master}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		_, err := ShareID(ctx, place(0, 2), envOf(), func() (string, error) { return "the-id", nil })
+		served <- err
+	}()
+	// A scanner: connects, reads, leaves.
+	var c net.Conn
+	require.Eventually(t, func() bool { c, err = net.Dial("tcp", addr); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "the-id\n", line)
+	c.Close()
+	id, err := ShareID(ctx, place(1, 2), envOf(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "the-id", id)
+	require.NoError(t, <-served)
+
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	_, err = ShareID(short, place(0, 3), envOf(), func() (string, error) { return "the-id", nil })
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "rank(s) 1, 2 never fetched it")
 }
