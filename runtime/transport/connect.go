@@ -276,6 +276,11 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 			if ok, why := t.CanConnect(opts.Policy, self, peers[to], link(to)); !ok {
 				return nil, fmt.Errorf("transport: rank %d chose %s for rank %d's connections to it, which rank %d cannot use: %s", to, t.Name(), me, me, why)
 			}
+			// The flags decide how the kernels reach the peer (direct
+			// pointers, fence scope): both sides must have derived the same.
+			if f := t.Flags(self, peers[to]); w.Flags != f {
+				return nil, fmt.Errorf("transport: rank %d published flags %#x for rank %d's %s connections to it, where rank %d derives %#x", to, w.Flags, me, t.Name(), me, f)
+			}
 			r, err := t.ConnectSend(ctx, env, to, peers[to], w.Info)
 			if err != nil {
 				return nil, fmt.Errorf("transport: rank %d connecting to rank %d through %s: %w", me, to, t.Name(), err)

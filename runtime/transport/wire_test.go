@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,6 +69,9 @@ func TestConnectRejectsCorruptPeer(t *testing.T) {
 		{"two regions", Policy{}, func(t *testing.T) func([][]byte) [][]byte {
 			return editRegions(t, culprit, func(rs []wireRegion) []wireRegion { return append(rs, rs[0]) })
 		}, "rank 1 published two regions for rank 0's connections"},
+		{"flags the sender does not derive", Policy{}, func(t *testing.T) func([][]byte) [][]byte {
+			return editRegions(t, culprit, func(rs []wireRegion) []wireRegion { rs[0].Flags |= generated.ConnDirect; return rs })
+		}, "rank 1 published flags 0x"},
 		{"too many blocks", Policy{}, func(*testing.T) func([][]byte) [][]byte {
 			return func(all [][]byte) [][]byte { return append(all, all[0]) }
 		}, "4 blocks for 3 ranks"},
