@@ -140,6 +140,12 @@ func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
 		err = errors.Join(err, context.Cause(ctx))
 	}
 	if err != nil || ack[0] != ackByte {
+		if ack[0] == ackByte {
+			// Acknowledged, then cancelled: the peer tracks c, so a
+			// goodbye, lest it report this rank lost.
+			_ = c.SetDeadline(time.Time{})
+			_, _ = c.Write([]byte{byeByte})
+		}
 		c.Close()
 		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection %q (got %q): %w",
 			w.rank, peer, name, ack[:], errors.Join(err, errNoAck))
