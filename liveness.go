@@ -39,7 +39,7 @@ func (c *Comm) watchPeers(ctx context.Context, peers []transport.Peer) error {
 	if !multi {
 		return nil
 	}
-	w, err := ipc.NewWatcher(rank, func(r int) { c.peerLost(&PeerLostError{Rank: r, PID: peers[r].PID, Host: peers[r].Host}) })
+	w, err := ipc.NewWatcher(rank, len(peers), func(r int) { c.peerLost(&PeerLostError{Rank: r, PID: peers[r].PID, Host: peers[r].Host}) })
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,7 @@ package ncclgo
 
 import (
 	"log/slog"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/ncclgo/ncclgo/runtime/topo"
@@ -27,20 +25,6 @@ func TestCheckSharedGPUs(t *testing.T) {
 	assert.Contains(t, err.Error(), "rank 0 (pid 1) and rank 2 (pid 3)")
 	assert.Contains(t, err.Error(), "MPS")
 	assert.NoError(t, checkSharedGPUs([]transport.Peer{p(1, 0, "a"), p(3, 0, "a")}, true))
-}
-
-func TestMPSActive(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("NCCLGO_MPS", "")
-	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", dir)
-	assert.False(t, mpsActive(), "no control pipe")
-	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "control"), 0o600))
-	assert.True(t, mpsActive(), "control pipe present")
-	t.Setenv("NCCLGO_MPS", "0")
-	assert.False(t, mpsActive())
-	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", t.TempDir())
-	t.Setenv("NCCLGO_MPS", "1")
-	assert.True(t, mpsActive())
 }
 
 func TestLinkFunc(t *testing.T) {

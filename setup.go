@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"unsafe"
@@ -80,7 +79,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	}
 	self := tpeers[rank]
 	local := func(r int) bool { return tpeers[r].SameProcess(self) }
-	if err := checkSharedGPUs(tpeers, mpsActive()); err != nil {
+	if err := checkSharedGPUs(tpeers, topo.MPSActive(os.Getenv)); err != nil {
 		return fail(err)
 	}
 	c.layout = topo.NewLayout(devs)
@@ -243,24 +242,6 @@ func checkSharedGPUs(peers []transport.Peer, mps bool) error {
 		}
 	}
 	return nil
-}
-
-// mpsActive reports whether an MPS control daemon runs for this process:
-// its control pipe exists in CUDA_MPS_PIPE_DIRECTORY (default
-// /tmp/nvidia-mps). NCCLGO_MPS=1 or 0 overrides the detection.
-func mpsActive() bool {
-	switch os.Getenv("NCCLGO_MPS") {
-	case "1":
-		return true
-	case "0":
-		return false
-	}
-	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
-	if dir == "" {
-		dir = "/tmp/nvidia-mps"
-	}
-	fi, err := os.Stat(filepath.Join(dir, "control"))
-	return err == nil && !fi.IsDir() // a FIFO (or socket) made by nvidia-cuda-mps-control -d
 }
 
 // linkFunc tells transport.Connect what joins rank's GPU to each peer's:

@@ -45,6 +45,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
@@ -84,22 +85,6 @@ func envInt(t *testing.T, name string, def int) int {
 	return v
 }
 
-// mpsRunning mirrors InitRank's MPS detection.
-func mpsRunning() bool {
-	switch os.Getenv("NCCLGO_MPS") {
-	case "1":
-		return true
-	case "0":
-		return false
-	}
-	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
-	if dir == "" {
-		dir = "/tmp/nvidia-mps"
-	}
-	fi, err := os.Stat(filepath.Join(dir, "control"))
-	return err == nil && !fi.IsDir()
-}
-
 // mpLayout is the placement of the ranks on processes and devices.
 type mpLayout struct {
 	nProcs, perProc int
@@ -126,7 +111,7 @@ func mpPlacement(t *testing.T) mpLayout {
 		seen[d] = true
 		l.devs = append(l.devs, d)
 	}
-	if shared >= 0 && !mpsRunning() {
+	if shared >= 0 && !topo.MPSActive(os.Getenv) {
 		t.Skipf("%d processes on devices %v share GPU %d, which needs MPS (not running); set NCCLGO_TEST_DEVICES to one device per process",
 			l.nProcs, l.devs, shared)
 	}
@@ -259,7 +244,7 @@ func TestMultiProcessSharedGPURefused(t *testing.T) {
 		t.Skip("child process")
 	}
 	mpGPU(t)
-	if mpsRunning() {
+	if topo.MPSActive(os.Getenv) {
 		t.Skip("MPS is running: processes may share a GPU")
 	}
 	d := mpDevices(t)[0]

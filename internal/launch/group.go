@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
 )
 
@@ -70,7 +71,8 @@ func NewRoot(ctx context.Context) (id string, stop func(), err error) {
 // root and hands its id to the others through ShareID. Join returns once
 // every rank has joined and watches every other; it fails after the
 // bootstrap timeout (NCCL_BOOTSTRAP_TIMEOUT, 120 s by default) naming the
-// ranks that never came.
+// ranks that never came, or, when no id reaches it in that time, saying
+// so.
 func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, err error) {
 	g := &Group{place: p}
 	defer func() {
@@ -78,7 +80,16 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 			g.shut(err)
 		}
 	}()
-	id, err := ShareID(ctx, p, getenv, func() (string, error) {
+	// The id's wait is bounded like the bootstrap's own: a rank 0 that
+	// never publishes one must not hold the others forever.
+	wait, err := idTimeout(getenv)
+	if err != nil {
+		return nil, err
+	}
+	idCtx, cancel := context.WithTimeoutCause(ctx, wait,
+		fmt.Errorf("launch: rank %d: the job's id was not shared within the bootstrap timeout %v (NCCL_BOOTSTRAP_TIMEOUT)", p.Rank, wait))
+	defer cancel()
+	id, err := ShareID(idCtx, p, getenv, func() (string, error) {
 		// The root outlives ShareID's ctx: the others check in later.
 		r, uid, err := bootstrap.NewRoot(context.Background(), bootstrap.Options{})
 		if err != nil {
@@ -98,7 +109,7 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 		return nil, fmt.Errorf("launch: rank %d: joining the job: %w", p.Rank, err)
 	}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
-	if g.watch, err = ipc.NewWatcher(p.Rank, g.lost); err != nil {
+	if g.watch, err = ipc.NewWatcher(p.Rank, p.Size, g.lost); err != nil {
 		return nil, err
 	}
 	blocks, err := g.conn.AllGather(ctx, []byte(strconv.Itoa(os.Getpid())+" "+g.watch.Name()))
@@ -132,6 +143,20 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 		_ = os.Remove(f)
 	}
 	return g, nil
+}
+
+// idTimeout is the bootstrap timeout: NCCL_BOOTSTRAP_TIMEOUT (seconds)
+// read through getenv, else bootstrap.DefaultTimeout.
+func idTimeout(getenv func(string) string) (time.Duration, error) {
+	v := strings.TrimSpace(getenv("NCCL_BOOTSTRAP_TIMEOUT"))
+	if v == "" {
+		return bootstrap.DefaultTimeout, nil
+	}
+	d, err := config.ParseBootstrapTimeout(v)
+	if err != nil {
+		return 0, fmt.Errorf("launch: %w", err)
+	}
+	return d, nil
 }
 
 // lost ends the group's context with a LostError for rank r.

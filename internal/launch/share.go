@@ -3,8 +3,8 @@ package launch
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -143,55 +143,111 @@ func shareByFile(ctx context.Context, p Place, path string, create func() (strin
 	}
 }
 
-// shareByTCP: rank 0 answers every connection with the id, until the
-// other Size-1 ranks have it or ctx is done.
+// maxIDLine bounds the line an id is read from (ids are far shorter).
+const maxIDLine = 4096
+
+// shareByTCP: rank 0 answers every connection with the id, and each
+// other rank acknowledges it with its rank number, until all Size-1 have
+// (a connection that acknowledges nothing, a port scanner's or a rank's
+// failed attempt, does not count) or ctx is done.
 func shareByTCP(ctx context.Context, p Place, addr string, create func() (string, error)) (string, error) {
 	if p.Rank == 0 {
 		id, err := create()
 		if err != nil {
 			return "", err
 		}
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", addr)
-		if err != nil {
-			return "", fmt.Errorf("launch: serving the id at %s: %w", addr, err)
+		if err := serveID(ctx, p, addr, id); err != nil {
+			return "", err
 		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		defer stop()
-		var wg sync.WaitGroup
-		for served := 0; served < p.Size-1; served++ {
-			c, err := ln.Accept()
-			if err != nil {
-				ln.Close()
-				wg.Wait()
-				return "", fmt.Errorf("launch: serving the id at %s (%d of %d ranks served): %w", addr, served, p.Size-1, errors.Join(err, context.Cause(ctx)))
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-				_, _ = c.Write([]byte(id + "\n"))
-			})
-		}
-		ln.Close()
-		wg.Wait()
 		return id, nil
 	}
 	var d net.Dialer
+	var last error // the last failure before ctx ended
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			line, rerr := bufio.NewReader(c).ReadString('\n')
-			c.Close()
+			// Whatever answers at addr sends at most maxIDLine bytes here.
+			line, rerr := bufio.NewReader(io.LimitReader(c, maxIDLine)).ReadString('\n')
 			if rerr == nil {
+				_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				_, _ = fmt.Fprintf(c, "%d\n", p.Rank)
+				c.Close()
 				return strings.TrimSpace(line), nil
+			}
+			c.Close()
+			if len(line) == maxIDLine {
+				rerr = fmt.Errorf("%s answered a line longer than %d bytes, not an id", addr, maxIDLine-1)
 			}
 			err = rerr
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("launch: rank %d: fetching the id from %s: %w (last: %v)", p.Rank, addr, context.Cause(ctx), err)
+			return "", fmt.Errorf("launch: rank %d: fetching the id from %s: %w (last: %v)", p.Rank, addr, context.Cause(ctx), last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// serveID is rank 0's side of shareByTCP.
+func serveID(ctx context.Context, p Place, addr, id string) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("launch: serving the id at %s: %w", addr, err)
+	}
+	acks := make(chan int)
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write([]byte(id + "\n")); err != nil {
+					return
+				}
+				line, err := bufio.NewReader(io.LimitReader(c, 32)).ReadString('\n')
+				r, perr := strconv.Atoi(strings.TrimSpace(line))
+				if err != nil || perr != nil {
+					return
+				}
+				select {
+				case acks <- r:
+				case <-stopped:
+				}
+			})
+		}
+	})
+	defer func() {
+		ln.Close()
+		close(stopped)
+		wg.Wait()
+	}()
+	got := make([]bool, p.Size)
+	for n := 0; n < p.Size-1; {
+		select {
+		case r := <-acks:
+			if r > 0 && r < p.Size && !got[r] {
+				got[r] = true
+				n++
+			}
+		case <-ctx.Done():
+			var missing []string
+			for r := 1; r < p.Size; r++ {
+				if !got[r] {
+					missing = append(missing, strconv.Itoa(r))
+				}
+			}
+			return fmt.Errorf("launch: serving the id at %s: rank(s) %s never fetched it: %w", addr, strings.Join(missing, ", "), context.Cause(ctx))
+		}
+	}
+	return nil
 }

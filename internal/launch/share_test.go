@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,4 +117,72 @@ func TestShareIDByJobName(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, "id-from-rank-0", id)
 	}
+}
+
+// TestShareIDByTCPBoundsTheLine: a server at the id's address that sends
+// an endless line does not make a rank read it all: it keeps waiting for
+// an id until its context ends, saying why.
+func TestShareIDByTCPBoundsTheLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write(append(bytes.Repeat([]byte("x"), 1<<20), '\n'))
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	id, err := ShareID(ctx, Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "torchrun", MasterAddr: master}, envOf(), nil)
+	require.Error(t, err, "got an id of %d bytes", len(id))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "longer than 4095 bytes")
+}
+
+// TestShareIDByTCPCountsRanks: connections that take the id without
+// acknowledging it (a port scanner's) do not use up rank 0's service: the
+// real ranks still get the id; a rank that never comes is named.
+func TestShareIDByTCPCountsRanks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
+	place := func(r, n int) Place {
+		return Place{Rank: r, Size: n, LocalRank: r, LocalSize: n, Launcher: "torchrun", MasterAddr: master}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		_, err := ShareID(ctx, place(0, 2), envOf(), func() (string, error) { return "the-id", nil })
+		served <- err
+	}()
+	// A scanner: connects, reads, leaves.
+	var c net.Conn
+	require.Eventually(t, func() bool { c, err = net.Dial("tcp", addr); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "the-id\n", line)
+	c.Close()
+	id, err := ShareID(ctx, place(1, 2), envOf(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "the-id", id)
+	require.NoError(t, <-served)
+
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	_, err = ShareID(short, place(0, 3), envOf(), func() (string, error) { return "the-id", nil })
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "rank(s) 1, 2 never fetched it")
 }

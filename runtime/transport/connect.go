@@ -232,6 +232,9 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 	if err != nil {
 		return nil, fmt.Errorf("transport: exchanging connection info: %w", err)
 	}
+	if len(all) != len(peers) {
+		return nil, fmt.Errorf("transport: exchanging connection info: %d blocks for %d ranks", len(all), len(peers))
+	}
 	ranks := make([]wireRank, len(all))
 	names := make([]string, len(all))
 	anyServer := false
@@ -249,6 +252,12 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 
 	// Sending ends: map every receiver's region for this rank.
 	type chanOf struct{ to, ch int }
+	sendsOn := map[chanOf]bool{}
+	for _, e := range edges {
+		if e.From == me {
+			sendsOn[chanOf{e.To, e.Channel}] = true
+		}
+	}
 	published := map[chanOf]uint64{} // base address here
 	via := map[int]string{}
 	flagsTo := map[int]uint32{}
@@ -257,12 +266,20 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 			if w.From != me {
 				continue
 			}
+			if _, dup := via[to]; dup {
+				return nil, fmt.Errorf("transport: rank %d published two regions for rank %d's connections to it", to, me)
+			}
 			t, ok := byName[w.Transport]
 			if !ok {
 				return nil, fmt.Errorf("transport: rank %d chose transport %q for rank %d's connections, which rank %d lacks", to, w.Transport, me, me)
 			}
 			if ok, why := t.CanConnect(opts.Policy, self, peers[to], link(to)); !ok {
 				return nil, fmt.Errorf("transport: rank %d chose %s for rank %d's connections to it, which rank %d cannot use: %s", to, t.Name(), me, me, why)
+			}
+			// The flags decide how the kernels reach the peer (direct
+			// pointers, fence scope): both sides must have derived the same.
+			if f := t.Flags(self, peers[to]); w.Flags != f {
+				return nil, fmt.Errorf("transport: rank %d published flags %#x for rank %d's %s connections to it, where rank %d derives %#x", to, w.Flags, me, t.Name(), me, f)
 			}
 			r, err := t.ConnectSend(ctx, env, to, peers[to], w.Info)
 			if err != nil {
@@ -272,7 +289,19 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 			via[to] = t.Name() + "/" + r.Mode()
 			flagsTo[to] = w.Flags
 			for _, e := range w.Edges {
-				published[chanOf{to, e.Channel}] = r.Addr() + e.Off
+				k := chanOf{to, e.Channel}
+				_, seen := published[k]
+				switch {
+				case !sendsOn[k]:
+					return nil, fmt.Errorf("transport: rank %d published a connection from rank %d on channel %d, on which rank %d sends it nothing", to, me, e.Channel, me)
+				case seen:
+					return nil, fmt.Errorf("transport: rank %d published rank %d's connection on channel %d twice", to, me, e.Channel)
+				}
+				if sr, ok := r.(sizedRegion); ok && (e.Off > sr.mappedSize() || total > sr.mappedSize()-e.Off) {
+					return nil, fmt.Errorf("transport: rank %d placed rank %d's connection on channel %d at offset %d of a %d-byte region, which cannot hold its %d bytes",
+						to, me, e.Channel, e.Off, sr.mappedSize(), total)
+				}
+				published[k] = r.Addr() + e.Off
 			}
 		}
 	}
@@ -301,6 +330,13 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 		}
 	}
 	return set, nil
+}
+
+// sizedRegion is a Region mapped from a peer's description whose length
+// this process knows, so that the peer's offsets can be checked.
+type sizedRegion interface {
+	Region
+	mappedSize() uint64
 }
 
 // connInfo is the ConnInfo of one connection whose receiver's block starts

@@ -145,11 +145,10 @@ func (f *fakeIPC) MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.De
 func (f *fakeIPC) MemUnmap(p cuda.DevicePtr, size uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m, ok := f.mapped[p]
-	if !ok {
-		return fmt.Errorf("MemUnmap(%#x): not mapped", p)
+	m, err := take(f.mapped, p, "MemUnmap", "mapped")
+	if err != nil {
+		return err
 	}
-	delete(f.mapped, p)
 	return m.Close()
 }
 
@@ -169,11 +168,10 @@ func (f *fakeIPC) MemAddressFree(p cuda.DevicePtr, size uint64) error {
 func (f *fakeIPC) MemRelease(h cuda.MemHandle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	seg, ok := f.handles[h]
-	if !ok {
-		return fmt.Errorf("MemRelease(%d): unknown handle", h)
+	seg, err := take(f.handles, h, "MemRelease", "a handle")
+	if err != nil {
+		return err
 	}
-	delete(f.handles, h)
 	return seg.Close()
 }
 
@@ -229,11 +227,8 @@ func (f *fakeIPC) IpcOpenMemHandle(h cuda.IpcMemHandle) (cuda.DevicePtr, error) 
 func (f *fakeIPC) IpcCloseMemHandle(p cuda.DevicePtr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.ipcOpened[p] {
-		return fmt.Errorf("IpcCloseMemHandle(%#x): not open", p)
-	}
-	delete(f.ipcOpened, p)
-	return nil
+	_, err := take(f.ipcOpened, p, "IpcCloseMemHandle", "open")
+	return err
 }
 
 func (f *fakeIPC) MemHostRegister(p unsafe.Pointer, n uint64) error {
@@ -251,11 +246,10 @@ func (f *fakeIPC) MemHostRegister(p unsafe.Pointer, n uint64) error {
 func (f *fakeIPC) MemHostUnregister(p unsafe.Pointer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a, ok := f.registered[p]
-	if !ok {
-		return fmt.Errorf("MemHostUnregister(%p): not registered", p)
+	a, err := take(f.registered, p, "MemHostUnregister", "registered")
+	if err != nil {
+		return err
 	}
-	delete(f.registered, p)
 	delete(f.hostMapped, a)
 	return nil
 }
@@ -268,4 +262,15 @@ func (f *fakeIPC) HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error) {
 		return 0, fmt.Errorf("HostDevicePointer(%p): not registered", p)
 	}
 	return a, nil
+}
+
+// take removes and returns m[k] (f.mu held), or says that op's argument k
+// is not what it must be (mapped, a handle, ...).
+func take[K comparable, V any](m map[K]V, k K, op, must string) (V, error) {
+	v, ok := m[k]
+	if !ok {
+		return v, fmt.Errorf("%s(%#v): not %s", op, k, must)
+	}
+	delete(m, k)
+	return v, nil
 }

@@ -248,9 +248,10 @@ func (r *vmmRegion) mapHere(gran uint64) error {
 	return r.m.MemSetAccess(p, r.size, r.m.Device())
 }
 
-func (r *vmmRegion) Addr() uint64 { return uint64(r.addr) }
-func (r *vmmRegion) Info() []byte { return r.info }
-func (r *vmmRegion) Mode() string { return r.mode }
+func (r *vmmRegion) Addr() uint64       { return uint64(r.addr) }
+func (r *vmmRegion) mappedSize() uint64 { return r.size }
+func (r *vmmRegion) Info() []byte       { return r.info }
+func (r *vmmRegion) Mode() string       { return r.mode }
 func (r *vmmRegion) Close() error {
 	var errs []error
 	if r.mapped {

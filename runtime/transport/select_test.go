@@ -104,9 +104,29 @@ func TestFlags(t *testing.T) {
 	assert.Zero(t, SHM{}.Flags(a, Peer{PID: 1, Host: "h", Device: 1}))
 }
 
+// fakeProcesses describes n ranks, each in a process of its own on GPU r
+// of one host, with their fake devices.
+func fakeProcesses(n int) ([]Peer, []*fakeIPC) {
+	peers := make([]Peer, n)
+	devs := make([]*fakeIPC, n)
+	for r := range n {
+		peers[r] = Peer{PID: 100 + r, Host: "h", Device: r}
+		devs[r] = newFakeIPC(r)
+	}
+	return peers, devs
+}
+
 // connectFake connects n ranks posing as the given processes over fake
 // IPC devices and returns the sets, the errors and the log lines.
 func connectFake(t *testing.T, peers []Peer, devs []*fakeIPC, nch int, pol Policy) ([]*Set, []error, []string) {
+	t.Helper()
+	return connectFakeVia(t, peers, devs, nch, pol, nil)
+}
+
+// connectFakeVia is connectFake with each rank's network passed through
+// wrap (nil: as is).
+func connectFakeVia(t *testing.T, peers []Peer, devs []*fakeIPC, nch int, pol Policy,
+	wrap func(r int, nt bootstrap.Network) bootstrap.Network) ([]*Set, []error, []string) {
 	t.Helper()
 	n := len(peers)
 	nets := bootstrap.NewInProcess(n)
@@ -118,7 +138,11 @@ func connectFake(t *testing.T, peers []Peer, devs []*fakeIPC, nch int, pol Polic
 	for r := range n {
 		wg.Go(func() {
 			opts := Options{Policy: pol, Log: func(s string) { mu.Lock(); lines = append(lines, s); mu.Unlock() }}
-			sets[r], errs[r] = Connect(context.Background(), nets[r], devs[r], r, peers, ringEdges(n, nch, r), sizes, opts)
+			var nt bootstrap.Network = nets[r]
+			if wrap != nil {
+				nt = wrap(r, nt)
+			}
+			sets[r], errs[r] = Connect(context.Background(), nt, devs[r], r, peers, ringEdges(n, nch, r), sizes, opts)
 			if errs[r] != nil {
 				nets[r].Abort()
 			}
@@ -159,12 +183,9 @@ func TestConnectAcrossProcesses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			const n, nch = 3, 2
 			fds := openFDs(t)
-			peers := make([]Peer, n)
-			devs := make([]*fakeIPC, n)
-			for r := range n {
-				peers[r] = Peer{PID: 100 + r, Host: "h", Device: r}
-				devs[r] = newFakeIPC(r)
-				devs[r].noVMM = c.noVMM
+			peers, devs := fakeProcesses(n)
+			for _, d := range devs {
+				d.noVMM = c.noVMM
 			}
 			sets, errs, lines := connectFake(t, peers, devs, nch, c.pol)
 			for r := range n {

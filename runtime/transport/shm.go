@@ -130,9 +130,10 @@ func (r *shmRegion) register() error {
 // Host is the segment's memory in this process.
 func (r *shmRegion) Host() unsafe.Pointer { return r.seg.Ptr() }
 
-func (r *shmRegion) Addr() uint64 { return uint64(r.addr) }
-func (r *shmRegion) Info() []byte { return r.info }
-func (r *shmRegion) Mode() string { return "direct/direct" }
+func (r *shmRegion) Addr() uint64       { return uint64(r.addr) }
+func (r *shmRegion) mappedSize() uint64 { return uint64(r.seg.Size()) }
+func (r *shmRegion) Info() []byte       { return r.info }
+func (r *shmRegion) Mode() string       { return "direct/direct" }
 func (r *shmRegion) Close() error {
 	if r.seg == nil {
 		return nil

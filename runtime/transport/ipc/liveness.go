@@ -20,6 +20,10 @@ const byeByte = 'B'
 // goodbye on it (a connection still in the listen queue would be reset).
 const ackByte = 'A'
 
+// errNoAck is in Dial's error when the peer closed the connection
+// without acknowledging it.
+var errNoAck = errors.New("no acknowledgement")
+
 // helloTimeout bounds the wait for a dialer's greeting.
 const helloTimeout = 10 * time.Second
 
@@ -31,6 +35,7 @@ const helloTimeout = 10 * time.Second
 // connection, so that a rank that finishes normally is never reported.
 type Watcher struct {
 	rank   int
+	size   int
 	onLost func(rank int)
 	ln     *net.UnixListener
 
@@ -42,16 +47,21 @@ type Watcher struct {
 	wg sync.WaitGroup
 }
 
-// NewWatcher starts rank's watcher; onLost is called (from a goroutine of
-// the watcher, at most once per rank) with each rank whose process ends
-// without saying goodbye.
-func NewWatcher(rank int, onLost func(rank int)) (*Watcher, error) {
+// NewWatcher starts the watcher of rank, one of size ranks; onLost is
+// called (from a goroutine of the watcher, at most once per rank) with
+// each rank whose process ends without saying goodbye. It is only ever
+// called with a rank in [0, size) other than rank: a connection whose
+// greeting names another is refused unacknowledged.
+func NewWatcher(rank, size int, onLost func(rank int)) (*Watcher, error) {
+	if rank < 0 || rank >= size {
+		return nil, fmt.Errorf("ipc: liveness watcher of rank %d in a job of %d ranks: want 0 <= rank < size", rank, size)
+	}
 	name := NewName(fmt.Sprintf("ncclgo-live-r%d", rank))
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("ipc: rank %d: liveness socket %q: %w", rank, name, err)
 	}
-	w := &Watcher{rank: rank, onLost: onLost, ln: ln, conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
+	w := &Watcher{rank: rank, size: size, onLost: onLost, ln: ln, conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
 	w.wg.Go(w.accept)
 	return w, nil
 }
@@ -71,7 +81,8 @@ func (w *Watcher) accept() {
 			c.Close()
 			return
 		}
-		w.wg.Go(func() {
+		go func() {
+			defer w.wg.Done()
 			if !samePeerUser(c) {
 				w.untrack(c)
 				c.Close()
@@ -84,49 +95,82 @@ func (w *Watcher) accept() {
 				c.Close()
 				return
 			}
+			// A greeting from no rank of the job (a corrupt or foreign
+			// peer) gets no ack: its Dial fails, and it is never reported.
+			peer := int(binary.LittleEndian.Uint32(hello[:]))
+			if !w.valid(peer) {
+				w.untrack(c)
+				c.Close()
+				return
+			}
 			// A failed ack ends the dialer's Dial with an error.
 			_, _ = c.Write([]byte{ackByte})
 			_ = c.SetReadDeadline(time.Time{})
-			w.watch(c, int(binary.LittleEndian.Uint32(hello[:])))
-		})
+			w.watch(c, peer)
+		}()
 	}
 }
 
+// valid reports whether peer is another rank of the job.
+func (w *Watcher) valid(peer int) bool { return peer >= 0 && peer < w.size && peer != w.rank }
+
 // Dial connects to the watcher of rank peer at name.
 func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
+	if !w.valid(peer) {
+		return fmt.Errorf("ipc: rank %d: dialing the liveness socket of rank %d: want another rank in [0, %d)", w.rank, peer, w.size)
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", name)
 	if err != nil {
 		return fmt.Errorf("ipc: rank %d: dialing rank %d's liveness socket %q: %w", w.rank, peer, name, err)
 	}
 	c := nc.(*net.UnixConn)
+	// Cancelling ctx ends the greeting at once (through the deadline, so
+	// that c stays usable once acknowledged).
+	_ = c.SetDeadline(time.Now().Add(helloTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	var hello [4]byte
 	binary.LittleEndian.PutUint32(hello[:], uint32(w.rank))
-	if _, err := c.Write(hello[:]); err != nil {
-		c.Close()
-		return fmt.Errorf("ipc: rank %d: greeting rank %d: %w", w.rank, peer, err)
-	}
-	deadline := time.Now().Add(helloTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = c.SetReadDeadline(deadline)
+	_, err = c.Write(hello[:])
 	var ack [1]byte
-	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != ackByte {
-		c.Close()
-		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection: %v (got %q)", w.rank, peer, err, ack[:])
+	if err == nil {
+		_, err = io.ReadFull(c, ack[:])
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	if !stop() || ctx.Err() != nil {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	if err != nil || ack[0] != ackByte {
+		if ack[0] == ackByte {
+			// Acknowledged, then cancelled: the peer tracks c, so a
+			// goodbye, lest it report this rank lost.
+			_ = c.SetDeadline(time.Time{})
+			_, _ = c.Write([]byte{byeByte})
+		}
+		c.Close()
+		return fmt.Errorf("ipc: rank %d: rank %d did not acknowledge the liveness connection %q (got %q): %w",
+			w.rank, peer, name, ack[:], errors.Join(err, errNoAck))
+	}
+	_ = c.SetDeadline(time.Time{})
 	if !w.track(c, peer) {
+		// The peer tracks c already: a goodbye, so that it does not
+		// report this rank lost.
+		_, _ = c.Write([]byte{byeByte})
 		c.Close()
 		return fmt.Errorf("ipc: rank %d: dialing rank %d: %w", w.rank, peer, net.ErrClosed)
 	}
-	w.wg.Go(func() { w.watch(c, peer) })
+	go func() {
+		defer w.wg.Done()
+		w.watch(c, peer)
+	}()
 	return nil
 }
 
 // track registers c, a connection to peer (-1 before its hello), for
-// Close's goodbye; it reports false once the watcher is closing.
+// Close's goodbye, and counts in w.wg the goroutine that the caller then
+// starts to serve it (which calls w.wg.Done). Under the lock, so that a
+// Close that has not seen c waits for that goroutine: an Add after the
+// Wait began, from a Dial racing Close, let Close return before it. It
+// reports false, counting nothing, once the watcher is closing.
 func (w *Watcher) track(c *net.UnixConn, peer int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -134,6 +178,7 @@ func (w *Watcher) track(c *net.UnixConn, peer int) bool {
 		return false
 	}
 	w.conns[c] = peer
+	w.wg.Add(1)
 	return true
 }
 

@@ -2,6 +2,9 @@ package ipc
 
 import (
 	"context"
+	"encoding/binary"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -43,7 +46,7 @@ func TestWatcherGoodbye(t *testing.T) {
 	logs := []*lostLog{newLostLog(), newLostLog(), newLostLog()}
 	ws := make([]*Watcher, 3)
 	for r := range ws {
-		w, err := NewWatcher(r, logs[r].add)
+		w, err := NewWatcher(r, len(ws), logs[r].add)
 		require.NoError(t, err)
 		ws[r] = w
 	}
@@ -69,7 +72,7 @@ func TestWatcherProcessDeath(t *testing.T) {
 		t.Skip("child process")
 	}
 	lost := newLostLog()
-	w, err := NewWatcher(0, lost.add)
+	w, err := NewWatcher(0, 2, lost.add)
 	require.NoError(t, err)
 	defer w.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWatcherChild$", "-test.count=1", "-test.v")
@@ -108,9 +111,70 @@ func TestWatcherChild(t *testing.T) {
 	if name == "" {
 		t.Skip("only runs as a child of TestWatcherProcessDeath")
 	}
-	w, err := NewWatcher(1, nil)
+	w, err := NewWatcher(1, 2, nil)
 	require.NoError(t, err)
 	require.NoError(t, w.Dial(context.Background(), 0, name))
 	os.Stdout.WriteString("CONNECTED\n")
 	time.Sleep(time.Minute)
+}
+
+// TestWatcherRefusesForeignHello: a greeting that names no other rank of
+// the job (out of range, or the watcher's own) is refused without an ack,
+// and the connection's end is never reported: onLost only sees ranks the
+// caller can index.
+func TestWatcherRefusesForeignHello(t *testing.T) {
+	lost := newLostLog()
+	w, err := NewWatcher(1, 3, lost.add)
+	require.NoError(t, err)
+	defer w.Close()
+	for _, bad := range []uint32{3, 1, 1 << 31, 0xffffffff} {
+		c, err := net.Dial("unix", w.Name())
+		require.NoError(t, err)
+		var hello [4]byte
+		binary.LittleEndian.PutUint32(hello[:], bad)
+		_, err = c.Write(hello[:])
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		var ack [1]byte
+		n, err := c.Read(ack[:])
+		assert.Equal(t, 0, n, "rank %d's greeting was acknowledged", bad)
+		assert.ErrorIs(t, err, io.EOF, "rank %d", bad)
+		require.NoError(t, c.Close()) // no goodbye: a "death"
+	}
+	select {
+	case r := <-lost.seen:
+		t.Fatalf("reported rank %d, which is no peer of rank 1 in a job of 3", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.Error(t, w.Dial(context.Background(), 3, w.Name()), "dialing a rank outside the job")
+	_, err = NewWatcher(3, 3, nil)
+	require.Error(t, err, "a rank outside the job")
+}
+
+// TestWatcherDialHonoursContext: a peer that accepts but never answers
+// the greeting holds Dial only until ctx is cancelled.
+func TestWatcherDialHonoursContext(t *testing.T) {
+	name := NewName("ncclgo-test-mute")
+	ln, err := net.Listen("unix", name)
+	require.NoError(t, err)
+	muted := make(chan struct{})
+	defer func() { ln.Close(); <-muted }()
+	go func() {
+		defer close(muted)
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // reads the greeting, never acknowledges
+		}
+	}()
+	w, err := NewWatcher(0, 2, nil)
+	require.NoError(t, err)
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	err = w.Dial(ctx, 1, name)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "rank 1")
+	assert.Less(t, time.Since(start), 3*time.Second, "Dial outlived its context")
 }
