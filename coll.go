@@ -405,51 +405,51 @@ func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTy
 // AllReduce runs an all-reduce now (see Group.AllReduce): asynchronous on
 // stream.
 func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
+	return c.group("AllReduce", func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
 }
 
 // Reduce runs a reduction into root now (see Group.Reduce).
 func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
+	return c.group("Reduce", func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
 }
 
 // ReduceScatter runs a reduce-scatter now (see Group.ReduceScatter).
 func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
+	return c.group("ReduceScatter", func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
 }
 
 // AllGather runs an all-gather now (see Group.AllGather).
 func (c *Comm) AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
+	return c.group("AllGather", func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
 }
 
 // Broadcast runs a broadcast from root now (see Group.Broadcast).
 func (c *Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
+	return c.group("Broadcast", func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
 }
 
 // Send sends now (see Group.Send). Outside a group a send to another rank
 // only completes once that rank's matching Recv runs.
 func (c *Comm) Send(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
+	return c.group("Send", func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
 }
 
 // Recv receives now (see Group.Recv).
 func (c *Comm) Recv(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
+	return c.group("Recv", func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
 }
 
 // AllToAll runs an all-to-all now (see Group.AllToAll).
 func (c *Comm) AllToAll(send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllToAll(c, send, recv, count, dt, stream) })
+	return c.group("AllToAll", func(g *Group) error { return g.AllToAll(c, send, recv, count, dt, stream) })
 }
 
 // Gather runs a gather into root now (see Group.Gather).
 func (c *Comm) Gather(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Gather(c, send, recv, count, dt, root, stream) })
+	return c.group("Gather", func(g *Group) error { return g.Gather(c, send, recv, count, dt, root, stream) })
 }
 
 // Scatter runs a scatter from root now (see Group.Scatter).
 func (c *Comm) Scatter(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Scatter(c, send, recv, count, dt, root, stream) })
+	return c.group("Scatter", func(g *Group) error { return g.Scatter(c, send, recv, count, dt, root, stream) })
 }

@@ -633,5 +633,11 @@ func algoName(ch tune.Choice) string {
 }
 
 // Context returns the CUDA context c runs in: its device's primary context,
-// or the one Options.Contexts named. Streams passed to c must belong to it.
-func (c *Comm) Context() *cuda.Context { return c.cctx }
+// or the one Options.Contexts named (nil for a nil Comm, or once c is
+// destroyed). Streams passed to c must belong to it.
+func (c *Comm) Context() *cuda.Context {
+	if c == nil {
+		return nil
+	}
+	return c.cctx
+}

@@ -3,8 +3,10 @@ package ncclgo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -146,3 +148,42 @@ func TestRootLifetime(t *testing.T) {
 }
 
 func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }
+
+// TestNilReceiversEveryMethod calls every exported method of *Comm and
+// *Group on a nil receiver, with zero arguments: none may panic, and every
+// error it returns is an *ArgError naming the receiver. Comm.Context used
+// to panic, and Comm.Group ran fn with a nil communicator.
+func TestNilReceiversEveryMethod(t *testing.T) {
+	errType := reflect.TypeFor[error]()
+	for _, recv := range []any{(*Comm)(nil), (*Group)(nil)} {
+		v := reflect.ValueOf(recv)
+		for i := range v.NumMethod() {
+			m, name := v.Method(i), v.Type().Method(i).Name
+			t.Run(fmt.Sprintf("%T.%s", recv, name), func(t *testing.T) {
+				args := make([]reflect.Value, m.Type().NumIn())
+				for j := range args {
+					args[j] = reflect.Zero(m.Type().In(j))
+				}
+				if name == "Group" {
+					// A fn that uses nothing: the nil receiver alone must fail.
+					args[0] = reflect.ValueOf(func(*Group) error { return nil })
+				}
+				var out []reflect.Value
+				require.NotPanics(t, func() { out = m.Call(args) })
+				for _, o := range out {
+					if o.Type() != errType {
+						continue
+					}
+					err, _ := o.Interface().(error)
+					if name == "Discard" || name == "Abort" {
+						continue
+					}
+					var ae *ArgError
+					require.ErrorAs(t, err, &ae)
+					assert.Equal(t, "nil", ae.Value)
+					assert.Contains(t, []string{"comm", "group"}, ae.Arg)
+				}
+			})
+		}
+	}
+}
