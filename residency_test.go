@@ -83,3 +83,34 @@ func TestMPSShare(t *testing.T) {
 	t.Setenv(residency.EnvMPSPercent, "lots")
 	assert.Equal(t, 132, mpsSMs(132), "malformed: joinResidency reports it")
 }
+
+// TestDestroyDuringRequest: Destroy took c off the ledger writing
+// c.res.lease without c.mu while a Group.End on another goroutine read it
+// under c.mu (a data race; run with -race).
+func TestDestroyDuringRequest(t *testing.T) {
+	for range 20 {
+		l := residency.New()
+		lease, err := l.Join("k", "0", 100, map[string]int{"0": 1}, 8)
+		require.NoError(t, err)
+		c := fakeComm(t, 0, 1)
+		c.res.lease = lease
+		c.addColocated()
+		p := &enqueue.Plan{Launches: []enqueue.Launch{{ChannelMask: 1}}}
+		start := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			<-start
+			for range 200 {
+				if _, ok := c.request(p, nil); !ok {
+					return
+				}
+			}
+		}()
+		close(start)
+		require.NoError(t, c.Destroy())
+		<-done
+		_, ok := c.request(p, nil)
+		assert.False(t, ok, "off the ledger after Destroy")
+	}
+}
