@@ -516,3 +516,39 @@ func TestSubNetAbortReleasesPeers(t *testing.T) {
 		require.ErrorIs(t, errs[r], bootstrap.ErrCollectiveBroken, "rank %d", r)
 	}
 }
+
+// hookNet runs after once its AllGather has returned.
+type hookNet struct {
+	bootstrap.Network
+	after func()
+}
+
+func (h *hookNet) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
+	all, err := h.Network.AllGather(ctx, mine)
+	if h.after != nil {
+		h.after()
+		h.after = nil
+	}
+	return all, err
+}
+
+// TestSplitDestroyedDuringExchange: a Destroy of the parent between
+// Split's exchange and the new view used to close the parent's network and
+// then have the view retain it again: the child ran on a closed network,
+// and the shared-network count kept an entry for it forever.
+func TestSplitDestroyedDuringExchange(t *testing.T) {
+	fakeChildren(t)
+	c := fakeParents(t, 1, false)[0]
+	var destroyErr error
+	c.net = &hookNet{Network: c.net, after: func() { destroyErr = c.Destroy() }}
+	child, err := c.Split(context.Background(), 0, 0, nil)
+	require.NoError(t, destroyErr)
+	if child != nil {
+		_ = child.Destroy()
+	}
+	require.ErrorIs(t, err, ErrDestroyed)
+	assert.Nil(t, child)
+	shared.Lock()
+	assert.Empty(t, shared.refs)
+	shared.Unlock()
+}
