@@ -428,8 +428,8 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // Side by side, the three ways to end a communicator:
 //
 //   - Wait(ctx) waits, as long as ctx allows, for what c launched; it
-//     frees nothing and leaves c usable (ncclgo has no separate Finalize:
-//     Wait is the bounded flush, Destroy the release).
+//     frees nothing and leaves c usable. Finalize(ctx) is Wait that also
+//     refuses later calls (ErrInvalidUsage), NCCL's ncclCommFinalize.
 //   - Abort stops c's kernels and wakes its bootstrap waiters at once; it
 //     frees nothing, returns nothing and makes later calls fail with
 //     ErrAborted. Use it on every rank of a hung communicator before
