@@ -351,23 +351,34 @@ func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataT
 	return g.add("AllToAll", c, stream, ts...)
 }
 
-// Gather queues a gather of every rank's count elements into root's recv
-// (nRanks × count, by rank).
-func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	k, err := begin("Gather", c)
+// checkRooted validates a Gather or a Scatter: rootBuf ("recvbuff" of
+// Gather, "sendbuff" of Scatter) holds nRanks blocks at the root and is
+// checked only there; the other buffer is every rank's own block.
+func checkRooted(op string, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream, rootBuf string) error {
+	k, err := begin(op, c)
 	if err != nil {
 		return err
 	}
 	k.count("count", count, dt, c.nRanks)
 	k.dtype(dt)
 	k.rank("root", root)
-	k.buf("sendbuff", send, count)
-	if k.err == nil && c.rank == root {
-		k.buf("recvbuff", recv, count)
+	for _, b := range []struct {
+		arg string
+		p   cuda.DevicePtr
+	}{{"sendbuff", send}, {"recvbuff", recv}} {
+		if b.arg != rootBuf || k.err == nil && c.rank == root {
+			k.buf(b.arg, b.p, count)
+		}
 	}
 	k.stream(stream)
-	if k.err != nil {
-		return k.err
+	return k.err
+}
+
+// Gather queues a gather of every rank's count elements into root's recv
+// (nRanks × count, by rank).
+func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	if err := checkRooted("Gather", c, send, recv, count, dt, root, stream, "recvbuff"); err != nil {
+		return err
 	}
 	ts := []enqueue.Task{p2pTask(true, send, count, dt, root)}
 	if c.rank == root {
@@ -379,20 +390,8 @@ func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTyp
 // Scatter queues a scatter of root's send (nRanks × count, by rank): every
 // rank receives its block into recv.
 func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	k, err := begin("Scatter", c)
-	if err != nil {
+	if err := checkRooted("Scatter", c, send, recv, count, dt, root, stream, "sendbuff"); err != nil {
 		return err
-	}
-	k.count("count", count, dt, c.nRanks)
-	k.dtype(dt)
-	k.rank("root", root)
-	if k.err == nil && c.rank == root {
-		k.buf("sendbuff", send, count)
-	}
-	k.buf("recvbuff", recv, count)
-	k.stream(stream)
-	if k.err != nil {
-		return k.err
 	}
 	var ts []enqueue.Task
 	if c.rank == root {
