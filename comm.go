@@ -142,8 +142,14 @@ func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
 	}
 	r, _, err := bootstrap.NewRoot(ctx, s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: StartRoot: %w", err)
 	}
+	// The root logs until it stops: close the log file then.
+	go func() {
+		<-r.Done()
+		_ = s.logCloser.closeUnused()
+	}()
 	return &Root{r: r}, nil
 }
 
@@ -182,6 +188,7 @@ func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, op
 	}
 	conn, err := bootstrap.Init(ctx, id, rank, nRanks, s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: InitRank: rank %d: %w", rank, err)
 	}
 	s.logCloser.retain()
@@ -217,6 +224,7 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	}
 	nets, err := bootstrap.NewInProcessOptions(len(devices), s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: InitAll: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -224,8 +232,12 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	comms := make([]*Comm, len(devices))
 	errs := make([]error, len(devices))
 	var wg sync.WaitGroup
-	for i := range devices {
+	for range devices {
+		// Every rank's reference first: a rank failing at once releases
+		// its own, which must not close the file under the others.
 		s.logCloser.retain()
+	}
+	for i := range devices {
 		wg.Go(func() {
 			c, err := initRank(ctx, nets[i], devices[i], s)
 			if err != nil {

@@ -70,6 +70,7 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm,
 	var s settings
 	if local == nil && color != SplitNoColor {
 		s, local = c.childSettings(opts)
+		defer func() { _ = s.logCloser.closeUnused() }() // when no child took it
 	}
 	all, err := c.net.AllGather(ctx, encodeSplitArgs(local == nil, color, key))
 	if err != nil {
@@ -135,6 +136,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMo
 	var s settings
 	if err == nil {
 		s, err = c.childSettings(opts)
+		defer func() { _ = s.logCloser.closeUnused() }() // when no child took it
 	}
 	if err != nil {
 		if !abortMode {
