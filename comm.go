@@ -354,6 +354,8 @@ func (c *Comm) Err() error {
 // Wait waits until every operation c has launched so far is done, or ctx
 // is done, and then returns Err (or ctx's error). It polls, so a deadlocked
 // or aborted kernel shows up as the context's error or as the device error.
+// When another goroutine destroys c meanwhile, Wait ends with an error
+// matching ErrDestroyed.
 func (c *Comm) Wait(ctx context.Context) error {
 	if c == nil {
 		return errNilComm("Wait")
@@ -371,7 +373,7 @@ func (c *Comm) Wait(ctx context.Context) error {
 	delay := 10 * time.Microsecond
 	for _, e := range evs {
 		for {
-			done, err := e.Query()
+			done, err := c.query(e)
 			if err != nil {
 				return fmt.Errorf("ncclgo: rank %d: Wait: %w", c.rank, err)
 			}
@@ -390,6 +392,18 @@ func (c *Comm) Wait(ctx context.Context) error {
 		}
 	}
 	return c.Err()
+}
+
+// query asks whether e, one of c's launch events, has completed. It runs
+// under mu: Destroy, which may be running meanwhile, destroys the events
+// under mu once it is done with them, and then c is destroyed.
+func (c *Comm) query(e *cuda.Event) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return false, ErrDestroyed
+	}
+	return e.Query()
 }
 
 // Finalize ends the use of c (NCCL's ncclCommFinalize): calls made
@@ -494,10 +508,14 @@ func (c *Comm) Destroy() error {
 		}
 		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
 	}
-	c.leaveResidency() // before the events the ledger may query are destroyed
+	// Off the ledger before the events it may query are destroyed, and
+	// under mu, as a Wait of another goroutine may be querying one (query).
+	c.leaveResidency()
+	c.mu.Lock()
 	for _, e := range evs {
 		errs = append(errs, e.Destroy())
 	}
+	c.mu.Unlock()
 	// Freeing device memory waits for every kernel of the device, other
 	// communicators' too: bound that wait as well.
 	freed := make(chan error, 1)
