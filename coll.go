@@ -241,20 +241,26 @@ func (g *Group) ReduceScatter(c *Comm, send, recv cuda.DevicePtr, recvCount int,
 	return g.add("ReduceScatter", c, stream, t)
 }
 
-// AllGather queues an all-gather: every rank's sendCount elements land in
-// recv (nRanks × sendCount) at rank × sendCount.
-func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
-	k, err := begin("AllGather", c)
+// checkEvery validates an AllGather or an AllToAll: every rank's send and
+// recv hold count elements per rank (countArg names count).
+func checkEvery(op, countArg string, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
+	k, err := begin(op, c)
 	if err != nil {
 		return err
 	}
-	k.count("sendcount", sendCount, dt, c.nRanks)
+	k.count(countArg, count, dt, c.nRanks)
 	k.dtype(dt)
-	k.buf("sendbuff", send, sendCount)
-	k.buf("recvbuff", recv, sendCount)
+	k.buf("sendbuff", send, count)
+	k.buf("recvbuff", recv, count)
 	k.stream(stream)
-	if k.err != nil {
-		return k.err
+	return k.err
+}
+
+// AllGather queues an all-gather: every rank's sendCount elements land in
+// recv (nRanks × sendCount) at rank × sendCount.
+func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
+	if err := checkEvery("AllGather", "sendcount", c, send, recv, sendCount, dt, stream); err != nil {
+		return err
 	}
 	return g.add("AllGather", c, stream, collTask(kspace.AllGather, send, recv, sendCount, dt, devOp{}, 0))
 }
@@ -331,17 +337,8 @@ func (g *Group) Recv(c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer i
 // AllToAll queues an all-to-all of count elements per pair: block p of
 // send goes to rank p, block p of recv comes from rank p.
 func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
-	k, err := begin("AllToAll", c)
-	if err != nil {
+	if err := checkEvery("AllToAll", "count", c, send, recv, count, dt, stream); err != nil {
 		return err
-	}
-	k.count("count", count, dt, c.nRanks)
-	k.dtype(dt)
-	k.buf("sendbuff", send, count)
-	k.buf("recvbuff", recv, count)
-	k.stream(stream)
-	if k.err != nil {
-		return k.err
 	}
 	sends, recvs := blockTasks(true, send, count, dt, c.nRanks), blockTasks(false, recv, count, dt, c.nRanks)
 	ts := make([]enqueue.Task, 0, 2*c.nRanks)

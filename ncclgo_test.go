@@ -339,6 +339,7 @@ func TestBlockTasks(t *testing.T) {
 
 // TestRootedBuffers: Gather's recvbuff and Scatter's sendbuff are checked
 // on the root only; the other buffer on every rank; a bad root comes first.
+// AllGather and AllToAll check both buffers on every rank.
 func TestRootedBuffers(t *testing.T) {
 	c := fakeComm(t, 1, 4)
 	s := cuda.WrapStream(nil, 0)
@@ -368,4 +369,11 @@ func TestRootedBuffers(t *testing.T) {
 		}
 		assert.Equal(t, tc.want, argOf(err), "%+v", tc)
 	}
+	g := NewGroup()
+	assert.Equal(t, "sendcount", argOf(g.AllGather(c, 0, 0, -1, Float32, s)))
+	assert.Equal(t, "recvbuff", argOf(g.AllGather(c, 1, 0, 8, Float32, s)))
+	assert.Equal(t, "stream", argOf(g.AllGather(c, 1, 1, 8, Float32, s)))
+	assert.Equal(t, "count", argOf(g.AllToAll(c, 0, 0, -1, Float32, s)))
+	assert.Equal(t, "sendbuff", argOf(g.AllToAll(c, 0, 0, 8, Float32, s)))
+	assert.Equal(t, "datatype", argOf(g.AllToAll(c, 0, 0, 8, DataType(99), s)))
 }
