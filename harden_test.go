@@ -220,7 +220,7 @@ func TestDebugFileClosed(t *testing.T) {
 		for openFDs(t) > fds && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		assert.Equal(t, fds, openFDs(t), what)
+		assert.LessOrEqual(t, openFDs(t), fds, what) // an earlier test's leftovers may close some meanwhile
 	}
 
 	r, err := StartRoot(context.Background(), nil)
