@@ -565,9 +565,11 @@ func (c *Comm) free() error {
 	if flags != nil && c.cctx != nil {
 		errs = append(errs, c.cctx.MemFreeHost(flags))
 	}
+	// cctx and kset stay set: calls on other goroutines may be reading
+	// them (Context, a call's stream check, the planner's lookups) until
+	// they see that c is destroyed. free runs once.
 	if c.kset != nil {
 		errs = append(errs, c.kset.Release())
-		c.kset = nil
 	}
 	if c.net != nil {
 		errs = append(errs, closeNet(c.net)) // a view of Split, or a network views share (splitnet.go)
@@ -578,7 +580,6 @@ func (c *Comm) free() error {
 	}
 	if c.cctx != nil {
 		errs = append(errs, c.cctx.Release())
-		c.cctx = nil
 	}
 	errs = append(errs, c.s.logCloser.release())
 	return errors.Join(errs...)
@@ -663,8 +664,8 @@ func algoName(ch tune.Choice) string {
 }
 
 // Context returns the CUDA context c runs in: its device's primary context,
-// or the one Options.Contexts named (nil for a nil Comm, or once c is
-// destroyed). Streams passed to c must belong to it.
+// or the one Options.Contexts named (nil for a nil Comm). Streams passed to
+// c must belong to it. Destroy releases it.
 func (c *Comm) Context() *cuda.Context {
 	if c == nil {
 		return nil

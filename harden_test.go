@@ -245,3 +245,28 @@ func TestDebugFileClosed(t *testing.T) {
 	settleFDs("Split with options, failed")
 	destroyAll(t, parents...)
 }
+
+// TestContextDuringDestroy: Destroy cleared Comm.cctx (and kset) while
+// Context, a call's stream check and the planner's kernel lookup could be
+// reading them on other goroutines (run with -race; the context here is a
+// stand-in whose release fails without a driver).
+func TestContextDuringDestroy(t *testing.T) {
+	c := fakeComm(t, 0, 1)
+	cx := &cuda.Context{}
+	c.cctx = cx
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-start
+		for range 1000 {
+			if got := c.Context(); got != cx {
+				t.Errorf("Context() = %p, want %p", got, cx)
+				return
+			}
+		}
+	})
+	close(start)
+	_ = c.Destroy() // the stand-in's release fails
+	wg.Wait()
+	assert.Same(t, cx, c.Context(), "the released context, still c's")
+}
