@@ -108,7 +108,7 @@ func (c *Comm) NChannels() int {
 
 // errNilComm is the error of a method called on a nil *Comm.
 func errNilComm(op string) error {
-	return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator from InitRank or InitAll"}
+	return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator from InitRank, InitAll, Split or Shrink"}
 }
 
 // GetUniqueID starts the bootstrap root of a new communicator in this
