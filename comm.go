@@ -171,7 +171,7 @@ func (r *Root) Close() error { return r.r.Close() }
 // names. Every rank must call it, concurrently (ranks may be goroutines of
 // one process, or processes of one host). Ranks of different processes
 // sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
-// hosts cannot be connected yet (transport.ErrNoTransport).
+// hosts cannot be connected yet (ErrNoTransport).
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
 		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}

@@ -2,7 +2,9 @@ package ncclgo
 
 import (
 	"go/ast"
+	"go/doc"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"path/filepath"
 	"strings"
@@ -78,5 +80,73 @@ func TestExportedDocs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPublicAPIHidesMachinery: no exported declaration of the package, nor
+// its doc, names the machinery's packages (enqueue, graph, transport,
+// tune, kspace): users see ncclgo's own names (InitRank's doc named
+// transport.ErrNoTransport).
+func TestPublicAPIHidesMachinery(t *testing.T) {
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	p, err := doc.NewFromFiles(fset, files, "github.com/ncclgo/ncclgo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name, text string, decl ast.Node) {
+		var b strings.Builder
+		if decl != nil {
+			if err := printer.Fprint(&b, fset, decl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, pkg := range []string{"enqueue.", "graph.", "transport.", "tune.", "kspace."} {
+			if strings.Contains(text, pkg) || strings.Contains(b.String(), pkg) {
+				t.Errorf("%s mentions %s", name, strings.TrimSuffix(pkg, "."))
+			}
+		}
+	}
+	values := func(vs []*doc.Value) {
+		for _, v := range vs {
+			check(strings.Join(v.Names, ", "), v.Doc, nil)
+			for _, s := range v.Decl.Specs {
+				// The type, not the value (ErrNoTransport is transport's).
+				if vs := s.(*ast.ValueSpec); vs.Type != nil {
+					check(strings.Join(v.Names, ", "), vs.Doc.Text(), vs.Type)
+				} else {
+					check(strings.Join(v.Names, ", "), vs.Doc.Text(), nil)
+				}
+			}
+		}
+	}
+	funcs := func(fs []*doc.Func) {
+		for _, f := range fs {
+			check(f.Name, f.Doc, f.Decl.Type)
+		}
+	}
+	values(p.Consts)
+	values(p.Vars)
+	funcs(p.Funcs)
+	for _, ty := range p.Types {
+		check(ty.Name, ty.Doc, ty.Decl)
+		values(ty.Consts)
+		values(ty.Vars)
+		funcs(ty.Funcs)
+		funcs(ty.Methods)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
 // Errors for errors.Is.
@@ -26,6 +27,10 @@ var (
 	ErrUnsupported = errors.New("operation not supported by the device library")
 	// ErrDevice: the device reported an error (see DeviceError).
 	ErrDevice = errors.New("device error")
+	// ErrNoTransport: no transport connects two ranks (they run on
+	// different hosts, or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE leave
+	// none); InitRank and InitAll wrap it.
+	ErrNoTransport = transport.ErrNoTransport
 )
 
 // ArgError reports a bad argument: which one, its value and what is valid.
