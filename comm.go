@@ -439,7 +439,8 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // NCCL_BOOTSTRAP_TIMEOUT, else 120 s) — a peer never launched its side, say
 // — Destroy aborts c and this process's other ranks of the communicator
 // (as Abort does: their kernels wait on each other, so none of them could
-// finish), waits up to 10 s more for the kernels to react to the abort
+// finish; but the bootstrap connections that Split children share stay
+// up), waits up to 10 s more for the kernels to react to the abort
 // flag, frees everything, and returns an error that names the streams
 // whose work did not finish and matches context.DeadlineExceeded and
 // ErrAborted. After Abort it waits only for that reaction. Should the

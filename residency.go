@@ -77,9 +77,11 @@ func (c *Comm) leaveResidency() {
 }
 
 // abortColocated aborts every rank of c's communicator in this process
-// that is not being freed, c included.
+// that is not being freed, c included: their kernels and their bootstrap
+// waits, but not a bootstrap network that Split children's views still
+// use (abortNet): those are other communicators.
 func (c *Comm) abortColocated() {
-	c.Abort()
+	c.abortShared()
 	c.mu.Lock()
 	s := c.res.lease
 	c.mu.Unlock()
@@ -89,8 +91,16 @@ func (c *Comm) abortColocated() {
 	colocated.Lock()
 	defer colocated.Unlock()
 	for _, p := range colocated.m[s] {
-		p.Abort()
+		p.abortShared()
 	}
+}
+
+// abortShared is Abort, except that it leaves a bootstrap network that
+// views of Split children still use (abortNet).
+func (c *Comm) abortShared() {
+	c.aborted.Store(true)
+	c.setAbortFlag()
+	abortNet(c.net)
 }
 
 // residencyInfo is what ranks tell each other to find their lease.

@@ -3,6 +3,7 @@ package ncclgo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/residency"
 )
 
 func TestSplitMembers(t *testing.T) {
@@ -551,4 +553,35 @@ func TestSplitDestroyedDuringExchange(t *testing.T) {
 	shared.Lock()
 	assert.Empty(t, shared.refs)
 	shared.Unlock()
+}
+
+// TestDestroyAbortKeepsChildren: when a Destroy times out it aborts the
+// communicator's ranks in this process; that used to abort their bootstrap
+// network too, which their Split children's bootstrap travels over, so the
+// children (other communicators) could no longer Split or Shrink.
+func TestDestroyAbortKeepsChildren(t *testing.T) {
+	fakeChildren(t)
+	parents := fakeParents(t, 2, false)
+	l := residency.New()
+	for _, p := range parents {
+		var err error
+		p.res.lease, err = l.Join("parents", "0", 100, map[string]int{"0": 2}, 8)
+		require.NoError(t, err)
+		p.addColocated()
+	}
+	kids, errs := onEveryRank(2, func(r int) (*Comm, error) {
+		return parents[r].Split(context.Background(), 0, 0, nil)
+	})
+	require.NoError(t, errors.Join(errs...))
+	parents[0].abortColocated() // what Destroy does when the launches time out
+	for _, p := range parents {
+		require.ErrorIs(t, p.Err(), ErrAborted)
+	}
+	grand, errs := onEveryRank(2, func(r int) (*Comm, error) {
+		return kids[r].Split(context.Background(), 0, 0, nil)
+	})
+	require.NoError(t, errors.Join(errs...), "the children's bootstrap still works")
+	destroyAll(t, grand...)
+	destroyAll(t, kids...)
+	destroyAll(t, parents...)
 }
