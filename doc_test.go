@@ -11,17 +11,15 @@ import (
 	"testing"
 )
 
-// TestExportedDocs: every exported identifier of the package — functions,
-// methods of exported types, types, constants, variables and the fields of
-// exported structs — carries a doc comment (a field may have a line
-// comment instead).
-func TestExportedDocs(t *testing.T) {
+// parsePackage parses the package's non-test files, with comments.
+func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
+	t.Helper()
 	fset := token.NewFileSet()
 	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing := func(pos token.Pos, what string) { t.Errorf("%s: %s has no doc comment", fset.Position(pos), what) }
+	var files []*ast.File
 	for _, name := range names {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -30,6 +28,19 @@ func TestExportedDocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		files = append(files, f)
+	}
+	return fset, files
+}
+
+// TestExportedDocs: every exported identifier of the package — functions,
+// methods of exported types, types, constants, variables and the fields of
+// exported structs — carries a doc comment (a field may have a line
+// comment instead).
+func TestExportedDocs(t *testing.T) {
+	fset, files := parsePackage(t)
+	missing := func(pos token.Pos, what string) { t.Errorf("%s: %s has no doc comment", fset.Position(pos), what) }
+	for _, f := range files {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -88,22 +99,7 @@ func TestExportedDocs(t *testing.T) {
 // tune, kspace): users see ncclgo's own names (InitRank's doc named
 // transport.ErrNoTransport).
 func TestPublicAPIHidesMachinery(t *testing.T) {
-	fset := token.NewFileSet()
-	names, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
+	fset, files := parsePackage(t)
 	p, err := doc.NewFromFiles(fset, files, "github.com/ncclgo/ncclgo")
 	if err != nil {
 		t.Fatal(err)
