@@ -241,20 +241,26 @@ func (g *Group) ReduceScatter(c *Comm, send, recv cuda.DevicePtr, recvCount int,
 	return g.add("ReduceScatter", c, stream, t)
 }
 
-// AllGather queues an all-gather: every rank's sendCount elements land in
-// recv (nRanks × sendCount) at rank × sendCount.
-func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
-	k, err := begin("AllGather", c)
+// checkEvery validates an AllGather or an AllToAll: every rank's send and
+// recv hold count elements per rank (countArg names count).
+func checkEvery(op, countArg string, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
+	k, err := begin(op, c)
 	if err != nil {
 		return err
 	}
-	k.count("sendcount", sendCount, dt, c.nRanks)
+	k.count(countArg, count, dt, c.nRanks)
 	k.dtype(dt)
-	k.buf("sendbuff", send, sendCount)
-	k.buf("recvbuff", recv, sendCount)
+	k.buf("sendbuff", send, count)
+	k.buf("recvbuff", recv, count)
 	k.stream(stream)
-	if k.err != nil {
-		return k.err
+	return k.err
+}
+
+// AllGather queues an all-gather: every rank's sendCount elements land in
+// recv (nRanks × sendCount) at rank × sendCount.
+func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
+	if err := checkEvery("AllGather", "sendcount", c, send, recv, sendCount, dt, stream); err != nil {
+		return err
 	}
 	return g.add("AllGather", c, stream, collTask(kspace.AllGather, send, recv, sendCount, dt, devOp{}, 0))
 }
@@ -331,17 +337,8 @@ func (g *Group) Recv(c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer i
 // AllToAll queues an all-to-all of count elements per pair: block p of
 // send goes to rank p, block p of recv comes from rank p.
 func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
-	k, err := begin("AllToAll", c)
-	if err != nil {
+	if err := checkEvery("AllToAll", "count", c, send, recv, count, dt, stream); err != nil {
 		return err
-	}
-	k.count("count", count, dt, c.nRanks)
-	k.dtype(dt)
-	k.buf("sendbuff", send, count)
-	k.buf("recvbuff", recv, count)
-	k.stream(stream)
-	if k.err != nil {
-		return k.err
 	}
 	sends, recvs := blockTasks(true, send, count, dt, c.nRanks), blockTasks(false, recv, count, dt, c.nRanks)
 	ts := make([]enqueue.Task, 0, 2*c.nRanks)
@@ -351,23 +348,34 @@ func (g *Group) AllToAll(c *Comm, send, recv cuda.DevicePtr, count int, dt DataT
 	return g.add("AllToAll", c, stream, ts...)
 }
 
-// Gather queues a gather of every rank's count elements into root's recv
-// (nRanks × count, by rank).
-func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	k, err := begin("Gather", c)
+// checkRooted validates a Gather or a Scatter: rootBuf ("recvbuff" of
+// Gather, "sendbuff" of Scatter) holds nRanks blocks at the root and is
+// checked only there; the other buffer is every rank's own block.
+func checkRooted(op string, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream, rootBuf string) error {
+	k, err := begin(op, c)
 	if err != nil {
 		return err
 	}
 	k.count("count", count, dt, c.nRanks)
 	k.dtype(dt)
 	k.rank("root", root)
-	k.buf("sendbuff", send, count)
-	if k.err == nil && c.rank == root {
-		k.buf("recvbuff", recv, count)
+	for _, b := range []struct {
+		arg string
+		p   cuda.DevicePtr
+	}{{"sendbuff", send}, {"recvbuff", recv}} {
+		if b.arg != rootBuf || k.err == nil && c.rank == root {
+			k.buf(b.arg, b.p, count)
+		}
 	}
 	k.stream(stream)
-	if k.err != nil {
-		return k.err
+	return k.err
+}
+
+// Gather queues a gather of every rank's count elements into root's recv
+// (nRanks × count, by rank).
+func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
+	if err := checkRooted("Gather", c, send, recv, count, dt, root, stream, "recvbuff"); err != nil {
+		return err
 	}
 	ts := []enqueue.Task{p2pTask(true, send, count, dt, root)}
 	if c.rank == root {
@@ -379,20 +387,8 @@ func (g *Group) Gather(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTyp
 // Scatter queues a scatter of root's send (nRanks × count, by rank): every
 // rank receives its block into recv.
 func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	k, err := begin("Scatter", c)
-	if err != nil {
+	if err := checkRooted("Scatter", c, send, recv, count, dt, root, stream, "sendbuff"); err != nil {
 		return err
-	}
-	k.count("count", count, dt, c.nRanks)
-	k.dtype(dt)
-	k.rank("root", root)
-	if k.err == nil && c.rank == root {
-		k.buf("sendbuff", send, count)
-	}
-	k.buf("recvbuff", recv, count)
-	k.stream(stream)
-	if k.err != nil {
-		return k.err
 	}
 	var ts []enqueue.Task
 	if c.rank == root {
@@ -405,51 +401,51 @@ func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTy
 // AllReduce runs an all-reduce now (see Group.AllReduce): asynchronous on
 // stream.
 func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
+	return c.group("AllReduce", func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
 }
 
 // Reduce runs a reduction into root now (see Group.Reduce).
 func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
+	return c.group("Reduce", func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
 }
 
 // ReduceScatter runs a reduce-scatter now (see Group.ReduceScatter).
 func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
+	return c.group("ReduceScatter", func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
 }
 
 // AllGather runs an all-gather now (see Group.AllGather).
 func (c *Comm) AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
+	return c.group("AllGather", func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
 }
 
 // Broadcast runs a broadcast from root now (see Group.Broadcast).
 func (c *Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
+	return c.group("Broadcast", func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
 }
 
 // Send sends now (see Group.Send). Outside a group a send to another rank
 // only completes once that rank's matching Recv runs.
 func (c *Comm) Send(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
+	return c.group("Send", func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
 }
 
 // Recv receives now (see Group.Recv).
 func (c *Comm) Recv(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
+	return c.group("Recv", func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
 }
 
 // AllToAll runs an all-to-all now (see Group.AllToAll).
 func (c *Comm) AllToAll(send, recv cuda.DevicePtr, count int, dt DataType, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.AllToAll(c, send, recv, count, dt, stream) })
+	return c.group("AllToAll", func(g *Group) error { return g.AllToAll(c, send, recv, count, dt, stream) })
 }
 
 // Gather runs a gather into root now (see Group.Gather).
 func (c *Comm) Gather(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Gather(c, send, recv, count, dt, root, stream) })
+	return c.group("Gather", func(g *Group) error { return g.Gather(c, send, recv, count, dt, root, stream) })
 }
 
 // Scatter runs a scatter from root now (see Group.Scatter).
 func (c *Comm) Scatter(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.Group(func(g *Group) error { return g.Scatter(c, send, recv, count, dt, root, stream) })
+	return c.group("Scatter", func(g *Group) error { return g.Scatter(c, send, recv, count, dt, root, stream) })
 }

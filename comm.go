@@ -108,7 +108,7 @@ func (c *Comm) NChannels() int {
 
 // errNilComm is the error of a method called on a nil *Comm.
 func errNilComm(op string) error {
-	return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator from InitRank or InitAll"}
+	return &ArgError{Op: op, Arg: "comm", Value: "nil", Want: "a communicator from InitRank, InitAll, Split or Shrink"}
 }
 
 // GetUniqueID starts the bootstrap root of a new communicator in this
@@ -142,8 +142,14 @@ func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
 	}
 	r, _, err := bootstrap.NewRoot(ctx, s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: StartRoot: %w", err)
 	}
+	// The root logs until it stops: close the log file then.
+	go func() {
+		<-r.Done()
+		_ = s.logCloser.closeUnused()
+	}()
 	return &Root{r: r}, nil
 }
 
@@ -165,7 +171,7 @@ func (r *Root) Close() error { return r.r.Close() }
 // names. Every rank must call it, concurrently (ranks may be goroutines of
 // one process, or processes of one host). Ranks of different processes
 // sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
-// hosts cannot be connected yet (transport.ErrNoTransport).
+// hosts cannot be connected yet (ErrNoTransport).
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
 		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
@@ -182,6 +188,7 @@ func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, op
 	}
 	conn, err := bootstrap.Init(ctx, id, rank, nRanks, s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: InitRank: rank %d: %w", rank, err)
 	}
 	s.logCloser.retain()
@@ -217,6 +224,7 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	}
 	nets, err := bootstrap.NewInProcessOptions(len(devices), s.bootstrap)
 	if err != nil {
+		_ = s.logCloser.closeUnused()
 		return nil, fmt.Errorf("ncclgo: InitAll: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -224,8 +232,12 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	comms := make([]*Comm, len(devices))
 	errs := make([]error, len(devices))
 	var wg sync.WaitGroup
-	for i := range devices {
+	for range devices {
+		// Every rank's reference first: a rank failing at once releases
+		// its own, which must not close the file under the others.
 		s.logCloser.retain()
+	}
+	for i := range devices {
 		wg.Go(func() {
 			c, err := initRank(ctx, nets[i], devices[i], s)
 			if err != nil {
@@ -342,6 +354,8 @@ func (c *Comm) Err() error {
 // Wait waits until every operation c has launched so far is done, or ctx
 // is done, and then returns Err (or ctx's error). It polls, so a deadlocked
 // or aborted kernel shows up as the context's error or as the device error.
+// When another goroutine destroys c meanwhile, Wait ends with an error
+// matching ErrDestroyed.
 func (c *Comm) Wait(ctx context.Context) error {
 	if c == nil {
 		return errNilComm("Wait")
@@ -359,7 +373,7 @@ func (c *Comm) Wait(ctx context.Context) error {
 	delay := 10 * time.Microsecond
 	for _, e := range evs {
 		for {
-			done, err := e.Query()
+			done, err := c.query(e)
 			if err != nil {
 				return fmt.Errorf("ncclgo: rank %d: Wait: %w", c.rank, err)
 			}
@@ -378,6 +392,18 @@ func (c *Comm) Wait(ctx context.Context) error {
 		}
 	}
 	return c.Err()
+}
+
+// query asks whether e, one of c's launch events, has completed. It runs
+// under mu: Destroy, which may be running meanwhile, destroys the events
+// under mu once it is done with them, and then c is destroyed.
+func (c *Comm) query(e *cuda.Event) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return false, ErrDestroyed
+	}
+	return e.Query()
 }
 
 // Finalize ends the use of c (NCCL's ncclCommFinalize): calls made
@@ -413,7 +439,8 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // NCCL_BOOTSTRAP_TIMEOUT, else 120 s) — a peer never launched its side, say
 // — Destroy aborts c and this process's other ranks of the communicator
 // (as Abort does: their kernels wait on each other, so none of them could
-// finish), waits up to 10 s more for the kernels to react to the abort
+// finish; but the bootstrap connections that Split children share stay
+// up), waits up to 10 s more for the kernels to react to the abort
 // flag, frees everything, and returns an error that names the streams
 // whose work did not finish and matches context.DeadlineExceeded and
 // ErrAborted. After Abort it waits only for that reaction. Should the
@@ -428,8 +455,8 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // Side by side, the three ways to end a communicator:
 //
 //   - Wait(ctx) waits, as long as ctx allows, for what c launched; it
-//     frees nothing and leaves c usable (ncclgo has no separate Finalize:
-//     Wait is the bounded flush, Destroy the release).
+//     frees nothing and leaves c usable. Finalize(ctx) is Wait that also
+//     refuses later calls (ErrInvalidUsage), NCCL's ncclCommFinalize.
 //   - Abort stops c's kernels and wakes its bootstrap waiters at once; it
 //     frees nothing, returns nothing and makes later calls fail with
 //     ErrAborted. Use it on every rank of a hung communicator before
@@ -482,10 +509,14 @@ func (c *Comm) Destroy() error {
 		}
 		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
 	}
-	c.leaveResidency() // before the events the ledger may query are destroyed
+	// Off the ledger before the events it may query are destroyed, and
+	// under mu, as a Wait of another goroutine may be querying one (query).
+	c.leaveResidency()
+	c.mu.Lock()
 	for _, e := range evs {
 		errs = append(errs, e.Destroy())
 	}
+	c.mu.Unlock()
 	// Freeing device memory waits for every kernel of the device, other
 	// communicators' too: bound that wait as well.
 	freed := make(chan error, 1)
@@ -535,9 +566,11 @@ func (c *Comm) free() error {
 	if flags != nil && c.cctx != nil {
 		errs = append(errs, c.cctx.MemFreeHost(flags))
 	}
+	// cctx and kset stay set: calls on other goroutines may be reading
+	// them (Context, a call's stream check, the planner's lookups) until
+	// they see that c is destroyed. free runs once.
 	if c.kset != nil {
 		errs = append(errs, c.kset.Release())
-		c.kset = nil
 	}
 	if c.net != nil {
 		errs = append(errs, closeNet(c.net)) // a view of Split, or a network views share (splitnet.go)
@@ -548,7 +581,6 @@ func (c *Comm) free() error {
 	}
 	if c.cctx != nil {
 		errs = append(errs, c.cctx.Release())
-		c.cctx = nil
 	}
 	errs = append(errs, c.s.logCloser.release())
 	return errors.Join(errs...)
@@ -633,5 +665,11 @@ func algoName(ch tune.Choice) string {
 }
 
 // Context returns the CUDA context c runs in: its device's primary context,
-// or the one Options.Contexts named. Streams passed to c must belong to it.
-func (c *Comm) Context() *cuda.Context { return c.cctx }
+// or the one Options.Contexts named (nil for a nil Comm). Streams passed to
+// c must belong to it. Destroy releases it.
+func (c *Comm) Context() *cuda.Context {
+	if c == nil {
+		return nil
+	}
+	return c.cctx
+}

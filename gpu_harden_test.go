@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,13 +24,7 @@ func TestGPUNonblockingInitFinalize(t *testing.T) {
 	require.NoError(t, p.Err())
 	envs := make([]*rankEnv, len(comms))
 	for i, c := range comms {
-		dev, err := cuda.GetDevice(c.Device())
-		require.NoError(t, err)
-		cctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
-		s, err := cctx.NewStream(true)
-		require.NoError(t, err)
-		envs[i] = &rankEnv{c: c, ctx: cctx, s: s}
+		envs[i] = newRankEnv(t, c)
 	}
 	runAllReduce(t, envs, 100000, false)
 	for _, e := range envs {

@@ -39,6 +39,19 @@ type rankEnv struct {
 	allocs []cuda.DevicePtr
 }
 
+// newRankEnv wraps c with its device's primary context and a stream of
+// its own; the caller releases them.
+func newRankEnv(t *testing.T, c *Comm) *rankEnv {
+	t.Helper()
+	dev, err := cuda.GetDevice(c.Device())
+	require.NoError(t, err)
+	ctx, err := dev.PrimaryContext()
+	require.NoError(t, err)
+	s, err := ctx.NewStream(true)
+	require.NoError(t, err)
+	return &rankEnv{c: c, ctx: ctx, s: s}
+}
+
 func (e *rankEnv) alloc(t *testing.T, n int) cuda.DevicePtr {
 	t.Helper()
 	p, err := e.ctx.MemAlloc(uint64(max(n, 1)))
@@ -72,13 +85,7 @@ func setup(t *testing.T, devs []int, opts *Options) []*rankEnv {
 	t.Logf("InitAll(%v): %v, %d channels", devs, time.Since(start).Round(time.Millisecond), comms[0].NChannels())
 	envs := make([]*rankEnv, len(comms))
 	for i, c := range comms {
-		dev, err := cuda.GetDevice(c.Device())
-		require.NoError(t, err)
-		ctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
-		s, err := ctx.NewStream(true)
-		require.NoError(t, err)
-		envs[i] = &rankEnv{c: c, ctx: ctx, s: s}
+		envs[i] = newRankEnv(t, c)
 	}
 	t.Cleanup(func() {
 		for _, e := range envs {
@@ -601,12 +608,7 @@ func TestGPUInitRank(t *testing.T) {
 	}
 	envs := make([]*rankEnv, n)
 	for r, c := range comms {
-		dev, _ := cuda.GetDevice(0)
-		cctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
-		s, err := cctx.NewStream(true)
-		require.NoError(t, err)
-		envs[r] = &rankEnv{c: c, ctx: cctx, s: s}
+		envs[r] = newRankEnv(t, c)
 	}
 	runAllReduce(t, envs, 100000, false)
 	for _, e := range envs {

@@ -148,8 +148,16 @@ func lookupFor(c *Comm) enqueue.FuncLookup {
 // Group runs fn with a new group and ends it: every call fn makes on g
 // launches together when fn returns. When fn fails nothing launches.
 func (c *Comm) Group(fn func(g *Group) error) error {
+	return c.group("Group", fn)
+}
+
+// group is Group for the call op (a one-call group of Comm.AllReduce, say).
+func (c *Comm) group(op string, fn func(g *Group) error) error {
+	if c == nil {
+		return errNilComm(op)
+	}
 	if fn == nil {
-		return &ArgError{Op: "Group", Arg: "fn", Value: "nil", Want: "a function"}
+		return &ArgError{Op: op, Arg: "fn", Value: "nil", Want: "a function"}
 	}
 	g := NewGroup()
 	if err := fn(g); err != nil {

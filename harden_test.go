@@ -3,9 +3,14 @@ package ncclgo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"reflect"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -146,3 +151,122 @@ func TestRootLifetime(t *testing.T) {
 }
 
 func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }
+
+// TestNilReceiversEveryMethod calls every exported method of *Comm and
+// *Group on a nil receiver, with zero arguments: none may panic, and every
+// error it returns is an *ArgError naming the receiver. Comm.Context used
+// to panic, and Comm.Group ran fn with a nil communicator.
+func TestNilReceiversEveryMethod(t *testing.T) {
+	errType := reflect.TypeFor[error]()
+	for _, recv := range []any{(*Comm)(nil), (*Group)(nil)} {
+		v := reflect.ValueOf(recv)
+		for i := range v.NumMethod() {
+			m, name := v.Method(i), v.Type().Method(i).Name
+			t.Run(fmt.Sprintf("%T.%s", recv, name), func(t *testing.T) {
+				args := make([]reflect.Value, m.Type().NumIn())
+				for j := range args {
+					args[j] = reflect.Zero(m.Type().In(j))
+				}
+				if name == "Group" {
+					// A fn that uses nothing: the nil receiver alone must fail.
+					args[0] = reflect.ValueOf(func(*Group) error { return nil })
+				}
+				var out []reflect.Value
+				require.NotPanics(t, func() { out = m.Call(args) })
+				for _, o := range out {
+					if o.Type() != errType {
+						continue
+					}
+					err, _ := o.Interface().(error)
+					if name == "Discard" || name == "Abort" {
+						continue
+					}
+					var ae *ArgError
+					require.ErrorAs(t, err, &ae)
+					assert.Equal(t, "nil", ae.Value)
+					assert.Contains(t, []string{"comm", "group"}, ae.Arg)
+				}
+			})
+		}
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// TestDebugFileClosed: the NCCL_DEBUG_FILE each resolution of the options
+// opens used to stay open when no communicator took it: after a root
+// stopped, and after a Split (with its own options) that failed before
+// building the child.
+func TestDebugFileClosed(t *testing.T) {
+	t.Setenv("NCCL_COMM_ID", "127.0.0.1:0")
+	t.Setenv("NCCL_DEBUG", "INFO")
+	t.Setenv("NCCL_DEBUG_FILE", filepath.Join(t.TempDir(), "nccl.%p.log"))
+	// No collection: the finalizer of an unreachable *os.File would close
+	// a leaked descriptor and hide the leak.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	fds := openFDs(t)
+	before := runtime.NumGoroutine()
+	settleFDs := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for openFDs(t) > fds && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		assert.LessOrEqual(t, openFDs(t), fds, what) // an earlier test's leftovers may close some meanwhile
+	}
+
+	r, err := StartRoot(context.Background(), nil)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	settleFDs("StartRoot, Close")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = GetUniqueID(ctx)
+	require.NoError(t, err)
+	cancel()
+	settleFDs("GetUniqueID, its context ended")
+	settle(t, before)
+
+	fakeChildren(t)
+	parents := fakeParents(t, 2, false)
+	_, errs := onEveryRank(2, func(r int) (*Comm, error) {
+		return parents[r].Split(context.Background(), []int{0, -5}[r], 0, &Options{})
+	})
+	require.ErrorIs(t, errs[0], ErrInvalidArgument)
+	require.ErrorIs(t, errs[1], ErrInvalidArgument)
+	settleFDs("Split with options, failed")
+	destroyAll(t, parents...)
+}
+
+// TestContextDuringDestroy: Destroy cleared Comm.cctx (and kset) while
+// Context, a call's stream check and the planner's kernel lookup could be
+// reading them on other goroutines (run with -race; the context here is a
+// stand-in whose release fails without a driver).
+func TestContextDuringDestroy(t *testing.T) {
+	c := fakeComm(t, 0, 1)
+	cx := &cuda.Context{}
+	c.cctx = cx
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-start
+		for range 1000 {
+			if got := c.Context(); got != cx {
+				t.Errorf("Context() = %p, want %p", got, cx)
+				return
+			}
+		}
+	})
+	close(start)
+	_ = c.Destroy() // the stand-in's release fails
+	wg.Wait()
+	assert.Same(t, cx, c.Context(), "the released context, still c's")
+}

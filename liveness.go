@@ -19,6 +19,8 @@ type PeerLostError struct {
 	Host string // its host
 }
 
+// Error says which rank's process ended and that the communicator is
+// aborted.
 func (e *PeerLostError) Error() string {
 	return fmt.Sprintf("rank %d (pid %d on %s) exited without destroying the communicator: %v", e.Rank, e.PID, e.Host, ErrAborted)
 }

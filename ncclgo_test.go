@@ -336,3 +336,44 @@ func TestBlockTasks(t *testing.T) {
 	assert.Equal(t, uint64(0x10000+3*1024), sends[3].Send)
 	assert.Equal(t, 3, recvs[3].Peer)
 }
+
+// TestRootedBuffers: Gather's recvbuff and Scatter's sendbuff are checked
+// on the root only; the other buffer on every rank; a bad root comes first.
+// AllGather and AllToAll check both buffers on every rank.
+func TestRootedBuffers(t *testing.T) {
+	c := fakeComm(t, 1, 4)
+	s := cuda.WrapStream(nil, 0)
+	argOf := func(err error) string {
+		var ae *ArgError
+		if errors.As(err, &ae) {
+			return ae.Arg
+		}
+		return fmt.Sprint(err)
+	}
+	for _, tc := range []struct {
+		gather     bool
+		send, recv cuda.DevicePtr
+		root       int
+		want       string
+	}{
+		{true, 0, 0, 0, "sendbuff"}, {true, 1, 0, 0, "stream"}, {true, 1, 0, 1, "recvbuff"}, {true, 1, 0, 7, "root"},
+		{false, 0, 0, 0, "recvbuff"}, {false, 0, 1, 0, "stream"}, {false, 0, 1, 1, "sendbuff"}, {false, 0, 0, 1, "sendbuff"},
+		{false, 0, 0, -1, "root"},
+	} {
+		g := NewGroup()
+		var err error
+		if tc.gather {
+			err = g.Gather(c, tc.send, tc.recv, 8, Float32, tc.root, s)
+		} else {
+			err = g.Scatter(c, tc.send, tc.recv, 8, Float32, tc.root, s)
+		}
+		assert.Equal(t, tc.want, argOf(err), "%+v", tc)
+	}
+	g := NewGroup()
+	assert.Equal(t, "sendcount", argOf(g.AllGather(c, 0, 0, -1, Float32, s)))
+	assert.Equal(t, "recvbuff", argOf(g.AllGather(c, 1, 0, 8, Float32, s)))
+	assert.Equal(t, "stream", argOf(g.AllGather(c, 1, 1, 8, Float32, s)))
+	assert.Equal(t, "count", argOf(g.AllToAll(c, 0, 0, -1, Float32, s)))
+	assert.Equal(t, "sendbuff", argOf(g.AllToAll(c, 0, 0, 8, Float32, s)))
+	assert.Equal(t, "datatype", argOf(g.AllToAll(c, 0, 0, 8, DataType(99), s)))
+}

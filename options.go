@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,10 +72,13 @@ type settings struct {
 }
 
 // sharedCloser closes a log file when the last communicator using it is
-// destroyed.
+// destroyed, or, when none took it, once the caller is done with it
+// (closeUnused).
 type sharedCloser struct {
 	refs atomic.Int64
 	c    io.Closer
+	once sync.Once
+	err  error
 }
 
 func (s *sharedCloser) retain() *sharedCloser {
@@ -88,11 +92,27 @@ func (s *sharedCloser) release() error {
 	if s == nil || s.refs.Add(-1) != 0 {
 		return nil
 	}
-	return s.c.Close()
+	return s.close()
+}
+
+// closeUnused closes the file unless a communicator holds it: for the
+// settings of a call that failed before any communicator retained them,
+// and for a bootstrap root's, once the root stopped.
+func (s *sharedCloser) closeUnused() error {
+	if s == nil || s.refs.Load() > 0 {
+		return nil
+	}
+	return s.close()
+}
+
+func (s *sharedCloser) close() error {
+	s.once.Do(func() { s.err = s.c.Close() })
+	return s.err
 }
 
 // resolve reads the environment and applies o. The log file, if any, is
-// returned with no reference; each communicator retains it.
+// returned with no reference; each communicator retains it, and a caller
+// that ends up with none calls closeUnused.
 func (o *Options) resolve() (settings, error) {
 	var s settings
 	cfg, err := config.Load()

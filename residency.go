@@ -58,7 +58,10 @@ func (c *Comm) addColocated() {
 // leaveResidency takes c off the ledger and the colocated list; the
 // ledger keeps counting a launch of c that still runs.
 func (c *Comm) leaveResidency() {
+	c.mu.Lock() // request reads the lease under mu, from a Group.End
 	s := c.res.lease
+	c.res.lease = nil
+	c.mu.Unlock()
 	if s == nil {
 		return
 	}
@@ -71,18 +74,33 @@ func (c *Comm) leaveResidency() {
 	}
 	colocated.Unlock()
 	s.Leave(c.rank)
-	c.res.lease = nil
 }
 
 // abortColocated aborts every rank of c's communicator in this process
-// that is not being freed, c included.
+// that is not being freed, c included: their kernels and their bootstrap
+// waits, but not a bootstrap network that Split children's views still
+// use (abortNet): those are other communicators.
 func (c *Comm) abortColocated() {
-	c.Abort()
+	c.abortShared()
+	c.mu.Lock()
+	s := c.res.lease
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
 	colocated.Lock()
 	defer colocated.Unlock()
-	for _, p := range colocated.m[c.res.lease] {
-		p.Abort()
+	for _, p := range colocated.m[s] {
+		p.abortShared()
 	}
+}
+
+// abortShared is Abort, except that it leaves a bootstrap network that
+// views of Split children still use (abortNet).
+func (c *Comm) abortShared() {
+	c.aborted.Store(true)
+	c.setAbortFlag()
+	abortNet(c.net)
 }
 
 // residencyInfo is what ranks tell each other to find their lease.

@@ -1,6 +1,7 @@
 package ncclgo
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -82,4 +83,89 @@ func TestMPSShare(t *testing.T) {
 	assert.Equal(t, 33, mpsSMs(132), "a quarter of the SMs")
 	t.Setenv(residency.EnvMPSPercent, "lots")
 	assert.Equal(t, 132, mpsSMs(132), "malformed: joinResidency reports it")
+}
+
+// TestDestroyDuringRequest: Destroy took c off the ledger writing
+// c.res.lease without c.mu while a Group.End on another goroutine read it
+// under c.mu (a data race; run with -race).
+func TestDestroyDuringRequest(t *testing.T) {
+	for range 20 {
+		l := residency.New()
+		lease, err := l.Join("k", "0", 100, map[string]int{"0": 1}, 8)
+		require.NoError(t, err)
+		c := fakeComm(t, 0, 1)
+		c.res.lease = lease
+		c.addColocated()
+		p := &enqueue.Plan{Launches: []enqueue.Launch{{ChannelMask: 1}}}
+		start := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			<-start
+			for range 200 {
+				if _, ok := c.request(p, nil); !ok {
+					return
+				}
+			}
+		}()
+		close(start)
+		require.NoError(t, c.Destroy())
+		<-done
+		_, ok := c.request(p, nil)
+		assert.False(t, ok, "off the ledger after Destroy")
+	}
+}
+
+// TestAdmissionWaitEnds: a launch waiting for room on its GPU ends as soon
+// as its communicator is aborted or destroyed, naming why, and leaves the
+// ledger as it found it.
+func TestAdmissionWaitEnds(t *testing.T) {
+	for _, how := range []string{"Abort", "Destroy"} {
+		t.Run(how, func(t *testing.T) {
+			l := residency.Default()
+			gpu := "admission-test-" + how
+			// Another communicator holds the whole GPU with a launch that
+			// never finishes.
+			other, err := l.Join(gpu+"/other", gpu, 4, map[string]int{gpu: 1}, 4)
+			require.NoError(t, err)
+			tk, err := l.Acquire([]residency.Request{{Lease: other, Blocks: 4}}, nil)
+			require.NoError(t, err)
+			k, err := tk.Next(context.Background())
+			require.NoError(t, err)
+			running := &fakeDone{}
+			tk.Done(k, running)
+			tk.Close()
+
+			c := fakeComm(t, 0, 1)
+			c.net = bootstrap.NewInProcess(1)[0]
+			c.res.timeout = 30 * time.Second
+			c.res.lease, err = l.Join(gpu+"/c", gpu, 4, map[string]int{gpu: 1}, 4)
+			require.NoError(t, err)
+			c.addColocated()
+			e := &groupEntry{comm: c, tasks: []enqueue.Task{{Coll: kspace.AllReduce}}}
+			plans := []enqueue.Plan{{Launches: []enqueue.Launch{{ChannelMask: 0b11}}}}
+			time.AfterFunc(50*time.Millisecond, func() {
+				if how == "Abort" {
+					c.Abort()
+				} else {
+					assert.NoError(t, c.Destroy())
+				}
+			})
+			start := time.Now()
+			err = admitAndRun([]*groupEntry{e}, plans)
+			assert.Less(t, time.Since(start), 10*time.Second)
+			require.ErrorContains(t, err, "waiting for room on the GPU")
+			if how == "Abort" {
+				require.ErrorIs(t, err, ErrAborted)
+				require.NoError(t, c.Destroy())
+			} else {
+				require.ErrorIs(t, err, ErrDestroyed)
+			}
+			used, budget := l.Used(gpu)
+			assert.Equal(t, 4, budget)
+			assert.Equal(t, 4, used, "only the other communicator's launch")
+			running.done.Store(true)
+			other.Leave(0)
+		})
+	}
 }

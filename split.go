@@ -70,6 +70,7 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm,
 	var s settings
 	if local == nil && color != SplitNoColor {
 		s, local = c.childSettings(opts)
+		defer func() { _ = s.logCloser.closeUnused() }() // when no child took it
 	}
 	all, err := c.net.AllGather(ctx, encodeSplitArgs(local == nil, color, key))
 	if err != nil {
@@ -86,7 +87,10 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm,
 		return nil, nil
 	}
 	members, newRank := splitMembers(colors, keys, c.rank)
-	view := newSubNet(c.net, members, newRank, viewID(pathID(c.net), 'S', seq), commTimeout(s))
+	view, err := c.view(op, members, newRank, viewID(pathID(c.net), 'S', seq), commTimeout(s))
+	if err != nil {
+		return nil, err
+	}
 	return c.initChild(ctx, op, view, s)
 }
 
@@ -132,6 +136,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMo
 	var s settings
 	if err == nil {
 		s, err = c.childSettings(opts)
+		defer func() { _ = s.logCloser.closeUnused() }() // when no child took it
 	}
 	if err != nil {
 		if !abortMode {
@@ -147,7 +152,10 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMo
 	if err := c.agreeExclude(ctx, excl, survivors, seq); err != nil {
 		return nil, err
 	}
-	view := newSubNet(c.net, survivors, newRank, viewID(pathID(c.net), 's', seq), commTimeout(s))
+	view, err := c.view(op, survivors, newRank, viewID(pathID(c.net), 's', seq), commTimeout(s))
+	if err != nil {
+		return nil, err
+	}
 	return c.initChild(ctx, op, view, s)
 }
 
@@ -369,6 +377,19 @@ func compareExcludes(mine, survivors []int, list func(i int) ([]int, error)) err
 		return nil
 	}
 	return fmt.Errorf("%w: exclude lists disagree: this rank excludes %v; %s", ErrInvalidUsage, mine, strings.Join(bad, "; "))
+}
+
+// view is rank rank of a new view of c's network (newSubNet), unless c
+// was destroyed meanwhile: Destroy, which marks c destroyed under mu before
+// it closes the network, may have closed it already, and the view would
+// keep a closed network open in the shared count.
+func (c *Comm) view(op string, ranks []int, rank int, id uint32, timeout time.Duration) (*subNet, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return nil, fmt.Errorf("ncclgo: rank %d: %s: %w", c.rank, op, ErrDestroyed)
+	}
+	return newSubNet(c.net, ranks, rank, id, timeout), nil
 }
 
 // initChildRank is initRank; CPU tests replace it.

@@ -19,13 +19,7 @@ func envsOf(t *testing.T, comms []*Comm) []*rankEnv {
 	envs := make([]*rankEnv, len(comms))
 	for i, c := range comms {
 		require.Equal(t, i, c.Rank())
-		dev, err := cuda.GetDevice(c.Device())
-		require.NoError(t, err)
-		ctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
-		s, err := ctx.NewStream(true)
-		require.NoError(t, err)
-		envs[i] = &rankEnv{c: c, ctx: ctx, s: s}
+		envs[i] = newRankEnv(t, c)
 	}
 	t.Cleanup(func() {
 		for _, e := range envs {

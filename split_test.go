@@ -3,6 +3,7 @@ package ncclgo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/residency"
 )
 
 func TestSplitMembers(t *testing.T) {
@@ -515,4 +517,71 @@ func TestSubNetAbortReleasesPeers(t *testing.T) {
 	for _, r := range []int{0, 1, 3} {
 		require.ErrorIs(t, errs[r], bootstrap.ErrCollectiveBroken, "rank %d", r)
 	}
+}
+
+// hookNet runs after once its AllGather has returned.
+type hookNet struct {
+	bootstrap.Network
+	after func()
+}
+
+func (h *hookNet) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
+	all, err := h.Network.AllGather(ctx, mine)
+	if h.after != nil {
+		h.after()
+		h.after = nil
+	}
+	return all, err
+}
+
+// TestSplitDestroyedDuringExchange: a Destroy of the parent between
+// Split's exchange and the new view used to close the parent's network and
+// then have the view retain it again: the child ran on a closed network,
+// and the shared-network count kept an entry for it forever.
+func TestSplitDestroyedDuringExchange(t *testing.T) {
+	fakeChildren(t)
+	c := fakeParents(t, 1, false)[0]
+	var destroyErr error
+	c.net = &hookNet{Network: c.net, after: func() { destroyErr = c.Destroy() }}
+	child, err := c.Split(context.Background(), 0, 0, nil)
+	require.NoError(t, destroyErr)
+	if child != nil {
+		_ = child.Destroy()
+	}
+	require.ErrorIs(t, err, ErrDestroyed)
+	assert.Nil(t, child)
+	shared.Lock()
+	assert.Empty(t, shared.refs)
+	shared.Unlock()
+}
+
+// TestDestroyAbortKeepsChildren: when a Destroy times out it aborts the
+// communicator's ranks in this process; that used to abort their bootstrap
+// network too, which their Split children's bootstrap travels over, so the
+// children (other communicators) could no longer Split or Shrink.
+func TestDestroyAbortKeepsChildren(t *testing.T) {
+	fakeChildren(t)
+	parents := fakeParents(t, 2, false)
+	l := residency.New()
+	for _, p := range parents {
+		var err error
+		p.res.lease, err = l.Join("parents", "0", 100, map[string]int{"0": 2}, 8)
+		require.NoError(t, err)
+		p.addColocated()
+	}
+	kids, errs := onEveryRank(2, func(r int) (*Comm, error) {
+		return parents[r].Split(context.Background(), 0, 0, nil)
+	})
+	require.NoError(t, errors.Join(errs...))
+	parents[0].abortColocated() // what Destroy does when the launches time out
+	for _, p := range parents {
+		require.ErrorIs(t, p.Err(), ErrAborted)
+	}
+	grand, errs := onEveryRank(2, func(r int) (*Comm, error) {
+		return kids[r].Split(context.Background(), 0, 0, nil)
+	})
+	require.NoError(t, errors.Join(errs...), "the children's bootstrap still works")
+	destroyAll(t, grand...)
+	destroyAll(t, kids...)
+	destroyAll(t, parents...)
 }

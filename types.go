@@ -42,6 +42,8 @@ const (
 // vocabulary tables (kspace.Types, kspace.APIRedOps), whose rows sit at
 // these constants' values; a test checks the constants against them.
 
+// String returns the type's Go name ("Float32"), or "DataType(N)" for an
+// invalid one.
 func (t DataType) String() string {
 	if t.valid() {
 		return kspace.Types[t].GoName
@@ -86,6 +88,8 @@ const (
 	NumRedOps
 )
 
+// String returns the op's name ("Sum"), "PreMulSum#N" for the N-th op of
+// Comm.NewPreMulSum, or "RedOp(N)" for a negative one.
 func (o RedOp) String() string {
 	switch {
 	case o >= 0 && o < NumRedOps:

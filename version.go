@@ -30,6 +30,7 @@ func (v VersionInfo) NCCLCode() int {
 	return kspace.APIVersion{Major: v.NCCLMajor, Minor: v.NCCLMinor, Patch: v.NCCLPatch}.Code()
 }
 
+// String returns "ncclgo MODULE (NCCL API MAJOR.MINOR.PATCH)".
 func (v VersionInfo) String() string {
 	return fmt.Sprintf("ncclgo %s (NCCL API %d.%d.%d)", v.Module, v.NCCLMajor, v.NCCLMinor, v.NCCLPatch)
 }
