@@ -142,7 +142,8 @@ func (c *comm) free(abort bool) error {
 }
 
 //export ncclGetUniqueId
-func ncclGetUniqueId(out *C.ncclUniqueId) result {
+func ncclGetUniqueId(out *C.ncclUniqueId) (res result) {
+	defer guard("GetUniqueId", &res)
 	if out == nil {
 		return argError("GetUniqueId", "uniqueId", "NULL", "a pointer to an ncclUniqueId")
 	}
@@ -259,8 +260,9 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	start := func() {
 		c.startOnce.Do(func() {
 			go func() {
-				gc, err := ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
-				c.finish(gc, err)
+				c.finish(recovered(func() (*ncclgo.Comm, error) {
+					return ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
+				}))
 			}()
 		})
 	}
@@ -293,17 +295,20 @@ func (c *comm) wait(op string) result {
 }
 
 //export ncclCommInitRank
-func ncclCommInitRank(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int) result {
+func ncclCommInitRank(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int) (res result) {
+	defer guard("CommInitRank", &res)
 	return initRank("CommInitRank", out, nRanks, &id, rank, nil)
 }
 
 //export ncclCommInitRankConfig
-func ncclCommInitRankConfig(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
+func ncclCommInitRankConfig(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommInitRankConfig", &res)
 	return initRank("CommInitRankConfig", out, nRanks, &id, rank, cfg)
 }
 
 //export ncclCommInitRankScalable
-func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) result {
+func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommInitRankScalable", &res)
 	const op = "CommInitRankScalable"
 	if ids == nil {
 		return argError(op, "commIds", "NULL", "an array of nId ncclUniqueIds")
@@ -318,7 +323,8 @@ func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C
 }
 
 //export ncclCommInitAll
-func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
+func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result) {
+	defer guard("CommInitAll", &res)
 	const op = "CommInitAll"
 	if out == nil {
 		return argError(op, "comm", "NULL", "an array of ndev ncclComm_t")
@@ -345,7 +351,10 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
 	done := make(chan struct{})
 	go func() { // off the caller's thread: its current context stays
 		defer close(done)
-		gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
+		_, err = recovered(func() (*ncclgo.Comm, error) {
+			gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
+			return nil, err
+		})
 	}()
 	<-done
 	if err != nil {
@@ -363,7 +372,8 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
 }
 
 //export ncclCommFinalize
-func ncclCommFinalize(h C.ncclComm_t) result {
+func ncclCommFinalize(h C.ncclComm_t) (res result) {
+	defer guard("CommFinalize", &res)
 	const op = "CommFinalize"
 	c, r := lookup(op, h)
 	if r != C.ncclSuccess {
@@ -377,7 +387,8 @@ func ncclCommFinalize(h C.ncclComm_t) result {
 }
 
 //export ncclCommDestroy
-func ncclCommDestroy(h C.ncclComm_t) result {
+func ncclCommDestroy(h C.ncclComm_t) (res result) {
+	defer guard("CommDestroy", &res)
 	const op = "CommDestroy"
 	if h == nil {
 		return C.ncclSuccess // NCCL accepts a NULL communicator here
@@ -390,7 +401,8 @@ func ncclCommDestroy(h C.ncclComm_t) result {
 }
 
 //export ncclCommAbort
-func ncclCommAbort(h C.ncclComm_t) result {
+func ncclCommAbort(h C.ncclComm_t) (res result) {
+	defer guard("CommAbort", &res)
 	const op = "CommAbort"
 	if h == nil {
 		return C.ncclSuccess
@@ -403,7 +415,8 @@ func ncclCommAbort(h C.ncclComm_t) result {
 }
 
 //export ncclCommGetAsyncError
-func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) result {
+func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
+	defer guard("CommGetAsyncError", &res)
 	const op = "CommGetAsyncError"
 	c, r := lookup(op, h)
 	if r != C.ncclSuccess {
@@ -450,7 +463,8 @@ func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) re
 }
 
 //export ncclCommCount
-func ncclCommCount(h C.ncclComm_t, count *C.int) result {
+func ncclCommCount(h C.ncclComm_t, count *C.int) (res result) {
+	defer guard("CommCount", &res)
 	return commInt("CommCount", "count", h, count, func(c *comm) int {
 		if c.derived && c.c != nil {
 			return c.c.Size()
@@ -460,12 +474,14 @@ func ncclCommCount(h C.ncclComm_t, count *C.int) result {
 }
 
 //export ncclCommCuDevice
-func ncclCommCuDevice(h C.ncclComm_t, device *C.int) result {
+func ncclCommCuDevice(h C.ncclComm_t, device *C.int) (res result) {
+	defer guard("CommCuDevice", &res)
 	return commInt("CommCuDevice", "device", h, device, func(c *comm) int { return c.device })
 }
 
 //export ncclCommUserRank
-func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
+func ncclCommUserRank(h C.ncclComm_t, rank *C.int) (res result) {
+	defer guard("CommUserRank", &res)
 	return commInt("CommUserRank", "rank", h, rank, func(c *comm) int {
 		if c.derived && c.c != nil {
 			return c.c.Rank()
@@ -475,7 +491,8 @@ func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
 }
 
 //export ncclCommSplit
-func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) result {
+func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommSplit", &res)
 	const op = "CommSplit"
 	parent, r := lookup(op, h)
 	if r != C.ncclSuccess {
@@ -501,7 +518,8 @@ func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg 
 }
 
 //export ncclCommShrink
-func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) result {
+func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res result) {
+	defer guard("CommShrink", &res)
 	const op = "CommShrink"
 	parent, r := lookup(op, h)
 	if r != C.ncclSuccess {
@@ -564,7 +582,7 @@ func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, r
 	start := func() {
 		c.startOnce.Do(func() {
 			go func() {
-				gc, err := run(ctx)
+				gc, err := recovered(func() (*ncclgo.Comm, error) { return run(ctx) })
 				if noComm {
 					if err != nil {
 						setLastError(fmt.Sprintf("ncclCommSplit: rank %d: %v", parent.rank, err))
@@ -597,7 +615,8 @@ func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, r
 }
 
 //export ncclCommRevoke
-func ncclCommRevoke(h C.ncclComm_t, flags C.int) result {
+func ncclCommRevoke(h C.ncclComm_t, flags C.int) (res result) {
+	defer guard("CommRevoke", &res)
 	const op = "CommRevoke"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r

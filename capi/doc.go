@@ -30,7 +30,9 @@
 //
 // Errors never abort the host: every entry point returns an ncclResult_t,
 // and ncclGetLastError says what failed, naming the argument, its value and
-// what is valid. What ncclgo does not implement yet (windows, the device
+// what is valid. A panic inside the library (a bug) is caught where it
+// entered, or in the init goroutine it happened in, and returns
+// ncclInternalError naming the panic and its place. What ncclgo does not implement yet (windows, the device
 // API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with
 // several ids) returns ncclInvalidUsage and says so. ncclCommRegister is
 // accepted and does nothing (registration is an optimization ncclgo does

@@ -54,13 +54,15 @@ func endThreadGroup() {
 }
 
 //export ncclGroupStart
-func ncclGroupStart() result {
+func ncclGroupStart() (res result) {
+	defer guard("GroupStart", &res)
 	threadGroup(true).depth++
 	return C.ncclSuccess
 }
 
 //export ncclGroupEnd
-func ncclGroupEnd() result {
+func ncclGroupEnd() (res result) {
+	defer guard("GroupEnd", &res)
 	const op = "GroupEnd"
 	tg := threadGroup(false)
 	if tg == nil {
@@ -93,7 +95,8 @@ func ncclGroupEnd() result {
 }
 
 //export ncclGroupSimulateEnd
-func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) result {
+func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res result) {
+	defer guard("GroupSimulateEnd", &res)
 	const op = "GroupSimulateEnd"
 	if info == nil {
 		return argError(op, "simInfo", "NULL", "a pointer to an ncclSimInfo_t from NCCL_SIM_INFO_INITIALIZER")
@@ -142,7 +145,8 @@ func args(op string, count C.size_t, dt C.ncclDataType_t) (int, ncclgo.DataType,
 func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 
 //export ncclAllReduce
-func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AllReduce", &res)
 	const op = "AllReduce"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -154,7 +158,8 @@ func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 }
 
 //export ncclReduce
-func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Reduce", &res)
 	const op = "Reduce"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -166,7 +171,8 @@ func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 }
 
 //export ncclReduceScatter
-func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("ReduceScatter", &res)
 	const op = "ReduceScatter"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -178,7 +184,8 @@ func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 }
 
 //export ncclAllGather
-func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AllGather", &res)
 	const op = "AllGather"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -190,7 +197,8 @@ func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 }
 
 //export ncclBroadcast
-func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Broadcast", &res)
 	const op = "Broadcast"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -202,12 +210,14 @@ func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 }
 
 //export ncclBcast
-func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Bcast", &res)
 	return ncclBroadcast(buf, buf, count, dt, root, h, stream)
 }
 
 //export ncclAlltoAll
-func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AlltoAll", &res)
 	const op = "AlltoAll"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -219,7 +229,8 @@ func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t
 }
 
 //export ncclGather
-func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Gather", &res)
 	const op = "Gather"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -231,7 +242,8 @@ func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 }
 
 //export ncclScatter
-func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Scatter", &res)
 	const op = "Scatter"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -243,7 +255,8 @@ func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t,
 }
 
 //export ncclSend
-func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Send", &res)
 	const op = "Send"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -255,7 +268,8 @@ func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.i
 }
 
 //export ncclRecv
-func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Recv", &res)
 	const op = "Recv"
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -267,7 +281,8 @@ func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.i
 }
 
 //export ncclRedOpCreatePreMulSum
-func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, h C.ncclComm_t) result {
+func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, h C.ncclComm_t) (res result) {
+	defer guard("RedOpCreatePreMulSum", &res)
 	const op = "RedOpCreatePreMulSum"
 	if out == nil {
 		return argError(op, "op", "NULL", "a pointer to an ncclRedOp_t")
@@ -305,7 +320,8 @@ func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.nc
 }
 
 //export ncclRedOpDestroy
-func ncclRedOpDestroy(o C.ncclRedOp_t, h C.ncclComm_t) result {
+func ncclRedOpDestroy(o C.ncclRedOp_t, h C.ncclComm_t) (res result) {
+	defer guard("RedOpDestroy", &res)
 	const op = "RedOpDestroy"
 	c, r := lookup(op, h)
 	if r != C.ncclSuccess {

@@ -24,7 +24,8 @@ var (
 )
 
 //export ncclMemAlloc
-func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) result {
+func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) (res result) {
+	defer guard("MemAlloc", &res)
 	const op = "MemAlloc"
 	if out == nil {
 		return argError(op, "ptr", "NULL", "a pointer to a void*")
@@ -60,7 +61,8 @@ func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) result {
 }
 
 //export ncclMemFree
-func ncclMemFree(p unsafe.Pointer) result {
+func ncclMemFree(p unsafe.Pointer) (res result) {
+	defer guard("MemFree", &res)
 	const op = "MemFree"
 	if p == nil {
 		return C.ncclSuccess
@@ -88,7 +90,8 @@ var (
 )
 
 //export ncclCommRegister
-func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) result {
+func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) (res result) {
+	defer guard("CommRegister", &res)
 	const op = "CommRegister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -110,7 +113,8 @@ func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle 
 }
 
 //export ncclCommDeregister
-func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) result {
+func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
+	defer guard("CommDeregister", &res)
 	const op = "CommDeregister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -129,7 +133,8 @@ func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) result {
 }
 
 //export ncclCommWindowRegister
-func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) result {
+func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) (res result) {
+	defer guard("CommWindowRegister", &res)
 	const op = "CommWindowRegister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -142,7 +147,8 @@ func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, w
 }
 
 //export ncclCommWindowDeregister
-func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) result {
+func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) (res result) {
+	defer guard("CommWindowDeregister", &res)
 	const op = "CommWindowDeregister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -154,7 +160,8 @@ func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) result {
 // client's, so the pointers stay opaque here.
 
 //export ncclDevCommCreate
-func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) result {
+func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) (res result) {
+	defer guard("DevCommCreate", &res)
 	const op = "DevCommCreate"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -166,7 +173,8 @@ func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) result {
 }
 
 //export ncclDevCommDestroy
-func ncclDevCommDestroy(h C.ncclComm_t, devComm unsafe.Pointer) result {
+func ncclDevCommDestroy(h C.ncclComm_t, devComm unsafe.Pointer) (res result) {
+	defer guard("DevCommDestroy", &res)
 	const op = "DevCommDestroy"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
