@@ -35,6 +35,7 @@ type comm struct {
 	destroying           bool
 	startOnce            sync.Once // the init starts (or is cancelled) once
 	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
+	op                   string    // the call that made it, for messages
 }
 
 var (
@@ -42,8 +43,11 @@ var (
 	comms   = map[C.ncclComm_t]*comm{}
 )
 
-func newComm(rank, nRanks, device int, blocking bool) *comm {
-	c := &comm{h: C.ncclComm_t(C.malloc(8)), rank: rank, nRanks: nRanks, device: device, blocking: blocking, done: make(chan struct{})}
+// newComm registers c under a new handle: c is complete, since another
+// thread may look the handle up from now on.
+func newComm(c *comm) *comm {
+	c.h = C.ncclComm_t(C.malloc(8))
+	c.done = make(chan struct{})
 	commsMu.Lock()
 	comms[c.h] = c
 	commsMu.Unlock()
@@ -87,7 +91,7 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 
 // finish records the outcome of c's init.
 func (c *comm) finish(gc *ncclgo.Comm, err error) {
-	if err == nil {
+	if err == nil && gc != nil {
 		var dev cuda.Device
 		if dev, err = cuda.GetDevice(c.device); err == nil {
 			c.cctx, err = dev.PrimaryContext()
@@ -99,7 +103,7 @@ func (c *comm) finish(gc *ncclgo.Comm, err error) {
 	}
 	c.c, c.initErr = gc, err
 	if err != nil {
-		setLastError(fmt.Sprintf("ncclCommInitRank: rank %d: %v", c.rank, err))
+		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", c.op, c.rank, err))
 	}
 	close(c.done)
 }
@@ -254,29 +258,47 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	if r != C.ncclSuccess {
 		return r
 	}
-	c := newComm(int(rank), int(nRanks), dev, conf.blocking)
+	c := newComm(&comm{op: op, rank: int(rank), nRanks: int(nRanks), device: dev, blocking: conf.blocking})
+	return c.begin(out, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
+	})
+}
+
+// begin runs c's init: at once, or at the thread's ncclGroupEnd within a
+// group; blocking, or in the background for a nonblocking comm. It sets
+// *out to c's handle (a comm without one, NCCL_SPLIT_NOCOLOR's, leaves it
+// alone). A blocking init that fails at once sets *out back to NULL and
+// forgets the handle, as NCCL does.
+func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm, error)) result {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	start := func() {
 		c.startOnce.Do(func() {
-			go func() {
-				c.finish(recovered(func() (*ncclgo.Comm, error) {
-					return ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
-				}))
-			}()
+			go func() { c.finish(recovered(func() (*ncclgo.Comm, error) { return run(ctx) })) }()
 		})
 	}
-	*out = c.h
+	if c.h != nil {
+		*out = c.h
+	}
 	if g := threadGroup(false); g != nil {
 		g.inits = append(g.inits, pendingInit{c: c, start: start})
 		return C.ncclSuccess
 	}
 	start()
-	return c.wait(op)
+	r := c.wait(c.op)
+	switch {
+	case c.h == nil && r == C.ncclInProgress:
+		return C.ncclSuccess // no communicator to poll: its part goes on in the background
+	case c.h != nil && r != C.ncclSuccess && r != C.ncclInProgress:
+		*out = nil
+		cancel()
+		c.forget()
+	}
+	return r
 }
 
 // wait waits for a blocking comm's init (a nonblocking one reports
-// ncclInProgress instead); a failed blocking init frees the handle.
+// ncclInProgress instead).
 func (c *comm) wait(op string) result {
 	if !c.blocking {
 		select {
@@ -361,7 +383,7 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 		return fail(op, err)
 	}
 	for i, gc := range gcs {
-		c := newComm(i, len(gcs), devs[i], true)
+		c := newComm(&comm{op: op, rank: i, nRanks: len(gcs), device: devs[i], blocking: true})
 		c.startOnce.Do(func() { c.finish(gc, nil) })
 		if c.initErr != nil {
 			return fail(op, c.initErr)
@@ -570,48 +592,12 @@ func deriveConfig(op string, parent *comm, cfg *C.ncclConfig_t) (bool, *ncclgo.O
 // in the background for a nonblocking config. noComm: this rank gets no
 // communicator (NCCL_SPLIT_NOCOLOR) but takes part all the same.
 func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, run func(context.Context) (*ncclgo.Comm, error)) result {
-	var c *comm
-	if noComm {
-		c = &comm{rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})} // no handle
-	} else {
-		c = newComm(-1, 0, parent.device, blocking)
-		c.derived = true
+	if noComm { // no handle; the parent's rank names it in messages
+		c := &comm{op: op, rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})}
+		return c.begin(out, run)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	start := func() {
-		c.startOnce.Do(func() {
-			go func() {
-				gc, err := recovered(func() (*ncclgo.Comm, error) { return run(ctx) })
-				if noComm {
-					if err != nil {
-						setLastError(fmt.Sprintf("ncclCommSplit: rank %d: %v", parent.rank, err))
-					}
-					c.initErr = err
-					close(c.done)
-					return
-				}
-				c.finish(gc, err)
-			}()
-		})
-	}
-	if !noComm {
-		*out = c.h
-	}
-	if g := threadGroup(false); g != nil {
-		g.inits = append(g.inits, pendingInit{c: c, start: start})
-		return C.ncclSuccess
-	}
-	start()
-	r := c.wait(op)
-	if noComm && r == C.ncclInProgress {
-		return C.ncclSuccess // no communicator to poll: its part goes on in the background
-	}
-	if r != C.ncclSuccess && r != C.ncclInProgress && !noComm {
-		*out = nil
-		c.forget()
-	}
-	return r
+	c := newComm(&comm{op: op, rank: -1, device: parent.device, blocking: blocking, derived: true})
+	return c.begin(out, run)
 }
 
 //export ncclCommRevoke

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+)
+
+// TestFailedBlockingInit: a blocking init that fails returns its error,
+// sets the caller's ncclComm_t back to NULL and forgets the handle, so a
+// later call with it is an invalid argument instead of a use of a comm
+// nobody will destroy.
+func TestFailedBlockingInit(t *testing.T) {
+	runtime.LockOSThread() // no group open on this thread
+	defer runtime.UnlockOSThread()
+	c := newComm(&comm{op: "CommInitRank", rank: 1, nRanks: 2, blocking: true})
+	h := c.h
+	out := h
+	out = nil
+	r := c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+		return nil, fmt.Errorf("rank 0 never came: %w", bootstrap.ErrTimeout)
+	})
+	assert.EqualValues(t, cRemoteError, r)
+	assert.Nil(t, out, "the failed init's handle is still handed out")
+	assert.Contains(t, lastError(), "ncclCommInitRank: rank 1: rank 0 never came")
+	_, r = lookup("CommCount", h)
+	assert.EqualValues(t, cInvalidArgument, r, "the failed init's handle is still registered")
+}
+
+// TestNonblockingInitKeepsHandle: a nonblocking init hands out its handle
+// at once; its failure shows through ncclCommGetAsyncError and the handle
+// stays until ncclCommDestroy.
+func TestNonblockingInitKeepsHandle(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := newComm(&comm{op: "CommInitRankConfig", rank: 0, nRanks: 2, blocking: false})
+	out := c.h
+	out = nil
+	release := make(chan struct{})
+	r := c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+		<-release
+		return nil, fmt.Errorf("x: %w", bootstrap.ErrTimeout)
+	})
+	assert.EqualValues(t, cInProgress, r)
+	assert.Equal(t, c.h, out)
+	var async result
+	assert.EqualValues(t, cSuccess, ncclCommGetAsyncError(out, &async))
+	assert.EqualValues(t, cInProgress, async)
+	close(release)
+	<-c.done
+	assert.EqualValues(t, cSuccess, ncclCommGetAsyncError(out, &async))
+	assert.EqualValues(t, cRemoteError, async)
+	assert.EqualValues(t, cSuccess, ncclCommDestroy(out))
+	assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(out))
+}
