@@ -54,11 +54,13 @@ func newComm(c *comm) *comm {
 	return c
 }
 
-// forget unregisters c and frees its handle.
+// forget unregisters c and frees its handle and the ncclCommRegister
+// handles the client did not deregister.
 func (c *comm) forget() {
 	commsMu.Lock()
 	delete(comms, c.h)
 	commsMu.Unlock()
+	dropRegistrations(c.h)
 	C.free(unsafe.Pointer(c.h))
 }
 

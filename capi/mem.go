@@ -112,6 +112,18 @@ func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle 
 	return C.ncclSuccess
 }
 
+// dropRegistrations frees the registration handles of communicator h.
+func dropRegistrations(h C.ncclComm_t) {
+	regsMu.Lock()
+	defer regsMu.Unlock()
+	for t, owner := range regs {
+		if owner == h {
+			delete(regs, t)
+			C.free(t)
+		}
+	}
+}
+
 //export ncclCommDeregister
 func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
 	defer guard("CommDeregister", &res)
