@@ -242,8 +242,8 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 		return argError(op, "comm", "NULL", "a pointer to an ncclComm_t")
 	}
 	*out = nil
-	if nRanks < 1 {
-		return argError(op, "nranks", int(nRanks), "at least 1")
+	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
+		return argError(op, "nranks", int(nRanks), fmt.Sprintf("1..%d", bootstrap.MaxRanks))
 	}
 	if rank < 0 || rank >= nRanks {
 		return argError(op, "rank", int(rank), fmt.Sprintf("0..%d", nRanks-1))
@@ -353,8 +353,8 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 	if out == nil {
 		return argError(op, "comm", "NULL", "an array of ndev ncclComm_t")
 	}
-	if nDev < 1 {
-		return argError(op, "ndev", int(nDev), "at least 1")
+	if nDev < 1 || nDev > bootstrap.MaxRanks { // before ndev sizes anything
+		return argError(op, "ndev", int(nDev), fmt.Sprintf("1..%d", bootstrap.MaxRanks))
 	}
 	devs := make([]int, nDev)
 	for i := range devs {
@@ -367,30 +367,45 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 		}
 	}
 	outs := unsafe.Slice(out, nDev)
-	for i := range outs {
-		outs[i] = nil
-	}
+	clear(outs)
 	var gcs []*ncclgo.Comm
 	var err error
 	done := make(chan struct{})
 	go func() { // off the caller's thread: its current context stays
 		defer close(done)
-		_, err = recovered(func() (*ncclgo.Comm, error) {
-			gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
-			return nil, err
-		})
+		defer func() {
+			if p := recover(); p != nil {
+				err = panicError(p)
+			}
+		}()
+		gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
 	}()
 	<-done
 	if err != nil {
 		return fail(op, err)
 	}
+	made := make([]*comm, 0, len(gcs))
 	for i, gc := range gcs {
 		c := newComm(&comm{op: op, rank: i, nRanks: len(gcs), device: devs[i], blocking: true})
+		made = append(made, c)
 		c.startOnce.Do(func() { c.finish(gc, nil) })
-		if c.initErr != nil {
-			return fail(op, c.initErr)
+		if c.initErr == nil {
+			outs[i] = c.h
+			continue
 		}
-		outs[i] = c.h
+		// Hand out none of them: free the ranks made so far (c's init
+		// already destroyed its Go comm) and the Go comms not yet wrapped.
+		return keepContext(func() result {
+			for _, m := range made {
+				_ = m.free(true)
+			}
+			for _, gc := range gcs[i+1:] {
+				gc.Abort()
+				_ = gc.Destroy()
+			}
+			clear(outs)
+			return fail(op, c.initErr)
+		})
 	}
 	return C.ncclSuccess
 }

@@ -117,6 +117,13 @@ static void badArguments(void) {
   EXPECT(ncclCommInitAll(comms, 0, NULL), INV);
   EXPECT(ncclCommInitAll(comms, 2, devs), INV);
   lastErrorSays("devlist[1]", __LINE__);
+  // A count no process has ranks for is refused before it sizes anything
+  // (nothing is read from devlist or written to comms).
+  EXPECT(ncclCommInitAll(comms, INT_MAX, devs), INV);
+  lastErrorSays("ndev", __LINE__);
+  EXPECT(ncclCommInitAll(comms, INT_MAX, NULL), INV);
+  EXPECT(ncclCommInitRank(&comm, INT_MAX, id, 0), INV);
+  lastErrorSays("nranks", __LINE__);
 
   // Communicator management and queries.
   EXPECT(ncclCommDestroy(nul), ncclSuccess);
