@@ -78,6 +78,19 @@ func lookup(op string, h C.ncclComm_t) (*comm, result) {
 	return c, C.ncclSuccess
 }
 
+// lookupFor is lookup for a call that writes its answer through out, the
+// argument arg: a NULL out is an invalid argument too.
+func lookupFor(op string, h C.ncclComm_t, arg string, out unsafe.Pointer, want string) (*comm, result) {
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return nil, r
+	}
+	if out == nil {
+		return nil, argError(op, arg, "NULL", want)
+	}
+	return c, C.ncclSuccess
+}
+
 // ready returns c's Go communicator once its init has succeeded.
 func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 	select {
@@ -457,12 +470,9 @@ func ncclCommAbort(h C.ncclComm_t) (res result) {
 func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
 	defer guard("CommGetAsyncError", &res)
 	const op = "CommGetAsyncError"
-	c, r := lookup(op, h)
+	c, r := lookupFor(op, h, "asyncError", unsafe.Pointer(out), "a pointer to an ncclResult_t")
 	if r != C.ncclSuccess {
 		return r
-	}
-	if out == nil {
-		return argError(op, "asyncError", "NULL", "a pointer to an ncclResult_t")
 	}
 	select {
 	case <-c.done:
@@ -483,12 +493,9 @@ func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
 }
 
 func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) result {
-	c, r := lookup(op, h)
+	c, r := lookupFor(op, h, arg, unsafe.Pointer(out), "a pointer to an int")
 	if r != C.ncclSuccess {
 		return r
-	}
-	if out == nil {
-		return argError(op, arg, "NULL", "a pointer to an int")
 	}
 	if c.derived {
 		select {
@@ -532,27 +539,12 @@ func ncclCommUserRank(h C.ncclComm_t, rank *C.int) (res result) {
 //export ncclCommSplit
 func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) (res result) {
 	defer guard("CommSplit", &res)
-	const op = "CommSplit"
-	parent, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	if newComm == nil {
-		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
-	}
-	*newComm = nil
-	gc, r := parent.ready(op)
-	if r != C.ncclSuccess {
-		return r
-	}
-	blocking, opts, r := deriveConfig(op, parent, cfg)
-	if r != C.ncclSuccess {
-		return r
-	}
 	// A bad color goes to Split all the same: the exchange tells the
 	// other ranks, which then fail at once instead of waiting for this one.
-	return derive(op, parent, newComm, color == C.NCCL_SPLIT_NOCOLOR, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return gc.Split(ctx, int(color), int(key), opts)
+	return deriveFrom("CommSplit", h, newComm, cfg, color == C.NCCL_SPLIT_NOCOLOR, func(gc *ncclgo.Comm) (deriveFunc, result) {
+		return func(ctx context.Context, opts *ncclgo.Options) (*ncclgo.Comm, error) {
+			return gc.Split(ctx, int(color), int(key), opts)
+		}, C.ncclSuccess
 	})
 }
 
@@ -560,27 +552,46 @@ func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg 
 func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res result) {
 	defer guard("CommShrink", &res)
 	const op = "CommShrink"
-	parent, r := lookup(op, h)
+	return deriveFrom(op, h, newComm, cfg, false, func(gc *ncclgo.Comm) (deriveFunc, result) {
+		// The count bounds the read of the list: at most the parent's size.
+		if n := gc.Size(); nExclude < 0 || int(nExclude) > n || (nExclude > 0 && exclude == nil) {
+			return nil, argError(op, "excludeRanksCount", int(nExclude),
+				fmt.Sprintf("0..%d (the parent's size), the length of a non-NULL excludeRanksList", n))
+		}
+		if flags != C.NCCL_SHRINK_DEFAULT && flags != C.NCCL_SHRINK_ABORT {
+			return nil, argError(op, "shrinkFlags", int(flags), "NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")
+		}
+		list := make([]int, nExclude)
+		if nExclude > 0 {
+			for i, r := range unsafe.Slice(exclude, nExclude) {
+				list[i] = int(r)
+			}
+		}
+		return func(ctx context.Context, opts *ncclgo.Options) (*ncclgo.Comm, error) {
+			return gc.Shrink(ctx, list, opts, flags == C.NCCL_SHRINK_ABORT)
+		}, C.ncclSuccess
+	})
+}
+
+// deriveFunc makes a communicator from a parent with the child's options.
+type deriveFunc func(context.Context, *ncclgo.Options) (*ncclgo.Comm, error)
+
+// deriveFrom is what ncclCommSplit and ncclCommShrink share: it checks the
+// parent h and newComm, sets *newComm to NULL, and once the parent is
+// ready, lets prepare check the call's own arguments against it; then it
+// reads cfg (NULL inherits the parent's) and runs the derivation as an
+// init (see derive). noComm: NCCL_SPLIT_NOCOLOR.
+func deriveFrom(op string, h C.ncclComm_t, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, noComm bool, prepare func(*ncclgo.Comm) (deriveFunc, result)) result {
+	parent, r := lookupFor(op, h, "newcomm", unsafe.Pointer(newComm), "a pointer to an ncclComm_t")
 	if r != C.ncclSuccess {
 		return r
 	}
-	if newComm == nil {
-		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
-	}
 	*newComm = nil
-	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
-		return argError(op, "excludeRanksCount", int(nExclude), "0, or the length of a non-NULL excludeRanksList")
-	}
-	if flags != C.NCCL_SHRINK_DEFAULT && flags != C.NCCL_SHRINK_ABORT {
-		return argError(op, "shrinkFlags", int(flags), "NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")
-	}
-	list := make([]int, nExclude)
-	if nExclude > 0 {
-		for i, r := range unsafe.Slice(exclude, nExclude) {
-			list[i] = int(r)
-		}
-	}
 	gc, r := parent.ready(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	run, r := prepare(gc)
 	if r != C.ncclSuccess {
 		return r
 	}
@@ -588,8 +599,8 @@ func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.n
 	if r != C.ncclSuccess {
 		return r
 	}
-	return derive(op, parent, newComm, false, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return gc.Shrink(ctx, list, opts, flags == C.NCCL_SHRINK_ABORT)
+	return derive(op, parent, newComm, noComm, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return run(ctx, opts)
 	})
 }
 

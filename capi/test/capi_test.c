@@ -362,6 +362,10 @@ static void gpuSplitShrink(ncclComm_t comms[2], CUstream st[2], void* send[2], v
   int excl[1] = {1};
   EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, 2), INV);
   lastErrorSays("shrinkFlags", __LINE__);
+  // A count beyond the parent's size is refused before the list is read.
+  EXPECT(ncclCommShrink(comms[0], excl, INT_MAX, &one, NULL, NCCL_SHRINK_DEFAULT), INV);
+  lastErrorSays("excludeRanksCount", __LINE__);
+  CHECK(one == NULL);
   EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
   if (one == NULL) return;
   EXPECT(ncclCommCount(one, &v), ncclSuccess);
