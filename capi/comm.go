@@ -104,6 +104,17 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 	return c.c, C.ncclSuccess
 }
 
+// lookupReady is lookup and ready: the comm of a handle and its Go
+// communicator, once its init has succeeded.
+func lookupReady(op string, h C.ncclComm_t) (*comm, *ncclgo.Comm, result) {
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return nil, nil, r
+	}
+	gc, r := c.ready(op)
+	return c, gc, r
+}
+
 // finish records the outcome of c's init.
 func (c *comm) finish(gc *ncclgo.Comm, err error) {
 	if err == nil && gc != nil {
@@ -427,11 +438,7 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 func ncclCommFinalize(h C.ncclComm_t) (res result) {
 	defer guard("CommFinalize", &res)
 	const op = "CommFinalize"
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}

@@ -104,27 +104,40 @@ func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res result) {
 	return notImplemented(op, "simulating a group")
 }
 
-// enqueue runs one call: into the thread's open group, or on its own.
-func enqueue(op string, h C.ncclComm_t, stream unsafe.Pointer, add func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error) result {
-	c, r := lookup(op, h)
+// call is one collective or point-to-point call, converted: the group it
+// joins, its communicator and stream, and its count and type.
+type call struct {
+	group  *ncclgo.Group
+	comm   *ncclgo.Comm
+	stream *cuda.Stream
+	n      int
+	t      ncclgo.DataType
+}
+
+// collective runs one call of count elements of dt (checked here first):
+// add queues it into the thread's open group, or into a group of its own
+// that is launched at once.
+func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
+	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
 		return r
 	}
-	gc, r := c.ready(op)
+	c, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
-	s := cuda.WrapStream(c.cctx, uintptr(stream))
+	k := call{comm: gc, stream: cuda.WrapStream(c.cctx, uintptr(stream)), n: n, t: t}
 	if tg := threadGroup(false); tg != nil {
-		return fail(op, add(tg.g, gc, s))
+		k.group = tg.g
+		return fail(op, add(k))
 	}
 	return keepContext(func() result {
-		g := ncclgo.NewGroup()
-		if err := add(g, gc, s); err != nil {
-			g.Discard()
+		k.group = ncclgo.NewGroup()
+		if err := add(k); err != nil {
+			k.group.Discard()
 			return fail(op, err)
 		}
-		return fail(op, g.End())
+		return fail(op, k.group.End())
 	})
 }
 
@@ -147,65 +160,40 @@ func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 //export ncclAllReduce
 func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllReduce", &res)
-	const op = "AllReduce"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllReduce(gc, ptr(send), ptr(recv), n, t, redOp(o), s)
+	return collective("AllReduce", h, stream, count, dt, func(k call) error {
+		return k.group.AllReduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
 //export ncclReduce
 func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Reduce", &res)
-	const op = "Reduce"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Reduce(gc, ptr(send), ptr(recv), n, t, redOp(o), int(root), s)
+	return collective("Reduce", h, stream, count, dt, func(k call) error {
+		return k.group.Reduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 	})
 }
 
 //export ncclReduceScatter
 func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("ReduceScatter", &res)
-	const op = "ReduceScatter"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.ReduceScatter(gc, ptr(send), ptr(recv), n, t, redOp(o), s)
+	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
+		return k.group.ReduceScatter(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
 //export ncclAllGather
 func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllGather", &res)
-	const op = "AllGather"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllGather(gc, ptr(send), ptr(recv), n, t, s)
+	return collective("AllGather", h, stream, count, dt, func(k call) error {
+		return k.group.AllGather(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
 //export ncclBroadcast
 func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Broadcast", &res)
-	const op = "Broadcast"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Broadcast(gc, ptr(send), ptr(recv), n, t, int(root), s)
+	return collective("Broadcast", h, stream, count, dt, func(k call) error {
+		return k.group.Broadcast(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
@@ -218,65 +206,40 @@ func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.i
 //export ncclAlltoAll
 func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AlltoAll", &res)
-	const op = "AlltoAll"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllToAll(gc, ptr(send), ptr(recv), n, t, s)
+	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
+		return k.group.AllToAll(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
 //export ncclGather
 func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Gather", &res)
-	const op = "Gather"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Gather(gc, ptr(send), ptr(recv), n, t, int(root), s)
+	return collective("Gather", h, stream, count, dt, func(k call) error {
+		return k.group.Gather(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
 //export ncclScatter
 func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Scatter", &res)
-	const op = "Scatter"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Scatter(gc, ptr(send), ptr(recv), n, t, int(root), s)
+	return collective("Scatter", h, stream, count, dt, func(k call) error {
+		return k.group.Scatter(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
 //export ncclSend
 func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Send", &res)
-	const op = "Send"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Send(gc, ptr(send), n, t, int(peer), s)
+	return collective("Send", h, stream, count, dt, func(k call) error {
+		return k.group.Send(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
 	})
 }
 
 //export ncclRecv
 func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Recv", &res)
-	const op = "Recv"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Recv(gc, ptr(recv), n, t, int(peer), s)
+	return collective("Recv", h, stream, count, dt, func(k call) error {
+		return k.group.Recv(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
 	})
 }
 
@@ -293,11 +256,7 @@ func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.nc
 	if _, _, r := args(op, 0, dt); r != C.ncclSuccess {
 		return r
 	}
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
@@ -323,11 +282,7 @@ func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.nc
 func ncclRedOpDestroy(o C.ncclRedOp_t, h C.ncclComm_t) (res result) {
 	defer guard("RedOpDestroy", &res)
 	const op = "RedOpDestroy"
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}

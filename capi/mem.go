@@ -93,11 +93,8 @@ var (
 func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) (res result) {
 	defer guard("CommRegister", &res)
 	const op = "CommRegister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "handle", unsafe.Pointer(handle), "a pointer to a void*"); r != C.ncclSuccess {
 		return r
-	}
-	if handle == nil {
-		return argError(op, "handle", "NULL", "a pointer to a void*")
 	}
 	*handle = nil
 	if buf == nil && size > 0 {
@@ -148,11 +145,8 @@ func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
 func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) (res result) {
 	defer guard("CommWindowRegister", &res)
 	const op = "CommWindowRegister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "win", unsafe.Pointer(win), "a pointer to an ncclWindow_t"); r != C.ncclSuccess {
 		return r
-	}
-	if win == nil {
-		return argError(op, "win", "NULL", "a pointer to an ncclWindow_t")
 	}
 	*win = nil
 	return notImplemented(op, "memory windows (symmetric registration)")
@@ -175,11 +169,11 @@ func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) (res result) {
 func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) (res result) {
 	defer guard("DevCommCreate", &res)
 	const op = "DevCommCreate"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "outDevComm", out, "a pointer to an ncclDevComm"); r != C.ncclSuccess {
 		return r
 	}
-	if reqs == nil || out == nil {
-		return argError(op, "reqs/outDevComm", "NULL", "non-NULL pointers")
+	if reqs == nil {
+		return argError(op, "reqs", "NULL", "a pointer to an ncclDevCommRequirements")
 	}
 	return notImplemented(op, "the device API (nccl_device.h)")
 }
@@ -188,11 +182,8 @@ func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) (res result) {
 func ncclDevCommDestroy(h C.ncclComm_t, devComm unsafe.Pointer) (res result) {
 	defer guard("DevCommDestroy", &res)
 	const op = "DevCommDestroy"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "devComm", devComm, "a device communicator from ncclDevCommCreate"); r != C.ncclSuccess {
 		return r
-	}
-	if devComm == nil {
-		return argError(op, "devComm", "NULL", "a device communicator from ncclDevCommCreate")
 	}
 	return notImplemented(op, "the device API (nccl_device.h)")
 }
