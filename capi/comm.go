@@ -19,9 +19,9 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// comm is what an ncclComm_t stands for. The handle is a small C
-// allocation, so that it is a unique non-NULL address a C client can hold,
-// and a lookup of an unknown one fails instead of crashing.
+// comm is what an ncclComm_t stands for. The handle is an address from
+// newHandle, unique for the life of the process, so that a lookup of an
+// unknown or destroyed one fails instead of crashing or finding another.
 type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
@@ -46,7 +46,7 @@ var (
 // newComm registers c under a new handle: c is complete, since another
 // thread may look the handle up from now on.
 func newComm(c *comm) *comm {
-	c.h = C.ncclComm_t(C.malloc(8))
+	c.h = C.ncclComm_t(newHandle())
 	c.done = make(chan struct{})
 	commsMu.Lock()
 	comms[c.h] = c
@@ -54,14 +54,13 @@ func newComm(c *comm) *comm {
 	return c
 }
 
-// forget unregisters c and frees its handle and the ncclCommRegister
-// handles the client did not deregister.
+// forget unregisters c and the ncclCommRegister handles the client did not
+// deregister (handles are never reused: there is nothing to free).
 func (c *comm) forget() {
 	commsMu.Lock()
 	delete(comms, c.h)
 	commsMu.Unlock()
 	dropRegistrations(c.h)
-	C.free(unsafe.Pointer(c.h))
 }
 
 // lookup returns the comm of a handle, or an invalid-argument result.

@@ -80,3 +80,26 @@ func TestDestroyDropsRegistrations(t *testing.T) {
 	}
 	regsMu.Unlock()
 }
+
+// TestStaleHandle: a destroyed communicator's handle is never handed out
+// again, so a call with it stays an invalid argument even after later
+// communicators were made.
+func TestStaleHandle(t *testing.T) {
+	seen := map[unsafe.Pointer]bool{}
+	var stale []unsafe.Pointer
+	for range 100 {
+		c := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
+		h := c.h
+		assert.False(t, seen[unsafe.Pointer(h)], "handle %p handed out twice", h)
+		seen[unsafe.Pointer(h)] = true
+		stale = append(stale, unsafe.Pointer(h))
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(h))
+	}
+	live := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
+	defer ncclCommDestroy(live.h)
+	for _, p := range stale {
+		h := live.h
+		*(*unsafe.Pointer)(unsafe.Pointer(&h)) = p
+		assert.EqualValues(t, cInvalidArgument, ncclCommFinalize(h))
+	}
+}

@@ -30,7 +30,8 @@
 //
 // Errors never abort the host: every entry point returns an ncclResult_t,
 // and ncclGetLastError says what failed, naming the argument, its value and
-// what is valid. A panic inside the library (a bug) is caught where it
+// what is valid. Handles are never reused: a call with a destroyed
+// communicator is ncclInvalidArgument, also after others were made. A panic inside the library (a bug) is caught where it
 // entered, or in the init goroutine it happened in, and returns
 // ncclInternalError naming the panic and its place. What ncclgo does not implement yet (windows, the device
 // API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with

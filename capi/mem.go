@@ -101,7 +101,7 @@ func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle 
 		return argError(op, "buff", "NULL", "a device buffer of size bytes")
 	}
 	// ncclgo needs no registration: the handle only marks the call.
-	t := C.malloc(1)
+	t := newHandle()
 	regsMu.Lock()
 	regs[t] = h
 	regsMu.Unlock()
@@ -109,14 +109,13 @@ func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle 
 	return C.ncclSuccess
 }
 
-// dropRegistrations frees the registration handles of communicator h.
+// dropRegistrations forgets the registration handles of communicator h.
 func dropRegistrations(h C.ncclComm_t) {
 	regsMu.Lock()
 	defer regsMu.Unlock()
 	for t, owner := range regs {
 		if owner == h {
 			delete(regs, t)
-			C.free(t)
 		}
 	}
 }
@@ -137,7 +136,6 @@ func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
 	if !ok || owner != h {
 		return argError(op, "handle", fmt.Sprintf("%p", handle), "a handle from ncclCommRegister on this communicator")
 	}
-	C.free(handle)
 	return C.ncclSuccess
 }
 
