@@ -87,7 +87,7 @@ func TestCLibrary(t *testing.T) {
 
 	exe := filepath.Join(dir, "capi_test")
 	out, err := exec.Command("gcc", "-std=c99", "-Wall", "-Werror", "-I", filepath.Join("..", "generated", "include"),
-		"-o", exe, filepath.Join("test", "capi_test.c"), "-L", dir, "-lnccl", "-ldl", "-Wl,-rpath,"+dir).CombinedOutput()
+		"-o", exe, filepath.Join("test", "capi_test.c"), "-L", dir, "-lnccl", "-ldl", "-pthread", "-Wl,-rpath,"+dir).CombinedOutput()
 	require.NoError(t, err, "compiling test/capi_test.c:\n%s", out)
 	mode := "gpu"
 	if err := cuda.Init(); err != nil {

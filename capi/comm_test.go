@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -101,5 +102,43 @@ func TestStaleHandle(t *testing.T) {
 		h := live.h
 		*(*unsafe.Pointer)(unsafe.Pointer(&h)) = p
 		assert.EqualValues(t, cInvalidArgument, ncclCommFinalize(h))
+	}
+}
+
+// TestConcurrentDestroy: threads using a communicator while another
+// destroys it get answers, never a crash or a race (run with -race): only
+// one ncclCommDestroy succeeds, and calls after it are invalid arguments.
+func TestConcurrentDestroy(t *testing.T) {
+	for range 20 {
+		c := newComm(&comm{op: "CommInitRankConfig", nRanks: 2, blocking: false})
+		h := c.h
+		results := make(chan result, 64)
+		destroys := make(chan result, 4)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				var async result
+				results <- ncclCommGetAsyncError(h, &async)
+				results <- ncclCommFinalize(h)
+				results <- ncclCommDeregister(h, nil)
+			})
+			wg.Go(func() { destroys <- ncclCommDestroy(h) })
+		}
+		wg.Wait()
+		close(results)
+		close(destroys)
+		for r := range results {
+			assert.Contains(t, []result{cSuccess, cInvalidArgument, cInvalidUsage}, r)
+		}
+		ok := 0
+		for r := range destroys {
+			if r == cSuccess {
+				ok++
+			} else {
+				assert.Contains(t, []result{cInvalidArgument, cInvalidUsage}, r)
+			}
+		}
+		assert.Equal(t, 1, ok, "ncclCommDestroy succeeded %d times on one communicator", ok)
+		assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(h))
 	}
 }

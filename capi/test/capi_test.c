@@ -9,6 +9,7 @@
 // Run:   capi_test nodriver|gpu
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +21,7 @@
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
 ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
 
-static int failures;
+static int failures; // counted with __atomic builtins: threads() checks from several threads
 
 #define EXPECT(call, want)                                                            \
   do {                                                                                \
@@ -29,7 +30,7 @@ static int failures;
       fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d (%s); last error: %s\n",     \
               __FILE__, __LINE__, #call, (int)got_, ncclGetErrorString(got_),         \
               (int)(want), ncclGetErrorString(want), ncclGetLastError(NULL));         \
-      failures++;                                                                     \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                                     \
     }                                                                                 \
   } while (0)
 
@@ -37,7 +38,7 @@ static int failures;
   do {                                                                                \
     if (!(cond)) {                                                                    \
       fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                 \
-      failures++;                                                                     \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                                     \
     }                                                                                 \
   } while (0)
 
@@ -46,7 +47,7 @@ static void lastErrorSays(const char* s, int line) {
   const char* e = ncclGetLastError(NULL);
   if (e == NULL || strstr(e, s) == NULL) {
     fprintf(stderr, "FAIL line %d: last error %s does not mention %s\n", line, e ? e : "(null)", s);
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
   }
 }
 
@@ -195,6 +196,32 @@ static void badArguments(void) {
   EXPECT(pncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, nul, NULL), INV);
 }
 
+// threadGroups is one of several threads that open, nest and end groups
+// at once: each thread's groups are its own, and bad calls inside them
+// fail on their own thread only.
+static void* threadGroups(void* arg) {
+  char buf[8];
+  (void)arg;
+  for (int i = 0; i < 200; i++) {
+    EXPECT(ncclGroupStart(), ncclSuccess);
+    EXPECT(ncclGroupStart(), ncclSuccess);
+    EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, NULL, NULL), INV);
+    EXPECT(ncclGroupEnd(), ncclSuccess);
+    EXPECT(ncclGroupEnd(), ncclSuccess);
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    CHECK(ncclGetLastError(NULL) != NULL);
+  }
+  return NULL;
+}
+
+enum { NTHREADS = 8 };
+
+static void threads(void) {
+  pthread_t t[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) CHECK(pthread_create(&t[i], NULL, threadGroups, NULL) == 0);
+  for (int i = 0; i < NTHREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
+}
+
 // noDriver: with no usable driver, inits fail cleanly with a message.
 static void noDriver(void) {
   ncclUniqueId id;
@@ -251,7 +278,7 @@ static int loadDriver(void) {
     CUresult r_ = (call);                                                 \
     if (r_ != 0) {                                                        \
       fprintf(stderr, "FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, r_); \
-      failures++;                                                         \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                         \
       return;                                                             \
     }                                                                     \
   } while (0)
@@ -271,7 +298,7 @@ static void expectAll(void* p, float v, int line) {
   for (int i = 0; i < N; i++) {
     if (host[i] != v) {
       fprintf(stderr, "FAIL line %d: element %d = %g, want %g\n", line, i, host[i], v);
-      failures++;
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
       return;
     }
   }
@@ -455,7 +482,7 @@ static void gpu(void) {
   int n = 0;
   if (!loadDriver() || cu.deviceGetCount(&n) != 0 || n < 1) {
     fprintf(stderr, "FAIL: gpu mode without a usable driver\n");
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     return;
   }
   gpuOneRank();
@@ -465,6 +492,7 @@ static void gpu(void) {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "nodriver";
   badArguments();
+  threads();
   if (strcmp(mode, "gpu") == 0) {
     gpu();
   } else {
