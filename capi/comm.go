@@ -407,18 +407,21 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 	if err != nil {
 		return fail(op, err)
 	}
-	made := make([]*comm, 0, len(gcs))
-	for i, gc := range gcs {
-		c := newComm(&comm{op: op, rank: i, nRanks: len(gcs), device: devs[i], blocking: true})
-		made = append(made, c)
-		c.startOnce.Do(func() { c.finish(gc, nil) })
-		if c.initErr == nil {
-			outs[i] = c.h
-			continue
-		}
-		// Hand out none of them: free the ranks made so far (c's init
-		// already destroyed its Go comm) and the Go comms not yet wrapped.
-		return keepContext(func() result {
+	// finish retains each device's primary context, and destroys on
+	// failure, on this thread: keep the caller's context.
+	return keepContext(func() result {
+		made := make([]*comm, 0, len(gcs))
+		for i, gc := range gcs {
+			c := newComm(&comm{op: op, rank: i, nRanks: len(gcs), device: devs[i], blocking: true})
+			made = append(made, c)
+			c.startOnce.Do(func() { c.finish(gc, nil) })
+			if c.initErr == nil {
+				outs[i] = c.h
+				continue
+			}
+			// Hand out none of them: free the ranks made so far (c's
+			// init already destroyed its Go comm) and the Go comms not
+			// yet wrapped.
 			for _, m := range made {
 				_ = m.free(true)
 			}
@@ -428,9 +431,9 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 			}
 			clear(outs)
 			return fail(op, c.initErr)
-		})
-	}
-	return C.ncclSuccess
+		}
+		return C.ncclSuccess
+	})
 }
 
 //export ncclCommFinalize
