@@ -142,3 +142,36 @@ func TestConcurrentDestroy(t *testing.T) {
 		assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(h))
 	}
 }
+
+// TestGroupInitsRunTogether: inits queued in a group start together at
+// ncclGroupEnd (ranks of one communicator wait for each other), and a
+// failed one's error names the call that made it. Their handles stay
+// until destroyed.
+func TestGroupInitsRunTogether(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	assert.EqualValues(t, cSuccess, ncclGroupStart())
+	var started sync.WaitGroup
+	started.Add(2)
+	var hs [2]*comm
+	for i := range hs {
+		c := newComm(&comm{op: "CommSplit", rank: -1, blocking: true, derived: true})
+		hs[i] = c
+		out := c.h
+		out = nil
+		assert.EqualValues(t, cSuccess, c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+			started.Done()
+			started.Wait() // both ranks run at once, or neither ends
+			if i == 0 {
+				return nil, &ncclgo.ArgError{Arg: "color", Value: -7, Want: "a color >= 0"}
+			}
+			return nil, fmt.Errorf("peer gone: %w", bootstrap.ErrPeerClosed)
+		}))
+		assert.Equal(t, c.h, out, "a queued init hands out its handle")
+	}
+	assert.EqualValues(t, cInvalidArgument, ncclGroupEnd(), "the first failure's code")
+	assert.Contains(t, lastError(), "ncclCommSplit: rank -1: peer gone", "the last failure's message")
+	for _, c := range hs {
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(c.h))
+	}
+}

@@ -78,7 +78,7 @@ func ncclGroupEnd() (res result) {
 	}
 	res, inProgress := result(C.ncclSuccess), false
 	for _, p := range tg.inits {
-		switch r := p.c.wait("CommInitRank"); {
+		switch r := p.c.wait(p.c.op); {
 		case r == C.ncclInProgress:
 			inProgress = true
 		case r != C.ncclSuccess && res == C.ncclSuccess:
