@@ -53,6 +53,18 @@ static void lastErrorSays(const char* s, int line) {
 
 #define INV ncclInvalidArgument
 
+// nestedGroup opens two nested groups on this thread, makes a bad call in
+// them, ends both, and checks that one end more is invalid usage.
+static void nestedGroup(void) {
+  char buf[8];
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, NULL, NULL), INV);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+}
+
 static void badArguments(void) {
   const ncclComm_t nul = NULL;
   // A pointer that is no communicator: it must be rejected, not followed.
@@ -183,12 +195,7 @@ static void badArguments(void) {
 
   // Groups: nesting per thread; an unmatched end is invalid usage.
   EXPECT(ncclGroupEnd(), ncclInvalidUsage);
-  EXPECT(ncclGroupStart(), ncclSuccess);
-  EXPECT(ncclGroupStart(), ncclSuccess);
-  EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, nul, NULL), INV);
-  EXPECT(ncclGroupEnd(), ncclSuccess);
-  EXPECT(ncclGroupEnd(), ncclSuccess);
-  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+  nestedGroup();
   EXPECT(ncclGroupSimulateEnd(NULL), INV);
 
   // The profiling names reach the same code.
@@ -200,15 +207,9 @@ static void badArguments(void) {
 // at once: each thread's groups are its own, and bad calls inside them
 // fail on their own thread only.
 static void* threadGroups(void* arg) {
-  char buf[8];
   (void)arg;
   for (int i = 0; i < 200; i++) {
-    EXPECT(ncclGroupStart(), ncclSuccess);
-    EXPECT(ncclGroupStart(), ncclSuccess);
-    EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, NULL, NULL), INV);
-    EXPECT(ncclGroupEnd(), ncclSuccess);
-    EXPECT(ncclGroupEnd(), ncclSuccess);
-    EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+    nestedGroup();
     CHECK(ncclGetLastError(NULL) != NULL);
   }
   return NULL;
