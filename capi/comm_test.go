@@ -175,3 +175,25 @@ func TestGroupInitsRunTogether(t *testing.T) {
 		assert.EqualValues(t, cSuccess, ncclCommDestroy(c.h))
 	}
 }
+
+// TestAbandonedGroup: a thread that ends with a group open leaves it to
+// no later thread.
+func TestAbandonedGroup(t *testing.T) {
+	done := make(chan uint64)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		assert.EqualValues(t, cSuccess, ncclGroupStart())
+		done <- threadID()
+	}()
+	abandoned := <-done
+	for range 50 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			assert.NotEqual(t, abandoned, threadID())
+			assert.Nil(t, threadGroup(false), "a new thread found an open group")
+			done <- 0
+		}()
+		<-done
+	}
+}

@@ -13,8 +13,10 @@
 // # Semantics
 //
 // Group calls (ncclGroupStart/ncclGroupEnd) nest per OS thread, as NCCL's
-// do: a cgo callback runs on the calling C thread, so the thread id keys
-// the group. Collectives in a group join one ncclgo.Group, launched at the
+// do: a cgo callback runs on the calling C thread, so the thread keys the
+// group (by a number of the library's own, as the kernel reuses thread
+// ids: a group a thread leaves open when it ends is never another's).
+// Collectives in a group join one ncclgo.Group, launched at the
 // outermost ncclGroupEnd; communicator inits in a group (the way
 // nccl-tests and multi-GPU hosts create their ranks from one thread) run
 // concurrently at that ncclGroupEnd. A communicator whose ncclConfig_t has

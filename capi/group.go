@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -29,14 +28,14 @@ type pendingInit struct {
 
 var (
 	groupsMu sync.Mutex
-	groups   = map[int]*tgroup{} // by OS thread id
+	groups   = map[uint64]*tgroup{} // by threadID
 )
 
 // threadGroup returns the calling thread's open group, nil if none (and
 // create is false). The goroutine of a cgo callback is locked to the
-// calling C thread, so the thread id is stable for the call.
+// calling C thread, so the thread is the same for the whole call.
 func threadGroup(create bool) *tgroup {
-	tid := syscall.Gettid()
+	tid := threadID()
 	groupsMu.Lock()
 	defer groupsMu.Unlock()
 	g := groups[tid]
@@ -49,7 +48,7 @@ func threadGroup(create bool) *tgroup {
 
 func endThreadGroup() {
 	groupsMu.Lock()
-	delete(groups, syscall.Gettid())
+	delete(groups, threadID())
 	groupsMu.Unlock()
 }
 

@@ -1,8 +1,19 @@
 package main
 
 /*
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+
+static __thread uint64_t ncclgo_thread;
+static uint64_t ncclgo_threads;
+
+// ncclgo_thread_id is the calling thread's number: given at its first
+// call, never given to another thread (thread ids are reused).
+static uint64_t ncclgo_thread_id(void) {
+  if (ncclgo_thread == 0) ncclgo_thread = __atomic_add_fetch(&ncclgo_threads, 1, __ATOMIC_RELAXED);
+  return ncclgo_thread;
+}
 
 // ncclgo_reserve reserves n bytes of address space that nothing can
 // touch (no memory behind it), or returns NULL.
@@ -53,3 +64,9 @@ func newHandle() unsafe.Pointer {
 	handles.used += handleStep
 	return h
 }
+
+// threadID numbers the calling OS thread for the life of the process. It
+// keys the thread's group: a thread that ends with a group open (an
+// unmatched ncclGroupStart) must not hand it to a later thread that the
+// kernel gives the same thread id.
+func threadID() uint64 { return uint64(C.ncclgo_thread_id()) }
