@@ -74,7 +74,7 @@ bundle:
 	cd examples/slim && CGO_ENABLED=1 $(GO) build $(STRIP) -o $(abspath $(BUNDLE))/bin/slim .
 	$(MAKE) --no-print-directory libnccl LIBNCCL_DIR=$(BUNDLE) FATBIN=/nonexistent
 	$(CC) -std=c99 -O2 -I$(BUNDLE)/include -o $(BUNDLE)/bin/capi_test capi/test/capi_test.c \
-		-L$(BUNDLE)/lib -lnccl -ldl -Wl,-rpath,'$$ORIGIN/../lib'
+		-L$(BUNDLE)/lib -lnccl -ldl -pthread -Wl,-rpath,'$$ORIGIN/../lib'
 	@for p in $(GPU_PKGS); do \
 		name=$$(echo $$p | sed 's|^\.$$|ncclgo|; s|^\./||; s|/|_|g'); \
 		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \

@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -118,7 +121,8 @@ var errorStrings = func() map[result]*C.char {
 }()
 
 //export ncclGetErrorString
-func ncclGetErrorString(r result) *C.char {
+func ncclGetErrorString(r result) (s *C.char) {
+	defer guardString(&s)
 	if s, ok := errorStrings[r]; ok {
 		return s
 	}
@@ -126,10 +130,14 @@ func ncclGetErrorString(r result) *C.char {
 }
 
 //export ncclGetLastError
-func ncclGetLastError(comm C.ncclComm_t) *C.char { return lastErrBuf }
+func ncclGetLastError(comm C.ncclComm_t) (s *C.char) {
+	defer guardString(&s)
+	return lastErrBuf
+}
 
 //export ncclGetVersion
-func ncclGetVersion(version *C.int) result {
+func ncclGetVersion(version *C.int) (res result) {
+	defer guard("GetVersion", &res)
 	if version == nil {
 		return argError("GetVersion", "version", "NULL", "a pointer to an int")
 	}
@@ -140,14 +148,76 @@ func ncclGetVersion(version *C.int) result {
 // keepContext runs fn on the calling thread and then restores the thread's
 // current CUDA context, which the driver binding switches per call: the
 // host (cudart's current device) must not see it change.
+// It restores the context also when fn panics (guard then recovers).
 func keepContext(fn func() result) result {
 	prev, err := cuda.CurrentContextHandle()
 	if err != nil {
 		return fn()
 	}
-	r := fn()
-	if cur, err := cuda.CurrentContextHandle(); err == nil && cur != prev {
-		_ = cuda.SetCurrentContext(prev)
+	defer func() {
+		if cur, err := cuda.CurrentContextHandle(); err == nil && cur != prev {
+			_ = cuda.SetCurrentContext(prev)
+		}
+	}()
+	return fn()
+}
+
+// errPanic marks a panic inside the library that an entry point (or an
+// init goroutine) caught: ncclInternalError.
+var errPanic = errors.New("internal error: a bug in ncclgo (please report this message)")
+
+// panicError describes a recovered panic p as an error matching errPanic
+// that names the panic and where it happened. Call it from the deferred
+// function that recovered.
+func panicError(p any) error {
+	return fmt.Errorf("%w: panic: %v (in %s)", errPanic, p, panicSite())
+}
+
+// panicSite is the function and line that panicked: the first frame
+// below runtime.gopanic that is not the runtime's own.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case panicking && !strings.HasPrefix(f.Function, "runtime."):
+			return fmt.Sprintf("%s at %s:%d", f.Function, filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "an unknown place"
+		}
 	}
-	return r
+}
+
+// guard is deferred first by every exported function that returns an
+// ncclResult_t: a panic below it becomes ncclInternalError, with
+// ncclGetLastError naming op and the panic, instead of killing the host.
+func guard(op string, res *result) {
+	if p := recover(); p != nil {
+		*res = fail(op, panicError(p))
+	}
+}
+
+// guardString is guard for the exports that return a string: a panic
+// returns the text of ncclInternalError.
+func guardString(s **C.char) {
+	if p := recover(); p != nil {
+		setLastError(panicError(p).Error())
+		*s = errorStrings[C.ncclInternalError]
+	}
+}
+
+// recovered runs an init in a goroutine of the library's own: a panic
+// becomes the init's error (no caller above could recover it).
+func recovered(run func() (*ncclgo.Comm, error)) (gc *ncclgo.Comm, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			gc, err = nil, panicError(p)
+		}
+	}()
+	return run()
 }

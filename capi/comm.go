@@ -19,9 +19,9 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// comm is what an ncclComm_t stands for. The handle is a small C
-// allocation, so that it is a unique non-NULL address a C client can hold,
-// and a lookup of an unknown one fails instead of crashing.
+// comm is what an ncclComm_t stands for. The handle is an address from
+// newHandle, unique for the life of the process, so that a lookup of an
+// unknown or destroyed one fails instead of crashing or finding another.
 type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
@@ -35,6 +35,7 @@ type comm struct {
 	destroying           bool
 	startOnce            sync.Once // the init starts (or is cancelled) once
 	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
+	op                   string    // the call that made it, for messages
 }
 
 var (
@@ -42,20 +43,24 @@ var (
 	comms   = map[C.ncclComm_t]*comm{}
 )
 
-func newComm(rank, nRanks, device int, blocking bool) *comm {
-	c := &comm{h: C.ncclComm_t(C.malloc(8)), rank: rank, nRanks: nRanks, device: device, blocking: blocking, done: make(chan struct{})}
+// newComm registers c under a new handle: c is complete, since another
+// thread may look the handle up from now on.
+func newComm(c *comm) *comm {
+	c.h = C.ncclComm_t(newHandle())
+	c.done = make(chan struct{})
 	commsMu.Lock()
 	comms[c.h] = c
 	commsMu.Unlock()
 	return c
 }
 
-// forget unregisters c and frees its handle.
+// forget unregisters c and the ncclCommRegister handles the client did not
+// deregister (handles are never reused: there is nothing to free).
 func (c *comm) forget() {
 	commsMu.Lock()
 	delete(comms, c.h)
 	commsMu.Unlock()
-	C.free(unsafe.Pointer(c.h))
+	dropRegistrations(c.h)
 }
 
 // lookup returns the comm of a handle, or an invalid-argument result.
@@ -68,6 +73,19 @@ func lookup(op string, h C.ncclComm_t) (*comm, result) {
 	commsMu.Unlock()
 	if c == nil {
 		return nil, argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a live communicator (this one was never created or is destroyed)")
+	}
+	return c, C.ncclSuccess
+}
+
+// lookupFor is lookup for a call that writes its answer through out, the
+// argument arg: a NULL out is an invalid argument too.
+func lookupFor(op string, h C.ncclComm_t, arg string, out unsafe.Pointer, want string) (*comm, result) {
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return nil, r
+	}
+	if out == nil {
+		return nil, argError(op, arg, "NULL", want)
 	}
 	return c, C.ncclSuccess
 }
@@ -85,9 +103,20 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 	return c.c, C.ncclSuccess
 }
 
+// lookupReady is lookup and ready: the comm of a handle and its Go
+// communicator, once its init has succeeded.
+func lookupReady(op string, h C.ncclComm_t) (*comm, *ncclgo.Comm, result) {
+	c, r := lookup(op, h)
+	if r != C.ncclSuccess {
+		return nil, nil, r
+	}
+	gc, r := c.ready(op)
+	return c, gc, r
+}
+
 // finish records the outcome of c's init.
 func (c *comm) finish(gc *ncclgo.Comm, err error) {
-	if err == nil {
+	if err == nil && gc != nil {
 		var dev cuda.Device
 		if dev, err = cuda.GetDevice(c.device); err == nil {
 			c.cctx, err = dev.PrimaryContext()
@@ -99,7 +128,7 @@ func (c *comm) finish(gc *ncclgo.Comm, err error) {
 	}
 	c.c, c.initErr = gc, err
 	if err != nil {
-		setLastError(fmt.Sprintf("ncclCommInitRank: rank %d: %v", c.rank, err))
+		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", c.op, c.rank, err))
 	}
 	close(c.done)
 }
@@ -142,7 +171,8 @@ func (c *comm) free(abort bool) error {
 }
 
 //export ncclGetUniqueId
-func ncclGetUniqueId(out *C.ncclUniqueId) result {
+func ncclGetUniqueId(out *C.ncclUniqueId) (res result) {
+	defer guard("GetUniqueId", &res)
 	if out == nil {
 		return argError("GetUniqueId", "uniqueId", "NULL", "a pointer to an ncclUniqueId")
 	}
@@ -235,8 +265,8 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 		return argError(op, "comm", "NULL", "a pointer to an ncclComm_t")
 	}
 	*out = nil
-	if nRanks < 1 {
-		return argError(op, "nranks", int(nRanks), "at least 1")
+	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
+		return argError(op, "nranks", int(nRanks), fmt.Sprintf("1..%d", bootstrap.MaxRanks))
 	}
 	if rank < 0 || rank >= nRanks {
 		return argError(op, "rank", int(rank), fmt.Sprintf("0..%d", nRanks-1))
@@ -253,28 +283,47 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	if r != C.ncclSuccess {
 		return r
 	}
-	c := newComm(int(rank), int(nRanks), dev, conf.blocking)
+	c := newComm(&comm{op: op, rank: int(rank), nRanks: int(nRanks), device: dev, blocking: conf.blocking})
+	return c.begin(out, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
+	})
+}
+
+// begin runs c's init: at once, or at the thread's ncclGroupEnd within a
+// group; blocking, or in the background for a nonblocking comm. It sets
+// *out to c's handle (a comm without one, NCCL_SPLIT_NOCOLOR's, leaves it
+// alone). A blocking init that fails at once sets *out back to NULL and
+// forgets the handle, as NCCL does.
+func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm, error)) result {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	start := func() {
 		c.startOnce.Do(func() {
-			go func() {
-				gc, err := ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
-				c.finish(gc, err)
-			}()
+			go func() { c.finish(recovered(func() (*ncclgo.Comm, error) { return run(ctx) })) }()
 		})
 	}
-	*out = c.h
+	if c.h != nil {
+		*out = c.h
+	}
 	if g := threadGroup(false); g != nil {
 		g.inits = append(g.inits, pendingInit{c: c, start: start})
 		return C.ncclSuccess
 	}
 	start()
-	return c.wait(op)
+	r := c.wait(c.op)
+	switch {
+	case c.h == nil && r == C.ncclInProgress:
+		return C.ncclSuccess // no communicator to poll: its part goes on in the background
+	case c.h != nil && r != C.ncclSuccess && r != C.ncclInProgress:
+		*out = nil
+		cancel()
+		c.forget()
+	}
+	return r
 }
 
 // wait waits for a blocking comm's init (a nonblocking one reports
-// ncclInProgress instead); a failed blocking init frees the handle.
+// ncclInProgress instead).
 func (c *comm) wait(op string) result {
 	if !c.blocking {
 		select {
@@ -293,17 +342,20 @@ func (c *comm) wait(op string) result {
 }
 
 //export ncclCommInitRank
-func ncclCommInitRank(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int) result {
+func ncclCommInitRank(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int) (res result) {
+	defer guard("CommInitRank", &res)
 	return initRank("CommInitRank", out, nRanks, &id, rank, nil)
 }
 
 //export ncclCommInitRankConfig
-func ncclCommInitRankConfig(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
+func ncclCommInitRankConfig(out *C.ncclComm_t, nRanks C.int, id C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommInitRankConfig", &res)
 	return initRank("CommInitRankConfig", out, nRanks, &id, rank, cfg)
 }
 
 //export ncclCommInitRankScalable
-func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) result {
+func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommInitRankScalable", &res)
 	const op = "CommInitRankScalable"
 	if ids == nil {
 		return argError(op, "commIds", "NULL", "an array of nId ncclUniqueIds")
@@ -318,13 +370,14 @@ func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C
 }
 
 //export ncclCommInitAll
-func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
+func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result) {
+	defer guard("CommInitAll", &res)
 	const op = "CommInitAll"
 	if out == nil {
 		return argError(op, "comm", "NULL", "an array of ndev ncclComm_t")
 	}
-	if nDev < 1 {
-		return argError(op, "ndev", int(nDev), "at least 1")
+	if nDev < 1 || nDev > bootstrap.MaxRanks { // before ndev sizes anything
+		return argError(op, "ndev", int(nDev), fmt.Sprintf("1..%d", bootstrap.MaxRanks))
 	}
 	devs := make([]int, nDev)
 	for i := range devs {
@@ -337,39 +390,57 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) result {
 		}
 	}
 	outs := unsafe.Slice(out, nDev)
-	for i := range outs {
-		outs[i] = nil
-	}
+	clear(outs)
 	var gcs []*ncclgo.Comm
 	var err error
 	done := make(chan struct{})
 	go func() { // off the caller's thread: its current context stays
 		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				err = panicError(p)
+			}
+		}()
 		gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
 	}()
 	<-done
 	if err != nil {
 		return fail(op, err)
 	}
-	for i, gc := range gcs {
-		c := newComm(i, len(gcs), devs[i], true)
-		c.startOnce.Do(func() { c.finish(gc, nil) })
-		if c.initErr != nil {
+	// finish retains each device's primary context, and destroys on
+	// failure, on this thread: keep the caller's context.
+	return keepContext(func() result {
+		made := make([]*comm, 0, len(gcs))
+		for i, gc := range gcs {
+			c := newComm(&comm{op: op, rank: i, nRanks: len(gcs), device: devs[i], blocking: true})
+			made = append(made, c)
+			c.startOnce.Do(func() { c.finish(gc, nil) })
+			if c.initErr == nil {
+				outs[i] = c.h
+				continue
+			}
+			// Hand out none of them: free the ranks made so far (c's
+			// init already destroyed its Go comm) and the Go comms not
+			// yet wrapped.
+			for _, m := range made {
+				_ = m.free(true)
+			}
+			for _, gc := range gcs[i+1:] {
+				gc.Abort()
+				_ = gc.Destroy()
+			}
+			clear(outs)
 			return fail(op, c.initErr)
 		}
-		outs[i] = c.h
-	}
-	return C.ncclSuccess
+		return C.ncclSuccess
+	})
 }
 
 //export ncclCommFinalize
-func ncclCommFinalize(h C.ncclComm_t) result {
+func ncclCommFinalize(h C.ncclComm_t) (res result) {
+	defer guard("CommFinalize", &res)
 	const op = "CommFinalize"
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
@@ -377,7 +448,8 @@ func ncclCommFinalize(h C.ncclComm_t) result {
 }
 
 //export ncclCommDestroy
-func ncclCommDestroy(h C.ncclComm_t) result {
+func ncclCommDestroy(h C.ncclComm_t) (res result) {
+	defer guard("CommDestroy", &res)
 	const op = "CommDestroy"
 	if h == nil {
 		return C.ncclSuccess // NCCL accepts a NULL communicator here
@@ -390,7 +462,8 @@ func ncclCommDestroy(h C.ncclComm_t) result {
 }
 
 //export ncclCommAbort
-func ncclCommAbort(h C.ncclComm_t) result {
+func ncclCommAbort(h C.ncclComm_t) (res result) {
+	defer guard("CommAbort", &res)
 	const op = "CommAbort"
 	if h == nil {
 		return C.ncclSuccess
@@ -403,14 +476,12 @@ func ncclCommAbort(h C.ncclComm_t) result {
 }
 
 //export ncclCommGetAsyncError
-func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) result {
+func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
+	defer guard("CommGetAsyncError", &res)
 	const op = "CommGetAsyncError"
-	c, r := lookup(op, h)
+	c, r := lookupFor(op, h, "asyncError", unsafe.Pointer(out), "a pointer to an ncclResult_t")
 	if r != C.ncclSuccess {
 		return r
-	}
-	if out == nil {
-		return argError(op, "asyncError", "NULL", "a pointer to an ncclResult_t")
 	}
 	select {
 	case <-c.done:
@@ -431,12 +502,9 @@ func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) result {
 }
 
 func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) result {
-	c, r := lookup(op, h)
+	c, r := lookupFor(op, h, arg, unsafe.Pointer(out), "a pointer to an int")
 	if r != C.ncclSuccess {
 		return r
-	}
-	if out == nil {
-		return argError(op, arg, "NULL", "a pointer to an int")
 	}
 	if c.derived {
 		select {
@@ -450,7 +518,8 @@ func commInt(op, arg string, h C.ncclComm_t, out *C.int, get func(*comm) int) re
 }
 
 //export ncclCommCount
-func ncclCommCount(h C.ncclComm_t, count *C.int) result {
+func ncclCommCount(h C.ncclComm_t, count *C.int) (res result) {
+	defer guard("CommCount", &res)
 	return commInt("CommCount", "count", h, count, func(c *comm) int {
 		if c.derived && c.c != nil {
 			return c.c.Size()
@@ -460,12 +529,14 @@ func ncclCommCount(h C.ncclComm_t, count *C.int) result {
 }
 
 //export ncclCommCuDevice
-func ncclCommCuDevice(h C.ncclComm_t, device *C.int) result {
+func ncclCommCuDevice(h C.ncclComm_t, device *C.int) (res result) {
+	defer guard("CommCuDevice", &res)
 	return commInt("CommCuDevice", "device", h, device, func(c *comm) int { return c.device })
 }
 
 //export ncclCommUserRank
-func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
+func ncclCommUserRank(h C.ncclComm_t, rank *C.int) (res result) {
+	defer guard("CommUserRank", &res)
 	return commInt("CommUserRank", "rank", h, rank, func(c *comm) int {
 		if c.derived && c.c != nil {
 			return c.c.Rank()
@@ -475,55 +546,61 @@ func ncclCommUserRank(h C.ncclComm_t, rank *C.int) result {
 }
 
 //export ncclCommSplit
-func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) result {
-	const op = "CommSplit"
-	parent, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	if newComm == nil {
-		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
-	}
-	*newComm = nil
-	gc, r := parent.ready(op)
-	if r != C.ncclSuccess {
-		return r
-	}
-	blocking, opts, r := deriveConfig(op, parent, cfg)
-	if r != C.ncclSuccess {
-		return r
-	}
+func ncclCommSplit(h C.ncclComm_t, color, key C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t) (res result) {
+	defer guard("CommSplit", &res)
 	// A bad color goes to Split all the same: the exchange tells the
 	// other ranks, which then fail at once instead of waiting for this one.
-	return derive(op, parent, newComm, color == C.NCCL_SPLIT_NOCOLOR, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return gc.Split(ctx, int(color), int(key), opts)
+	return deriveFrom("CommSplit", h, newComm, cfg, color == C.NCCL_SPLIT_NOCOLOR, func(gc *ncclgo.Comm) (deriveFunc, result) {
+		return func(ctx context.Context, opts *ncclgo.Options) (*ncclgo.Comm, error) {
+			return gc.Split(ctx, int(color), int(key), opts)
+		}, C.ncclSuccess
 	})
 }
 
 //export ncclCommShrink
-func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) result {
+func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res result) {
+	defer guard("CommShrink", &res)
 	const op = "CommShrink"
-	parent, r := lookup(op, h)
+	return deriveFrom(op, h, newComm, cfg, false, func(gc *ncclgo.Comm) (deriveFunc, result) {
+		// The count bounds the read of the list: at most the parent's size.
+		if n := gc.Size(); nExclude < 0 || int(nExclude) > n || (nExclude > 0 && exclude == nil) {
+			return nil, argError(op, "excludeRanksCount", int(nExclude),
+				fmt.Sprintf("0..%d (the parent's size), the length of a non-NULL excludeRanksList", n))
+		}
+		if flags != C.NCCL_SHRINK_DEFAULT && flags != C.NCCL_SHRINK_ABORT {
+			return nil, argError(op, "shrinkFlags", int(flags), "NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")
+		}
+		list := make([]int, nExclude)
+		if nExclude > 0 {
+			for i, r := range unsafe.Slice(exclude, nExclude) {
+				list[i] = int(r)
+			}
+		}
+		return func(ctx context.Context, opts *ncclgo.Options) (*ncclgo.Comm, error) {
+			return gc.Shrink(ctx, list, opts, flags == C.NCCL_SHRINK_ABORT)
+		}, C.ncclSuccess
+	})
+}
+
+// deriveFunc makes a communicator from a parent with the child's options.
+type deriveFunc func(context.Context, *ncclgo.Options) (*ncclgo.Comm, error)
+
+// deriveFrom is what ncclCommSplit and ncclCommShrink share: it checks the
+// parent h and newComm, sets *newComm to NULL, and once the parent is
+// ready, lets prepare check the call's own arguments against it; then it
+// reads cfg (NULL inherits the parent's) and runs the derivation as an
+// init (see derive). noComm: NCCL_SPLIT_NOCOLOR.
+func deriveFrom(op string, h C.ncclComm_t, newComm *C.ncclComm_t, cfg *C.ncclConfig_t, noComm bool, prepare func(*ncclgo.Comm) (deriveFunc, result)) result {
+	parent, r := lookupFor(op, h, "newcomm", unsafe.Pointer(newComm), "a pointer to an ncclComm_t")
 	if r != C.ncclSuccess {
 		return r
 	}
-	if newComm == nil {
-		return argError(op, "newcomm", "NULL", "a pointer to an ncclComm_t")
-	}
 	*newComm = nil
-	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
-		return argError(op, "excludeRanksCount", int(nExclude), "0, or the length of a non-NULL excludeRanksList")
-	}
-	if flags != C.NCCL_SHRINK_DEFAULT && flags != C.NCCL_SHRINK_ABORT {
-		return argError(op, "shrinkFlags", int(flags), "NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")
-	}
-	list := make([]int, nExclude)
-	if nExclude > 0 {
-		for i, r := range unsafe.Slice(exclude, nExclude) {
-			list[i] = int(r)
-		}
-	}
 	gc, r := parent.ready(op)
+	if r != C.ncclSuccess {
+		return r
+	}
+	run, r := prepare(gc)
 	if r != C.ncclSuccess {
 		return r
 	}
@@ -531,8 +608,8 @@ func ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, newComm *C.n
 	if r != C.ncclSuccess {
 		return r
 	}
-	return derive(op, parent, newComm, false, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return gc.Shrink(ctx, list, opts, flags == C.NCCL_SHRINK_ABORT)
+	return derive(op, parent, newComm, noComm, blocking, func(ctx context.Context) (*ncclgo.Comm, error) {
+		return run(ctx, opts)
 	})
 }
 
@@ -552,52 +629,17 @@ func deriveConfig(op string, parent *comm, cfg *C.ncclConfig_t) (bool, *ncclgo.O
 // in the background for a nonblocking config. noComm: this rank gets no
 // communicator (NCCL_SPLIT_NOCOLOR) but takes part all the same.
 func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, run func(context.Context) (*ncclgo.Comm, error)) result {
-	var c *comm
-	if noComm {
-		c = &comm{rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})} // no handle
-	} else {
-		c = newComm(-1, 0, parent.device, blocking)
-		c.derived = true
+	if noComm { // no handle; the parent's rank names it in messages
+		c := &comm{op: op, rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})}
+		return c.begin(out, run)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	start := func() {
-		c.startOnce.Do(func() {
-			go func() {
-				gc, err := run(ctx)
-				if noComm {
-					if err != nil {
-						setLastError(fmt.Sprintf("ncclCommSplit: rank %d: %v", parent.rank, err))
-					}
-					c.initErr = err
-					close(c.done)
-					return
-				}
-				c.finish(gc, err)
-			}()
-		})
-	}
-	if !noComm {
-		*out = c.h
-	}
-	if g := threadGroup(false); g != nil {
-		g.inits = append(g.inits, pendingInit{c: c, start: start})
-		return C.ncclSuccess
-	}
-	start()
-	r := c.wait(op)
-	if noComm && r == C.ncclInProgress {
-		return C.ncclSuccess // no communicator to poll: its part goes on in the background
-	}
-	if r != C.ncclSuccess && r != C.ncclInProgress && !noComm {
-		*out = nil
-		c.forget()
-	}
-	return r
+	c := newComm(&comm{op: op, rank: -1, device: parent.device, blocking: blocking, derived: true})
+	return c.begin(out, run)
 }
 
 //export ncclCommRevoke
-func ncclCommRevoke(h C.ncclComm_t, flags C.int) result {
+func ncclCommRevoke(h C.ncclComm_t, flags C.int) (res result) {
+	defer guard("CommRevoke", &res)
 	const op = "CommRevoke"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r

@@ -13,8 +13,10 @@
 // # Semantics
 //
 // Group calls (ncclGroupStart/ncclGroupEnd) nest per OS thread, as NCCL's
-// do: a cgo callback runs on the calling C thread, so the thread id keys
-// the group. Collectives in a group join one ncclgo.Group, launched at the
+// do: a cgo callback runs on the calling C thread, so the thread keys the
+// group (by a number of the library's own, as the kernel reuses thread
+// ids: a group a thread leaves open when it ends is never another's).
+// Collectives in a group join one ncclgo.Group, launched at the
 // outermost ncclGroupEnd; communicator inits in a group (the way
 // nccl-tests and multi-GPU hosts create their ranks from one thread) run
 // concurrently at that ncclGroupEnd. A communicator whose ncclConfig_t has
@@ -30,7 +32,10 @@
 //
 // Errors never abort the host: every entry point returns an ncclResult_t,
 // and ncclGetLastError says what failed, naming the argument, its value and
-// what is valid. What ncclgo does not implement yet (windows, the device
+// what is valid. Handles are never reused: a call with a destroyed
+// communicator is ncclInvalidArgument, also after others were made. A panic inside the library (a bug) is caught where it
+// entered, or in the init goroutine it happened in, and returns
+// ncclInternalError naming the panic and its place. What ncclgo does not implement yet (windows, the device
 // API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with
 // several ids) returns ncclInvalidUsage and says so. ncclCommRegister is
 // accepted and does nothing (registration is an optimization ncclgo does

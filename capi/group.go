@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -29,14 +28,14 @@ type pendingInit struct {
 
 var (
 	groupsMu sync.Mutex
-	groups   = map[int]*tgroup{} // by OS thread id
+	groups   = map[uint64]*tgroup{} // by threadID
 )
 
 // threadGroup returns the calling thread's open group, nil if none (and
 // create is false). The goroutine of a cgo callback is locked to the
-// calling C thread, so the thread id is stable for the call.
+// calling C thread, so the thread is the same for the whole call.
 func threadGroup(create bool) *tgroup {
-	tid := syscall.Gettid()
+	tid := threadID()
 	groupsMu.Lock()
 	defer groupsMu.Unlock()
 	g := groups[tid]
@@ -49,18 +48,20 @@ func threadGroup(create bool) *tgroup {
 
 func endThreadGroup() {
 	groupsMu.Lock()
-	delete(groups, syscall.Gettid())
+	delete(groups, threadID())
 	groupsMu.Unlock()
 }
 
 //export ncclGroupStart
-func ncclGroupStart() result {
+func ncclGroupStart() (res result) {
+	defer guard("GroupStart", &res)
 	threadGroup(true).depth++
 	return C.ncclSuccess
 }
 
 //export ncclGroupEnd
-func ncclGroupEnd() result {
+func ncclGroupEnd() (res result) {
+	defer guard("GroupEnd", &res)
 	const op = "GroupEnd"
 	tg := threadGroup(false)
 	if tg == nil {
@@ -76,7 +77,7 @@ func ncclGroupEnd() result {
 	}
 	res, inProgress := result(C.ncclSuccess), false
 	for _, p := range tg.inits {
-		switch r := p.c.wait("CommInitRank"); {
+		switch r := p.c.wait(p.c.op); {
 		case r == C.ncclInProgress:
 			inProgress = true
 		case r != C.ncclSuccess && res == C.ncclSuccess:
@@ -93,7 +94,8 @@ func ncclGroupEnd() result {
 }
 
 //export ncclGroupSimulateEnd
-func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) result {
+func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res result) {
+	defer guard("GroupSimulateEnd", &res)
 	const op = "GroupSimulateEnd"
 	if info == nil {
 		return argError(op, "simInfo", "NULL", "a pointer to an ncclSimInfo_t from NCCL_SIM_INFO_INITIALIZER")
@@ -101,27 +103,40 @@ func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) result {
 	return notImplemented(op, "simulating a group")
 }
 
-// enqueue runs one call: into the thread's open group, or on its own.
-func enqueue(op string, h C.ncclComm_t, stream unsafe.Pointer, add func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error) result {
-	c, r := lookup(op, h)
+// call is one collective or point-to-point call, converted: the group it
+// joins, its communicator and stream, and its count and type.
+type call struct {
+	group  *ncclgo.Group
+	comm   *ncclgo.Comm
+	stream *cuda.Stream
+	n      int
+	t      ncclgo.DataType
+}
+
+// collective runs one call of count elements of dt (checked here first):
+// add queues it into the thread's open group, or into a group of its own
+// that is launched at once.
+func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
+	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
 		return r
 	}
-	gc, r := c.ready(op)
+	c, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
-	s := cuda.WrapStream(c.cctx, uintptr(stream))
+	k := call{comm: gc, stream: cuda.WrapStream(c.cctx, uintptr(stream)), n: n, t: t}
 	if tg := threadGroup(false); tg != nil {
-		return fail(op, add(tg.g, gc, s))
+		k.group = tg.g
+		return fail(op, add(k))
 	}
 	return keepContext(func() result {
-		g := ncclgo.NewGroup()
-		if err := add(g, gc, s); err != nil {
-			g.Discard()
+		k.group = ncclgo.NewGroup()
+		if err := add(k); err != nil {
+			k.group.Discard()
 			return fail(op, err)
 		}
-		return fail(op, g.End())
+		return fail(op, k.group.End())
 	})
 }
 
@@ -142,132 +157,94 @@ func args(op string, count C.size_t, dt C.ncclDataType_t) (int, ncclgo.DataType,
 func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 
 //export ncclAllReduce
-func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "AllReduce"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllReduce(gc, ptr(send), ptr(recv), n, t, redOp(o), s)
+func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AllReduce", &res)
+	return collective("AllReduce", h, stream, count, dt, func(k call) error {
+		return k.group.AllReduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
 //export ncclReduce
-func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Reduce"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Reduce(gc, ptr(send), ptr(recv), n, t, redOp(o), int(root), s)
+func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Reduce", &res)
+	return collective("Reduce", h, stream, count, dt, func(k call) error {
+		return k.group.Reduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 	})
 }
 
 //export ncclReduceScatter
-func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "ReduceScatter"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.ReduceScatter(gc, ptr(send), ptr(recv), n, t, redOp(o), s)
+func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("ReduceScatter", &res)
+	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
+		return k.group.ReduceScatter(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
 //export ncclAllGather
-func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "AllGather"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllGather(gc, ptr(send), ptr(recv), n, t, s)
+func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AllGather", &res)
+	return collective("AllGather", h, stream, count, dt, func(k call) error {
+		return k.group.AllGather(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
 //export ncclBroadcast
-func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Broadcast"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Broadcast(gc, ptr(send), ptr(recv), n, t, int(root), s)
+func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Broadcast", &res)
+	return collective("Broadcast", h, stream, count, dt, func(k call) error {
+		return k.group.Broadcast(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
 //export ncclBcast
-func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
+func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Bcast", &res)
 	return ncclBroadcast(buf, buf, count, dt, root, h, stream)
 }
 
 //export ncclAlltoAll
-func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "AlltoAll"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.AllToAll(gc, ptr(send), ptr(recv), n, t, s)
+func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("AlltoAll", &res)
+	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
+		return k.group.AllToAll(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
 //export ncclGather
-func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Gather"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Gather(gc, ptr(send), ptr(recv), n, t, int(root), s)
+func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Gather", &res)
+	return collective("Gather", h, stream, count, dt, func(k call) error {
+		return k.group.Gather(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
 //export ncclScatter
-func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Scatter"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Scatter(gc, ptr(send), ptr(recv), n, t, int(root), s)
+func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Scatter", &res)
+	return collective("Scatter", h, stream, count, dt, func(k call) error {
+		return k.group.Scatter(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
 //export ncclSend
-func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Send"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Send(gc, ptr(send), n, t, int(peer), s)
+func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Send", &res)
+	return collective("Send", h, stream, count, dt, func(k call) error {
+		return k.group.Send(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
 	})
 }
 
 //export ncclRecv
-func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) result {
-	const op = "Recv"
-	n, t, r := args(op, count, dt)
-	if r != C.ncclSuccess {
-		return r
-	}
-	return enqueue(op, h, stream, func(g *ncclgo.Group, gc *ncclgo.Comm, s *cuda.Stream) error {
-		return g.Recv(gc, ptr(recv), n, t, int(peer), s)
+func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+	defer guard("Recv", &res)
+	return collective("Recv", h, stream, count, dt, func(k call) error {
+		return k.group.Recv(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
 	})
 }
 
 //export ncclRedOpCreatePreMulSum
-func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, h C.ncclComm_t) result {
+func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, h C.ncclComm_t) (res result) {
+	defer guard("RedOpCreatePreMulSum", &res)
 	const op = "RedOpCreatePreMulSum"
 	if out == nil {
 		return argError(op, "op", "NULL", "a pointer to an ncclRedOp_t")
@@ -278,11 +255,7 @@ func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.nc
 	if _, _, r := args(op, 0, dt); r != C.ncclSuccess {
 		return r
 	}
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
@@ -305,13 +278,10 @@ func ncclRedOpCreatePreMulSum(out *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.nc
 }
 
 //export ncclRedOpDestroy
-func ncclRedOpDestroy(o C.ncclRedOp_t, h C.ncclComm_t) result {
+func ncclRedOpDestroy(o C.ncclRedOp_t, h C.ncclComm_t) (res result) {
+	defer guard("RedOpDestroy", &res)
 	const op = "RedOpDestroy"
-	c, r := lookup(op, h)
-	if r != C.ncclSuccess {
-		return r
-	}
-	gc, r := c.ready(op)
+	_, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}

@@ -24,7 +24,8 @@ var (
 )
 
 //export ncclMemAlloc
-func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) result {
+func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) (res result) {
+	defer guard("MemAlloc", &res)
 	const op = "MemAlloc"
 	if out == nil {
 		return argError(op, "ptr", "NULL", "a pointer to a void*")
@@ -60,7 +61,8 @@ func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) result {
 }
 
 //export ncclMemFree
-func ncclMemFree(p unsafe.Pointer) result {
+func ncclMemFree(p unsafe.Pointer) (res result) {
+	defer guard("MemFree", &res)
 	const op = "MemFree"
 	if p == nil {
 		return C.ncclSuccess
@@ -88,20 +90,18 @@ var (
 )
 
 //export ncclCommRegister
-func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) result {
+func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) (res result) {
+	defer guard("CommRegister", &res)
 	const op = "CommRegister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "handle", unsafe.Pointer(handle), "a pointer to a void*"); r != C.ncclSuccess {
 		return r
-	}
-	if handle == nil {
-		return argError(op, "handle", "NULL", "a pointer to a void*")
 	}
 	*handle = nil
 	if buf == nil && size > 0 {
 		return argError(op, "buff", "NULL", "a device buffer of size bytes")
 	}
 	// ncclgo needs no registration: the handle only marks the call.
-	t := C.malloc(1)
+	t := newHandle()
 	regsMu.Lock()
 	regs[t] = h
 	regsMu.Unlock()
@@ -109,8 +109,20 @@ func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle 
 	return C.ncclSuccess
 }
 
+// dropRegistrations forgets the registration handles of communicator h.
+func dropRegistrations(h C.ncclComm_t) {
+	regsMu.Lock()
+	defer regsMu.Unlock()
+	for t, owner := range regs {
+		if owner == h {
+			delete(regs, t)
+		}
+	}
+}
+
 //export ncclCommDeregister
-func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) result {
+func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
+	defer guard("CommDeregister", &res)
 	const op = "CommDeregister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -124,25 +136,23 @@ func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) result {
 	if !ok || owner != h {
 		return argError(op, "handle", fmt.Sprintf("%p", handle), "a handle from ncclCommRegister on this communicator")
 	}
-	C.free(handle)
 	return C.ncclSuccess
 }
 
 //export ncclCommWindowRegister
-func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) result {
+func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) (res result) {
+	defer guard("CommWindowRegister", &res)
 	const op = "CommWindowRegister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "win", unsafe.Pointer(win), "a pointer to an ncclWindow_t"); r != C.ncclSuccess {
 		return r
-	}
-	if win == nil {
-		return argError(op, "win", "NULL", "a pointer to an ncclWindow_t")
 	}
 	*win = nil
 	return notImplemented(op, "memory windows (symmetric registration)")
 }
 
 //export ncclCommWindowDeregister
-func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) result {
+func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) (res result) {
+	defer guard("CommWindowDeregister", &res)
 	const op = "CommWindowDeregister"
 	if _, r := lookup(op, h); r != C.ncclSuccess {
 		return r
@@ -154,25 +164,24 @@ func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) result {
 // client's, so the pointers stay opaque here.
 
 //export ncclDevCommCreate
-func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) result {
+func ncclDevCommCreate(h C.ncclComm_t, reqs, out unsafe.Pointer) (res result) {
+	defer guard("DevCommCreate", &res)
 	const op = "DevCommCreate"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "outDevComm", out, "a pointer to an ncclDevComm"); r != C.ncclSuccess {
 		return r
 	}
-	if reqs == nil || out == nil {
-		return argError(op, "reqs/outDevComm", "NULL", "non-NULL pointers")
+	if reqs == nil {
+		return argError(op, "reqs", "NULL", "a pointer to an ncclDevCommRequirements")
 	}
 	return notImplemented(op, "the device API (nccl_device.h)")
 }
 
 //export ncclDevCommDestroy
-func ncclDevCommDestroy(h C.ncclComm_t, devComm unsafe.Pointer) result {
+func ncclDevCommDestroy(h C.ncclComm_t, devComm unsafe.Pointer) (res result) {
+	defer guard("DevCommDestroy", &res)
 	const op = "DevCommDestroy"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
+	if _, r := lookupFor(op, h, "devComm", devComm, "a device communicator from ncclDevCommCreate"); r != C.ncclSuccess {
 		return r
-	}
-	if devComm == nil {
-		return argError(op, "devComm", "NULL", "a device communicator from ncclDevCommCreate")
 	}
 	return notImplemented(op, "the device API (nccl_device.h)")
 }

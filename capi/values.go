@@ -16,6 +16,7 @@ const (
 	cInvalidArgument    = C.ncclInvalidArgument
 	cInvalidUsage       = C.ncclInvalidUsage
 	cRemoteError        = C.ncclRemoteError
+	cInProgress         = C.ncclInProgress
 	cSum                = C.ncclSum
 	cProd               = C.ncclProd
 	cMax                = C.ncclMax

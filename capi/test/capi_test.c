@@ -9,6 +9,7 @@
 // Run:   capi_test nodriver|gpu
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +21,7 @@
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
 ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm);
 
-static int failures;
+static int failures; // counted with __atomic builtins: threads() checks from several threads
 
 #define EXPECT(call, want)                                                            \
   do {                                                                                \
@@ -29,7 +30,7 @@ static int failures;
       fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d (%s); last error: %s\n",     \
               __FILE__, __LINE__, #call, (int)got_, ncclGetErrorString(got_),         \
               (int)(want), ncclGetErrorString(want), ncclGetLastError(NULL));         \
-      failures++;                                                                     \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                                     \
     }                                                                                 \
   } while (0)
 
@@ -37,7 +38,7 @@ static int failures;
   do {                                                                                \
     if (!(cond)) {                                                                    \
       fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                 \
-      failures++;                                                                     \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                                     \
     }                                                                                 \
   } while (0)
 
@@ -46,11 +47,23 @@ static void lastErrorSays(const char* s, int line) {
   const char* e = ncclGetLastError(NULL);
   if (e == NULL || strstr(e, s) == NULL) {
     fprintf(stderr, "FAIL line %d: last error %s does not mention %s\n", line, e ? e : "(null)", s);
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
   }
 }
 
 #define INV ncclInvalidArgument
+
+// nestedGroup opens two nested groups on this thread, makes a bad call in
+// them, ends both, and checks that one end more is invalid usage.
+static void nestedGroup(void) {
+  char buf[8];
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, NULL, NULL), INV);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+}
 
 static void badArguments(void) {
   const ncclComm_t nul = NULL;
@@ -117,6 +130,13 @@ static void badArguments(void) {
   EXPECT(ncclCommInitAll(comms, 0, NULL), INV);
   EXPECT(ncclCommInitAll(comms, 2, devs), INV);
   lastErrorSays("devlist[1]", __LINE__);
+  // A count no process has ranks for is refused before it sizes anything
+  // (nothing is read from devlist or written to comms).
+  EXPECT(ncclCommInitAll(comms, INT_MAX, devs), INV);
+  lastErrorSays("ndev", __LINE__);
+  EXPECT(ncclCommInitAll(comms, INT_MAX, NULL), INV);
+  EXPECT(ncclCommInitRank(&comm, INT_MAX, id, 0), INV);
+  lastErrorSays("nranks", __LINE__);
 
   // Communicator management and queries.
   EXPECT(ncclCommDestroy(nul), ncclSuccess);
@@ -175,17 +195,32 @@ static void badArguments(void) {
 
   // Groups: nesting per thread; an unmatched end is invalid usage.
   EXPECT(ncclGroupEnd(), ncclInvalidUsage);
-  EXPECT(ncclGroupStart(), ncclSuccess);
-  EXPECT(ncclGroupStart(), ncclSuccess);
-  EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, nul, NULL), INV);
-  EXPECT(ncclGroupEnd(), ncclSuccess);
-  EXPECT(ncclGroupEnd(), ncclSuccess);
-  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+  nestedGroup();
   EXPECT(ncclGroupSimulateEnd(NULL), INV);
 
   // The profiling names reach the same code.
   EXPECT(pncclGetVersion(NULL), INV);
   EXPECT(pncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, nul, NULL), INV);
+}
+
+// threadGroups is one of several threads that open, nest and end groups
+// at once: each thread's groups are its own, and bad calls inside them
+// fail on their own thread only.
+static void* threadGroups(void* arg) {
+  (void)arg;
+  for (int i = 0; i < 200; i++) {
+    nestedGroup();
+    CHECK(ncclGetLastError(NULL) != NULL);
+  }
+  return NULL;
+}
+
+enum { NTHREADS = 8 };
+
+static void threads(void) {
+  pthread_t t[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) CHECK(pthread_create(&t[i], NULL, threadGroups, NULL) == 0);
+  for (int i = 0; i < NTHREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
 }
 
 // noDriver: with no usable driver, inits fail cleanly with a message.
@@ -244,7 +279,7 @@ static int loadDriver(void) {
     CUresult r_ = (call);                                                 \
     if (r_ != 0) {                                                        \
       fprintf(stderr, "FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, r_); \
-      failures++;                                                         \
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                                         \
       return;                                                             \
     }                                                                     \
   } while (0)
@@ -264,7 +299,7 @@ static void expectAll(void* p, float v, int line) {
   for (int i = 0; i < N; i++) {
     if (host[i] != v) {
       fprintf(stderr, "FAIL line %d: element %d = %g, want %g\n", line, i, host[i], v);
-      failures++;
+      __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
       return;
     }
   }
@@ -355,6 +390,10 @@ static void gpuSplitShrink(ncclComm_t comms[2], CUstream st[2], void* send[2], v
   int excl[1] = {1};
   EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, 2), INV);
   lastErrorSays("shrinkFlags", __LINE__);
+  // A count beyond the parent's size is refused before the list is read.
+  EXPECT(ncclCommShrink(comms[0], excl, INT_MAX, &one, NULL, NCCL_SHRINK_DEFAULT), INV);
+  lastErrorSays("excludeRanksCount", __LINE__);
+  CHECK(one == NULL);
   EXPECT(ncclCommShrink(comms[0], excl, 1, &one, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
   if (one == NULL) return;
   EXPECT(ncclCommCount(one, &v), ncclSuccess);
@@ -444,7 +483,7 @@ static void gpu(void) {
   int n = 0;
   if (!loadDriver() || cu.deviceGetCount(&n) != 0 || n < 1) {
     fprintf(stderr, "FAIL: gpu mode without a usable driver\n");
-    failures++;
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     return;
   }
   gpuOneRank();
@@ -454,6 +493,7 @@ static void gpu(void) {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "nodriver";
   badArguments();
+  threads();
   if (strcmp(mode, "gpu") == 0) {
     gpu();
   } else {

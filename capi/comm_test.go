@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+)
+
+// TestFailedBlockingInit: a blocking init that fails returns its error,
+// sets the caller's ncclComm_t back to NULL and forgets the handle, so a
+// later call with it is an invalid argument instead of a use of a comm
+// nobody will destroy.
+func TestFailedBlockingInit(t *testing.T) {
+	runtime.LockOSThread() // no group open on this thread
+	defer runtime.UnlockOSThread()
+	c := newComm(&comm{op: "CommInitRank", rank: 1, nRanks: 2, blocking: true})
+	h := c.h
+	out := h
+	out = nil
+	r := c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+		return nil, fmt.Errorf("rank 0 never came: %w", bootstrap.ErrTimeout)
+	})
+	assert.EqualValues(t, cRemoteError, r)
+	assert.Nil(t, out, "the failed init's handle is still handed out")
+	assert.Contains(t, lastError(), "ncclCommInitRank: rank 1: rank 0 never came")
+	_, r = lookup("CommCount", h)
+	assert.EqualValues(t, cInvalidArgument, r, "the failed init's handle is still registered")
+}
+
+// TestNonblockingInitKeepsHandle: a nonblocking init hands out its handle
+// at once; its failure shows through ncclCommGetAsyncError and the handle
+// stays until ncclCommDestroy.
+func TestNonblockingInitKeepsHandle(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := newComm(&comm{op: "CommInitRankConfig", rank: 0, nRanks: 2, blocking: false})
+	out := c.h
+	out = nil
+	release := make(chan struct{})
+	r := c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+		<-release
+		return nil, fmt.Errorf("x: %w", bootstrap.ErrTimeout)
+	})
+	assert.EqualValues(t, cInProgress, r)
+	assert.Equal(t, c.h, out)
+	var async result
+	assert.EqualValues(t, cSuccess, ncclCommGetAsyncError(out, &async))
+	assert.EqualValues(t, cInProgress, async)
+	close(release)
+	<-c.done
+	assert.EqualValues(t, cSuccess, ncclCommGetAsyncError(out, &async))
+	assert.EqualValues(t, cRemoteError, async)
+	assert.EqualValues(t, cSuccess, ncclCommDestroy(out))
+	assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(out))
+}
+
+// TestDestroyDropsRegistrations: ncclCommDestroy frees the registration
+// handles the client did not deregister; they are no longer accepted.
+func TestDestroyDropsRegistrations(t *testing.T) {
+	c := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
+	h := c.h
+	var buf [8]byte
+	handles := make([]unsafe.Pointer, 3)
+	for i := range handles {
+		assert.EqualValues(t, cSuccess, ncclCommRegister(h, unsafe.Pointer(&buf[0]), 8, &handles[i]))
+	}
+	assert.EqualValues(t, cSuccess, ncclCommDeregister(h, handles[0]))
+	assert.EqualValues(t, cSuccess, ncclCommDestroy(h)) // an init that never started: destroyed at once
+	regsMu.Lock()
+	for _, p := range handles[1:] {
+		_, ok := regs[p]
+		assert.False(t, ok, "registration %p outlived its communicator", p)
+	}
+	regsMu.Unlock()
+}
+
+// TestStaleHandle: a destroyed communicator's handle is never handed out
+// again, so a call with it stays an invalid argument even after later
+// communicators were made.
+func TestStaleHandle(t *testing.T) {
+	seen := map[unsafe.Pointer]bool{}
+	var stale []unsafe.Pointer
+	for range 100 {
+		c := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
+		h := c.h
+		assert.False(t, seen[unsafe.Pointer(h)], "handle %p handed out twice", h)
+		seen[unsafe.Pointer(h)] = true
+		stale = append(stale, unsafe.Pointer(h))
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(h))
+	}
+	live := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
+	defer ncclCommDestroy(live.h)
+	for _, p := range stale {
+		h := live.h
+		*(*unsafe.Pointer)(unsafe.Pointer(&h)) = p
+		assert.EqualValues(t, cInvalidArgument, ncclCommFinalize(h))
+	}
+}
+
+// TestConcurrentDestroy: threads using a communicator while another
+// destroys it get answers, never a crash or a race (run with -race): only
+// one ncclCommDestroy succeeds, and calls after it are invalid arguments.
+func TestConcurrentDestroy(t *testing.T) {
+	for range 20 {
+		c := newComm(&comm{op: "CommInitRankConfig", nRanks: 2, blocking: false})
+		h := c.h
+		results := make(chan result, 64)
+		destroys := make(chan result, 4)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				var async result
+				results <- ncclCommGetAsyncError(h, &async)
+				results <- ncclCommFinalize(h)
+				results <- ncclCommDeregister(h, nil)
+			})
+			wg.Go(func() { destroys <- ncclCommDestroy(h) })
+		}
+		wg.Wait()
+		close(results)
+		close(destroys)
+		for r := range results {
+			assert.Contains(t, []result{cSuccess, cInvalidArgument, cInvalidUsage}, r)
+		}
+		ok := 0
+		for r := range destroys {
+			if r == cSuccess {
+				ok++
+			} else {
+				assert.Contains(t, []result{cInvalidArgument, cInvalidUsage}, r)
+			}
+		}
+		assert.Equal(t, 1, ok, "ncclCommDestroy succeeded %d times on one communicator", ok)
+		assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(h))
+	}
+}
+
+// TestGroupInitsRunTogether: inits queued in a group start together at
+// ncclGroupEnd (ranks of one communicator wait for each other), and a
+// failed one's error names the call that made it. Their handles stay
+// until destroyed.
+func TestGroupInitsRunTogether(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	assert.EqualValues(t, cSuccess, ncclGroupStart())
+	var started sync.WaitGroup
+	started.Add(2)
+	var hs [2]*comm
+	for i := range hs {
+		c := newComm(&comm{op: "CommSplit", rank: -1, blocking: true, derived: true})
+		hs[i] = c
+		out := c.h
+		out = nil
+		assert.EqualValues(t, cSuccess, c.begin(&out, func(context.Context) (*ncclgo.Comm, error) {
+			started.Done()
+			started.Wait() // both ranks run at once, or neither ends
+			if i == 0 {
+				return nil, &ncclgo.ArgError{Arg: "color", Value: -7, Want: "a color >= 0"}
+			}
+			return nil, fmt.Errorf("peer gone: %w", bootstrap.ErrPeerClosed)
+		}))
+		assert.Equal(t, c.h, out, "a queued init hands out its handle")
+	}
+	assert.EqualValues(t, cInvalidArgument, ncclGroupEnd(), "the first failure's code")
+	assert.Contains(t, lastError(), "ncclCommSplit: rank -1: peer gone", "the last failure's message")
+	for _, c := range hs {
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(c.h))
+	}
+}
+
+// TestAbandonedGroup: a thread that ends with a group open leaves it to
+// no later thread.
+func TestAbandonedGroup(t *testing.T) {
+	done := make(chan uint64)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		assert.EqualValues(t, cSuccess, ncclGroupStart())
+		done <- threadID()
+	}()
+	abandoned := <-done
+	for range 50 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			assert.NotEqual(t, abandoned, threadID())
+			assert.Nil(t, threadGroup(false), "a new thread found an open group")
+			done <- 0
+		}()
+		<-done
+	}
+}
