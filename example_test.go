@@ -64,22 +64,38 @@ func (r *rank) free() {
 	_ = r.comm.Destroy()
 }
 
+// initRanks makes a communicator of two ranks on GPU 0 and, per rank, n
+// buffers of count float32 elements, the first filled with rank+1.
+func initRanks(ctx context.Context, n, count int) []*rank {
+	comms, err := ncclgo.InitAll(ctx, []int{0, 0}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ranks := make([]*rank, len(comms))
+	for i, c := range comms {
+		if ranks[i], err = newRank(c, n, count, float32(i+1)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return ranks
+}
+
+// waitAll waits for every rank's launched work.
+func waitAll(ctx context.Context, ranks []*rank) {
+	for _, r := range ranks {
+		if err := r.comm.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
 // Two ranks driven by this process, both on GPU 0 (ranks may share a GPU),
 // sum a vector.
 func ExampleInitAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	comms, err := ncclgo.InitAll(ctx, []int{0, 0}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
 	const count = 1024
-	ranks := make([]*rank, len(comms))
-	for i, c := range comms {
-		if ranks[i], err = newRank(c, 2, count, float32(i+1)); err != nil {
-			log.Fatal(err)
-		}
-	}
+	ranks := initRanks(ctx, 2, count)
 	// Outside a group each call launches at once; ranks of one process
 	// that depend on each other must be launched together (a Group) or
 	// from separate goroutines. A group is the simplest.
@@ -92,11 +108,7 @@ func ExampleInitAll() {
 	if err := g.End(); err != nil {
 		log.Fatal(err)
 	}
-	for _, r := range ranks {
-		if err := r.comm.Wait(ctx); err != nil {
-			log.Fatal(err)
-		}
-	}
+	waitAll(ctx, ranks)
 	fmt.Println("rank 0 got", ranks[0].read(1, count)[:4])
 	for _, r := range ranks {
 		r.free()
@@ -149,17 +161,8 @@ func ExampleInitRank() {
 func ExampleGroup() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	comms, err := ncclgo.InitAll(ctx, []int{0, 0}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
 	const count = 64
-	ranks := make([]*rank, len(comms))
-	for i, c := range comms {
-		if ranks[i], err = newRank(c, 3, 2*count, float32(i+1)); err != nil {
-			log.Fatal(err)
-		}
-	}
+	ranks := initRanks(ctx, 3, 2*count)
 	g := ncclgo.NewGroup()
 	for _, r := range ranks {
 		// An all-reduce into buffer 1 and an all-gather into buffer 2.
@@ -173,11 +176,7 @@ func ExampleGroup() {
 	if err := g.End(); err != nil {
 		log.Fatal(err)
 	}
-	for _, r := range ranks {
-		if err := r.comm.Wait(ctx); err != nil {
-			log.Fatal(err)
-		}
-	}
+	waitAll(ctx, ranks)
 	gathered := ranks[1].read(2, 2*count)
 	fmt.Println("sum:", ranks[1].read(1, count)[0], "gathered:", gathered[0], gathered[count])
 	for _, r := range ranks {
@@ -190,17 +189,8 @@ func ExampleGroup() {
 func ExampleGroup_Send() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	comms, err := ncclgo.InitAll(ctx, []int{0, 0}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
 	const count = 100
-	ranks := make([]*rank, len(comms))
-	for i, c := range comms {
-		if ranks[i], err = newRank(c, 2, count, float32(7*(i+1))); err != nil {
-			log.Fatal(err)
-		}
-	}
+	ranks := initRanks(ctx, 2, count)
 	g := ncclgo.NewGroup()
 	if err := g.Send(ranks[0].comm, ranks[0].bufs[0], count, ncclgo.Float32, 1, ranks[0].stream); err != nil {
 		log.Fatal(err)
@@ -211,11 +201,7 @@ func ExampleGroup_Send() {
 	if err := g.End(); err != nil {
 		log.Fatal(err)
 	}
-	for _, r := range ranks {
-		if err := r.comm.Wait(ctx); err != nil {
-			log.Fatal(err)
-		}
-	}
+	waitAll(ctx, ranks)
 	fmt.Println("rank 1 received", ranks[1].read(1, count)[count-1])
 	for _, r := range ranks {
 		r.free()
