@@ -49,12 +49,8 @@ type call struct {
 // task is c as the planner takes it: the only place the golden test
 // knows Task's size fields.
 func (c call) task() Task {
-	t := Task{Coll: c.coll, Send: c.send, Recv: c.recv, Count: c.count, Type: c.ty,
+	return Task{Coll: c.coll, Send: c.send, Recv: c.recv, Bytes: c.count * uint64(c.ty.Size()), Type: c.ty,
 		Op: c.op, OpArg: c.opArg, OpArgPtr: c.opArgPtr, Root: c.root, Peer: c.peer, IsSend: c.isSend}
-	if c.coll == kspace.SendRecv {
-		t.Count = c.count * uint64(c.ty.Size())
-	}
-	return t
 }
 
 // recordingChooser passes every question to its chooser and writes the
