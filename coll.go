@@ -180,8 +180,10 @@ func (c *Comm) DestroyRedOp(op RedOp) error {
 	return nil
 }
 
+// collTask is the task of a collective over count elements of dt (the
+// whole buffer, or one rank's chunk for AllGather and ReduceScatter).
 func collTask(coll kspace.Coll, send, recv cuda.DevicePtr, count int, dt DataType, d devOp, root int) enqueue.Task {
-	return enqueue.Task{Coll: coll, Send: uint64(send), Recv: uint64(recv), Count: uint64(count), Type: dt.kspace(),
+	return enqueue.Task{Coll: coll, Send: uint64(send), Recv: uint64(recv), Bytes: uint64(count) * uint64(dt.Size()), Type: dt.kspace(),
 		Op: d.op, OpArg: d.arg, OpArgPtr: d.isPtr, Root: root}
 }
 
@@ -286,8 +288,9 @@ func (g *Group) Broadcast(c *Comm, send, recv cuda.DevicePtr, count int, dt Data
 	return g.add("Broadcast", c, stream, collTask(kspace.Broadcast, send, recv, count, dt, devOp{}, root))
 }
 
+// p2pTask is the task of a send (or receive) of count elements of dt.
 func p2pTask(send bool, buf cuda.DevicePtr, count int, dt DataType, peer int) enqueue.Task {
-	t := enqueue.Task{Coll: kspace.SendRecv, Count: uint64(count) * uint64(dt.Size()), Peer: peer, IsSend: send, Type: dt.kspace(), Root: -1}
+	t := enqueue.Task{Coll: kspace.SendRecv, Bytes: uint64(count) * uint64(dt.Size()), Peer: peer, IsSend: send, Type: dt.kspace(), Root: -1}
 	if send {
 		t.Send = uint64(buf)
 	} else {

@@ -238,8 +238,8 @@ func TestGroupedStepsAgree(t *testing.T) {
 	}
 	issue := func(r int) []enqueue.Task {
 		return []enqueue.Task{
-			{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Count: 3, Type: kspace.I32, Op: kspace.Sum},
-			{Coll: kspace.ReduceScatter, Send: 0x3000, Recv: 0x4000, Count: 1, Type: kspace.I32, Op: kspace.Sum},
+			{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Bytes: 3 * 4, Type: kspace.I32, Op: kspace.Sum},
+			{Coll: kspace.ReduceScatter, Send: 0x3000, Recv: 0x4000, Bytes: 1 * 4, Type: kspace.I32, Op: kspace.Sum},
 		}
 	}
 	for _, devs := range placements {
@@ -268,7 +268,7 @@ func TestGroupedStepsAgree(t *testing.T) {
 			ty := types[rng.IntN(len(types))]
 			counts := []uint64{0, 1, 3, 1023, 4097, 1<<20 + 5, 3 << 20}
 			group = append(group, enqueue.Task{Coll: c, Send: uint64(0x1000000 * (2*i + 1)), Recv: uint64(0x1000000 * (2*i + 2)),
-				Count: counts[rng.IntN(len(counts))], Type: ty, Op: kspace.Sum, Root: rng.IntN(n)})
+				Bytes: counts[rng.IntN(len(counts))] * uint64(ty.Size()), Type: ty, Op: kspace.Sum, Root: rng.IntN(n)})
 		}
 		what := fmt.Sprintf("%v %v %d calls", devs, env, len(group))
 		plans, log := planGroup(t, devs, env, func(int) []enqueue.Task { return group })
@@ -317,7 +317,7 @@ func TestStepModelCatchesDisagreement(t *testing.T) {
 		if r == 2 {
 			n = 1 << 20
 		}
-		return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Count: n, Type: kspace.I32, Op: kspace.Sum}}
+		return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Bytes: n * 4, Type: kspace.I32, Op: kspace.Sum}}
 	})
 	errs := connErrors(log)
 	require.NotEmpty(t, errs, "a rank with a different AllReduce size must be caught")

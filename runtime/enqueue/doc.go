@@ -16,7 +16,9 @@
 // 0..n-1; each channel handles one contiguous part of the buffer
 // (chanOffset, chanCount), parts aligned to Granule bytes. For AllGather and
 // ReduceScatter the part is of one rank's chunk; Broadcast and AllGather
-// count bytes, the reducing collectives elements.
+// count bytes, the reducing collectives elements. Tasks carry bytes and
+// the element type whatever the collective; the planner derives the
+// device's counts from them in one place.
 //
 // Point-to-point operations are paired by distance: the work for distance
 // d sends to rank+d and receives from rank-d, so that the receiver of every

@@ -41,7 +41,7 @@ func TestEightGiBCollectives(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(fmt.Sprintf("%dranks/%dch/%s/%s/%d", nRanks, nc, tc.coll, tc.ty, tc.count), func(t *testing.T) {
 					const send, recv = 0x7f0000000000, 0x7e0000000000
-					task := Task{Coll: tc.coll, Send: send, Recv: recv, Count: tc.count, Type: tc.ty, Op: kspace.Sum, Root: nRanks - 1}
+					task := Task{Coll: tc.coll, Send: send, Recv: recv, Bytes: tc.count * uint64(tc.ty.Size()), Type: tc.ty, Op: kspace.Sum, Root: nRanks - 1}
 					p, err := Build(comm, []Task{task}, ring(nc), nil)
 					require.NoError(t, err)
 					require.Len(t, p.Launches, 1)
@@ -79,8 +79,8 @@ func TestEightGiBSendRecv(t *testing.T) {
 			for r := range 2 {
 				c := Comm{Rank: r, NRanks: 2, NChannels: 8, P2PChannelsPerPeer: perPeer}
 				tasks := []Task{
-					{Coll: kspace.SendRecv, Send: base0 + uint64(r), Count: bytes, Peer: 1 - r, IsSend: true},
-					{Coll: kspace.SendRecv, Recv: base1 + uint64(r), Count: bytes, Peer: 1 - r},
+					{Coll: kspace.SendRecv, Send: base0 + uint64(r), Bytes: bytes, Type: kspace.U8, Peer: 1 - r, IsSend: true},
+					{Coll: kspace.SendRecv, Recv: base1 + uint64(r), Bytes: bytes, Type: kspace.U8, Peer: 1 - r},
 				}
 				p, err := Build(c, tasks, ring(8), nil)
 				require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestEightGiBWithTuner(t *testing.T) {
 		{kspace.Reduce, n31, 4},
 	} {
 		t.Run(tc.coll.String(), func(t *testing.T) {
-			p, err := Build(c, []Task{{Coll: tc.coll, Send: 1 << 40, Recv: 1 << 41, Count: n31, Type: kspace.F32, Op: kspace.Sum}}, tn, nil)
+			p, err := Build(c, []Task{{Coll: tc.coll, Send: 1 << 40, Recv: 1 << 41, Bytes: n31 * 4, Type: kspace.F32, Op: kspace.Sum}}, tn, nil)
 			require.NoError(t, err)
 			require.Len(t, p.Launches, 1)
 			l := p.Launches[0]

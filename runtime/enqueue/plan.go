@@ -35,12 +35,14 @@ type Task struct {
 	// Send and Recv are device addresses of the user buffers. A Send task
 	// uses Send only, a Recv task Recv only.
 	Send, Recv uint64
-	// Count is, for collectives, the elements of the whole buffer
-	// (AllReduce, Reduce, Broadcast) or of one rank's chunk (AllGather,
-	// ReduceScatter); for Send and Recv the bytes.
-	Count uint64
-	// Type is the element type (the planner converts to bytes for the
-	// byte-moving collectives).
+	// Bytes is the size of the call's buffer: the whole buffer for
+	// AllReduce, Reduce and Broadcast, one rank's chunk for AllGather and
+	// ReduceScatter (the whole buffer is NRanks of them), the message for
+	// Send and Recv. It is a multiple of Type's size.
+	Bytes uint64
+	// Type is the element type of every task, Send and Recv included. The
+	// planner derives the element counts the device needs from Bytes and
+	// Type (see deviceUnits).
 	Type kspace.Type
 	// Op is the device reduction op, OpArg its argument (PreMulSum scalar
 	// bits or pointer, SumPostDiv divisor, MinMax 1 for min), OpArgPtr
@@ -212,10 +214,33 @@ func WorkBytes(works []generated.DevWork) []byte {
 // planned (mismatched self send/receive, too many works).
 var ErrInvalidPlan = errors.New("invalid operations")
 
-// unitBytes is the size of the unit a collective's counts are in: bytes for
-// the byte-moving collectives, the element otherwise.
+// byteMoving reports whether the device counts a collective's works in
+// bytes rather than elements.
 func byteMoving(c kspace.Coll) bool {
 	return c == kspace.Broadcast || c == kspace.AllGather || c == kspace.AllGatherV
+}
+
+// deviceUnits is t's size in the unit its works count in (DevWork.Count,
+// ChanOffset, ChanCount): bytes for Send, Recv and the byte-moving
+// collectives, elements of t.Type for the others; unit is the bytes of
+// one. It is the only place the planner turns bytes into elements
+// (validate has checked that t.Bytes is a whole number of them).
+func deviceUnits(t Task) (n, unit uint64) {
+	if t.Coll == kspace.SendRecv || byteMoving(t.Coll) {
+		return t.Bytes, 1
+	}
+	es := uint64(t.Type.Size())
+	return t.Bytes / es, es
+}
+
+// bufferBytes is the size of the whole buffer of t that the tuner sizes
+// the call by: t.Bytes, times nRanks for AllGather and ReduceScatter,
+// whose Bytes is one rank's chunk.
+func bufferBytes(c Comm, t Task) uint64 {
+	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
+		return t.Bytes * uint64(c.NRanks)
+	}
+	return t.Bytes
 }
 
 // split divides n units into at most k parts whose boundaries are
@@ -418,24 +443,16 @@ func funcOf(t Task, ch tune.Choice) kspace.Func {
 // planColl splits one collective over its channels. A collective over one
 // rank becomes a copy (unless it has to scale, PreMulSum).
 func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decision, *Copy, kspace.Func, error) {
-	es := uint64(t.Type.Size())
-	units := t.Count // in the task's unit
-	unit := es
-	if byteMoving(t.Coll) {
-		units, unit = t.Count*es, 1
-	}
-	total := t.Count * es // bytes of the buffer the tuner sizes
-	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
-		total *= uint64(c.NRanks)
-	}
+	units, unit := deviceUnits(t)
+	total := bufferBytes(c, t)
 	dec := Decision{Coll: t.Coll, Bytes: int64(total)}
-	if t.Count == 0 {
+	if t.Bytes == 0 {
 		return ws, dec, nil, kspace.Func{}, nil
 	}
 	if c.NRanks == 1 && !(t.Coll.HasRedOp() && t.Op == kspace.PreMulSum) {
 		var cp *Copy
 		if t.Send != t.Recv {
-			cp = &Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Count * es}
+			cp = &Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Bytes}
 		}
 		return ws, dec, cp, kspace.Func{}, nil
 	}
@@ -489,7 +506,7 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 		if t.Peer < 0 || t.Peer >= n {
 			return nil, nil, nil, fmt.Errorf("enqueue: %w: point-to-point task %d: peer %d outside 0..%d", ErrInvalidPlan, i, t.Peer, n-1)
 		}
-		if t.Count == 0 {
+		if t.Bytes == 0 {
 			continue
 		}
 		if t.IsSend {
@@ -506,32 +523,33 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 	}
 	for i := range sends[me] {
 		s, r := sends[me][i], recvs[me][i]
-		if s.Count != r.Count {
+		if s.Bytes != r.Bytes {
 			return nil, nil, nil, fmt.Errorf("enqueue: %w: rank %d's message %d to itself is %d bytes but the matching receive is %d bytes",
-				ErrInvalidPlan, me, i, s.Count, r.Count)
+				ErrInvalidPlan, me, i, s.Bytes, r.Bytes)
 		}
 		if s.Send != r.Recv {
-			copies = append(copies, Copy{Dst: r.Recv, Src: s.Send, Bytes: s.Count})
+			copies = append(copies, Copy{Dst: r.Recv, Src: s.Send, Bytes: s.Bytes})
 		}
 	}
 	var decs []Decision
 	parts := func(t Task) ([]p2pPart, tune.Choice, error) {
-		ch, err := choose.Choose(kspace.SendRecv, kspace.Unset, kspace.Unset, int64(t.Count))
+		ch, err := choose.Choose(kspace.SendRecv, kspace.Unset, kspace.Unset, int64(t.Bytes))
 		if err != nil {
 			return nil, ch, err
 		}
 		k := min(max(ch.NChannels, 1), max(1, min(c.P2PChannelsPerPeer, c.NChannels)))
-		per, nParts := split(t.Count, k, P2PGranule)
+		n, _ := deviceUnits(t) // bytes
+		per, nParts := split(n, k, P2PGranule)
 		buf := t.Recv
 		if t.IsSend {
 			buf = t.Send
 		}
 		out := make([]p2pPart, nParts)
 		for i := range out {
-			off, count := part(t.Count, per, i)
+			off, count := part(n, per, i)
 			out[i] = p2pPart{buf: buf + off, bytes: count}
 		}
-		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Count), Choice: ch, NChannels: nParts})
+		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Bytes), Choice: ch, NChannels: nParts})
 		return out, ch, nil
 	}
 	var ws []chanWork

@@ -107,7 +107,7 @@ func TestCollectiveSplit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%d/%dch", tc.coll, tc.ty, tc.count, tc.nc), func(t *testing.T) {
-			task := Task{Coll: tc.coll, Send: 0x1000, Recv: 0x2000, Count: tc.count, Type: tc.ty, Op: kspace.Sum, Root: 2}
+			task := Task{Coll: tc.coll, Send: 0x1000, Recv: 0x2000, Bytes: tc.count * uint64(tc.ty.Size()), Type: tc.ty, Op: kspace.Sum, Root: 2}
 			p, err := Build(comm, []Task{task}, ring(tc.nc), nil)
 			require.NoError(t, err)
 			require.Len(t, p.Launches, 1)
@@ -146,14 +146,14 @@ func typeOf(c kspace.Coll, t kspace.Type) kspace.Type {
 }
 
 func TestZeroCountAndOneRank(t *testing.T) {
-	p, err := Build(Comm{Rank: 0, NRanks: 2, NChannels: 4}, []Task{{Coll: kspace.AllReduce, Type: kspace.F32, Count: 0}}, ring(4), nil)
+	p, err := Build(Comm{Rank: 0, NRanks: 2, NChannels: 4}, []Task{{Coll: kspace.AllReduce, Type: kspace.F32, Bytes: 0}}, ring(4), nil)
 	require.NoError(t, err)
 	assert.True(t, p.Empty())
 
 	one := Comm{Rank: 0, NRanks: 1, NChannels: 4}
 	p, err = Build(one, []Task{
-		{Coll: kspace.AllReduce, Send: 0x10, Recv: 0x20, Type: kspace.F32, Count: 5},
-		{Coll: kspace.AllGather, Send: 0x30, Recv: 0x30, Type: kspace.F32, Count: 5}, // in place: nothing
+		{Coll: kspace.AllReduce, Send: 0x10, Recv: 0x20, Type: kspace.F32, Bytes: 5 * 4},
+		{Coll: kspace.AllGather, Send: 0x30, Recv: 0x30, Type: kspace.F32, Bytes: 5 * 4}, // in place: nothing
 	}, ring(4), nil)
 	require.NoError(t, err)
 	assert.Equal(t, []Copy{{Dst: 0x20, Src: 0x10, Bytes: 20}}, p.Copies)
@@ -164,7 +164,7 @@ func TestAggregationAndWorkFIFO(t *testing.T) {
 	comm := Comm{Rank: 0, NRanks: 2, NChannels: 8}
 	var tasks []Task
 	for i := range 40 {
-		tasks = append(tasks, Task{Coll: kspace.AllReduce, Send: uint64(0x1000 * (i + 1)), Recv: uint64(0x1000 * (i + 1)), Count: 1 << 16, Type: kspace.F32, Op: kspace.Sum})
+		tasks = append(tasks, Task{Coll: kspace.AllReduce, Send: uint64(0x1000 * (i + 1)), Recv: uint64(0x1000 * (i + 1)), Bytes: (1 << 16) * 4, Type: kspace.F32, Op: kspace.Sum})
 	}
 	// 40 collectives × 2 channels = 80 works: one launch, works in a FIFO.
 	p, err := Build(comm, tasks, ring(2), nil)
@@ -197,7 +197,7 @@ func TestAggregationAndWorkFIFO(t *testing.T) {
 
 	// Works of other kernels join the launch (the kernel runs them
 	// through the function table); every channel keeps the call order.
-	mixed := []Task{tasks[0], {Coll: kspace.AllGather, Send: 1, Recv: 2, Count: 10, Type: kspace.U8}, tasks[1]}
+	mixed := []Task{tasks[0], {Coll: kspace.AllGather, Send: 1, Recv: 2, Bytes: 10, Type: kspace.U8}, tasks[1]}
 	p, err = Build(comm, mixed, ring(2), nil)
 	require.NoError(t, err)
 	require.Len(t, p.Launches, 1, "one launch per group")
@@ -220,10 +220,10 @@ func sendbuffs(ws []generated.DevWork) []uint64 {
 func TestOneLaunchPerGroup(t *testing.T) {
 	comm := Comm{Rank: 0, NRanks: 3, NChannels: 4, P2PChannelsPerPeer: 1}
 	tasks := []Task{
-		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 0x9000, Count: 100},
-		{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x1000, Count: 3, Type: kspace.I32, Op: kspace.Sum},
-		{Coll: kspace.SendRecv, Peer: 2, Recv: 0xa000, Count: 100},
-		{Coll: kspace.ReduceScatter, Send: 0x2000, Recv: 0x3000, Count: 1, Type: kspace.I32, Op: kspace.Sum},
+		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 0x9000, Bytes: 100, Type: kspace.U8},
+		{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x1000, Bytes: 3 * 4, Type: kspace.I32, Op: kspace.Sum},
+		{Coll: kspace.SendRecv, Peer: 2, Recv: 0xa000, Bytes: 100, Type: kspace.U8},
+		{Coll: kspace.ReduceScatter, Send: 0x2000, Recv: 0x3000, Bytes: 1 * 4, Type: kspace.I32, Op: kspace.Sum},
 	}
 	p, err := Build(comm, tasks, ring(1), nil)
 	require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestOneLaunchPerGroup(t *testing.T) {
 	// Past MaxWorksPerLaunch works the launch splits between tasks.
 	var many []Task
 	for i := range MaxWorksPerLaunch/4 + 1 {
-		many = append(many, Task{Coll: kspace.AllReduce, Send: uint64(i + 1), Recv: uint64(i + 1), Count: 1 << 20, Type: kspace.F32, Op: kspace.Sum})
+		many = append(many, Task{Coll: kspace.AllReduce, Send: uint64(i + 1), Recv: uint64(i + 1), Bytes: (1 << 20) * 4, Type: kspace.F32, Op: kspace.Sum})
 	}
 	p, err = Build(comm, many, ring(4), nil)
 	require.NoError(t, err)
@@ -249,7 +249,7 @@ func TestOneLaunchPerGroup(t *testing.T) {
 
 func TestNWarpsAndMinThreads(t *testing.T) {
 	comm := Comm{Rank: 0, NRanks: 2, NChannels: 8}
-	p, err := Build(comm, []Task{{Coll: kspace.AllReduce, Send: 1, Recv: 1, Count: 4, Type: kspace.F32}},
+	p, err := Build(comm, []Task{{Coll: kspace.AllReduce, Send: 1, Recv: 1, Bytes: 4 * 4, Type: kspace.F32}},
 		fixedChooser{algo: kspace.Ring, proto: kspace.LL, nc: 1, nt: 64}, nil)
 	require.NoError(t, err)
 	l := p.Launches[0]
@@ -270,10 +270,10 @@ func buildP2P(t *testing.T, n, nch, perPeer int, ops []p2pOp, ch Chooser) []Plan
 		var tasks []Task
 		for i, o := range ops {
 			if o.from == r {
-				tasks = append(tasks, Task{Coll: kspace.SendRecv, IsSend: true, Peer: o.to, Send: uint64(0x10000000 * (i + 1)), Count: o.bytes})
+				tasks = append(tasks, Task{Coll: kspace.SendRecv, IsSend: true, Peer: o.to, Send: uint64(0x10000000 * (i + 1)), Bytes: o.bytes, Type: kspace.U8})
 			}
 			if o.to == r {
-				tasks = append(tasks, Task{Coll: kspace.SendRecv, Peer: o.from, Recv: uint64(0x10000000*(i+1) + 0x8000000), Count: o.bytes})
+				tasks = append(tasks, Task{Coll: kspace.SendRecv, Peer: o.from, Recv: uint64(0x10000000*(i+1) + 0x8000000), Bytes: o.bytes, Type: kspace.U8})
 			}
 		}
 		// Interleave at random, keeping the order among the messages of
@@ -487,14 +487,14 @@ func TestP2PManyWorksUseFIFO(t *testing.T) {
 
 func TestSelfMismatch(t *testing.T) {
 	c := Comm{Rank: 1, NRanks: 3, NChannels: 2}
-	_, err := Build(c, []Task{{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 1, Count: 8}}, ring(1), nil)
+	_, err := Build(c, []Task{{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 1, Bytes: 8, Type: kspace.U8}}, ring(1), nil)
 	assert.True(t, errors.Is(err, ErrInvalidPlan), "%v", err)
 	_, err = Build(c, []Task{
-		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 1, Count: 8},
-		{Coll: kspace.SendRecv, Peer: 1, Recv: 2, Count: 16},
+		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Send: 1, Bytes: 8, Type: kspace.U8},
+		{Coll: kspace.SendRecv, Peer: 1, Recv: 2, Bytes: 16, Type: kspace.U8},
 	}, ring(1), nil)
 	assert.ErrorIs(t, err, ErrInvalidPlan)
-	_, err = Build(c, []Task{{Coll: kspace.SendRecv, IsSend: true, Peer: 3, Send: 1, Count: 8}}, ring(1), nil)
+	_, err = Build(c, []Task{{Coll: kspace.SendRecv, IsSend: true, Peer: 3, Send: 1, Bytes: 8, Type: kspace.U8}}, ring(1), nil)
 	assert.ErrorIs(t, err, ErrInvalidPlan)
 }
 
@@ -524,7 +524,7 @@ func TestWithTuner(t *testing.T) {
 	require.NoError(t, err)
 	c := Comm{Rank: 2, NRanks: 4, NChannels: tn.MaxChannels(), P2PChannelsPerPeer: 2}
 	for _, n := range []uint64{1, 1000, 1 << 18, 1 << 26} {
-		p, err := Build(c, []Task{{Coll: kspace.AllReduce, Send: 1, Recv: 2, Count: n, Type: kspace.F32, Op: kspace.Sum}}, tn, nil)
+		p, err := Build(c, []Task{{Coll: kspace.AllReduce, Send: 1, Recv: 2, Bytes: n * 4, Type: kspace.F32, Op: kspace.Sum}}, tn, nil)
 		require.NoError(t, err)
 		l := p.Launches[0]
 		assert.LessOrEqual(t, l.NBlocks()*4, 132, "4 co-located ranks stay resident")

@@ -30,17 +30,14 @@ func validateTask(c Comm, t Task) error {
 		return fmt.Errorf("collective %d: want one of Broadcast (%d), Reduce (%d), AllGather (%d), ReduceScatter (%d), AllReduce (%d), SendRecv (%d)",
 			int(t.Coll), kspace.Broadcast, kspace.Reduce, kspace.AllGather, kspace.ReduceScatter, kspace.AllReduce, kspace.SendRecv)
 	}
-	if t.Coll == kspace.SendRecv {
-		if t.Peer < 0 || t.Peer >= c.NRanks {
-			return fmt.Errorf("%s peer %d: want 0..%d", t.Coll, t.Peer, c.NRanks-1)
-		}
-		if t.Count > MaxBytes {
-			return fmt.Errorf("%s count %d bytes: want at most %d", t.Coll, t.Count, uint64(MaxBytes))
-		}
-		return nil
+	if t.Coll == kspace.SendRecv && (t.Peer < 0 || t.Peer >= c.NRanks) {
+		return fmt.Errorf("%s peer %d: want 0..%d", t.Coll, t.Peer, c.NRanks-1)
 	}
 	if t.Type < 0 || t.Type >= kspace.NumTypes {
 		return fmt.Errorf("%s data type %d: want 0..%d", t.Coll, int(t.Type), kspace.NumTypes-1)
+	}
+	if es := uint64(t.Type.Size()); t.Bytes%es != 0 {
+		return fmt.Errorf("%s bytes %d: want a multiple of %d, the size of one %s element", t.Coll, t.Bytes, es, t.Type)
 	}
 	if t.Coll.HasRedOp() && (t.Op < 0 || t.Op >= kspace.NumRedOps) {
 		return fmt.Errorf("%s reduction op %d: want 0..%d", t.Coll, int(t.Op), kspace.NumRedOps-1)
@@ -48,16 +45,16 @@ func validateTask(c Comm, t Task) error {
 	if (t.Coll == kspace.Broadcast || t.Coll == kspace.Reduce) && (t.Root < 0 || t.Root >= c.NRanks) {
 		return fmt.Errorf("%s root %d: want 0..%d", t.Coll, t.Root, c.NRanks-1)
 	}
-	// The whole buffer the tuner sizes: count × element size, × nRanks
-	// for AllGather and ReduceScatter.
-	factor := uint64(t.Type.Size())
+	// The whole buffer the tuner sizes (bufferBytes): Bytes, × nRanks for
+	// AllGather and ReduceScatter, whose Bytes is one rank's chunk.
 	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
-		factor *= uint64(c.NRanks)
-	}
-	hi, lo := bits.Mul64(t.Count, factor)
-	if hi != 0 || lo > MaxBytes {
-		return fmt.Errorf("%s count %d of %s (×%d bytes): the buffer exceeds %d bytes; want a count of at most %d",
-			t.Coll, t.Count, t.Type, factor, uint64(MaxBytes), uint64(MaxBytes)/factor)
+		hi, lo := bits.Mul64(t.Bytes, uint64(c.NRanks))
+		if hi != 0 || lo > MaxBytes {
+			return fmt.Errorf("%s bytes %d per rank (× %d ranks): the buffer exceeds %d bytes; want at most %d bytes per rank",
+				t.Coll, t.Bytes, c.NRanks, uint64(MaxBytes), uint64(MaxBytes)/uint64(c.NRanks))
+		}
+	} else if t.Bytes > MaxBytes {
+		return fmt.Errorf("%s bytes %d: want at most %d", t.Coll, t.Bytes, uint64(MaxBytes))
 	}
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // TestBuildRejectsBadTasks feeds Build tasks that used to panic (bad type),
-// overflow the byte count into a tiny plan (huge counts) or be truncated
-// silently (root out of range); each must be an ErrInvalidPlan naming the
-// argument, the value and the valid range.
+// overflow the byte count into a tiny plan (huge sizes), hold a part of an
+// element or be truncated silently (root out of range); each must be an
+// ErrInvalidPlan naming the argument, the value and the valid range.
 func TestBuildRejectsBadTasks(t *testing.T) {
 	comm := Comm{Rank: 0, NRanks: 4, NChannels: 4}
 	cases := []struct {
@@ -19,18 +19,22 @@ func TestBuildRejectsBadTasks(t *testing.T) {
 		task Task
 		want []string
 	}{
-		{"bad type", Task{Coll: kspace.AllReduce, Type: 99, Count: 8, Send: 1, Recv: 1}, []string{"data type 99", "want 0..11"}},
-		{"negative type", Task{Coll: kspace.Broadcast, Type: -1, Count: 8, Send: 1, Recv: 1}, []string{"data type -1"}},
-		{"bad coll", Task{Coll: 42, Type: kspace.F32, Count: 8}, []string{"collective 42", "want one of"}},
-		{"bad op", Task{Coll: kspace.AllReduce, Type: kspace.F32, Op: 17, Count: 8, Send: 1, Recv: 1}, []string{"reduction op 17", "want 0..4"}},
-		{"count overflows", Task{Coll: kspace.AllReduce, Type: kspace.F64, Count: 1 << 61, Send: 1, Recv: 1}, []string{"count 2305843009213693952", "at most 1152921504606846975"}},
-		{"count × nRanks overflows", Task{Coll: kspace.AllGather, Type: kspace.F32, Count: 1 << 62, Send: 1, Recv: 1}, []string{"count 4611686018427387904", "×16 bytes"}},
-		{"count max", Task{Coll: kspace.AllReduce, Type: kspace.U8, Count: math.MaxUint64, Send: 1, Recv: 1}, []string{"count 18446744073709551615"}},
-		{"root too big", Task{Coll: kspace.Broadcast, Type: kspace.F32, Root: 1 << 32, Count: 8, Send: 1, Recv: 1}, []string{"root 4294967296", "want 0..3"}},
-		{"root = nRanks", Task{Coll: kspace.Reduce, Type: kspace.F32, Root: 4, Count: 8, Send: 1, Recv: 1}, []string{"Reduce root 4", "want 0..3"}},
-		{"negative root", Task{Coll: kspace.Reduce, Type: kspace.F32, Root: -1, Count: 8, Send: 1, Recv: 1}, []string{"root -1"}},
-		{"peer", Task{Coll: kspace.SendRecv, IsSend: true, Peer: 9, Count: 8, Send: 1}, []string{"peer 9", "want 0..3"}},
-		{"p2p bytes", Task{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Count: math.MaxUint64, Send: 1}, []string{"count 18446744073709551615 bytes"}},
+		{"bad type", Task{Coll: kspace.AllReduce, Type: 99, Bytes: 8, Send: 1, Recv: 1}, []string{"data type 99", "want 0..11"}},
+		{"negative type", Task{Coll: kspace.Broadcast, Type: -1, Bytes: 8, Send: 1, Recv: 1}, []string{"data type -1"}},
+		{"p2p type", Task{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Type: 12, Bytes: 8, Send: 1}, []string{"SendRecv data type 12", "want 0..11"}},
+		{"bad coll", Task{Coll: 42, Type: kspace.F32, Bytes: 8}, []string{"collective 42", "want one of"}},
+		{"bad op", Task{Coll: kspace.AllReduce, Type: kspace.F32, Op: 17, Bytes: 8, Send: 1, Recv: 1}, []string{"reduction op 17", "want 0..4"}},
+		{"partial element", Task{Coll: kspace.AllReduce, Type: kspace.F32, Bytes: 6, Send: 1, Recv: 1}, []string{"AllReduce bytes 6", "want a multiple of 4", "f32"}},
+		{"partial p2p element", Task{Coll: kspace.SendRecv, Peer: 2, Type: kspace.F64, Bytes: 12, Recv: 1}, []string{"SendRecv bytes 12", "want a multiple of 8"}},
+		{"bytes overflow", Task{Coll: kspace.AllReduce, Type: kspace.F64, Bytes: 1 << 63, Send: 1, Recv: 1}, []string{"bytes 9223372036854775808", "want at most 9223372036854775807"}},
+		{"bytes × nRanks overflow", Task{Coll: kspace.AllGather, Type: kspace.F32, Bytes: 1 << 62, Send: 1, Recv: 1}, []string{"bytes 4611686018427387904 per rank", "× 4 ranks", "want at most 2305843009213693951 bytes per rank"}},
+		{"bytes × nRanks wraps", Task{Coll: kspace.ReduceScatter, Type: kspace.U8, Bytes: 1<<62 + 1<<63, Send: 1, Recv: 1}, []string{"bytes 13835058055282163712 per rank"}},
+		{"bytes max", Task{Coll: kspace.AllReduce, Type: kspace.U8, Bytes: math.MaxUint64, Send: 1, Recv: 1}, []string{"bytes 18446744073709551615"}},
+		{"root too big", Task{Coll: kspace.Broadcast, Type: kspace.F32, Root: 1 << 32, Bytes: 8, Send: 1, Recv: 1}, []string{"root 4294967296", "want 0..3"}},
+		{"root = nRanks", Task{Coll: kspace.Reduce, Type: kspace.F32, Root: 4, Bytes: 8, Send: 1, Recv: 1}, []string{"Reduce root 4", "want 0..3"}},
+		{"negative root", Task{Coll: kspace.Reduce, Type: kspace.F32, Root: -1, Bytes: 8, Send: 1, Recv: 1}, []string{"root -1"}},
+		{"peer", Task{Coll: kspace.SendRecv, IsSend: true, Peer: 9, Bytes: 8, Send: 1}, []string{"peer 9", "want 0..3"}},
+		{"p2p bytes", Task{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Bytes: math.MaxUint64, Send: 1}, []string{"SendRecv bytes 18446744073709551615", "want at most 9223372036854775807"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,7 +46,14 @@ func TestBuildRejectsBadTasks(t *testing.T) {
 			}
 		})
 	}
-	// The largest legal count still plans.
-	_, err := Build(comm, []Task{{Coll: kspace.AllReduce, Type: kspace.U8, Count: math.MaxInt64, Send: 1, Recv: 2}}, ring(4), nil)
-	require.NoError(t, err)
+	// The largest legal sizes still plan.
+	for _, task := range []Task{
+		{Coll: kspace.AllReduce, Type: kspace.U8, Bytes: math.MaxInt64, Send: 1, Recv: 2},
+		{Coll: kspace.AllReduce, Type: kspace.F64, Bytes: math.MaxInt64 &^ 7, Send: 1, Recv: 2},
+		{Coll: kspace.AllGather, Type: kspace.U8, Bytes: math.MaxInt64 / 4, Send: 1, Recv: 2},
+		{Coll: kspace.SendRecv, Type: kspace.F32, Bytes: math.MaxInt64 &^ 3, Peer: 1, IsSend: true, Send: 1},
+	} {
+		_, err := Build(comm, []Task{task}, ring(4), nil)
+		require.NoError(t, err, "%+v", task)
+	}
 }
