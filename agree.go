@@ -3,9 +3,13 @@ package ncclgo
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
 // agreeResidency returns the SM count and the resident blocks per SM that
@@ -29,4 +33,75 @@ func agreeResidency(ctx context.Context, net bootstrap.Network, smCount, blocksP
 		blocksPerSM = min(blocksPerSM, int(binary.LittleEndian.Uint64(b[8:])))
 	}
 	return smCount, blocksPerSM, nil
+}
+
+// tuningInputs is everything a rank's tuner and planner decide from. It
+// must be the same on every rank: ranks that plan one call differently
+// (one picks RING where another picks TREE, or another protocol) wait on
+// connections their peers never feed, and the call hangs.
+type tuningInputs struct {
+	// Topology is derived from numbers the ranks already agree on, except
+	// the link between GPUs, which each rank probes itself (NVML): a probe
+	// that answers differently in one rank must not split the ranks'
+	// choices, so every rank takes rank 0's.
+	Topology tune.Topology
+	// Settings are the NCCL_* variables and options that steer the tuner,
+	// the channel split and the buffers, and the kernel set's filter (what
+	// the tuner may pick). They come from each process's environment and
+	// files; ranks whose settings differ cannot run together.
+	Settings tuningSettings
+}
+
+type tuningSettings struct {
+	Algo, Proto                           string
+	NChannels, MinNChannels, MaxNChannels int
+	NThreads                              int
+	BuffSize, LLBuffSize, LL128BuffSize   int
+	P2PChannelsPerPeer                    int
+	KernelSetFilter                       string
+}
+
+// settingsOf collects the tuning settings of one rank.
+func settingsOf(cfg config.Config, p2pPerPeer int, filter string) tuningSettings {
+	return tuningSettings{Algo: cfg.Algo.String(), Proto: cfg.Proto.String(),
+		NChannels: cfg.NChannels, MinNChannels: cfg.MinNChannels, MaxNChannels: cfg.MaxNChannels,
+		NThreads: cfg.NThreads, BuffSize: cfg.BuffSize, LLBuffSize: cfg.LLBuffSize, LL128BuffSize: cfg.LL128BuffSize,
+		P2PChannelsPerPeer: p2pPerPeer, KernelSetFilter: filter}
+}
+
+// agreeTuning exchanges every rank's tuning inputs through net and returns
+// the topology every rank tunes with (rank 0's). Settings that differ
+// between ranks are an error naming the ranks and the values, rather than
+// a hang at the first call they would plan differently. changed reports
+// whether this rank's own topology differed from rank 0's (the caller
+// logs it).
+func agreeTuning(ctx context.Context, net bootstrap.Network, mine tuningInputs) (_ tune.Topology, changed bool, err error) {
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return tune.Topology{}, false, fmt.Errorf("encoding the tuning inputs: %w", err)
+	}
+	all, err := net.AllGather(ctx, b)
+	if err != nil {
+		return tune.Topology{}, false, fmt.Errorf("exchanging the tuning inputs: %w", err)
+	}
+	in := make([]tuningInputs, len(all))
+	for r, raw := range all {
+		if len(raw) > 1<<16 {
+			return tune.Topology{}, false, fmt.Errorf("rank %d's tuning inputs: %d bytes, want at most %d", r, len(raw), 1<<16)
+		}
+		if err := json.Unmarshal(raw, &in[r]); err != nil {
+			return tune.Topology{}, false, fmt.Errorf("rank %d's tuning inputs: %w", r, err)
+		}
+	}
+	var differ []string
+	for r := 1; r < len(in); r++ {
+		if in[r].Settings != in[0].Settings {
+			differ = append(differ, fmt.Sprintf("rank %d has %+v", r, in[r].Settings))
+		}
+	}
+	if len(differ) > 0 {
+		return tune.Topology{}, false, fmt.Errorf("%w: the ranks' tuning settings (NCCL_ALGO, NCCL_PROTO, NCCL_*NCHANNELS, NCCL_NTHREADS, NCCL_*BUFFSIZE, P2P channels per peer, the kernel set) differ: rank 0 has %+v, %s; set them alike in every process",
+			ErrInvalidUsage, in[0].Settings, strings.Join(differ, ", "))
+	}
+	return in[0].Topology, in[0].Topology != mine.Topology, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/gen/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/topo"
@@ -46,4 +47,62 @@ func TestAgreeResidency(t *testing.T) {
 		chans = append(chans, tu.MaxChannels())
 	}
 	assert.Equal(t, []int{26, 26, 26}, chans, "78 SMs / 3 ranks per GPU, on every rank")
+}
+
+// TestAgreeTuning: a rank whose NVLink probe answered differently (PCI
+// where its peers saw NVLink) would choose another algorithm for the same
+// call — the two-GPU hang — so every rank tunes with rank 0's topology;
+// settings that differ between ranks are an error on every rank.
+func TestAgreeTuning(t *testing.T) {
+	cfg, err := config.FromEnv(func(k string) (string, bool) {
+		v, ok := map[string]string{"NCCL_PROTO": "SIMPLE"}[k]
+		return v, ok
+	})
+	require.NoError(t, err)
+	l := topo.NewLayout([]int{0, 0, 1})
+	base := tuneTopology(l, h200GPU, 1, cfg)
+	pci := base
+	pci.IntraLink = tune.LinkPCI
+	choose := func(tp tune.Topology) tune.Choice {
+		tu, err := tune.New(tp, cfg, nil)
+		require.NoError(t, err)
+		ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.I32, 12)
+		require.NoError(t, err)
+		return ch
+	}
+	require.NotEqual(t, choose(base).Func, choose(pci).Func,
+		"the premise: the link type alone changes the choice for issue 15's AllReduce of 3 int32")
+
+	run := func(inputs []tuningInputs) ([]tune.Topology, []bool, []error) {
+		nets := bootstrap.NewInProcess(len(inputs))
+		defer func() {
+			for _, n := range nets {
+				n.Close()
+			}
+		}()
+		tps, changed, errs := make([]tune.Topology, len(inputs)), make([]bool, len(inputs)), make([]error, len(inputs))
+		var wg sync.WaitGroup
+		for r := range inputs {
+			wg.Go(func() { tps[r], changed[r], errs[r] = agreeTuning(context.Background(), nets[r], inputs[r]) })
+		}
+		wg.Wait()
+		return tps, changed, errs
+	}
+	set := settingsOf(cfg, 2, "")
+	tps, changed, errs := run([]tuningInputs{{base, set}, {pci, set}, {base, set}})
+	for r := range tps {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.Equal(t, base, tps[r], "rank %d tunes with rank 0's topology", r)
+		assert.Equal(t, choose(base), choose(tps[r]), "rank %d chooses as rank 0", r)
+	}
+	assert.Equal(t, []bool{false, true, false}, changed)
+
+	other := set
+	other.Proto = "LL"
+	_, _, errs = run([]tuningInputs{{base, set}, {base, set}, {base, other}})
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrInvalidUsage, "rank %d", r)
+		assert.Contains(t, err.Error(), "rank 2 has", "rank %d's error names the rank that differs", r)
+		assert.Contains(t, err.Error(), "Proto:LL", "rank %d's error shows the value", r)
+	}
 }

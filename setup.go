@@ -121,7 +121,16 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if gpu.SMCount, blocksPerSM, err = agreeResidency(ctx, net, gpu.SMCount, blocksPerSM); err != nil {
 		return fail(err)
 	}
-	tp := tuneTopology(c.layout, gpu, blocksPerSM, s.cfg)
+	tp, changed, err := agreeTuning(ctx, net, tuningInputs{
+		Topology: tuneTopology(c.layout, gpu, blocksPerSM, s.cfg),
+		Settings: settingsOf(s.cfg, s.p2pPerPeer, c.kset.Filter()),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if changed {
+		c.log.Warn(fmt.Sprintf("this rank's view of the topology differs from rank 0's; tuning with rank 0's (%+v)", tp), config.SubsysInit.Attr())
+	}
 	c.tuner, err = tune.New(tp, s.cfg, c.kset.Available, tune.WithLogger(s.log.With("rank", rank)),
 		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
 	if err != nil {
