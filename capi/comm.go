@@ -35,7 +35,18 @@ type comm struct {
 	destroying           bool
 	startOnce            sync.Once // the init starts (or is cancelled) once
 	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
+	parentRank           int       // derived: the parent's rank, which names it in messages
 	op                   string    // the call that made it, for messages
+}
+
+// who names c in messages: "rank N", or for a communicator of
+// ncclCommSplit or ncclCommShrink, whose rank is known only once it is
+// made, the call and the parent's rank.
+func (c *comm) who() string {
+	if c.derived {
+		return fmt.Sprintf("the nccl%s child of rank %d", c.op, c.parentRank)
+	}
+	return fmt.Sprintf("rank %d", c.rank)
 }
 
 var (
@@ -95,10 +106,10 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 	select {
 	case <-c.done:
 	default:
-		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.rank, ncclgo.ErrInvalidUsage))
+		return nil, fail(op, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage))
 	}
 	if c.initErr != nil {
-		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator's init failed: %v", c.rank, ncclgo.ErrInvalidUsage, c.initErr))
+		return nil, fail(op, fmt.Errorf("%s: %w: the communicator's init failed: %v", c.who(), ncclgo.ErrInvalidUsage, c.initErr))
 	}
 	return c.c, C.ncclSuccess
 }
@@ -128,7 +139,7 @@ func (c *comm) finish(gc *ncclgo.Comm, err error) {
 	}
 	c.c, c.initErr = gc, err
 	if err != nil {
-		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", c.op, c.rank, err))
+		setLastError(fmt.Sprintf("nccl%s: %s: %v", c.op, c.who(), err))
 	}
 	close(c.done)
 }
@@ -335,7 +346,7 @@ func (c *comm) wait(op string) result {
 	<-c.done
 	if c.initErr != nil {
 		r := resultOf(c.initErr)
-		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", op, c.rank, c.initErr))
+		setLastError(fmt.Sprintf("nccl%s: %s: %v", op, c.who(), c.initErr))
 		return r
 	}
 	return C.ncclSuccess
@@ -633,7 +644,7 @@ func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, r
 		c := &comm{op: op, rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})}
 		return c.begin(out, run)
 	}
-	c := newComm(&comm{op: op, rank: -1, device: parent.device, blocking: blocking, derived: true})
+	c := newComm(&comm{op: op, rank: -1, parentRank: parent.rank, device: parent.device, blocking: blocking, derived: true})
 	return c.begin(out, run)
 }
 

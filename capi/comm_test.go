@@ -155,7 +155,7 @@ func TestGroupInitsRunTogether(t *testing.T) {
 	started.Add(2)
 	var hs [2]*comm
 	for i := range hs {
-		c := newComm(&comm{op: "CommSplit", rank: -1, blocking: true, derived: true})
+		c := newComm(&comm{op: "CommSplit", rank: -1, parentRank: i, blocking: true, derived: true})
 		hs[i] = c
 		out := c.h
 		out = nil
@@ -170,7 +170,7 @@ func TestGroupInitsRunTogether(t *testing.T) {
 		assert.Equal(t, c.h, out, "a queued init hands out its handle")
 	}
 	assert.EqualValues(t, cInvalidArgument, ncclGroupEnd(), "the first failure's code")
-	assert.Contains(t, lastError(), "ncclCommSplit: rank -1: peer gone", "the last failure's message")
+	assert.Contains(t, lastError(), "ncclCommSplit: the ncclCommSplit child of rank 1: peer gone", "the last failure's message")
 	for _, c := range hs {
 		assert.EqualValues(t, cSuccess, ncclCommDestroy(c.h))
 	}
@@ -195,5 +195,38 @@ func TestAbandonedGroup(t *testing.T) {
 			done <- 0
 		}()
 		<-done
+	}
+}
+
+// TestDerivedStillInitializing: a call on a child of ncclCommSplit or
+// ncclCommShrink whose making has not ended names the call that makes it
+// and the parent's rank (its own rank is not known yet); it used to say
+// "rank -1".
+func TestDerivedStillInitializing(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, op := range []string{"CommSplit", "CommShrink"} {
+		parent := &comm{op: "CommInitRank", rank: 3, nRanks: 4}
+		out := (&comm{}).h // a NULL ncclComm_t
+		release := make(chan struct{})
+		r := derive(op, parent, &out, false, false, func(context.Context) (*ncclgo.Comm, error) {
+			<-release
+			return nil, fmt.Errorf("peer gone: %w", bootstrap.ErrPeerClosed)
+		})
+		assert.EqualValues(t, cInProgress, r)
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, out))
+		msg := lastError()
+		assert.Contains(t, msg, "ncclRedOpDestroy: the nccl"+op+" child of rank 3: invalid usage")
+		assert.Contains(t, msg, "still initializing")
+		assert.NotContains(t, msg, "rank -1")
+		close(release)
+		var async result
+		for ncclCommGetAsyncError(out, &async) == cSuccess && async == cInProgress {
+			runtime.Gosched()
+		}
+		assert.EqualValues(t, cRemoteError, async)
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, out))
+		assert.Contains(t, lastError(), "the nccl"+op+" child of rank 3: invalid usage")
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(out))
 	}
 }
