@@ -33,10 +33,13 @@ type comm struct {
 	initErr              error
 	mu                   sync.Mutex
 	destroying           bool
-	startOnce            sync.Once // the init starts (or is cancelled) once
-	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
-	parentRank           int       // derived: the parent's rank, which names it in messages
-	op                   string    // the call that made it, for messages
+	startOnce            sync.Once     // the init starts (or is cancelled) once
+	derived              bool          // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
+	parentRank           int           // derived: the parent's rank, which names it in messages
+	op                   string        // the call that made it, for messages
+	finalizing           bool          // ncclCommFinalize was called (under mu)
+	finalDone            chan struct{} // a nonblocking comm's: closed when its Finalize has ended (set under mu)
+	finalErr             error         // that Finalize's outcome (read once finalDone is closed)
 }
 
 // who names c in messages: "rank N", or for a communicator of
@@ -173,6 +176,12 @@ func (c *comm) free(abort bool) error {
 		if abort {
 			err = nil // an aborted communicator's Destroy reports the abort
 		}
+	}
+	c.mu.Lock()
+	finalDone := c.finalDone
+	c.mu.Unlock()
+	if finalDone != nil {
+		<-finalDone // a background Finalize: Destroy (or Abort) has ended its wait
 	}
 	if c.cctx != nil {
 		_ = c.cctx.Release()
@@ -447,15 +456,63 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 	})
 }
 
+// ncclCommFinalize finalizes the communicator (ncclgo's Comm.Finalize):
+// later calls with it are refused, and it waits for what the communicator
+// launched. A blocking communicator waits here; a nonblocking one
+// finalizes in the background and returns ncclInProgress, and
+// ncclCommGetAsyncError reports ncclInProgress until it is done, then its
+// outcome (as NCCL does). A second ncclCommFinalize is an invalid
+// argument, as in NCCL.
+//
 //export ncclCommFinalize
 func ncclCommFinalize(h C.ncclComm_t) (res result) {
 	defer guard("CommFinalize", &res)
 	const op = "CommFinalize"
-	_, gc, r := lookupReady(op, h)
+	c, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
-	return keepContext(func() result { return fail(op, gc.Wait(context.Background())) })
+	c.mu.Lock()
+	if c.finalizing {
+		c.mu.Unlock()
+		return argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a communicator not finalized yet (ncclCommFinalize was called on it before)")
+	}
+	c.finalizing = true
+	if c.blocking {
+		c.mu.Unlock()
+		return keepContext(func() result { return fail(op, gc.Finalize(context.Background())) })
+	}
+	done := make(chan struct{})
+	c.finalDone = done
+	c.mu.Unlock()
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				c.finalErr = panicError(p)
+			}
+		}()
+		c.finalErr = gc.Finalize(context.Background())
+	}()
+	return C.ncclInProgress
+}
+
+// finalizeState is what a nonblocking comm's ncclCommFinalize reports to
+// ncclCommGetAsyncError: ncclInProgress while it runs, then its error (nil
+// also when none was called).
+func (c *comm) finalizeState() (inProgress bool, err error) {
+	c.mu.Lock()
+	done := c.finalDone
+	c.mu.Unlock()
+	if done == nil {
+		return false, nil
+	}
+	select {
+	case <-done:
+		return false, c.finalErr
+	default:
+		return true, nil
+	}
 }
 
 //export ncclCommDestroy
@@ -503,6 +560,13 @@ func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
 	err := c.initErr
 	if err == nil {
 		err = c.c.Err()
+	}
+	if err == nil {
+		var busy bool
+		if busy, err = c.finalizeState(); busy {
+			*out = C.ncclInProgress
+			return C.ncclSuccess
+		}
 	}
 	if err != nil {
 		*out = fail(op, err)

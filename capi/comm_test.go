@@ -230,3 +230,34 @@ func TestDerivedStillInitializing(t *testing.T) {
 		assert.EqualValues(t, cSuccess, ncclCommDestroy(out))
 	}
 }
+
+// TestFinalize: ncclCommFinalize is ncclgo's Finalize, so later calls with
+// the communicator are refused (it used to be Wait, which refused
+// nothing); on a nonblocking communicator it returns ncclInProgress and
+// ncclCommGetAsyncError reports when it is done, as NCCL's does. A second
+// ncclCommFinalize is an invalid argument.
+func TestFinalize(t *testing.T) {
+	for _, blocking := range []bool{true, false} {
+		c := newComm(&comm{op: "CommInitRankConfig", nRanks: 1, blocking: blocking})
+		c.startOnce.Do(func() {})
+		c.c = new(ncclgo.Comm) // a communicator with nothing launched
+		close(c.done)
+		h := c.h
+		assert.EqualValues(t, cInvalidArgument, ncclRedOpDestroy(cNumOps, h), "before: not a PreMulSum op of the comm")
+		if blocking {
+			assert.EqualValues(t, cSuccess, ncclCommFinalize(h))
+		} else {
+			assert.EqualValues(t, cInProgress, ncclCommFinalize(h))
+			var async result
+			for ncclCommGetAsyncError(h, &async) == cSuccess && async == cInProgress {
+				runtime.Gosched()
+			}
+			assert.EqualValues(t, cSuccess, async, "the finalize's outcome")
+		}
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, h), "a call after ncclCommFinalize")
+		assert.Contains(t, lastError(), "finalized")
+		assert.EqualValues(t, cInvalidArgument, ncclCommFinalize(h), "a second ncclCommFinalize")
+		assert.Contains(t, lastError(), "not finalized yet")
+		c.forget() // a Go communicator without resources: nothing to destroy
+	}
+}
