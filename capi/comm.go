@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -26,10 +27,10 @@ type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
 	blocking             bool
-	cancel               context.CancelFunc // cancels the init
-	done                 chan struct{}      // closed when the init has ended
-	c                    *ncclgo.Comm       // set when done and the init succeeded
-	cctx                 *cuda.Context      // the device's primary context, for the caller's streams
+	cancel               context.CancelCauseFunc // cancels the init (errInitAborted: ncclCommAbort)
+	done                 chan struct{}           // closed when the init has ended
+	c                    *ncclgo.Comm            // set when done and the init succeeded
+	cctx                 *cuda.Context           // the device's primary context, for the caller's streams
 	initErr              error
 	mu                   sync.Mutex
 	destroying           bool
@@ -157,7 +158,7 @@ func (c *comm) free(abort bool) error {
 	c.destroying = true
 	c.mu.Unlock()
 	if abort && c.cancel != nil {
-		c.cancel()
+		c.cancel(errInitAborted)
 	}
 	c.startOnce.Do(func() { // destroyed in a group that never ended
 		c.initErr = fmt.Errorf("%w: destroyed before its group ended", ncclgo.ErrInvalidUsage)
@@ -165,7 +166,7 @@ func (c *comm) free(abort bool) error {
 	})
 	<-c.done
 	if c.cancel != nil {
-		c.cancel()
+		c.cancel(nil)
 	}
 	var err error
 	if c.c != nil {
@@ -315,11 +316,17 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 // alone). A blocking init that fails at once sets *out back to NULL and
 // forgets the handle, as NCCL does.
 func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm, error)) result {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	c.cancel = cancel
 	start := func() {
 		c.startOnce.Do(func() {
-			go func() { c.finish(recovered(func() (*ncclgo.Comm, error) { return run(ctx) })) }()
+			go func() {
+				gc, err := recovered(func() (*ncclgo.Comm, error) { return run(ctx) })
+				if err != nil && errors.Is(context.Cause(ctx), errInitAborted) && !errors.Is(err, errInitAborted) {
+					err = fmt.Errorf("%w (%v)", errInitAborted, err) // a step that reported ctx.Err()
+				}
+				c.finish(gc, err)
+			}()
 		})
 	}
 	if c.h != nil {
@@ -336,7 +343,7 @@ func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm,
 		return C.ncclSuccess // no communicator to poll: its part goes on in the background
 	case c.h != nil && r != C.ncclSuccess && r != C.ncclInProgress:
 		*out = nil
-		cancel()
+		cancel(nil)
 		c.forget()
 	}
 	return r

@@ -261,3 +261,36 @@ func TestFinalize(t *testing.T) {
 		c.forget() // a Go communicator without resources: nothing to destroy
 	}
 }
+
+// TestAbortDuringInit: ncclCommAbort from another thread ends a blocking
+// init, which returns ncclInternalError, the code NCCL returns there, with
+// ncclGetLastError saying that the abort ended it (it used to say only
+// "context canceled", an unexplained internal error).
+func TestAbortDuringInit(t *testing.T) {
+	for _, why := range []string{"ctx.Err", "context.Cause"} {
+		started := make(chan commHandle)
+		res := make(chan result)
+		go func() {
+			runtime.LockOSThread() // no group open on this thread
+			defer runtime.UnlockOSThread()
+			c := newComm(&comm{op: "CommInitRank", rank: 1, nRanks: 2, blocking: true})
+			out := c.h
+			res <- c.begin(&out, func(ctx context.Context) (*ncclgo.Comm, error) {
+				started <- c.h
+				<-ctx.Done()
+				if why == "ctx.Err" {
+					return nil, fmt.Errorf("waiting for rank 0: %w", ctx.Err())
+				}
+				return nil, fmt.Errorf("bootstrap: waiting for rank 0: %w", context.Cause(ctx))
+			})
+		}()
+		h := <-started
+		assert.EqualValues(t, cSuccess, ncclCommAbort(h))
+		assert.EqualValues(t, cInternalError, <-res, why)
+		msg := lastError()
+		assert.Contains(t, msg, "ncclCommInitRank: rank 1: ", why)
+		assert.Contains(t, msg, "the init was aborted by ncclCommAbort", why)
+		assert.Contains(t, msg, "waiting for rank 0", why)
+		assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(h), "the aborted comm is forgotten")
+	}
+}

@@ -26,6 +26,9 @@
 // communicator are refused (ncclInvalidUsage); a blocking communicator
 // waits for its work there, a nonblocking one returns ncclInProgress and
 // finalizes in the background, reported by ncclCommGetAsyncError.
+// ncclCommAbort from another thread ends an init (or split, or shrink)
+// still running: the init returns ncclInternalError, as NCCL's does, and
+// ncclGetLastError says the abort ended it.
 //
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every
