@@ -153,18 +153,39 @@ func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
 	return &Root{r: r}, nil
 }
 
-// ID returns the id every rank passes to InitRank.
-func (r *Root) ID() UniqueID { return r.r.ID() }
+// ID returns the id every rank passes to InitRank (the zero UniqueID for
+// a nil Root).
+func (r *Root) ID() UniqueID {
+	if r == nil {
+		return UniqueID{}
+	}
+	return r.r.ID()
+}
 
 // Wait waits until the root stops (or ctx ends) and returns how the
 // check-in went: nil once every rank received the table, or an error
 // matching bootstrap.ErrTimeout that names the ranks that never checked in.
-func (r *Root) Wait(ctx context.Context) error { return r.r.Wait(ctx) }
+func (r *Root) Wait(ctx context.Context) error {
+	if r == nil {
+		return errNilRoot("Root.Wait")
+	}
+	return r.r.Wait(ctx)
+}
 
 // Close stops the root if it is still serving and waits until its
 // listener is closed and its goroutines have exited. It is safe to call
 // more than once.
-func (r *Root) Close() error { return r.r.Close() }
+func (r *Root) Close() error {
+	if r == nil {
+		return errNilRoot("Root.Close")
+	}
+	return r.r.Close()
+}
+
+// errNilRoot is the error of a method called on a nil *Root.
+func errNilRoot(op string) error {
+	return &ArgError{Op: op, Arg: "root", Value: "nil", Want: "a root from StartRoot"}
+}
 
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id

@@ -51,8 +51,8 @@ func TestAbortErrDuringDestroy(t *testing.T) {
 	}
 }
 
-// TestNilReceivers: methods on a nil *Comm or *Group used to panic where
-// Destroy and Abort accepted nil.
+// TestNilReceivers: methods on a nil *Comm, *Group, *Root or *Pending used
+// to panic where Destroy and Abort accepted nil.
 func TestNilReceivers(t *testing.T) {
 	var c *Comm
 	var g *Group
@@ -83,6 +83,15 @@ func TestNilReceivers(t *testing.T) {
 		_, err := c.NewPreMulSum(2.0, Float32)
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		g.Discard()
+		var r *Root
+		var p *Pending[*Comm]
+		assert.Equal(t, UniqueID{}, r.ID())
+		select {
+		case <-p.Done():
+		default:
+			t.Error("a nil Pending's Done is not closed: a select on it would wait forever")
+		}
+		p.Abort()
 	})
 	err := fakeComm(t, 0, 1).Group(nil)
 	require.ErrorIs(t, err, ErrInvalidArgument)
@@ -152,13 +161,14 @@ func TestRootLifetime(t *testing.T) {
 
 func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }
 
-// TestNilReceiversEveryMethod calls every exported method of *Comm and
-// *Group on a nil receiver, with zero arguments: none may panic, and every
-// error it returns is an *ArgError naming the receiver. Comm.Context used
-// to panic, and Comm.Group ran fn with a nil communicator.
+// TestNilReceiversEveryMethod calls every exported method of *Comm,
+// *Group, *Root and *Pending on a nil receiver, with zero arguments: none
+// may panic, and every error it returns is an *ArgError naming the
+// receiver. Comm.Context used to panic, Comm.Group ran fn with a nil
+// communicator, and every method of a nil Root or Pending panicked.
 func TestNilReceiversEveryMethod(t *testing.T) {
 	errType := reflect.TypeFor[error]()
-	for _, recv := range []any{(*Comm)(nil), (*Group)(nil)} {
+	for _, recv := range []any{(*Comm)(nil), (*Group)(nil), (*Root)(nil), (*Pending[*Comm])(nil), (*Pending[[]*Comm])(nil)} {
 		v := reflect.ValueOf(recv)
 		for i := range v.NumMethod() {
 			m, name := v.Method(i), v.Type().Method(i).Name
@@ -184,7 +194,10 @@ func TestNilReceiversEveryMethod(t *testing.T) {
 					var ae *ArgError
 					require.ErrorAs(t, err, &ae)
 					assert.Equal(t, "nil", ae.Value)
-					assert.Contains(t, []string{"comm", "group"}, ae.Arg)
+					assert.Contains(t, []string{"comm", "group", "root", "pending"}, ae.Arg)
+					if ae.Arg == "root" || ae.Arg == "pending" {
+						assert.Contains(t, err.Error(), name+": ", "the error names the call")
+					}
 				}
 			})
 		}

@@ -58,13 +58,34 @@ func startPending[T any](ctx context.Context, init func(context.Context) (T, err
 	return p
 }
 
-// Done is closed when the initialisation has ended, either way.
-func (p *Pending[T]) Done() <-chan struct{} { return p.done }
+// Done is closed when the initialisation has ended, either way (at once
+// for a nil Pending, which has nothing to wait for).
+func (p *Pending[T]) Done() <-chan struct{} {
+	if p == nil {
+		return closedChan
+	}
+	return p.done
+}
+
+// closedChan is the Done of a nil Pending.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// errNilPending is the error of a method called on a nil *Pending.
+func errNilPending(op string) error {
+	return &ArgError{Op: op, Arg: "pending", Value: "nil", Want: "a Pending from StartInitRank or StartInitAll"}
+}
 
 // Err returns ErrInProgress while the initialisation runs, then its
 // outcome: nil on success, else the error Wait returns. It does not block
 // (NCCL's ncclCommGetAsyncError on a nonblocking communicator).
 func (p *Pending[T]) Err() error {
+	if p == nil {
+		return errNilPending("Pending.Err")
+	}
 	select {
 	case <-p.done:
 		return p.err
@@ -77,6 +98,10 @@ func (p *Pending[T]) Err() error {
 // returns ctx's cause (wrapping ErrInProgress) if ctx ends first; the
 // initialisation then goes on, and Wait may be called again.
 func (p *Pending[T]) Wait(ctx context.Context) (T, error) {
+	if p == nil {
+		var zero T
+		return zero, errNilPending("Pending.Wait")
+	}
 	select {
 	case <-p.done:
 		return p.val, p.err
@@ -88,8 +113,12 @@ func (p *Pending[T]) Wait(ctx context.Context) (T, error) {
 
 // Abort ends an initialisation still in progress (Wait then returns an
 // error wrapping ErrAborted), or aborts the communicators of one that has
-// succeeded (Destroy is still needed). It does not wait; see Wait.
+// succeeded (Destroy is still needed). It does not wait; see Wait. It does
+// nothing on a nil Pending.
 func (p *Pending[T]) Abort() {
+	if p == nil {
+		return
+	}
 	p.cancel(ErrAborted)
 	select {
 	case <-p.done:

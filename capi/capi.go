@@ -33,6 +33,14 @@ type result = C.ncclResult_t
 // errNotImplemented marks what ncclgo does not do yet: ncclInvalidUsage.
 var errNotImplemented = errors.New("not implemented by ncclgo yet")
 
+// errInitAborted is the error of an init (or split, or shrink) that
+// ncclCommAbort from another thread cancelled. It is ncclInternalError,
+// the code NCCL returns there: NCCL's bootstrap and socket loops return
+// ncclInternalError once they see the abort flag (bootstrap.cc's
+// checkAbort, the socket progress loop), and ncclCommAbort ignores the
+// init's error. The message says it is no bug.
+var errInitAborted = errors.New("the init was aborted by ncclCommAbort (ncclInternalError, as NCCL returns; not a bug)")
+
 // lastError is ncclGetLastError's buffer: C memory, so that the pointer
 // handed out stays valid; like NCCL's, it is global and overwritten by the
 // next failure.
@@ -82,6 +90,8 @@ func resultOf(err error) result {
 	switch {
 	case err == nil:
 		return C.ncclSuccess
+	case errors.Is(err, errInitAborted): // before ErrAborted, which it may wrap
+		return C.ncclInternalError
 	case errors.Is(err, ncclgo.ErrInvalidArgument), errors.Is(err, bootstrap.ErrInvalidID):
 		return C.ncclInvalidArgument
 	case errors.Is(err, ncclgo.ErrInvalidUsage), errors.Is(err, ncclgo.ErrDestroyed),

@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -26,16 +27,30 @@ type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
 	blocking             bool
-	cancel               context.CancelFunc // cancels the init
-	done                 chan struct{}      // closed when the init has ended
-	c                    *ncclgo.Comm       // set when done and the init succeeded
-	cctx                 *cuda.Context      // the device's primary context, for the caller's streams
+	cancel               context.CancelCauseFunc // cancels the init (errInitAborted: ncclCommAbort)
+	done                 chan struct{}           // closed when the init has ended
+	c                    *ncclgo.Comm            // set when done and the init succeeded
+	cctx                 *cuda.Context           // the device's primary context, for the caller's streams
 	initErr              error
 	mu                   sync.Mutex
 	destroying           bool
-	startOnce            sync.Once // the init starts (or is cancelled) once
-	derived              bool      // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
-	op                   string    // the call that made it, for messages
+	startOnce            sync.Once     // the init starts (or is cancelled) once
+	derived              bool          // made by ncclCommSplit or ncclCommShrink: rank and size known once done (from c)
+	parentRank           int           // derived: the parent's rank, which names it in messages
+	op                   string        // the call that made it, for messages
+	finalizing           bool          // ncclCommFinalize was called (under mu)
+	finalDone            chan struct{} // a nonblocking comm's: closed when its Finalize has ended (set under mu)
+	finalErr             error         // that Finalize's outcome (read once finalDone is closed)
+}
+
+// who names c in messages: "rank N", or for a communicator of
+// ncclCommSplit or ncclCommShrink, whose rank is known only once it is
+// made, the call and the parent's rank.
+func (c *comm) who() string {
+	if c.derived {
+		return fmt.Sprintf("the nccl%s child of rank %d", c.op, c.parentRank)
+	}
+	return fmt.Sprintf("rank %d", c.rank)
 }
 
 var (
@@ -95,10 +110,10 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 	select {
 	case <-c.done:
 	default:
-		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.rank, ncclgo.ErrInvalidUsage))
+		return nil, fail(op, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage))
 	}
 	if c.initErr != nil {
-		return nil, fail(op, fmt.Errorf("rank %d: %w: the communicator's init failed: %v", c.rank, ncclgo.ErrInvalidUsage, c.initErr))
+		return nil, fail(op, fmt.Errorf("%s: %w: the communicator's init failed: %v", c.who(), ncclgo.ErrInvalidUsage, c.initErr))
 	}
 	return c.c, C.ncclSuccess
 }
@@ -128,7 +143,7 @@ func (c *comm) finish(gc *ncclgo.Comm, err error) {
 	}
 	c.c, c.initErr = gc, err
 	if err != nil {
-		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", c.op, c.rank, err))
+		setLastError(fmt.Sprintf("nccl%s: %s: %v", c.op, c.who(), err))
 	}
 	close(c.done)
 }
@@ -143,7 +158,7 @@ func (c *comm) free(abort bool) error {
 	c.destroying = true
 	c.mu.Unlock()
 	if abort && c.cancel != nil {
-		c.cancel()
+		c.cancel(errInitAborted)
 	}
 	c.startOnce.Do(func() { // destroyed in a group that never ended
 		c.initErr = fmt.Errorf("%w: destroyed before its group ended", ncclgo.ErrInvalidUsage)
@@ -151,7 +166,7 @@ func (c *comm) free(abort bool) error {
 	})
 	<-c.done
 	if c.cancel != nil {
-		c.cancel()
+		c.cancel(nil)
 	}
 	var err error
 	if c.c != nil {
@@ -162,6 +177,12 @@ func (c *comm) free(abort bool) error {
 		if abort {
 			err = nil // an aborted communicator's Destroy reports the abort
 		}
+	}
+	c.mu.Lock()
+	finalDone := c.finalDone
+	c.mu.Unlock()
+	if finalDone != nil {
+		<-finalDone // a background Finalize: Destroy (or Abort) has ended its wait
 	}
 	if c.cctx != nil {
 		_ = c.cctx.Release()
@@ -295,11 +316,17 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 // alone). A blocking init that fails at once sets *out back to NULL and
 // forgets the handle, as NCCL does.
 func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm, error)) result {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	c.cancel = cancel
 	start := func() {
 		c.startOnce.Do(func() {
-			go func() { c.finish(recovered(func() (*ncclgo.Comm, error) { return run(ctx) })) }()
+			go func() {
+				gc, err := recovered(func() (*ncclgo.Comm, error) { return run(ctx) })
+				if err != nil && errors.Is(context.Cause(ctx), errInitAborted) && !errors.Is(err, errInitAborted) {
+					err = fmt.Errorf("%w (%v)", errInitAborted, err) // a step that reported ctx.Err()
+				}
+				c.finish(gc, err)
+			}()
 		})
 	}
 	if c.h != nil {
@@ -316,7 +343,7 @@ func (c *comm) begin(out *C.ncclComm_t, run func(context.Context) (*ncclgo.Comm,
 		return C.ncclSuccess // no communicator to poll: its part goes on in the background
 	case c.h != nil && r != C.ncclSuccess && r != C.ncclInProgress:
 		*out = nil
-		cancel()
+		cancel(nil)
 		c.forget()
 	}
 	return r
@@ -335,7 +362,7 @@ func (c *comm) wait(op string) result {
 	<-c.done
 	if c.initErr != nil {
 		r := resultOf(c.initErr)
-		setLastError(fmt.Sprintf("nccl%s: rank %d: %v", op, c.rank, c.initErr))
+		setLastError(fmt.Sprintf("nccl%s: %s: %v", op, c.who(), c.initErr))
 		return r
 	}
 	return C.ncclSuccess
@@ -436,15 +463,63 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 	})
 }
 
+// ncclCommFinalize finalizes the communicator (ncclgo's Comm.Finalize):
+// later calls with it are refused, and it waits for what the communicator
+// launched. A blocking communicator waits here; a nonblocking one
+// finalizes in the background and returns ncclInProgress, and
+// ncclCommGetAsyncError reports ncclInProgress until it is done, then its
+// outcome (as NCCL does). A second ncclCommFinalize is an invalid
+// argument, as in NCCL.
+//
 //export ncclCommFinalize
 func ncclCommFinalize(h C.ncclComm_t) (res result) {
 	defer guard("CommFinalize", &res)
 	const op = "CommFinalize"
-	_, gc, r := lookupReady(op, h)
+	c, gc, r := lookupReady(op, h)
 	if r != C.ncclSuccess {
 		return r
 	}
-	return keepContext(func() result { return fail(op, gc.Wait(context.Background())) })
+	c.mu.Lock()
+	if c.finalizing {
+		c.mu.Unlock()
+		return argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a communicator not finalized yet (ncclCommFinalize was called on it before)")
+	}
+	c.finalizing = true
+	if c.blocking {
+		c.mu.Unlock()
+		return keepContext(func() result { return fail(op, gc.Finalize(context.Background())) })
+	}
+	done := make(chan struct{})
+	c.finalDone = done
+	c.mu.Unlock()
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				c.finalErr = panicError(p)
+			}
+		}()
+		c.finalErr = gc.Finalize(context.Background())
+	}()
+	return C.ncclInProgress
+}
+
+// finalizeState is what a nonblocking comm's ncclCommFinalize reports to
+// ncclCommGetAsyncError: ncclInProgress while it runs, then its error (nil
+// also when none was called).
+func (c *comm) finalizeState() (inProgress bool, err error) {
+	c.mu.Lock()
+	done := c.finalDone
+	c.mu.Unlock()
+	if done == nil {
+		return false, nil
+	}
+	select {
+	case <-done:
+		return false, c.finalErr
+	default:
+		return true, nil
+	}
 }
 
 //export ncclCommDestroy
@@ -492,6 +567,13 @@ func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
 	err := c.initErr
 	if err == nil {
 		err = c.c.Err()
+	}
+	if err == nil {
+		var busy bool
+		if busy, err = c.finalizeState(); busy {
+			*out = C.ncclInProgress
+			return C.ncclSuccess
+		}
 	}
 	if err != nil {
 		*out = fail(op, err)
@@ -633,7 +715,7 @@ func derive(op string, parent *comm, out *C.ncclComm_t, noComm, blocking bool, r
 		c := &comm{op: op, rank: parent.rank, device: parent.device, blocking: blocking, done: make(chan struct{})}
 		return c.begin(out, run)
 	}
-	c := newComm(&comm{op: op, rank: -1, device: parent.device, blocking: blocking, derived: true})
+	c := newComm(&comm{op: op, rank: -1, parentRank: parent.rank, device: parent.device, blocking: blocking, derived: true})
 	return c.begin(out, run)
 }
 

@@ -155,7 +155,7 @@ func TestGroupInitsRunTogether(t *testing.T) {
 	started.Add(2)
 	var hs [2]*comm
 	for i := range hs {
-		c := newComm(&comm{op: "CommSplit", rank: -1, blocking: true, derived: true})
+		c := newComm(&comm{op: "CommSplit", rank: -1, parentRank: i, blocking: true, derived: true})
 		hs[i] = c
 		out := c.h
 		out = nil
@@ -170,7 +170,7 @@ func TestGroupInitsRunTogether(t *testing.T) {
 		assert.Equal(t, c.h, out, "a queued init hands out its handle")
 	}
 	assert.EqualValues(t, cInvalidArgument, ncclGroupEnd(), "the first failure's code")
-	assert.Contains(t, lastError(), "ncclCommSplit: rank -1: peer gone", "the last failure's message")
+	assert.Contains(t, lastError(), "ncclCommSplit: the ncclCommSplit child of rank 1: peer gone", "the last failure's message")
 	for _, c := range hs {
 		assert.EqualValues(t, cSuccess, ncclCommDestroy(c.h))
 	}
@@ -195,5 +195,102 @@ func TestAbandonedGroup(t *testing.T) {
 			done <- 0
 		}()
 		<-done
+	}
+}
+
+// TestDerivedStillInitializing: a call on a child of ncclCommSplit or
+// ncclCommShrink whose making has not ended names the call that makes it
+// and the parent's rank (its own rank is not known yet); it used to say
+// "rank -1".
+func TestDerivedStillInitializing(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, op := range []string{"CommSplit", "CommShrink"} {
+		parent := &comm{op: "CommInitRank", rank: 3, nRanks: 4}
+		out := (&comm{}).h // a NULL ncclComm_t
+		release := make(chan struct{})
+		r := derive(op, parent, &out, false, false, func(context.Context) (*ncclgo.Comm, error) {
+			<-release
+			return nil, fmt.Errorf("peer gone: %w", bootstrap.ErrPeerClosed)
+		})
+		assert.EqualValues(t, cInProgress, r)
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, out))
+		msg := lastError()
+		assert.Contains(t, msg, "ncclRedOpDestroy: the nccl"+op+" child of rank 3: invalid usage")
+		assert.Contains(t, msg, "still initializing")
+		assert.NotContains(t, msg, "rank -1")
+		close(release)
+		var async result
+		for ncclCommGetAsyncError(out, &async) == cSuccess && async == cInProgress {
+			runtime.Gosched()
+		}
+		assert.EqualValues(t, cRemoteError, async)
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, out))
+		assert.Contains(t, lastError(), "the nccl"+op+" child of rank 3: invalid usage")
+		assert.EqualValues(t, cSuccess, ncclCommDestroy(out))
+	}
+}
+
+// TestFinalize: ncclCommFinalize is ncclgo's Finalize, so later calls with
+// the communicator are refused (it used to be Wait, which refused
+// nothing); on a nonblocking communicator it returns ncclInProgress and
+// ncclCommGetAsyncError reports when it is done, as NCCL's does. A second
+// ncclCommFinalize is an invalid argument.
+func TestFinalize(t *testing.T) {
+	for _, blocking := range []bool{true, false} {
+		c := newComm(&comm{op: "CommInitRankConfig", nRanks: 1, blocking: blocking})
+		c.startOnce.Do(func() {})
+		c.c = new(ncclgo.Comm) // a communicator with nothing launched
+		close(c.done)
+		h := c.h
+		assert.EqualValues(t, cInvalidArgument, ncclRedOpDestroy(cNumOps, h), "before: not a PreMulSum op of the comm")
+		if blocking {
+			assert.EqualValues(t, cSuccess, ncclCommFinalize(h))
+		} else {
+			assert.EqualValues(t, cInProgress, ncclCommFinalize(h))
+			var async result
+			for ncclCommGetAsyncError(h, &async) == cSuccess && async == cInProgress {
+				runtime.Gosched()
+			}
+			assert.EqualValues(t, cSuccess, async, "the finalize's outcome")
+		}
+		assert.EqualValues(t, cInvalidUsage, ncclRedOpDestroy(cNumOps, h), "a call after ncclCommFinalize")
+		assert.Contains(t, lastError(), "finalized")
+		assert.EqualValues(t, cInvalidArgument, ncclCommFinalize(h), "a second ncclCommFinalize")
+		assert.Contains(t, lastError(), "not finalized yet")
+		c.forget() // a Go communicator without resources: nothing to destroy
+	}
+}
+
+// TestAbortDuringInit: ncclCommAbort from another thread ends a blocking
+// init, which returns ncclInternalError, the code NCCL returns there, with
+// ncclGetLastError saying that the abort ended it (it used to say only
+// "context canceled", an unexplained internal error).
+func TestAbortDuringInit(t *testing.T) {
+	for _, why := range []string{"ctx.Err", "context.Cause"} {
+		started := make(chan commHandle)
+		res := make(chan result)
+		go func() {
+			runtime.LockOSThread() // no group open on this thread
+			defer runtime.UnlockOSThread()
+			c := newComm(&comm{op: "CommInitRank", rank: 1, nRanks: 2, blocking: true})
+			out := c.h
+			res <- c.begin(&out, func(ctx context.Context) (*ncclgo.Comm, error) {
+				started <- c.h
+				<-ctx.Done()
+				if why == "ctx.Err" {
+					return nil, fmt.Errorf("waiting for rank 0: %w", ctx.Err())
+				}
+				return nil, fmt.Errorf("bootstrap: waiting for rank 0: %w", context.Cause(ctx))
+			})
+		}()
+		h := <-started
+		assert.EqualValues(t, cSuccess, ncclCommAbort(h))
+		assert.EqualValues(t, cInternalError, <-res, why)
+		msg := lastError()
+		assert.Contains(t, msg, "ncclCommInitRank: rank 1: ", why)
+		assert.Contains(t, msg, "the init was aborted by ncclCommAbort", why)
+		assert.Contains(t, msg, "waiting for rank 0", why)
+		assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(h), "the aborted comm is forgotten")
 	}
 }

@@ -22,6 +22,13 @@
 // concurrently at that ncclGroupEnd. A communicator whose ncclConfig_t has
 // blocking = 0 initializes in the background: init returns ncclInProgress
 // and ncclCommGetAsyncError reports ncclInProgress until it is done.
+// ncclCommFinalize is ncclgo's Comm.Finalize: later calls with the
+// communicator are refused (ncclInvalidUsage); a blocking communicator
+// waits for its work there, a nonblocking one returns ncclInProgress and
+// finalizes in the background, reported by ncclCommGetAsyncError.
+// ncclCommAbort from another thread ends an init (or split, or shrink)
+// still running: the init returns ncclInternalError, as NCCL's does, and
+// ncclGetLastError says the abort ended it.
 //
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every

@@ -29,3 +29,6 @@ const (
 	cUniqueIDBytes      = C.NCCL_UNIQUE_ID_BYTES
 	cVersionCode        = C.NCCL_VERSION_CODE
 )
+
+// commHandle is ncclComm_t, for the tests.
+type commHandle = C.ncclComm_t

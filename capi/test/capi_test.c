@@ -335,6 +335,8 @@ static void gpuOneRank(void) {
   EXPECT(ncclAllReduce(NULL, p, 1, ncclFloat32, ncclSum, comm, NULL), INV);
   EXPECT(ncclCommFinalize(comm), ncclSuccess);
   expectAll(p, 3, __LINE__);
+  EXPECT(ncclAllReduce(p, p, N, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage); // finalized
+  EXPECT(ncclCommFinalize(comm), INV);                                               // twice
   EXPECT(ncclCommGetAsyncError(comm, &r), ncclSuccess);
   CHECK(r == ncclSuccess);
   EXPECT(ncclMemFree(p), ncclSuccess);
@@ -345,6 +347,11 @@ static void gpuOneRank(void) {
   EXPECT(ncclGetUniqueId(&id), ncclSuccess);
   r = ncclCommInitRankConfig(&comm, 1, id, 0, &cfg);
   CHECK(r == ncclInProgress || r == ncclSuccess);
+  do {
+    EXPECT(ncclCommGetAsyncError(comm, &r), ncclSuccess);
+  } while (r == ncclInProgress);
+  CHECK(r == ncclSuccess);
+  EXPECT(ncclCommFinalize(comm), ncclInProgress); // nonblocking: in the background
   do {
     EXPECT(ncclCommGetAsyncError(comm, &r), ncclSuccess);
   } while (r == ncclInProgress);

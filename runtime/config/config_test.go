@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +228,47 @@ func TestOpenDebugFile(t *testing.T) {
 	c.DebugFile = dir + "/missing/dir/x"
 	_, err = c.OpenDebugFile()
 	assert.ErrorContains(t, err, "NCCL_DEBUG_FILE")
+}
+
+// TestDebugFileShared: two resolutions of the options in one process (the
+// root's, then a rank's) used to create the debug file twice, the second
+// truncating the first's lines and then writing over them. They share the
+// file now, which the first open in the process truncates, a later one
+// (after the last close) appends to, and the last Close closes.
+func TestDebugFileShared(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, fmt.Sprintf("nccl.%d.log", os.Getpid()))
+	require.NoError(t, os.WriteFile(path, []byte("an earlier process's log\n"), 0o644))
+	c := Default()
+	c.Debug, c.DebugFile = DebugInfo, filepath.Join(dir, "nccl.%p.log")
+	open := func() io.WriteCloser {
+		t.Helper()
+		w, err := c.OpenDebugFile()
+		require.NoError(t, err)
+		return w
+	}
+	write := func(w io.Writer, s string) {
+		t.Helper()
+		_, err := io.WriteString(w, s)
+		require.NoError(t, err)
+	}
+	root := open()
+	write(root, "root 1\n")
+	rank := open()
+	write(rank, "rank 1\n")
+	write(root, "root 2\n")
+	require.NoError(t, root.Close())
+	require.NoError(t, root.Close(), "a second Close does nothing")
+	write(rank, "rank 2\n")
+	require.NoError(t, rank.Close())
+	_, err := rank.Write([]byte("x"))
+	require.Error(t, err, "the last Close closed the file")
+	later := open() // a communicator made after the others were gone
+	write(later, "later\n")
+	require.NoError(t, later.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "root 1\nrank 1\nroot 2\nrank 2\nlater\n", string(b))
 }
 
 func TestLogger(t *testing.T) {

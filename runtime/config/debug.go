@@ -5,8 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DebugLevel is NCCL_DEBUG: how much the runtime logs. The values are NCCL's
@@ -187,10 +189,19 @@ func ExpandDebugFile(pattern, host string, pid int) string {
 	return b.String()
 }
 
-// OpenDebugFile opens where the log goes: NCCL_DEBUG_FILE, expanded and
-// created (truncated), when it is set and NCCL_DEBUG is above VERSION (as
-// NCCL does); standard output otherwise, behind a Close that does nothing.
-// The caller closes what it gets.
+// OpenDebugFile opens where the log goes: NCCL_DEBUG_FILE, expanded, when
+// it is set and NCCL_DEBUG is above VERSION (as NCCL does); standard
+// output otherwise, behind a Close that does nothing. The caller closes
+// what it gets.
+//
+// A process opens each debug file once: every resolution of the options
+// that names the same file (GetUniqueID and then InitRank, a Split with
+// options, the ranks of InitAll) shares one descriptor, which the last
+// Close closes. The first open in the process truncates the file; a later
+// one (also after the last Close) appends, so that no resolution
+// overwrites another's lines. The file is opened with O_APPEND: every
+// write lands at its end, also when several processes share it (a name
+// without %p).
 func (c Config) OpenDebugFile() (io.WriteCloser, error) {
 	if c.DebugFile == "" || c.Debug <= DebugVersion {
 		return nopCloser{os.Stdout}, nil
@@ -199,12 +210,77 @@ func (c Config) OpenDebugFile() (io.WriteCloser, error) {
 	if i := strings.IndexByte(host, '.'); i > 0 {
 		host = host[:i] // NCCL cuts the host name at the first '.'
 	}
-	path := ExpandDebugFile(c.DebugFile, host, os.Getpid())
-	f, err := os.Create(path)
+	w, err := openShared(ExpandDebugFile(c.DebugFile, host, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("config: NCCL_DEBUG_FILE=%q: %w", c.DebugFile, err)
 	}
-	return f, nil
+	return w, nil
+}
+
+// debugFiles are the debug files this process has open, by absolute path,
+// and the paths it has opened (truncated) before.
+var debugFiles = struct {
+	sync.Mutex
+	open   map[string]*sharedFile
+	opened map[string]bool
+}{open: map[string]*sharedFile{}, opened: map[string]bool{}}
+
+// sharedFile is one open debug file and the number of handles on it.
+type sharedFile struct {
+	f    *os.File
+	refs int
+}
+
+// openShared returns a handle on the debug file at path, opening it if no
+// handle is open (truncating it the first time in this process).
+func openShared(path string) (*debugHandle, error) {
+	key, err := filepath.Abs(path)
+	if err != nil {
+		key = path
+	}
+	debugFiles.Lock()
+	defer debugFiles.Unlock()
+	sf := debugFiles.open[key]
+	if sf == nil {
+		flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		if !debugFiles.opened[key] {
+			flags |= os.O_TRUNC
+		}
+		f, err := os.OpenFile(path, flags, 0o666)
+		if err != nil {
+			return nil, err
+		}
+		debugFiles.opened[key] = true
+		sf = &sharedFile{f: f}
+		debugFiles.open[key] = sf
+	}
+	sf.refs++
+	return &debugHandle{key: key, f: sf.f}, nil
+}
+
+// debugHandle is one user's handle on a shared debug file.
+type debugHandle struct {
+	key  string
+	f    *os.File
+	once sync.Once
+	err  error
+}
+
+func (h *debugHandle) Write(p []byte) (int, error) { return h.f.Write(p) }
+
+// Close releases the handle; the last one closes the file. Closing a
+// handle again does nothing.
+func (h *debugHandle) Close() error {
+	h.once.Do(func() {
+		debugFiles.Lock()
+		defer debugFiles.Unlock()
+		sf := debugFiles.open[h.key]
+		if sf.refs--; sf.refs == 0 {
+			delete(debugFiles.open, h.key)
+			h.err = sf.f.Close()
+		}
+	})
+	return h.err
 }
 
 type nopCloser struct{ io.Writer }
