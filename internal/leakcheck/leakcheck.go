@@ -35,8 +35,9 @@ type Probe struct {
 // Snapshot is the resources of the process at one moment.
 type Snapshot struct {
 	Goroutines int
-	// Stacks maps a goroutine's stack, its ids and argument values
-	// removed, to how many goroutines have it.
+	// Stacks maps the stacks of the goroutines other than the caller's,
+	// their ids and argument values removed, to how many goroutines have
+	// each.
 	Stacks map[string]int
 	// FDs maps each open descriptor to its target (a path, socket:[inode],
 	// pipe:[inode], anon_inode:...); nil where /proc/self/fd is missing.
@@ -66,7 +67,7 @@ func Take(p Probe) (Snapshot, error) {
 	return s, nil
 }
 
-// stacks returns every goroutine's stack, keyed without goroutine ids,
+// stacks returns every other goroutine's stack, keyed without goroutine ids,
 // argument values and program counters, so that equal code paths compare
 // equal.
 func stacks() map[string]int {
@@ -80,7 +81,10 @@ func stacks() map[string]int {
 		buf = make([]byte, 2*len(buf))
 	}
 	out := map[string]int{}
-	for _, g := range strings.Split(strings.TrimSpace(string(buf)), "\n\n") {
+	// The first is the caller's own, which differs between the caller's
+	// snapshots.
+	gs := strings.Split(strings.TrimSpace(string(buf)), "\n\n")[1:]
+	for _, g := range gs {
 		var key []string
 		for i, line := range strings.Split(g, "\n") {
 			switch {
@@ -93,6 +97,9 @@ func stacks() map[string]int {
 			case strings.HasPrefix(line, "\t"): // file:line +0x..
 				f, _, _ := strings.Cut(strings.TrimSpace(line), " ")
 				key = append(key, "\t"+f)
+			case strings.HasPrefix(line, "created by "):
+				line, _, _ = strings.Cut(line, " in goroutine ")
+				key = append(key, line)
 			default: // function(args...)
 				if j := strings.LastIndexByte(line, '('); j > 0 {
 					line = line[:j]
@@ -282,4 +289,31 @@ func Figures(base, now Snapshot) string {
 		s += fmt.Sprintf(" pinned %d→%d", base.Pinned, now.Pinned)
 	}
 	return s
+}
+
+// Baseline takes snapshots until the goroutine and descriptor counts have
+// stayed the same for quiet (work of a warm-up still ending: a goroutine
+// exiting, a socket closing), or for at most 5 s, and returns the last.
+func Baseline(ctx context.Context, p Probe, quiet time.Duration) (Snapshot, error) {
+	last, err := Take(p)
+	if err != nil {
+		return last, err
+	}
+	since, deadline := time.Now(), time.Now().Add(5*time.Second)
+	for time.Since(since) < quiet && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return last, context.Cause(ctx)
+		case <-time.After(quiet / 10):
+		}
+		now, err := Take(p)
+		if err != nil {
+			return now, err
+		}
+		if now.Goroutines != last.Goroutines || len(now.FDs) != len(last.FDs) {
+			since = time.Now()
+		}
+		last = now
+	}
+	return last, nil
 }
