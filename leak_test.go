@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -50,14 +51,16 @@ func leakCycles(t *testing.T, def int) int {
 // busier moment started, and never ends them).
 var cpuLeakTolerance = leakcheck.Tolerance{Threads: 4, Settle: 5 * time.Second}
 
+// loopback keeps the TCP bootstrap on 127.0.0.1, its logs discarded (the
+// failure paths warn).
 func loopback(timeout time.Duration) bootstrap.Options {
-	return bootstrap.Options{Timeout: timeout, Addr: "127.0.0.1:0"}
+	return bootstrap.Options{Timeout: timeout, Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}
 }
 
 // leakCycle is one cycle of TestLeakCPU: an in-process network, a TCP
 // root with two ranks, a Split of two device-less ranks and its Destroy,
-// and the roots of StartRoot and GetUniqueID ended by Close and by their
-// context.
+// the roots of StartRoot and GetUniqueID ended by Close and by their
+// context, and every 10th cycle the failure paths (leakFaults).
 func leakCycle(t *testing.T, i int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -102,6 +105,70 @@ func leakCycle(t *testing.T, i int) {
 	_, err = GetUniqueID(gctx)
 	require.NoError(t, err)
 	gcancel()
+
+	if i%10 == 0 {
+		leakFaults(t, ctx, i)
+	}
+}
+
+// leakFaults is the failure paths of a cycle: a TCP rank whose peer never
+// joins, an Abort while a Recv waits (in-process and TCP), and a Shrink in
+// abort mode around a dead rank.
+func leakFaults(t *testing.T, ctx context.Context, i int) {
+	t.Helper()
+	opts := loopback(20 * time.Second)
+	root, id, err := bootstrap.NewRoot(ctx, opts)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	_, err = bootstrap.Init(short, id, 0, 2, opts)
+	cancel()
+	require.Error(t, err, "cycle %d: rank 0 of 2 alone", i)
+	require.NoError(t, root.Close())
+
+	inproc, err := bootstrap.NewInProcessOptions(2, bootstrap.Options{Timeout: 20 * time.Second})
+	require.NoError(t, err)
+	abortRecv(t, ctx, inproc)
+	root, id, err = bootstrap.NewRoot(ctx, opts)
+	require.NoError(t, err)
+	conns, errs := onEveryRank(2, func(r int) (bootstrap.Network, error) {
+		return bootstrap.Init(ctx, id, r, 2, opts)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "cycle %d rank %d", i, r)
+	}
+	require.NoError(t, root.Close())
+	abortRecv(t, ctx, conns)
+
+	parents := fakeParents(t, 3, false)
+	parents[1].net.Abort() // rank 1 is dead
+	kids, errs := onEveryRank(3, func(r int) (*Comm, error) {
+		if r == 1 {
+			return nil, nil
+		}
+		return parents[r].Shrink(ctx, []int{1}, nil, true)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "cycle %d rank %d: Shrink", i, r)
+	}
+	destroyAll(t, kids...)
+	destroyAll(t, parents...)
+}
+
+// abortRecv aborts rank 0 of nets while it waits in a Recv from rank 1,
+// then closes both.
+func abortRecv(t *testing.T, ctx context.Context, nets []bootstrap.Network) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := nets[0].Recv(ctx, 1, 9)
+		done <- err
+	}()
+	time.Sleep(100 * time.Microsecond)
+	nets[0].Abort()
+	require.ErrorIs(t, <-done, bootstrap.ErrAborted)
+	for _, n := range nets {
+		require.NoError(t, n.Close())
+	}
 }
 
 // gather runs an AllGather and a Barrier on every rank of nets, checks
