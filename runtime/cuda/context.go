@@ -231,6 +231,7 @@ func (c *Context) MemAllocHost(n uint64) (unsafe.Pointer, error) {
 	if err := check("cuMemHostAlloc", Result(C.ncu_mem_host_alloc(h, &p, C.size_t(n), 0x1|0x2))); err != nil {
 		return nil, c.wrap(fmt.Sprintf("MemAllocHost(%d bytes)", n), err)
 	}
+	pinAdd(p, n)
 	return p, nil
 }
 
@@ -243,7 +244,11 @@ func (c *Context) MemFreeHost(p unsafe.Pointer) error {
 	if p == nil {
 		return badArg("MemFreeHost", "nil pointer")
 	}
-	return c.wrap("MemFreeHost", check("cuMemFreeHost", Result(C.ncu_mem_free_host(h, p))))
+	if err := check("cuMemFreeHost", Result(C.ncu_mem_free_host(h, p))); err != nil {
+		return c.wrap("MemFreeHost", err)
+	}
+	pinDrop(p)
+	return nil
 }
 
 // HostDevicePointer returns the device address of mapped page-locked host

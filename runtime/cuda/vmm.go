@@ -249,8 +249,11 @@ func (c *Context) MemHostRegister(p unsafe.Pointer, n uint64) error {
 	if p == nil || n == 0 {
 		return badArg("MemHostRegister", "pointer %p, size %d", p, n)
 	}
-	return c.wrap(fmt.Sprintf("MemHostRegister(%d bytes)", n),
-		check("cuMemHostRegister", Result(C.ncu_mem_host_register(h, p, C.size_t(n), 0x1|0x2))))
+	if err := check("cuMemHostRegister", Result(C.ncu_mem_host_register(h, p, C.size_t(n), 0x1|0x2))); err != nil {
+		return c.wrap(fmt.Sprintf("MemHostRegister(%d bytes)", n), err)
+	}
+	pinAdd(p, n)
+	return nil
 }
 
 // MemHostUnregister undoes MemHostRegister (cuMemHostUnregister).
@@ -262,5 +265,9 @@ func (c *Context) MemHostUnregister(p unsafe.Pointer) error {
 	if p == nil {
 		return badArg("MemHostUnregister", "nil pointer")
 	}
-	return c.wrap("MemHostUnregister", check("cuMemHostUnregister", Result(C.ncu_mem_host_unregister(h, p))))
+	if err := check("cuMemHostUnregister", Result(C.ncu_mem_host_unregister(h, p))); err != nil {
+		return c.wrap("MemHostUnregister", err)
+	}
+	pinDrop(p)
+	return nil
 }

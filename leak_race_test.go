@@ -1,0 +1,5 @@
+//go:build race
+
+package ncclgo
+
+func init() { raceEnabled = true }
