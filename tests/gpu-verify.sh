@@ -356,8 +356,8 @@ if has hang && begin hang && { ((NGPUS >= 2)) || { done_ hang SKIP "needs 2 GPUs
           [[ -e $f ]] || continue
           s=$(e1_split "$f"); i=${f##*-}; i=${i%.log}
           hung=0; grep -q '^TIMEOUT' "$f" && hung=1
-          what=done; ((hung)) && what=hung
-          echo "slim-e1 run $i: $what, choices: $s" >> "$L/hang/e1-slim.txt"
+          what="done"; ((hung)) && what="hung"
+          echo "slim-e1 run $i: ${what}, choices: $s" >> "$L/hang/e1-slim.txt"
           if [[ $s == none ]]; then nolines=$((nolines + 1))
           elif [[ $s == same ]]; then ((hung)) && hsame=$((hsame + 1)) || csame=$((csame + 1))
           else ((hung)) && hs=$((hs + 1)) || cs=$((cs + 1)); fi
