@@ -1,21 +1,58 @@
 #!/usr/bin/env bash
 # The GPU machine's verification run, from a bundle built by `make bundle`
-# (that machine has nvcc but no Go): build the full kernel set and time it
-# (full, no-op, one changed unit), run the GPU tests, then the benchmarks
-# against the machine's NCCL. Logs go to $OUT (or build/verify).
+# (that machine has nvcc but no Go). STEPS (a list; default "build perf
+# tests") picks what runs, in this order:
 #
-# STEPS (default "build perf tests") may also name "latency" (8 B
-# diagnostics: enqueue time, CPU profiles in $OUT, protocols forced), and, for a machine of N GPUs
-# (N from nvidia-smi, or NGPUS=...), with one rank per GPU in one process:
-#   multigpu-tests  the correctness suite (tests.test -test.short, no 64 Mi cases)
-#                   with NCCLGO_TEST_DEVICES=0,..,N-1 and NCCLGO_TEST_RANKS=${MG_RANKS:-N}
-#                   (MG_RANKS=2,4,8 covers 2, 4 and 8 GPUs in one run: rank r on GPU r),
-#                   then ncclgo.test's TestGPUSeveralGPUs; logs in $OUT/multigpu-*.log
-#   multigpu-perf   ncclperf -compare against NCCL_LIB for allreduce, allgather,
-#                   reducescatter and broadcast, 8 B to ${MG_MAX:-8G}, -f ${MG_F:-2},
-#                   -g N; each table in $OUT/<coll>.txt, a verdict in $OUT/summary.txt
+#   build           the full kernel set (sm_90) and its build times (full,
+#                   no-op, one changed unit)
+#   perf            ncclperf benchmarks, against the machine's NCCL
+#   latency         8 B diagnostics: enqueue time, CPU profiles, protocols forced
+#   tests           every bundle/tests/*.test (TESTFLAGS)
+#   suite           tests.test -test.short -run ${SUITE_RUN:-TestCollectives|TestSendRecv}
+#                   with NCCLGO_TEST_RANKS=${SUITE_RANKS:-1,2,4} (SUITE_DEVICES)
+#   hang            the two-GPU first-collective hang (docs/HANG-2GPU.md): HANG_RUNS
+#                   (30) runs of examples/slim on devices 0,1 and UNEVEN_RUNS (6) of
+#                   TestGroupedUnevenPlacement, counted, for each of HANG_VARIANTS
+#                   ("plain"; "e1": NCCL_DEBUG=INFO COLL on every run and the ranks'
+#                   choices compared, "e2": NCCL_PROTO=SIMPLE, "e2ring": NCCL_ALGO=RING);
+#                   then one run of each with NCCL_DEBUG=INFO INIT,ENV,TUNING,COLL.
+#                   HANG_ENV adds environment to every run ("NCCL_NCHANNELS=1 ...")
+#   mp              the multi-process matrix (MP_CASES: p2p shm ipc 2x2 refused kill
+#                   mps2 mps4; MPS started for mps2/mps4 and always stopped);
+#                   MP_FULL=1 drops -test.short
+#   stress          TestStress, TestStressTwoFullComms, TestDestroyBounded on GPU 0
+#                   and on GPUs 0,1 (STRESS_SHAPES, STRESS_BUDGET)
+#   capi            capi_test gpu, then nccl-tests on ncclgo's libnccl.so.2 and on
+#                   the machine's NCCL (capi/test/nccl-tests.sh; NT_TESTS, NT_ARGS)
+#   torch           tests/torch/run.sh (TORCH_STEPS, TORCH_METHOD)
+#   np              ncclperf -np 2 -c 1 -compare NCCL_LIB (NP_COLLS, NP_E), then the
+#                   kill test: rank 1 SIGKILLed mid-sweep, the job must end, non-zero,
+#                   naming it, within NP_KILL_LIMIT (20) s
+#   split           ncclgo.test -run 'Split|Shrink'
+#   random          TestRandom on GPUs 0,1 and on GPU 0 (RANDOM_BUDGET, 40s each)
+#   multigpu-tests  the suite with NCCLGO_TEST_DEVICES=0..N-1, NCCLGO_TEST_RANKS=${MG_RANKS:-N}
+#                   (MG_RANKS=2,4,8: rank r on GPU r), then TestGPUSeveralGPUs
+#   multigpu-perf   ncclperf -compare NCCL_LIB for allreduce, allgather, reducescatter,
+#                   broadcast, 8 B to ${MG_MAX:-8G}, -f ${MG_F:-2}, -g N
 #   multigpu        both
-# and "calibrate" (issue 17): nccl-tests, built here from the source tree in
+#   calibrate       nccl-tests (built from NCCL_TESTS_SRC, default third_party/nccl-tests)
+#                   and ncclperf's NCCL column on the same library (see below)
+#
+# e.g. STEPS="build hang mp stress" OUT=$OUT bash tests/gpu-verify.sh
+#
+# Output: at most 8 files in $OUT (default build/verify), in practice two:
+# $OUT/summary.txt, one verdict line per step (PASS, FAIL, SKIP with the
+# reason, or INFO), and $OUT/logs.tgz, every log of the run (the directory
+# verify-logs/; rewritten after each step, so a run cut short still leaves
+# the logs of the steps it finished). The key lines go to stdout. Every
+# command runs under `timeout` (SIGQUIT first: a Go program prints its
+# goroutines), and all steps together stay within VERIFY_BUDGET seconds
+# (default 570: one device call of 10 minutes, with room for the tarball);
+# a step that would start with less than 20 s left is skipped, and says so.
+# NGPUS (default: from nvidia-smi) decides which steps need 2 GPUs; those
+# skip on one, naming the reason.
+#
+# calibrate (issue 17): nccl-tests, built here from the source tree in
 # NCCL_TESTS_SRC (default third_party/nccl-tests, a copy of
 # github.com/NVIDIA/nccl-tests; git-ignored) against NCCL_LIB's headers, and
 # ncclperf's NCCL column on the same library, back to back in one lease:
@@ -23,7 +60,7 @@
 # ${CAL_E:-1G} by ${CAL_F:-2}, -g ${CAL_G:-2}, -n ${CAL_N:-200} -w ${CAL_W:-20}
 # -c 0, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf in
 # even ones), both under `taskset -c $CAL_CPUS` when it is set (auto: GPU 0's
-# local CPUs). $OUT/calibrate.txt has, per size (rows joined by size), the
+# local CPUs). calibrate.txt (in logs.tgz) has, per size (rows joined by size), the
 # median out-of-place time of each, their ratio, whether they agree within
 # 5 %, each one's spread over rounds and host time per iteration (and
 # ncclgo's own column when a fatbin is present and CAL_NCCLGO is not 0);
@@ -31,84 +68,100 @@
 # and channels per size; count, type, op, root per call; env and init) that
 # differ between the two harnesses on a short sweep to ${CAL_DIAG_E:-4M}.
 # Raw outputs, the nccl-tests build log and the machine's CPU and GPU
-# topology: one tarball, $OUT/calibrate-raw.tgz. The step needs the GPUs
-# only, not the fatbin: STEPS=calibrate is enough. On two H200s: nccl-tests'
-# build (four binaries, sm_90) about 1-2 min, the runs about 2 min with
-# CAL_NCCLGO=0 and 3 rounds, the diagnostics about 30 s.
-# e.g. STEPS="build multigpu" OUT=... bash tests/gpu-verify.sh
+# topology: verify-logs/calibrate/. The step needs the GPUs only, not the
+# fatbin: STEPS=calibrate is enough. On two H200s: nccl-tests' build (four
+# binaries, sm_90) about 1-2 min, the runs about 2 min with CAL_NCCLGO=0 and
+# 3 rounds, the diagnostics about 30 s.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$PWD
 OUT=${OUT:-build/verify}
-mkdir -p "$OUT" build
+mkdir -p "$OUT" build && OUT=$(cd "$OUT" && pwd)
+# Every log goes to $L; $OUT/logs.tgz is its tarball.
+L=$ROOT/build/verify-logs
+rm -rf "$L" && mkdir -p "$L"
+SUMMARY=$OUT/summary.txt
 export NCCL_NVLS_ENABLE=0
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 JOBS=${JOBS:-$(nproc)}
 STEPS=${STEPS:-build perf tests}
 [[ " $STEPS " == *" multigpu "* ]] && STEPS="$STEPS multigpu-tests multigpu-perf"
 B=bundle/bin
-ROOT=$PWD
+T=$ROOT/bundle/tests
+T0=$SECONDS
+VERIFY_BUDGET=${VERIFY_BUDGET:-570}
+
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "elapsed $(( ($(date +%s%N) - s) / 1000000 )) ms (rc=$rc): $*"; return $rc; }
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-$NVCC --version | tail -2
-
-if [[ " $STEPS " == *" build "* ]]; then
-  echo "== full build (sm_90, -j $JOBS)"
-  t $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -4
-  echo "== no-op rebuild"
-  t $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -2
-  echo "== one changed translation unit"
-  echo "// changed" >> generated/cuda/all_reduce_sum_f32.cu
-  t $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -2
-  sed -i '$d' generated/cuda/all_reduce_sum_f32.cu
-  cuobjdump -lelf -lptx build/ncclgo.fatbin | head -5
-  echo "kernels in the image: $(cuobjdump -elf build/ncclgo.fatbin 2>/dev/null | grep -c 'STT_FUNC.*ngDevKernel_' )"
-fi
-export NCCLGO_FATBIN=$PWD/build/ncclgo.fatbin
-
-if [[ " $STEPS " == *" perf "* ]]; then
-  NCCL_LIB=${NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2*' 2>/dev/null | head -1)}
-  CMP=${NCCL_LIB:+-compare $NCCL_LIB}
-  if (( $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l) < 2 )) && [[ -z "${FORCE_COMPARE:-}" ]]; then
-    # NCCL before 2.30 refuses ranks that share a GPU; FORCE_COMPARE=1 tries anyway.
-    CMP=""
-  fi
-  echo "== ncclperf (reference: ${CMP:-none})"
-  t $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 200 -w 20 $CMP
-  t $B/ncclperf -coll allreduce -b 512M -e 512M -g 2 -n 10 -w 3 $CMP
-  t $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 50 -w 5
-  # Point-to-point (direct SIMPLE between ranks of one process), checked.
-  t $B/ncclperf -coll sendrecv -b 8 -e 256M -f 8 -g 2 -n 20 -w 5
-  t $B/ncclperf -coll alltoall -b 1K -e 256M -f 8 -g 4 -n 20 -w 5
-fi
-
-if [[ " $STEPS " == *" latency "* ]]; then
-  # Small-message latency diagnostics: the enqueue loop's own time next to
-  # the total, a CPU profile of 2 and 8 ranks, and each protocol forced.
-  echo "== latency (8 B AllReduce)"
-  $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 20000 -w 200 -hosttime -cpuprofile "$OUT/ar8-2ranks.prof" | grep -v '^# [a-zA-Z]'
-  $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 5000 -w 100 -hosttime -cpuprofile "$OUT/ar8-8ranks.prof" | grep -v '^# [a-zA-Z]'
-  $B/ncclperf -coll allreduce -b 8 -e 8 -g 1 -n 5000 -w 100 -hosttime | grep -v '^# [a-zA-Z]'
-  for p in LL LL128 SIMPLE; do for ch in 1 2; do
-    echo "-- NCCL_PROTO=$p NCCL_NCHANNELS=$ch"
-    NCCL_PROTO=$p NCCL_NCHANNELS=$ch $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 5000 -w 100 -hosttime | grep -E '^ +[0-9]|host'
-  done; done
-  echo "-- 200 iterations (fewer than the launch queue holds: the enqueue time is the host's own)"
-  for g in 2 8; do $B/ncclperf -coll allreduce -b 8 -e 8 -g $g -n 200 -w 200 -hosttime | grep -E '^ +[0-9]|host'; done
-  NCCL_DEBUG=INFO $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -E 'AllReduce 8 bytes' | head -2
-  echo "-- the driver's own launch cost"
-  (cd runtime/cuda && "$ROOT/bundle/tests/runtime_cuda.test" -test.run XXX -test.bench GPULaunch -test.benchtime 20000x 2>&1 | grep -E 'Benchmark|FAIL')
-fi
-
-if [[ " $STEPS " == *" tests "* ]]; then
-  for bin in bundle/tests/*.test; do
-    name=$(basename "$bin" .test); dir=${name//_//}; [[ $name == ncclgo ]] && dir=.
-    echo "== $name"
-    (cd "$dir" && t "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} > "$OUT/$name.log" 2>&1)
-    grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|elapsed' "$OUT/$name.log" | tail -${TAIL:-25}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
+left() { echo $((VERIFY_BUDGET - (SECONDS - T0))); }
+# lim N: N seconds, or what the budget has left (less 15 s), whichever is less.
+# Never 0: `timeout 0` would not time out at all.
+lim() { local l=$(($(left) - 15)); ((l < $1)) && echo $((l > 1 ? l : 1)) || echo "$1"; }
+# bt [-C DIR] NAME N CMD...: CMD (in DIR) under timeout (lim N), output in
+# $L/NAME.log; prints "== NAME rc=R Ns"; rc 124/131/137: killed at the
+# limit; 125: not started.
+bt() {
+  local dir=.
+  [[ $1 == -C ]] && { dir=$2; shift 2; }
+  local name=$1 to=$2 l=$(($(left) - 15)); shift 2
+  local log=$L/$name.log s=$SECONDS rc
+  ((to > l)) && to=$l
+  mkdir -p "$(dirname "$log")"
+  if ((l < 5)); then echo "not started: out of VERIFY_BUDGET=${VERIFY_BUDGET}s" > "$log"; echo "== $name not started (budget)"; return 125; fi
+  printf '%q ' "$@" > "$log"; echo "  # timeout ${to}s" >> "$log"
+  # In the background, so that INT or TERM reach the trap at once (it stops the command).
+  (cd "$dir" && exec timeout -s QUIT -k 10 "$to" "$@") >> "$log" 2>&1 &
+  CUR=$!; wait $CUR; rc=$?; CUR=""
+  ((rc == 124 || rc == 131 || rc == 137)) && echo "TIMEOUT: killed after ${to}s" >> "$log"
+  echo "== $name rc=$rc $((SECONDS - s))s"
+  return $rc
+}
+# verdict STEP STATUS DETAIL: one line in $OUT/summary.txt (and stdout).
+verdict() { printf '%-14s %-4s %4ss  %s\n' "$1" "$2" "${STEP_T:-0}" "$3" | tee -a "$SUMMARY"; }
+# begin STEP: starts a step's clock; false (and a SKIP line) when the budget is spent.
+begin() {
+  STEP_T=0; STEP_S=$SECONDS
+  echo; echo "######## $1 ($(left) s of VERIFY_BUDGET left)"
+  if (($(left) < 20)); then verdict "$1" SKIP "out of VERIFY_BUDGET=${VERIFY_BUDGET}s"; return 1; fi
+}
+# done_ STEP STATUS DETAIL: the step's verdict with its time, then the tarball.
+done_() { STEP_T=$((SECONDS - STEP_S)); verdict "$@"; pack; }
+pack() {
+  tar -czf "$OUT/logs.tgz.tmp" -C "$(dirname "$L")" "$(basename "$L")" 2>/dev/null && mv -f "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"
+}
+# gotest NAME: the top-level --- PASS/FAIL/SKIP counts of $L/NAME.log.
+gocount() {
+  local f=$L/$1.log
+  echo "$(grep -c '^--- PASS' "$f") passed, $(grep -c '^--- FAIL' "$f") failed, $(grep -c '^--- SKIP' "$f") skipped"
+}
+# gook NAME RC: the go test run passed (rc 0, no FAIL, at least one PASS or ok).
+gook() { (($2 == 0)) && ! grep -qE '^(--- FAIL|FAIL|panic)' "$L/$1.log" && grep -qE '^(--- PASS|ok|PASS)' "$L/$1.log"; }
+# children PID: the processes whose parent is PID.
+children() {
+  local p
+  for p in /proc/[0-9]*/stat; do
+    [[ $(sed -E 's/.*\) [A-Za-z] ([0-9]+) .*/\1/' "$p" 2>/dev/null) == "$1" ]] && { p=${p#/proc/}; echo "${p%/stat}"; }
   done
-fi
+}
 
+MPS_DIR=$ROOT/build/mps MPS_ON=0
+mps_env() { env CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log" "$@"; }
+mps_stop() {
+  ((MPS_ON)) || return 0
+  echo quit | mps_env timeout 20 nvidia-cuda-mps-control
+  local i; for i in $(seq 1 20); do [[ -e $MPS_DIR/pipe/control ]] || break; sleep 0.5; done
+  MPS_ON=0
+  mkdir -p "$L/mp" && cp -r "$MPS_DIR/log" "$L/mp/mps-log" 2>/dev/null
+  echo "MPS stopped"
+}
+cleanup() { mps_stop; pack; }
+trap cleanup EXIT
+CUR=""
+trap 'echo "interrupted"; [[ -n $CUR ]] && kill -TERM "$CUR" 2>/dev/null; exit 130' INT TERM
+
+echo "# gpu-verify $(date -u +%Y-%m-%dT%H:%M:%SZ) STEPS=\"$STEPS\" VERIFY_BUDGET=$VERIFY_BUDGET" | tee -a "$SUMMARY"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; $NVCC --version | tail -2; } 2>&1 | tee "$L/machine.txt"
 NGPUS=${NGPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)}
 DEVS=$(seq -s, 0 $((NGPUS - 1)))
 NCCL_LIB=${NCCL_LIB:-}
@@ -117,43 +170,442 @@ for cand in /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libncc
             $(find /opt /usr -name 'libnccl.so.2*' 2>/dev/null); do
   [[ -z "$NCCL_LIB" && -e "$cand" ]] && NCCL_LIB=$cand
 done
+echo "GPUs: $NGPUS; NCCL: ${NCCL_LIB:-none found}" | tee -a "$L/machine.txt"
+export NCCLGO_FATBIN=${NCCLGO_FATBIN:-$ROOT/build/ncclgo.fatbin}
 
-if [[ " $STEPS " == *" multigpu-tests "* ]]; then
-  nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
-  echo "== suite over $NGPUS GPUs (NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS})"
-  (cd tests && NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS} NCCLGO_TEST_LARGE=${NCCLGO_TEST_LARGE:-0} \
-    t timeout ${MG_TEST_TIMEOUT:-330} "$ROOT/bundle/tests/tests.test" -test.v -test.short -test.count=1 -test.timeout=${MG_TEST_TIMEOUT:-330}s ${TESTFLAGS:-} \
-    > "$OUT/multigpu-tests.log" 2>&1)
-  grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|^    --- (PASS|FAIL)|checks|elapsed' "$OUT/multigpu-tests.log" | tail -${TAIL:-40}
-  echo "== runtime TestGPUSeveralGPUs"
-  (t timeout 120 "$ROOT/bundle/tests/ncclgo.test" -test.v -test.run 'TestGPUSeveralGPUs' -test.count=1 \
-    > "$OUT/multigpu-runtime.log" 2>&1)
-  grep -E -- '--- (PASS|FAIL|SKIP)|^(FAIL|ok|PASS|panic)|InitAll|elapsed' "$OUT/multigpu-runtime.log" | tail -${TAIL:-40}
+if has build && begin build; then
+  {
+  echo "== full build (sm_90, -j $JOBS)"
+  t timeout $(lim 300) $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -4
+  echo "== no-op rebuild"
+  t timeout $(lim 60) $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -2
+  echo "== one changed translation unit"
+  echo "// changed" >> generated/cuda/all_reduce_sum_f32.cu
+  t timeout $(lim 120) $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -2
+  sed -i '$d' generated/cuda/all_reduce_sum_f32.cu
+  cuobjdump -lelf -lptx build/ncclgo.fatbin | head -5
+  nk=$(cuobjdump -elf build/ncclgo.fatbin 2>/dev/null | grep -c 'STT_FUNC.*ngDevKernel_')
+  echo "kernels in the image: $nk"
+  } 2>&1 | tee "$L/build.log"
+  nk=$(sed -n 's/^kernels in the image: //p' "$L/build.log")
+  if [[ -s build/ncclgo.fatbin ]] && ((${nk:-0} > 0)); then
+    done_ build PASS "build/ncclgo.fatbin, $nk kernels; $(grep -E '^elapsed' "$L/build.log" | awk '{printf "%s%s ms", sep, $2; sep=", "}') (full, no-op, one unit)"
+  else
+    done_ build FAIL "no kernel image (build/ncclgo.fatbin: ${nk:-0} kernels); see build.log"
+  fi
 fi
 
-if [[ " $STEPS " == *" multigpu-perf "* ]]; then
-  [[ -e "$OUT/topo.txt" ]] || nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+# Steps that run kernels need the full set: build it once (no timings) when
+# the build step did not run and no earlier call on this machine left one.
+if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite mp stress capi torch np split random multigpu-tests multigpu-perf && begin fatbin; then
+  bt fatbin 300 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out "$NCCLGO_FATBIN"
+  rc=$?; tail -2 "$L/fatbin.log"
+  [[ -s $NCCLGO_FATBIN ]] && done_ fatbin PASS "built $NCCLGO_FATBIN (rc=$rc)" || done_ fatbin FAIL "no $NCCLGO_FATBIN (rc=$rc, fatbin.log)"
+fi
+
+if has perf && begin perf; then
+  CMP=${NCCL_LIB:+-compare $NCCL_LIB}
+  if ((NGPUS < 2)) && [[ -z "${FORCE_COMPARE:-}" ]]; then
+    # NCCL before 2.30 refuses ranks that share a GPU; FORCE_COMPARE=1 tries anyway.
+    CMP=""
+  fi
+  bad=0
+  {
+  echo "== ncclperf (reference: ${CMP:-none})"
+  t timeout $(lim 60) $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 200 -w 20 $CMP || bad=$((bad + 1))
+  t timeout $(lim 90) $B/ncclperf -coll allreduce -b 512M -e 512M -g 2 -n 10 -w 3 $CMP || bad=$((bad + 1))
+  t timeout $(lim 60) $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 50 -w 5 || bad=$((bad + 1))
+  # Point-to-point (direct SIMPLE between ranks of one process), checked.
+  t timeout $(lim 90) $B/ncclperf -coll sendrecv -b 8 -e 256M -f 8 -g 2 -n 20 -w 5 || bad=$((bad + 1))
+  t timeout $(lim 120) $B/ncclperf -coll alltoall -b 1K -e 256M -f 8 -g 4 -n 20 -w 5 || bad=$((bad + 1))
+  echo "failed commands: $bad"
+  } 2>&1 | tee "$L/perf.log"
+  bad=$(sed -n 's/^failed commands: //p' "$L/perf.log")
+  nw=$(grep -c 'Out of bounds values : [1-9]' "$L/perf.log")
+  ((bad == 0 && nw == 0)) && done_ perf PASS "5 ncclperf runs, reference ${CMP:-none}" \
+    || done_ perf FAIL "$bad of 5 ncclperf runs failed, $nw with wrong values (perf.log)"
+fi
+
+if has latency && begin latency; then
+  # Small-message latency diagnostics: the enqueue loop's own time next to
+  # the total, a CPU profile of 2 and 8 ranks, and each protocol forced.
+  {
+  echo "== latency (8 B AllReduce)"
+  timeout $(lim 120) $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 20000 -w 200 -hosttime -cpuprofile "$L/ar8-2ranks.prof" | grep -v '^# [a-zA-Z]'
+  timeout $(lim 120) $B/ncclperf -coll allreduce -b 8 -e 8 -g 8 -n 5000 -w 100 -hosttime -cpuprofile "$L/ar8-8ranks.prof" | grep -v '^# [a-zA-Z]'
+  timeout $(lim 60) $B/ncclperf -coll allreduce -b 8 -e 8 -g 1 -n 5000 -w 100 -hosttime | grep -v '^# [a-zA-Z]'
+  for p in LL LL128 SIMPLE; do for ch in 1 2; do
+    echo "-- NCCL_PROTO=$p NCCL_NCHANNELS=$ch"
+    NCCL_PROTO=$p NCCL_NCHANNELS=$ch timeout $(lim 60) $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 5000 -w 100 -hosttime | grep -E '^ +[0-9]|host'
+  done; done
+  echo "-- 200 iterations (fewer than the launch queue holds: the enqueue time is the host's own)"
+  for g in 2 8; do timeout $(lim 60) $B/ncclperf -coll allreduce -b 8 -e 8 -g $g -n 200 -w 200 -hosttime | grep -E '^ +[0-9]|host'; done
+  NCCL_DEBUG=INFO timeout $(lim 30) $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -E 'AllReduce 8 bytes' | head -2
+  echo "-- the driver's own launch cost"
+  (cd runtime/cuda && timeout $(lim 120) "$T/runtime_cuda.test" -test.run XXX -test.bench GPULaunch -test.benchtime 20000x 2>&1 | grep -E 'Benchmark|FAIL')
+  } 2>&1 | tee "$L/latency.log"
+  done_ latency INFO "diagnostics in latency.log, CPU profiles ar8-*.prof (go tool pprof -top)"
+fi
+
+if has tests && begin tests; then
+  res=""
+  for bin in bundle/tests/*.test; do
+    name=$(basename "$bin" .test); dir=${name//_//}; [[ $name == ncclgo ]] && dir=.
+    echo "== $name"
+    (cd "$dir" && t timeout $(lim 500) "$ROOT/$bin" -test.count=1 -test.timeout=8m ${TESTFLAGS:-} > "$L/$name.log" 2>&1)
+    rc=$?
+    grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|elapsed' "$L/$name.log" | tail -${TAIL:-25}
+    gook "$name" $rc && res="$res $name:ok" || res="$res $name:FAIL(rc=$rc)"
+  done
+  [[ $res == *FAIL* ]] && done_ tests FAIL "$res" || done_ tests PASS "$res"
+fi
+
+if has suite && begin suite; then
+  bt -C tests suite ${SUITE_TO:-300} env NCCLGO_TEST_RANKS=${SUITE_RANKS:-1,2,4} NCCLGO_TEST_LARGE=0 NCCLGO_TEST_WAIT=20s \
+    ${SUITE_DEVICES:+NCCLGO_TEST_DEVICES=$SUITE_DEVICES} \
+    "$T/tests.test" -test.short -test.count=1 -test.v -test.run "${SUITE_RUN:-TestCollectives|TestSendRecv}" -test.timeout $(lim ${SUITE_TO:-300})s
+  rc=$?
+  grep -E "^(--- |ok|FAIL|PASS)|^    --- FAIL|seed" "$L/suite.log" | head -20; grep -m5 "checks\|wrong" "$L/suite.log"
+  sub="subtests $(grep -c -- '--- PASS' "$L/suite.log") passed, $(grep -c -- '--- FAIL' "$L/suite.log") failed"
+  gook suite $rc && done_ suite PASS "ranks ${SUITE_RANKS:-1,2,4}: $sub" || done_ suite FAIL "rc=$rc, ranks ${SUITE_RANKS:-1,2,4}: $sub"
+fi
+
+# secs D: a Go-style duration ("40s", "2m", "90") in whole seconds.
+secs() { case $1 in *m) echo $((${1%m} * 60));; *s) echo "${1%s}";; *) echo "$1";; esac; }
+
+if has hang && begin hang && { ((NGPUS >= 2)) || { done_ hang SKIP "needs 2 GPUs, found $NGPUS"; false; }; }; then
+  # The two-GPU first-collective hang (docs/HANG-2GPU.md). slim's kernel set,
+  # and for the test the full set (or, without one, the set HANG-2GPU.md names).
+  mkdir -p "$L/hang"
+  bt hang/slimbuild 180 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache \
+    --only "${SLIM_ONLY:-AllReduce Sum (f32|bf16) * *}" --out build/slim.fatbin; tail -1 "$L/hang/slimbuild.log"
+  UNEVEN_FATBIN=$NCCLGO_FATBIN
+  if [[ ! -s $UNEVEN_FATBIN ]]; then
+    UNEVEN_FATBIN=$ROOT/build/hang.fatbin
+    bt hang/unevenbuild 180 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache \
+      --only "(AllReduce|ReduceScatter) Sum (f32|bf16|i32) * *" --out "$UNEVEN_FATBIN"; tail -1 "$L/hang/unevenbuild.log"
+  fi
+  if [[ ! -s build/slim.fatbin || ! -s $UNEVEN_FATBIN ]]; then
+    done_ hang FAIL "no kernel set (build/slim.fatbin, $UNEVEN_FATBIN): see hang/slimbuild.log"
+  else
+    HANG_TO=${HANG_TO:-20} UNEVEN_TO=${UNEVEN_TO:-60} UNEVEN_WAIT=${UNEVEN_WAIT:-20s}
+    SLIM=("$ROOT/$B/slim" -fatbin "$ROOT/build/slim.fatbin" -devices 0,1)
+    UNEVEN=(NCCLGO_FATBIN="$UNEVEN_FATBIN" NCCLGO_TEST_WAIT="$UNEVEN_WAIT" "$T/tests.test" -test.v -test.count=1
+            -test.run 'TestGroupedUnevenPlacement' -test.timeout $((UNEVEN_TO - 5))s)
+    # hang_loop NAME N TO DIR CMD...: N runs of CMD (in DIR, with HANG_ENV and the
+    # variant's VENV), each under timeout -s QUIT TO (a Go program dumps its
+    # goroutines). Keeps the logs of failures (all of them when KEEP=1), prints
+    # the first HANG_SHOW (2) failures' HANG/STUCK lines and goroutine 1, stops
+    # after HANG_MAX_FAIL (5) failures or when the budget runs low. Sets OK, BAD, HUNG.
+    hang_loop() {
+      local name=$1 n=$2 to=$3 dir=$4 i rc f; shift 4
+      OK=0 BAD=0 HUNG=0
+      for i in $(seq 1 "$n"); do
+        if (($(left) < to + 25)); then echo "$name: stopped after $((i - 1)) runs: VERIFY_BUDGET"; break; fi
+        f=$L/hang/$name-$i.log
+        # shellcheck disable=SC2086 # HANG_ENV and VENV are lists of NAME=VALUE words
+        bt -C "$dir" "hang/$name-$i" "$to" env ${HANG_ENV:-} $VENV "$@" > /dev/null
+        rc=$?
+        if ((rc == 0)); then
+          OK=$((OK + 1)); ((KEEP)) || rm -f "$f"
+          continue
+        fi
+        BAD=$((BAD + 1))
+        # Hung: killed at the limit, or the test's own wait saw a group hang.
+        if ((rc == 124 || rc == 131 || rc == 137)) || grep -qE '^(HANG|STUCK)' "$f"; then HUNG=$((HUNG + 1)); fi
+        echo "$name run $i FAILED (rc=$rc)"
+        if ((BAD <= ${HANG_SHOW:-2})); then
+          grep -E -A12 '^(HANG|STUCK)' "$f" | head -40
+          grep -E '^(--- FAIL|slim:|panic)' "$f" | head -4
+          grep -A25 '^goroutine 1 \[' "$f" | head -30
+        fi
+        ((BAD >= ${HANG_MAX_FAIL:-5})) && { echo "$name: stopped after $BAD failures"; break; }
+      done
+      echo "$name: $OK passed, $BAD failed ($HUNG hung)"
+    }
+    # e1_split LOG: "same" when every rank logged the same choices
+    # (NCCL_DEBUG_SUBSYS=COLL: "<coll> <n> bytes: ALGO/PROTO channels C threads T"), else each rank's.
+    e1_split() {
+      sed -nE 's/.*\[([0-9]+)\] NCCL INFO (.* bytes: .*)/\1\t\2/p' "$1" | sort -u |
+        awk -F'\t' '{ sig[$1] = sig[$1] $2 "; " }
+          END { n = 0; for (r in sig) if (!(sig[r] in seen)) { seen[sig[r]] = 1; n++ }
+                if (n == 0) print "none"; else if (n == 1) print "same"; else { for (r in sig) printf "[%s] %s", r, sig[r]; print "" } }'
+    }
+    for v in ${HANG_VARIANTS:-plain}; do
+      KEEP=0
+      case $v in
+        plain) VENV="" ;;
+        e1) VENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL"; KEEP=1 ;;
+        e2) VENV="NCCL_PROTO=SIMPLE" ;;
+        e2ring) VENV="NCCL_ALGO=RING" ;;
+        *) echo "hang: unknown variant $v (plain, e1, e2, e2ring)"; continue ;;
+      esac
+      STEP_S=$SECONDS
+      echo "-- hang:$v: ${HANG_ENV:-} $VENV"
+      hang_loop "slim-$v" "${HANG_RUNS:-30}" "$HANG_TO" "$ROOT" "${SLIM[@]}"
+      sok=$OK sbad=$BAD shung=$HUNG
+      hang_loop "uneven-$v" "${UNEVEN_RUNS:-6}" "$UNEVEN_TO" "$ROOT/tests" "${UNEVEN[@]}"
+      uok=$OK ubad=$BAD uhung=$HUNG
+      more=""
+      subs=$(cat "$L"/hang/uneven-"$v"-*.log 2>/dev/null | grep -o -- '--- FAIL: TestGroupedUnevenPlacement/[^ ]*' | sed 's/--- FAIL: TestGroupedUnevenPlacement\///' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=" "}')
+      [[ -n $subs ]] && more="; failed subtests: $subs"
+      if [[ $v == e1 ]]; then
+        # E1: under H1 every hung run shows the ranks' choices split, every completed one the same.
+        hs=0 hsame=0 cs=0 csame=0 nolines=0
+        for f in "$L"/hang/slim-e1-*.log; do
+          [[ -e $f ]] || continue
+          s=$(e1_split "$f"); i=${f##*-}; i=${i%.log}
+          hung=0; grep -q '^TIMEOUT' "$f" && hung=1
+          what="done"; ((hung)) && what="hung"
+          echo "slim-e1 run $i: ${what}, choices: $s" >> "$L/hang/e1-slim.txt"
+          if [[ $s == none ]]; then nolines=$((nolines + 1))
+          elif [[ $s == same ]]; then ((hung)) && hsame=$((hsame + 1)) || csame=$((csame + 1))
+          else ((hung)) && hs=$((hs + 1)) || cs=$((cs + 1)); fi
+        done
+        ntopo=$(cat "$L"/hang/*-e1-*.log 2>/dev/null | grep -c "view of the topology differs")
+        { grep -m1 ': done' "$L/hang/e1-slim.txt"; grep -m3 ': hung' "$L/hang/e1-slim.txt"; } 2>/dev/null
+        more="$more; E1 slim choices split: $hs hung/$cs completed, same: $hsame hung/$csame completed$( ((nolines)) && echo ", no COLL lines in $nolines runs"); 'topology differs' warnings: $ntopo"
+      fi
+      st=PASS; ((sbad + ubad)) && st=FAIL; ((sok + sbad + uok + ubad == 0)) && st=SKIP
+      done_ "hang:$v" $st "slim $sok/$((sok + sbad)) passed ($shung hung), uneven $uok/$((uok + ubad)) passed ($uhung hung)${HANG_ENV:+; HANG_ENV=$HANG_ENV}${VENV:+; $VENV}$more"
+    done
+    # One run of each with the choices logged, kept for the record.
+    STEP_S=$SECONDS
+    DBG=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS="${HANG_SUBSYS:-INIT,ENV,TUNING,COLL}")
+    # shellcheck disable=SC2086
+    bt hang/record-slim "$HANG_TO" env ${HANG_ENV:-} "${DBG[@]}" "${SLIM[@]}"; r1=$?
+    # shellcheck disable=SC2086
+    bt -C tests hang/record-uneven "$UNEVEN_TO" env ${HANG_ENV:-} "${DBG[@]}" "${UNEVEN[@]}"; r2=$?
+    done_ hang:record INFO "NCCL_DEBUG=INFO ${DBG[1]}: slim rc=$r1, uneven rc=$r2 (hang/record-*.log)"
+  fi
+fi
+
+if has mp && begin mp; then
+  # The multi-process matrix (docs/MULTIPROCESS.md): each case is one
+  # tests.test run; it passes when the test does and, where given, the
+  # children's logs show the transport expected.
+  mkdir -p "$L/mp"
+  SHORT=-test.short MPTO=${MP_TO:-150}
+  [[ ${MP_FULL:-0} == 1 ]] && { SHORT=""; MPTO=${MP_TO:-540}; }
+  CASES=${MP_CASES:-p2p shm ipc 2x2 refused kill mps2 mps4}
+  res="" nbad=0
+  # mp_case NAME WANT RUN ENV...: WANT: a "via ..." the logs must show ("" none).
+  mp_case() {
+    local name=$1 want=$2 run=$3 rc f=$L/mp/$1.log via; shift 3
+    bt -C tests "mp/$name" "$MPTO" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P "$@" \
+      "$T/tests.test" -test.run "$run" -test.v -test.count=1 $SHORT -test.timeout $(($(lim "$MPTO") > 10 ? $(lim "$MPTO") - 5 : 5))s
+    rc=$?
+    grep -E 'MPRESULT|MPREFUSED|MPLOST|MPREBUILT|survivor|killed rank|^--- |^(ok|FAIL|PASS)$' "$f" | sed -E 's/pid=[0-9]+/pid=N/; s/^ +//' | sort | uniq -c | sort -rn | head -8
+    via=$(grep -oE 'via [A-Za-z0-9]+/[A-Za-z0-9/]+' "$f" | sort | uniq -c | awk '{printf "%s%s×%s", sep, $3, $1; sep=","}')
+    if gook "mp/$name" $rc && [[ -z $want || $(grep -c "$want" "$f") -gt 0 ]]; then
+      res="$res $name:ok${via:+($via)}"
+    else
+      nbad=$((nbad + 1)); res="$res $name:FAIL(rc=$rc${want:+, want $want}${via:+, saw $via})"
+      grep -E -B2 -A10 -- '--- FAIL|panic' "$f" | head -30
+    fi
+  }
+  mpsc() { [[ " $CASES " == *" $1 "* ]]; }
+  if ((NGPUS >= 2)); then
+    mpsc p2p && mp_case p2p "via P2P/CUMEM" '^TestMultiProcess$' NCCLGO_TEST_DEVICES=0,1
+    mpsc shm && mp_case shm "via SHM" '^TestMultiProcess$' NCCLGO_TEST_DEVICES=0,1 NCCL_P2P_DISABLE=1
+    mpsc ipc && mp_case ipc "via P2P/IPC" '^TestMultiProcess$' NCCLGO_TEST_DEVICES=0,1 NCCL_CUMEM_ENABLE=0
+    mpsc 2x2 && mp_case 2x2 "" '^TestMultiProcess$' NCCLGO_TEST_DEVICES=0,1 NCCLGO_MP_RANKS_PER_PROC=2
+    mpsc kill && mp_case kill "" '^TestMultiProcessKill$' NCCLGO_TEST_DEVICES=0,1
+  else
+    res="$res (p2p shm ipc 2x2 kill over 2 GPUs: skipped, $NGPUS GPU)"
+  fi
+  mpsc refused && mp_case refused "" '^TestMultiProcessSharedGPURefused$' NCCLGO_TEST_DEVICES=0
+  if mpsc mps2 || mpsc mps4 || { mpsc kill && ((NGPUS < 2)); }; then
+    if ! command -v nvidia-cuda-mps-control > /dev/null; then
+      res="$res mps:SKIP(no nvidia-cuda-mps-control)"
+    else
+      mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+      # Stopped by mps_stop below and, whatever happens, by the EXIT trap.
+      MPS_ON=1
+      if mps_env nvidia-cuda-mps-control -d; then
+        sleep 1; echo "MPS started ($MPS_DIR)"
+        MPSENV=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log" NCCLGO_TEST_DEVICES=0)
+        mpsc mps2 && mp_case mps2 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2
+        mpsc mps4 && mp_case mps4 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=4
+        mpsc kill && ((NGPUS < 2)) && mp_case kill-mps "" '^TestMultiProcessKill$' "${MPSENV[@]}"
+      else
+        MPS_ON=0; nbad=$((nbad + 1)); res="$res mps:FAIL(nvidia-cuda-mps-control -d failed)"
+      fi
+      mps_stop
+    fi
+  fi
+  ((nbad)) && done_ mp FAIL "${SHORT:-full}:$res" || done_ mp PASS "${SHORT:-full}:$res"
+fi
+
+if has stress && begin stress; then
+  res="" st=PASS
+  shapes=${STRESS_SHAPES:-${NCCLGO_STRESS_SHAPES:-}}
+  for place in 0 $( ((NGPUS >= 2)) && echo 0,1); do
+    name=stress-${place/,/-}
+    bt -C tests "$name" "${STRESS_TO:-200}" env NCCLGO_TEST_DEVICES=$place ${shapes:+"NCCLGO_STRESS_SHAPES=$shapes"} \
+      ${STRESS_BUDGET:+NCCLGO_STRESS_BUDGET=$STRESS_BUDGET} NCCLGO_TEST_WAIT=${STRESS_WAIT:-30s} \
+      "$T/tests.test" -test.run '^(TestStress|TestStressTwoFullComms|TestDestroyBounded)$' -test.v -test.count=1 \
+      -test.timeout $(($(lim "${STRESS_TO:-200}") > 10 ? $(lim "${STRESS_TO:-200}") - 5 : 5))s
+    rc=$?
+    grep -E 'STRESS|Destroy after|^--- |^(ok|FAIL|PASS)$|HANG' "$L/$name.log" | head -20
+    gook "$name" $rc || st=FAIL
+    res="$res devices $place: $(gocount "$name") (rc=$rc);"
+  done
+  done_ stress $st "${shapes:+shapes $shapes; }$res"
+fi
+
+if has capi && begin capi; then
+  mkdir -p "$L/capi"
+  bt capi/capi_test 90 $B/capi_test gpu; rc=$?
+  tail -5 "$L/capi/capi_test.log"
+  res="capi_test gpu rc=$rc"; st=PASS; ((rc)) && st=FAIL
+  SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
+  if [[ ! -f $SRC/src/common.cu ]]; then
+    res="$res; nccl-tests: skipped (no $SRC/src/common.cu: carry third_party/nccl-tests)"
+  elif ((NGPUS < 2)) && [[ -z ${NT_ARGS:-} ]]; then
+    res="$res; nccl-tests: skipped (-g 2 needs 2 GPUs, found $NGPUS; set NT_ARGS)"
+  else
+    rm -f "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log
+    sys=none; [[ -n $NCCL_LIB ]] && sys=$(dirname "$(readlink -f "$NCCL_LIB")")
+    bt capi/nccl-tests "${NT_TO:-480}" env TESTS="${NT_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter}" \
+      ARGS="${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}" SYSTEM_NCCL_LIB="$sys" bash capi/test/nccl-tests.sh "$SRC" bundle
+    rc=$?
+    cp "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log "$SRC/build.log" "$L/capi/" 2>/dev/null
+    grep -E "^== |Out of bounds|Avg bus|FAILED|rror" "$L/capi/nccl-tests.log" | head -60
+    # Per library: the tests whose run printed "Out of bounds values : 0 OK".
+    nt=$(awk '/^== [a-z_]+_perf on /{ if (cur != "") r[cur] = st; cur = $2 " " $4; st = "FAIL"; next }
+              /Out of bounds values : 0 OK/{ if (cur != "") st = "ok" }
+              END { if (cur != "") r[cur] = st
+                    for (k in r) { split(k, a, " "); n[a[2]]++; if (r[k] == "ok") g[a[2]]++; else bad[a[2]] = bad[a[2]] " " a[1] }
+                    for (l in n) printf "%s %s %d/%d ok%s;", sep, l, g[l], n[l], (bad[l] ? " (failed:" bad[l] ")" : ""); }' "$L/capi/nccl-tests.log")
+    res="$res; nccl-tests (${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}) rc=$rc:${nt:- no test ran}"
+    ((rc)) && st=FAIL
+  fi
+  done_ capi $st "$res"
+fi
+
+if has torch && begin torch; then
+  if ((NGPUS < ${TORCH_NPROC:-2})); then
+    done_ torch SKIP "NPROC=${TORCH_NPROC:-2} processes need as many GPUs, found $NGPUS"
+  else
+    tl=$(lim 570)
+    bt torch/run "$tl" env STEPS="${TORCH_STEPS:-probe collectives split ddp compare}" OUT="$L/torch" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
+      NPROC=${TORCH_NPROC:-2} METHOD=${TORCH_METHOD:-preload} bash tests/torch/run.sh
+    rc=$?
+    sed -n '/^== summary/,$p' "$L/torch/run.log"
+    r=$(grep -m1 '^TORCH-RUN-RESULT' "$L/torch/run.log")
+    [[ $r == *" OK "* || $r == "TORCH-RUN-RESULT OK"* ]] && ((rc == 0)) && done_ torch PASS "$r" || done_ torch FAIL "rc=$rc ${r:-no TORCH-RUN-RESULT line}"
+  fi
+fi
+
+if has np && begin np; then
+  mkdir -p "$L/np"
+  if ((NGPUS < 2)); then
+    done_ np SKIP "-np 2 puts one process on each GPU; 2 processes on one GPU need MPS (found $NGPUS GPU)"
+  else
+    res="" st=PASS
+    for coll in ${NP_COLLS:-allreduce allgather}; do
+      bt "np/$coll" 150 $B/ncclperf -np 2 -coll "$coll" -b 8 -e "${NP_E:-128M}" -f 4 -c 1 ${NCCL_LIB:+-compare "$NCCL_LIB"}
+      rc=$?
+      f=$L/np/$coll.log
+      grep -E '^# (ncclgo|reference|measured|[0-9]+ processes)|Out of bounds|Avg bus|rror' "$f" | head -8
+      nok=$(grep -c 'Out of bounds values : 0 OK' "$f")
+      if ((rc == 0 && nok > 0)) && ! grep -q 'FAILED' "$f"; then res="$res $coll:ok"; else res="$res $coll:FAIL(rc=$rc)"; st=FAIL; tail -5 "$f"; fi
+    done
+    # The kill test: rank 1 SIGKILLed mid-sweep; the launcher must exit
+    # non-zero within NP_KILL_LIMIT s, naming the lost rank, with no rank left.
+    f=$L/np/kill.log
+    timeout -s KILL "$(lim 120)" $B/ncclperf -np 2 ${NP_KILL_ARGS:--coll allreduce -b 8 -e 8 -n 100000000 -w 10 -c 0} > "$f" 2>&1 &
+    tp=$!
+    for i in $(seq 1 60); do grep -q '^# ncclperf:' "$f" && break; sleep 1; done
+    sleep "${NP_KILL_DELAY:-3}"
+    launcher=$(children $tp); ranks=$(for p in $launcher; do children "$p"; done); victim=""
+    for p in $ranks; do tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'NCCLGO_LAUNCH_RANK=1' && victim=$p; done
+    if [[ -z $victim ]]; then
+      echo "np kill: no rank 1 process found (launcher ${launcher:-none}, ranks ${ranks:-none})"
+      kill "$tp" 2>/dev/null; wait "$tp"
+      res="$res kill:FAIL(no rank 1 process)"; st=FAIL
+    else
+      kill -9 "$victim"; k=$SECONDS
+      wait "$tp"; rc=$?; took=$((SECONDS - k))
+      # Left: a rank process still there and not a zombie.
+      sleep 1; alive=""
+      for p in $ranks; do [[ -e /proc/$p && $(sed -E 's/.*\) ([A-Za-z]) .*/\1/' "/proc/$p/stat" 2>/dev/null) != Z ]] && alive="$alive $p"; done
+      tail -4 "$f"
+      echo "np kill: rank 1 (pid $victim) killed; launcher rc=$rc after ${took}s; ranks left:${alive:- none}"
+      if ((rc != 0 && rc != 137 && took <= ${NP_KILL_LIMIT:-20})) && [[ -z $alive ]] && grep -qE 'rank 1 .*exited before the job finished|rank 1 \(pid' "$f"; then
+        res="$res kill:ok(${took}s)"
+      else
+        res="$res kill:FAIL(rc=$rc after ${took}s${alive:+, left:$alive})"; st=FAIL
+        for p in $alive; do kill -9 "$p" 2>/dev/null; done
+      fi
+    fi
+    done_ np $st "${NCCL_LIB:+-compare $NCCL_LIB:}$res"
+  fi
+fi
+
+if has split && begin split; then
+  bt split 240 "$T/ncclgo.test" -test.run 'Split|Shrink' -test.v -test.count=1 -test.timeout $(($(lim 240) > 10 ? $(lim 240) - 5 : 5))s
+  rc=$?
+  grep -E '^--- |^(ok|FAIL|PASS)$|panic' "$L/split.log" | head -30
+  gook split $rc && done_ split PASS "$(gocount split)" || done_ split FAIL "rc=$rc: $(gocount split)"
+fi
+
+if has random && begin random; then
+  res="" st=PASS rb=$(secs "${RANDOM_BUDGET:-40s}")
+  for place in $( ((NGPUS >= 2)) && echo 0,1) 0; do
+    name=random-${place/,/-}
+    bt -C tests "$name" $((rb + 40)) env NCCLGO_TEST_DEVICES=$place NCCLGO_RANDOM_BUDGET="${RANDOM_BUDGET:-40s}" NCCLGO_TEST_WAIT=20s \
+      "$T/tests.test" -test.v -test.count=1 -test.run 'TestRandom$' -test.timeout $((rb + 35))s
+    rc=$?
+    grep -E 'random:|^--- |elements wrong|HANG|seed' "$L/$name.log" | head -8
+    gook "$name" $rc || st=FAIL
+    res="$res devices $place: rc=$rc $(grep -m1 -oE 'random: .*' "$L/$name.log" | cut -c1-100);"
+  done
+  done_ random $st "budget ${RANDOM_BUDGET:-40s} each:$res"
+fi
+
+if has multigpu-tests && begin multigpu-tests; then
+  nvidia-smi topo -m > "$L/topo.txt" 2>&1
+  echo "== suite over $NGPUS GPUs (NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS})"
+  MGT=$(lim "${MG_TEST_TIMEOUT:-330}")
+  (cd tests && NCCLGO_TEST_DEVICES=$DEVS NCCLGO_TEST_RANKS=${MG_RANKS:-$NGPUS} NCCLGO_TEST_LARGE=${NCCLGO_TEST_LARGE:-0} \
+    t timeout "$MGT" "$ROOT/bundle/tests/tests.test" -test.v -test.short -test.count=1 -test.timeout=${MGT}s ${TESTFLAGS:-} \
+    > "$L/multigpu-tests.log" 2>&1)
+  rc1=$?
+  grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|^    --- (PASS|FAIL)|checks|elapsed' "$L/multigpu-tests.log" | tail -${TAIL:-40}
+  echo "== runtime TestGPUSeveralGPUs"
+  (t timeout "$(lim 120)" "$ROOT/bundle/tests/ncclgo.test" -test.v -test.run 'TestGPUSeveralGPUs' -test.count=1 \
+    > "$L/multigpu-runtime.log" 2>&1)
+  rc2=$?
+  grep -E -- '--- (PASS|FAIL|SKIP)|^(FAIL|ok|PASS|panic)|InitAll|elapsed' "$L/multigpu-runtime.log" | tail -${TAIL:-40}
+  d="suite rc=$rc1 ($(gocount multigpu-tests)), TestGPUSeveralGPUs rc=$rc2; devices $DEVS, ranks ${MG_RANKS:-$NGPUS}"
+  gook multigpu-tests $rc1 && gook multigpu-runtime $rc2 && done_ multigpu-tests PASS "$d" || done_ multigpu-tests FAIL "$d"
+fi
+
+if has multigpu-perf && begin multigpu-perf; then
+  [[ -e "$L/topo.txt" ]] || nvidia-smi topo -m > "$L/topo.txt" 2>&1
   echo "== ncclperf over $NGPUS GPUs, reference ${NCCL_LIB:-none} (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE)"
-  : > "$OUT/summary.txt"
   for coll in allreduce allgather reducescatter broadcast; do
     cmd="$B/ncclperf -coll $coll -b 8 -e ${MG_MAX:-8G} -f ${MG_F:-2} -g $NGPUS -n ${MG_N:-50} -w ${MG_W:-10} ${NCCL_LIB:+-compare $NCCL_LIB}"
-    echo "# command: NCCL_NVLS_ENABLE=0 NCCLGO_FATBIN=build/ncclgo.fatbin $cmd" > "$OUT/$coll.txt"
-    t timeout ${MG_PERF_TIMEOUT:-120} $cmd >> "$OUT/$coll.txt" 2>&1 || tail -3 "$OUT/$coll.txt"
-    grep -E '^# (ncclgo|reference):' "$OUT/$coll.txt" | head -2
+    echo "# command: NCCL_NVLS_ENABLE=0 NCCLGO_FATBIN=build/ncclgo.fatbin $cmd" > "$L/$coll.txt"
+    t timeout "$(lim "${MG_PERF_TIMEOUT:-120}")" $cmd >> "$L/$coll.txt" 2>&1 || tail -3 "$L/$coll.txt"
+    grep -E '^# (ncclgo|reference):' "$L/$coll.txt" | head -2
     # Acceptance: the ratio (column NF-1; > 1: ncclgo better) is >= 1 at
     # every size (busbw from 64 KiB, time below).
     awk -v coll=$coll '$1 ~ /^[0-9]+$/ && NF > 14 { n++; if ($(NF-1) + 0 < 1) { bad++; worst = worst sprintf(" %s:%s", $1, $(NF-1)) } }
-      END { printf "%-14s %d sizes, %d below NCCL%s\n", coll, n, bad, (bad ? ":" worst : "") }' "$OUT/$coll.txt" | tee -a "$OUT/summary.txt"
+      END { printf "%-14s %d sizes, %d below NCCL%s\n", coll, n, bad, (bad ? ":" worst : "") }' "$L/$coll.txt" | tee -a "$L/multigpu-perf.txt"
   done
+  done_ multigpu-perf INFO "$(awk '{printf "%s%s %s/%s below NCCL", sep, $1, $4, $2; sep="; "}' "$L/multigpu-perf.txt") (tables: <coll>.txt)"
 fi
 
-if [[ " $STEPS " == *" calibrate "* ]]; then
+if has calibrate && begin calibrate; then
   SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
   CAL_G=${CAL_G:-2}
   NH=$ROOT/build/nccl-home NT=$ROOT/build/nccl-tests
-  # Raw outputs go to $CAL and leave as one tarball, $OUT/calibrate-raw.tgz.
-  CAL=$ROOT/build/calibrate
+  # Raw outputs go to $CAL, in logs.tgz.
+  CAL=$L/calibrate
   rm -rf "$CAL" && mkdir -p "$CAL"
   CAL_ARGS="-b ${CAL_B:-8} -e ${CAL_E:-1G} -f ${CAL_F:-2} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0"
   DIAG_ARGS="-b ${CAL_B:-8} -e ${CAL_DIAG_E:-4M} -f 2 -g $CAL_G -n 1 -w 1 -c 0"
@@ -184,13 +636,13 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
     echo "nccl.h: $inc/nccl.h ($(grep -hE '^#define NCCL_(MAJOR|MINOR|PATCH) ' "$inc/nccl.h" 2>/dev/null | awk '{printf "%s%s", sep, $3; sep="."}')); library: $lib"
     targets=""
     for b in all_reduce all_gather reduce_scatter broadcast; do targets="$targets $NT/${b}_perf"; done
-    t make -C "$SRC/src" -j "$JOBS" MPI=0 NCCL_HOME="$NH" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" \
+    t timeout $(lim 300) make -C "$SRC/src" -j "$JOBS" MPI=0 NCCL_HOME="$NH" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" \
       NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$NT" $targets > "$CAL/nccl-tests-build.log" 2>&1 \
       || tail -20 "$CAL/nccl-tests-build.log"
     tail -1 "$CAL/nccl-tests-build.log"
   fi
   if [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" && ! -x "$NT/broadcast_perf" ]]; then
-    echo "calibrate: skipped: nccl-tests did not build (log in $OUT/calibrate-raw.tgz)"
+    echo "calibrate: skipped: nccl-tests did not build (log in calibrate/nccl-tests-build.log)"
   elif [[ -n "$NCCL_LIB" && -f "$SRC/src/common.cu" ]]; then
     cal_start=$(date +%s)
     export LD_LIBRARY_PATH="$NH/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -200,13 +652,13 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
     # normally measures it, after ncclgo's communicators are gone), else NCCL alone.
     GO=""
     [[ "${CAL_NCCLGO:-1}" == 0 || ! -f "$NCCLGO_FATBIN" ]] && GO="-ncclgo=false"
-    : > "$OUT/calibrate.txt"
-    echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$OUT/calibrate.txt"
+    : > "$L/calibrate.txt"
+    echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$L/calibrate.txt"
     for coll in allreduce allgather reducescatter broadcast; do
       case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
       for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
-        ntcmd=(timeout 120 $PIN "$NT/${nt}_perf" $CAL_ARGS)
-        npcmd=(timeout 180 $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
+        ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS)
+        npcmd=(timeout $(lim 180) $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
         for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
           f="$CAL/$coll-$who-$r.txt"
           if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
@@ -215,7 +667,7 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
       done
       # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
       # before the drain, what ncclperf's -hosttime prints).
-      t timeout 60 $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
+      t timeout $(lim 60) $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
       grep -hE '^# (ncclgo|reference|measured):' "$CAL/$coll-np-1.txt" | head -2
       # Per size (rows joined by the size column; nccl-tests' 0-byte rows of no-ops, where a
       # rank's chunk rounds to nothing, left out): the median over rounds of each harness's
@@ -266,7 +718,7 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
             printf "\n"
           }
           printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
-        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$OUT/calibrate.txt"
+        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$L/calibrate.txt"
     done
     if [[ "${CAL_DIAG:-1}" != 0 ]]; then
       # What NCCL chose and was asked, per call, in each harness: one short sweep each with
@@ -280,23 +732,36 @@ if [[ " $STEPS " == *" calibrate "* ]]; then
           | grep -vE ' count 0 |Init (START|COMPLETE)|[Tt]imings|ncclCommInit|commId|[Pp]id|[Hh]ash|NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE' \
           | sort -u
       }
-      echo "# NCCL's choices and arguments (NCCL_DEBUG=INFO, INIT,ENV,TUNING,COLL; $DIAG_ARGS): unique lines that differ" >> "$OUT/calibrate.txt"
+      echo "# NCCL's choices and arguments (NCCL_DEBUG=INFO, INIT,ENV,TUNING,COLL; $DIAG_ARGS): unique lines that differ" >> "$L/calibrate.txt"
       for coll in allreduce allgather reducescatter broadcast; do
         case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
         # NCCL_DEBUG_FILE is line-buffered; NCCL's stdout would lose its tail when Go exits.
         export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,COLL
-        NCCL_DEBUG_FILE="$CAL/diag-$coll-nt.log" timeout 60 $PIN "$NT/${nt}_perf" $DIAG_ARGS > "$CAL/diag-$coll-nt.txt" 2>&1
-        NCCL_DEBUG_FILE="$CAL/diag-$coll-np.log" timeout 60 $PIN $B/ncclperf -coll $coll $DIAG_ARGS -compare "$NCCL_LIB" -ncclgo=false > "$CAL/diag-$coll-np.txt" 2>&1
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-nt.log" timeout $(lim 60) $PIN "$NT/${nt}_perf" $DIAG_ARGS > "$CAL/diag-$coll-nt.txt" 2>&1
+        NCCL_DEBUG_FILE="$CAL/diag-$coll-np.log" timeout $(lim 60) $PIN $B/ncclperf -coll $coll $DIAG_ARGS -compare "$NCCL_LIB" -ncclgo=false > "$CAL/diag-$coll-np.txt" 2>&1
         unset NCCL_DEBUG NCCL_DEBUG_SUBSYS
         diff <(norm "$CAL/diag-$coll-nt.log") <(norm "$CAL/diag-$coll-np.log") > "$CAL/diag-$coll.diff"
         nd=$(grep -c '^[<>]' "$CAL/diag-$coll.diff")
         nt_algo=$(norm "$CAL/diag-$coll-nt.log" | grep -c 'Bytes -> Algo')
-        echo "# $coll-diag: $nd differing lines (< nccl-tests, > ncclperf); $nt_algo algorithm choices seen" | tee -a "$OUT/calibrate.txt"
-        grep '^[<>]' "$CAL/diag-$coll.diff" | head -${CAL_DIAG_LINES:-12} | sed 's/^/#   /' >> "$OUT/calibrate.txt"
+        echo "# $coll-diag: $nd differing lines (< nccl-tests, > ncclperf); $nt_algo algorithm choices seen" | tee -a "$L/calibrate.txt"
+        grep '^[<>]' "$CAL/diag-$coll.diff" | head -${CAL_DIAG_LINES:-12} | sed 's/^/#   /' >> "$L/calibrate.txt"
       done
     fi
-    echo "== calibration verdict ($(( $(date +%s) - cal_start )) s of runs; table in $OUT/calibrate.txt)"
-    grep -E '^# (allreduce|allgather|reducescatter|broadcast)[ -]' "$OUT/calibrate.txt"
+    echo "== calibration verdict ($(( $(date +%s) - cal_start )) s of runs; table in $L/calibrate.txt)"
+    grep -E '^# (allreduce|allgather|reducescatter|broadcast)[ -]' "$L/calibrate.txt"
   fi
-  tar -czf "$OUT/calibrate-raw.tgz" -C "$(dirname "$CAL")" "$(basename "$CAL")" && echo "raw outputs: $OUT/calibrate-raw.tgz ($(ls "$CAL" | wc -l) files)"
+  if [[ -s $L/calibrate.txt ]]; then
+    done_ calibrate INFO "$(grep -E '^# (allreduce|allgather|reducescatter|broadcast) ' "$L/calibrate.txt" | sed 's/^# *//' | tr -s ' ' | paste -sd';') (calibrate.txt)"
+  else
+    if [[ -z $NCCL_LIB ]]; then why="no NCCL library found (NCCL_LIB)"
+    elif [[ ! -f $SRC/src/common.cu ]]; then why="no $SRC/src/common.cu (carry third_party/nccl-tests)"
+    else why="nccl-tests did not build (calibrate/nccl-tests-build.log)"; fi
+    done_ calibrate SKIP "$why"
+  fi
 fi
+
+n=$(find "$OUT" -mindepth 1 -maxdepth 1 | wc -l)
+((n > 8)) && echo "# warning: $n entries in $OUT, more than the 8 a device call brings back" | tee -a "$SUMMARY"
+echo
+echo "######## summary ($((SECONDS - T0)) s; logs: $OUT/logs.tgz)"
+sed -n '/^# gpu-verify/h; /^# gpu-verify/!H; ${x;p}' "$SUMMARY"
