@@ -16,11 +16,9 @@ package tests
 //	                         both on GPU 0, which needs MPS)
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,21 +240,7 @@ func leakStart(t *testing.T, ctx context.Context, p, dev int, dir string, cycles
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLeakGPUChild$", "-test.count=1", "-test.v", "-test.timeout=30m")
 	cmd.Env = append(env, leakEnvRole+"=rank", leakEnvRank+"="+strconv.Itoa(p), leakEnvDevice+"="+strconv.Itoa(dev),
 		leakEnvDir+"="+dir, leakEnvCycles+"="+strconv.Itoa(cycles))
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	k := &mpChild{cmd: cmd, lines: make(chan string, 1), done: make(chan error, 1)}
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			k.mu.Lock()
-			k.out.WriteString(sc.Text() + "\n")
-			k.mu.Unlock()
-		}
-		close(k.lines)
-	}()
-	go func() { err := cmd.Wait(); pw.Close(); <-k.lines; k.done <- err }()
+	k := startChild(t, cmd)
 	return k
 }
 

@@ -141,6 +141,35 @@ type mpChild struct {
 	done  chan error
 }
 
+// startChild starts cmd with its output collected into a new mpChild: every
+// line goes to output, and to lines while a reader keeps up; done reports
+// the exit once all output has been read.
+func startChild(t *testing.T, cmd *exec.Cmd) *mpChild {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	k := &mpChild{cmd: cmd, lines: make(chan string, 1024), done: make(chan error, 1)}
+	require.NoError(t, cmd.Start())
+	eof := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			k.mu.Lock()
+			k.out.WriteString(sc.Text() + "\n")
+			k.mu.Unlock()
+			select {
+			case k.lines <- sc.Text():
+			default:
+			}
+		}
+		close(k.lines)
+		close(eof)
+	}()
+	go func() { err := cmd.Wait(); pw.Close(); <-eof; k.done <- err }()
+	return k
+}
+
 func (c *mpChild) output() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -166,25 +195,7 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
 			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
 			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()))
-		pr, pw := io.Pipe()
-		cmd.Stdout, cmd.Stderr = pw, pw
-		k := &mpChild{cmd: cmd, lines: make(chan string, 1024), done: make(chan error, 1)}
-		require.NoError(t, cmd.Start())
-		go func() {
-			sc := bufio.NewScanner(pr)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				k.mu.Lock()
-				k.out.WriteString(sc.Text() + "\n")
-				k.mu.Unlock()
-				select {
-				case k.lines <- sc.Text():
-				default:
-				}
-			}
-			close(k.lines)
-		}()
-		go func() { err := cmd.Wait(); pw.Close(); k.done <- err }()
+		k := startChild(t, cmd)
 		kids = append(kids, k)
 	}
 	return kids

@@ -8,18 +8,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// currentOnThisThread locks the test to its OS thread and makes a context
+// of the test device current there; cleanup restores the thread's previous
+// context and unlocks it.
+func currentOnThisThread(t *testing.T) *Context {
+	t.Helper()
+	c := gpu(t)
+	runtime.LockOSThread()
+	prev, err := CurrentContextHandle()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, SetCurrentContext(prev))
+		runtime.UnlockOSThread()
+	})
+	require.NoError(t, SetCurrentContext(c.Handle()))
+	return c
+}
+
 // TestCurrentContext: the thread's current context is what
 // SetCurrentContext made it, CurrentDevice names its device, and 0 leaves
 // the thread without one.
 func TestCurrentContext(t *testing.T) {
-	c := gpu(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	prev, err := CurrentContextHandle()
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, SetCurrentContext(prev)) }()
-
-	require.NoError(t, SetCurrentContext(c.Handle()))
+	c := currentOnThisThread(t)
 	h, err := CurrentContextHandle()
 	require.NoError(t, err)
 	assert.Equal(t, c.Handle(), h)
@@ -37,14 +47,7 @@ func TestCurrentContext(t *testing.T) {
 // TestCurrentContextWraps: CurrentContext wraps the thread's current
 // context as a caller's context, and fails when there is none.
 func TestCurrentContextWraps(t *testing.T) {
-	c := gpu(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	prev, err := CurrentContextHandle()
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, SetCurrentContext(prev)) }()
-
-	require.NoError(t, SetCurrentContext(c.Handle()))
+	c := currentOnThisThread(t)
 	w, err := CurrentContext()
 	require.NoError(t, err)
 	assert.True(t, w.Wrapped())
