@@ -117,6 +117,8 @@ bt() {
   echo "== $name rc=$rc $((SECONDS - s))s"
   return $rc
 }
+# secs D: a Go-style duration ("40s", "2m", "90") in whole seconds.
+secs() { case $1 in *m) echo $((${1%m} * 60));; *s) echo "${1%s}";; *) echo "$1";; esac; }
 # verdict STEP STATUS DETAIL: one line in $OUT/summary.txt (and stdout).
 verdict() { printf '%-14s %-4s %4ss  %s\n' "$1" "$2" "${STEP_T:-0}" "$3" | tee -a "$SUMMARY"; }
 # begin STEP: starts a step's clock; false (and a SKIP line) when the budget is spent.
@@ -197,12 +199,29 @@ fi
 
 # Steps that run kernels need the full set: build it once (no timings) when
 # the build step did not run and no earlier call on this machine left one.
-if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite mp stress capi torch np split random multigpu-tests multigpu-perf && begin fatbin; then
+if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite mp stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
   bt fatbin 300 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out "$NCCLGO_FATBIN"
   rc=$?; tail -2 "$L/fatbin.log"
   [[ -s $NCCLGO_FATBIN ]] && done_ fatbin PASS "built $NCCLGO_FATBIN (rc=$rc)" || done_ fatbin FAIL "no $NCCLGO_FATBIN (rc=$rc, fatbin.log)"
 fi
 
+# random-bg: TestRandom on GPU 0 for RANDOM_BG_BUDGET (default 10m) in a
+# session of its own, so that it outlives this call (the device machine
+# keeps such processes until it is given back) while later steps and calls
+# run; random-collect (in a later call on the same warm machine) waits for
+# it, within the budget, and gives the verdict.
+RBG=$ROOT/build/random-bg
+if has random-bg && begin random-bg; then
+  mkdir -p "$RBG" && rm -f "$RBG"/*
+  rb=$(secs "${RANDOM_BG_BUDGET:-10m}")
+  # setsid: a session of its own, which the device machine leaves running
+  # after the call returns; the rc file says when it is done.
+  env NCCLGO_TEST_DEVICES="${RANDOM_BG_DEVICES:-0}" NCCLGO_RANDOM_BUDGET="${rb}s" NCCLGO_TEST_WAIT=30s \
+    setsid bash -c 'cd tests && timeout -s QUIT -k 10 "$1" "$2" -test.v -test.count=1 -test.run "TestRandom$" -test.timeout "$3" > "$4/random.log" 2>&1; echo "rc=$?" > "$4/rc"' \
+    _ $((rb + 120)) "$T/tests.test" $((rb + 110))s "$RBG" < /dev/null > /dev/null 2>&1 &
+  sleep 5; head -5 "$RBG/random.log"
+  done_ random-bg INFO "started: TestRandom on devices ${RANDOM_BG_DEVICES:-0}, budget ${rb}s, log build/random-bg/random.log"
+fi
 if has perf && begin perf; then
   CMP=${NCCL_LIB:+-compare $NCCL_LIB}
   if ((NGPUS < 2)) && [[ -z "${FORCE_COMPARE:-}" ]]; then
@@ -270,8 +289,6 @@ if has suite && begin suite; then
   gook suite $rc && done_ suite PASS "ranks ${SUITE_RANKS:-1,2,4}: $sub" || done_ suite FAIL "rc=$rc, ranks ${SUITE_RANKS:-1,2,4}: $sub"
 fi
 
-# secs D: a Go-style duration ("40s", "2m", "90") in whole seconds.
-secs() { case $1 in *m) echo $((${1%m} * 60));; *s) echo "${1%s}";; *) echo "$1";; esac; }
 
 if has hang && begin hang && { ((NGPUS >= 2)) || { done_ hang SKIP "needs 2 GPUs, found $NGPUS"; false; }; }; then
   # The two-GPU first-collective hang (docs/HANG-2GPU.md). slim's kernel set,
@@ -544,6 +561,44 @@ if has np && begin np; then
   fi
 fi
 
+if has slim && begin slim; then
+  # Issue 16: the example module's slim set (its filter read from its
+  # go:generate line), run by the example binary (embedded when the bundle's
+  # slim embeds a set, else from the file) and by the standard ncclperf; the
+  # set comes back as $OUT/slim.fatbin, for embedding here.
+  mkdir -p "$L/slim"
+  filter=$(sed -n 's|^//go:generate .* --only "\([^"]*\)".*|\1|p' examples/slim/main.go)
+  bt slim/build 180 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --only "$filter" --out build/slim.fatbin
+  rc=$?; tail -2 "$L/slim/build.log"; st=PASS; res="filter \"$filter\": build rc=$rc"
+  ((rc)) && st=FAIL
+  cp build/slim.fatbin "$OUT/slim.fatbin" 2>/dev/null
+  $B/ncclgen inspect build/slim.fatbin > "$L/slim/inspect.txt" 2>&1; head -12 "$L/slim/inspect.txt"
+  # slim_ok NAME: AllReduce f32 and bf16 correct, AllGather refused naming the function and the filter.
+  slim_ok() { grep -q 'AllReduce Sum f32: .* correct' "$L/slim/$1.log" && grep -q 'AllReduce Sum bf16: .* correct' "$L/slim/$1.log" \
+    && grep '^AllGather: ' "$L/slim/$1.log" | grep -E 'AllGather [A-Z]+ [A-Z0-9]+ is not in this kernel set' | grep -qF "(built with filter \"$filter\")"; }
+  for devs in 0,0 0,0,0 $( ((NGPUS >= 2)) && echo 0,1); do
+    for how in embedded file; do
+      name=$how-${devs//,/-}
+      if [[ $how == embedded ]]; then bt "slim/$name" 60 $B/slim -devices "$devs"
+      else bt "slim/$name" 60 $B/slim -fatbin build/slim.fatbin -devices "$devs"; fi
+      rc=$?; cat "$L/slim/$name.log" | tail -4
+      if [[ $how == embedded ]] && grep -q 'embeds no kernel set' "$L/slim/$name.log"; then res="$res; $name: no embedded set"; continue; fi
+      slim_ok "$name" && res="$res; $name: ok" || { st=FAIL; res="$res; $name: FAIL rc=$rc"; }
+    done
+  done
+  bt slim/perf-allreduce 120 $B/ncclperf -fatbin build/slim.fatbin -coll allreduce -d all -g 2 -b 8 -e 64M -f 8 -n 5 -w 2 -c 1
+  rc=$?; grep -E '^ +[0-9]|wrong|Out of bounds|rror' "$L/slim/perf-allreduce.log" | head -24
+  nbad=$(grep -cE 'Out of bounds values : [1-9]' "$L/slim/perf-allreduce.log")
+  ((rc == 0 && nbad == 0)) && res="$res; ncclperf allreduce: ok" || { st=FAIL; res="$res; ncclperf allreduce rc=$rc wrong=$nbad"; }
+  bt slim/perf-allgather 60 $B/ncclperf -fatbin build/slim.fatbin -coll allgather -g 2 -b 1M -e 1M -c 1
+  rc=$?; tail -3 "$L/slim/perf-allgather.log"
+  if ((rc != 0)) && grep -qF "is not in this kernel set (built with filter \"$filter\")" "$L/slim/perf-allgather.log"; then
+    res="$res; ncclperf allgather: refused naming it"
+  else st=FAIL; res="$res; ncclperf allgather rc=$rc, no clear refusal"; fi
+  done_ slim $st "$res"
+fi
+
+
 if has split && begin split; then
   bt split 240 "$T/ncclgo.test" -test.run 'Split|Shrink' -test.v -test.count=1 -test.timeout $(($(lim 240) > 10 ? $(lim 240) - 5 : 5))s
   rc=$?
@@ -757,6 +812,18 @@ if has calibrate && begin calibrate; then
     elif [[ ! -f $SRC/src/common.cu ]]; then why="no $SRC/src/common.cu (carry third_party/nccl-tests)"
     else why="nccl-tests did not build (calibrate/nccl-tests-build.log)"; fi
     done_ calibrate SKIP "$why"
+  fi
+fi
+
+if has random-collect && begin random-collect; then
+  while [[ ! -e $RBG/rc ]] && (($(left) > 25)); do sleep 5; done
+  cp "$RBG/random.log" "$L/random-bg.log" 2>/dev/null
+  grep -E 'random:|^--- |elements wrong|HANG|seed' "$L/random-bg.log" | head -8
+  if [[ ! -e $RBG/rc ]]; then done_ random-collect FAIL "still running (no $RBG/rc): $(grep -m1 -oE 'random: .*' "$L/random-bg.log" | cut -c1-120)"
+  else
+    rc=$(sed 's/rc=//' "$RBG/rc")
+    gook random-bg "$rc" && st=PASS || st=FAIL
+    done_ random-collect $st "rc=$rc $(grep -m1 -oE 'random: .*' "$L/random-bg.log" | cut -c1-160)"
   fi
 fi
 

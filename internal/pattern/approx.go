@@ -222,9 +222,11 @@ func Bounds(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off u
 	}
 	mustCheck(t, op, nRanks)
 	s := avgScalar(t, nRanks)
-	for k := range n {
-		a.Center[k], a.Radius[k] = avgBound(seed, t, nRanks, s, off+uint64(k))
-	}
+	chunked(n, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			a.Center[k], a.Radius[k] = avgBound(seed, t, nRanks, s, off+uint64(k))
+		}
+	})
 	return a
 }
 

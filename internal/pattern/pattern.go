@@ -24,7 +24,9 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ncclgo/ncclgo/gen/kspace"
@@ -98,8 +100,32 @@ func FillBytes(b []byte, seed uint64, rank int, off uint64) {
 // Bytes returns n bytes of rank's data under seed, starting at byte off.
 func Bytes(seed uint64, rank int, off uint64, n int) []byte {
 	b := make([]byte, n)
-	FillBytes(b, seed, rank, off)
+	// Chunks start on 8-byte positions, so each one fills whole words as
+	// one FillBytes of all of b would.
+	chunked((n+7)/8, func(lo, hi int) {
+		a, z := min(lo*8, n), min(hi*8, n)
+		FillBytes(b[a:z], seed, rank, off+uint64(a))
+	})
 	return b
+}
+
+// chunkMin is the least work, in elements, worth a goroutine of its own.
+const chunkMin = 1 << 16
+
+// chunked calls fn over [0, n) in consecutive ranges, in parallel when n
+// is large; every element is computed on its own, so the result does not
+// depend on how the range is cut.
+func chunked(n int, fn func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), n/chunkMin)
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() { fn(n*p/parts, n*(p+1)/parts) })
+	}
+	wg.Wait()
 }
 
 // Op is a reduction as the patterns know it.
@@ -205,9 +231,11 @@ func Input(seed uint64, t kspace.Type, op Op, nRanks, rank int, i uint64) float6
 // Inputs returns n consecutive inputs from element off (see Input).
 func Inputs(seed uint64, t kspace.Type, op Op, nRanks, rank int, off uint64, n int) []float64 {
 	out := make([]float64, n)
-	for k := range out {
-		out[k] = Input(seed, t, op, nRanks, rank, off+uint64(k))
-	}
+	chunked(n, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			out[k] = Input(seed, t, op, nRanks, rank, off+uint64(k))
+		}
+	})
 	return out
 }
 
@@ -249,9 +277,11 @@ func Result(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uin
 // Results returns n consecutive results from element off, encoded in t.
 func Results(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off uint64, n int) []byte {
 	vals := make([]float64, n)
-	for k := range vals {
-		vals[k] = Result(seed, t, op, nRanks, scalar, off+uint64(k))
-	}
+	chunked(n, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			vals[k] = Result(seed, t, op, nRanks, scalar, off+uint64(k))
+		}
+	})
 	return numfmt.Encode(t, vals)
 }
 

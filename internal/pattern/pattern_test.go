@@ -270,3 +270,32 @@ func TestCompareReports(t *testing.T) {
 	assert.Contains(t, err.Error(), "1 of 2 elements wrong")
 	assert.NotContains(t, err.Error(), "guard")
 }
+
+// TestChunkedMatchesSerial: the parallel paths give the bytes a serial
+// computation gives, for lengths around the chunk size and odd offsets.
+func TestChunkedMatchesSerial(t *testing.T) {
+	for _, n := range []int{0, 1, 7, chunkMin - 1, 3*chunkMin + 5, 8*chunkMin + 3} {
+		for _, off := range []uint64{0, 3, 8} {
+			got := Bytes(11, 2, off, n)
+			want := make([]byte, n)
+			for i := range want {
+				want[i] = byte(word(11, 2, (off+uint64(i))/8) >> (8 * ((off + uint64(i)) % 8)))
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("Bytes(n=%d, off=%d) differs from the serial bytes", n, off)
+			}
+			in := Inputs(5, kspace.F32, Sum, 4, 1, off, n)
+			res := Results(5, kspace.I32, Max, 4, 1, off, n)
+			wantRes := make([]float64, n)
+			for k := range n {
+				if in[k] != Input(5, kspace.F32, Sum, 4, 1, off+uint64(k)) {
+					t.Fatalf("Inputs(n=%d, off=%d)[%d] differs", n, off, k)
+				}
+				wantRes[k] = Result(5, kspace.I32, Max, 4, 1, off+uint64(k))
+			}
+			if !bytes.Equal(res, numfmt.Encode(kspace.I32, wantRes)) {
+				t.Fatalf("Results(n=%d, off=%d) differs from the serial results", n, off)
+			}
+		}
+	}
+}
