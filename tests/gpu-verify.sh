@@ -18,7 +18,7 @@
 #                   then one run of each with NCCL_DEBUG=INFO INIT,ENV,TUNING,COLL.
 #                   HANG_ENV adds environment to every run ("NCCL_NCHANNELS=1 ...")
 #   mp              the multi-process matrix (MP_CASES: p2p shm ipc 2x2 refused kill
-#                   mps2 mps4; MPS started for mps2/mps4 and always stopped);
+#                   mps2 mps4 mpsstress mpsleak; MPS started for the mps cases and always stopped);
 #                   MP_FULL=1 drops -test.short
 #   stress          TestStress, TestStressTwoFullComms, TestDestroyBounded on GPU 0
 #                   and on GPUs 0,1 (STRESS_SHAPES, STRESS_BUDGET)
@@ -185,8 +185,10 @@ if has build && begin build; then
   echo "// changed" >> generated/cuda/all_reduce_sum_f32.cu
   t timeout $(lim 120) $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out build/ncclgo.fatbin 2>&1 | tail -2
   sed -i '$d' generated/cuda/all_reduce_sum_f32.cu
-  cuobjdump -lelf -lptx build/ncclgo.fatbin | head -5
-  nk=$(cuobjdump -elf build/ncclgo.fatbin 2>/dev/null | grep -c 'STT_FUNC.*ngDevKernel_')
+  # A kernel set is the fatbin behind a manifest: cuobjdump reads the bare image.
+  $B/ncclgen inspect build/ncclgo.fatbin --fatbin build/ncclgo.bare.fatbin
+  cuobjdump -lelf -lptx build/ncclgo.bare.fatbin | head -5
+  nk=$(cuobjdump -elf build/ncclgo.bare.fatbin 2>/dev/null | grep -c 'STT_FUNC.*ngDevKernel_')
   echo "kernels in the image: $nk"
   } 2>&1 | tee "$L/build.log"
   nk=$(sed -n 's/^kernels in the image: //p' "$L/build.log")
@@ -404,7 +406,7 @@ if has mp && begin mp; then
   mkdir -p "$L/mp"
   SHORT=-test.short MPTO=${MP_TO:-150}
   [[ ${MP_FULL:-0} == 1 ]] && { SHORT=""; MPTO=${MP_TO:-540}; }
-  CASES=${MP_CASES:-p2p shm ipc 2x2 refused kill mps2 mps4}
+  CASES=${MP_CASES:-p2p shm ipc 2x2 refused kill mps2 mps4 mpsstress mpsleak}
   res="" nbad=0
   # mp_case NAME WANT RUN ENV...: WANT: a "via ..." the logs must show ("" none).
   mp_case() {
@@ -412,7 +414,7 @@ if has mp && begin mp; then
     bt -C tests "mp/$name" "$MPTO" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P "$@" \
       "$T/tests.test" -test.run "$run" -test.v -test.count=1 $SHORT -test.timeout $(($(lim "$MPTO") > 10 ? $(lim "$MPTO") - 5 : 5))s
     rc=$?
-    grep -E 'MPRESULT|MPREFUSED|MPLOST|MPREBUILT|survivor|killed rank|^--- |^(ok|FAIL|PASS)$' "$f" | sed -E 's/pid=[0-9]+/pid=N/; s/^ +//' | sort | uniq -c | sort -rn | head -8
+    grep -E 'MPRESULT|MPREFUSED|MPLOST|MPREBUILT|MPSSTRESS|STRESS MPS|LEAK|survivor|killed rank|^--- |^(ok|FAIL|PASS)$' "$f" | sed -E 's/pid=[0-9]+/pid=N/; s/^ +//' | sort | uniq -c | sort -rn | head -8
     via=$(grep -oE 'via [A-Za-z0-9]+/[A-Za-z0-9/]+' "$f" | sort | uniq -c | awk '{printf "%s%s×%s", sep, $3, $1; sep=","}')
     if gook "mp/$name" $rc && [[ -z $want || $(grep -c "$want" "$f") -gt 0 ]]; then
       res="$res $name:ok${via:+($via)}"
@@ -432,7 +434,7 @@ if has mp && begin mp; then
     res="$res (p2p shm ipc 2x2 kill over 2 GPUs: skipped, $NGPUS GPU)"
   fi
   mpsc refused && mp_case refused "" '^TestMultiProcessSharedGPURefused$' NCCLGO_TEST_DEVICES=0
-  if mpsc mps2 || mpsc mps4 || { mpsc kill && ((NGPUS < 2)); }; then
+  if mpsc mps2 || mpsc mps4 || mpsc mpsstress || mpsc mpsleak || { mpsc kill && ((NGPUS < 2)); }; then
     if ! command -v nvidia-cuda-mps-control > /dev/null; then
       res="$res mps:SKIP(no nvidia-cuda-mps-control)"
     else
@@ -445,6 +447,11 @@ if has mp && begin mp; then
         mpsc mps2 && mp_case mps2 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2
         mpsc mps4 && mp_case mps4 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=4
         mpsc kill && ((NGPUS < 2)) && mp_case kill-mps "" '^TestMultiProcessKill$' "${MPSENV[@]}"
+        # Issue 14 across processes: 2 and 4 processes × 8 ranks, 64 MiB AllReduces at once.
+        mpsc mpsstress && mp_case mpsstress2 "" '^TestStressMPS$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2
+        mpsc mpsstress && mp_case mpsstress4 "" '^TestStressMPS$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=4
+        # Issue 13: the leak test's InitRank cycles in 2 processes sharing GPU 0.
+        mpsc mpsleak && mp_case mpsleak "" '^TestLeakGPUMultiProcess$' "${MPSENV[@]}"
       else
         MPS_ON=0; nbad=$((nbad + 1)); res="$res mps:FAIL(nvidia-cuda-mps-control -d failed)"
       fi
@@ -461,7 +468,7 @@ if has stress && begin stress; then
     name=stress-${place/,/-}
     bt -C tests "$name" "${STRESS_TO:-200}" env NCCLGO_TEST_DEVICES=$place ${shapes:+"NCCLGO_STRESS_SHAPES=$shapes"} \
       ${STRESS_BUDGET:+NCCLGO_STRESS_BUDGET=$STRESS_BUDGET} NCCLGO_TEST_WAIT=${STRESS_WAIT:-30s} \
-      "$T/tests.test" -test.run '^(TestStress|TestStressTwoFullComms|TestDestroyBounded)$' -test.v -test.count=1 \
+      "$T/tests.test" -test.run '^(TestStress|TestStressSplit|TestStressTwoFullComms|TestDestroyBounded)$' -test.v -test.count=1 \
       -test.timeout $(($(lim "${STRESS_TO:-200}") > 10 ? $(lim "${STRESS_TO:-200}") - 5 : 5))s
     rc=$?
     grep -E 'STRESS|Destroy after|^--- |^(ok|FAIL|PASS)$|HANG' "$L/$name.log" | head -20
@@ -586,10 +593,13 @@ if has slim && begin slim; then
       slim_ok "$name" && res="$res; $name: ok" || { st=FAIL; res="$res; $name: FAIL rc=$rc"; }
     done
   done
-  bt slim/perf-allreduce 120 $B/ncclperf -fatbin build/slim.fatbin -coll allreduce -d all -g 2 -b 8 -e 64M -f 8 -n 5 -w 2 -c 1
-  rc=$?; grep -E '^ +[0-9]|wrong|Out of bounds|rror' "$L/slim/perf-allreduce.log" | head -24
-  nbad=$(grep -cE 'Out of bounds values : [1-9]' "$L/slim/perf-allreduce.log")
-  ((rc == 0 && nbad == 0)) && res="$res; ncclperf allreduce: ok" || { st=FAIL; res="$res; ncclperf allreduce rc=$rc wrong=$nbad"; }
+  # The set's types, one sweep each, every size checked.
+  for ty in float bfloat16; do
+    bt slim/perf-allreduce-$ty 120 $B/ncclperf -fatbin build/slim.fatbin -coll allreduce -d $ty -g 2 -b 8 -e 64M -f 8 -n 5 -w 2 -c 1
+    rc=$?; grep -E '^ +[0-9]|wrong|Out of bounds|rror' "$L/slim/perf-allreduce-$ty.log" | head -12
+    nbad=$(grep -cE 'Out of bounds values : [1-9]' "$L/slim/perf-allreduce-$ty.log")
+    ((rc == 0 && nbad == 0)) && res="$res; ncclperf allreduce $ty: ok" || { st=FAIL; res="$res; ncclperf allreduce $ty rc=$rc wrong=$nbad"; }
+  done
   bt slim/perf-allgather 60 $B/ncclperf -fatbin build/slim.fatbin -coll allgather -g 2 -b 1M -e 1M -c 1
   rc=$?; tail -3 "$L/slim/perf-allgather.log"
   if ((rc != 0)) && grep -qF "is not in this kernel set (built with filter \"$filter\")" "$L/slim/perf-allgather.log"; then

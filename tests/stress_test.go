@@ -26,9 +26,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -38,6 +40,8 @@ import (
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+	"github.com/ncclgo/ncclgo/runtime/topo"
 )
 
 // stressWait bounds the stress test's setup; its groups wait
@@ -234,7 +238,6 @@ type stressComm struct {
 }
 
 func newStressComm(t *testing.T, id int, devs []int, rng *rand.Rand, nOps int) *stressComm {
-	n := len(devs)
 	s := &stressComm{id: id}
 	cfgs := [][2]string{{"ring", "LL"}, {"ring", "LL128"}, {"ring", "SIMPLE"}, {"", ""},
 		{"allreduce:tree", "LL"}, {"allreduce:tree", "SIMPLE"}, {"ring", "LL,LL128,SIMPLE"}}
@@ -246,11 +249,18 @@ func newStressComm(t *testing.T, id int, devs []int, rng *rand.Rand, nOps int) *
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stressWait)
 	defer cancel()
-	var err error
-	s.comms, err = ncclgo.InitAll(ctx, devs, opts)
+	comms, err := ncclgo.InitAll(ctx, devs, opts)
 	require.NoError(t, err, "communicator %d on devices %v", id, devs)
-	for r, d := range devs {
-		dev, err := cuda.GetDevice(d)
+	s.attach(t, comms, rng, nOps)
+	return s
+}
+
+// attach gives s the communicator comms (rank r is comms[r]): a stream and
+// buffers per rank on that rank's device, and nOps random operations.
+func (s *stressComm) attach(t *testing.T, comms []*ncclgo.Comm, rng *rand.Rand, nOps int) {
+	s.comms = comms
+	for _, c := range comms {
+		dev, err := cuda.GetDevice(c.Device())
 		require.NoError(t, err)
 		cctx, err := dev.PrimaryContext()
 		require.NoError(t, err)
@@ -262,12 +272,10 @@ func newStressComm(t *testing.T, id int, devs []int, rng *rand.Rand, nOps int) *
 		b, err := cctx.MemAlloc(stressBuf)
 		require.NoError(t, err)
 		s.streams, s.send, s.recv = append(s.streams, st), append(s.send, a), append(s.recv, b)
-		_ = r
 	}
 	for range nOps {
-		s.ops = append(s.ops, randomOp(rng, n))
+		s.ops = append(s.ops, randomOp(rng, len(comms)))
 	}
-	return s
 }
 
 // close destroys the communicator; after a failure it aborts every rank
@@ -531,6 +539,103 @@ func TestStress(t *testing.T) {
 	t.Logf("stress: %v in all", time.Since(start).Round(time.Millisecond))
 }
 
+// TestStressSplit runs communicators made by Split at the same time as
+// their parent, every result checked: 8 ranks on NCCLGO_TEST_DEVICES,
+// split by parity (two of 4 ranks) and into ranks 0-2, in reverse key
+// order, and 3-7 (3 and 5 ranks); the parent and its four children, which
+// draw on the same GPUs' residency budget, each run from a goroutine of
+// its own, then one after another.
+func TestStressSplit(t *testing.T) {
+	gpu(t)
+	_, _, nOps, seed := stressEnv(t)
+	const n = 8
+	rng := rand.New(rand.NewPCG(seed, 0x5b117))
+	parent := newStressComm(t, 0, rankDevices(testDevices(t), n), rng, nOps)
+	comms := []*stressComm{parent}
+	failed := false
+	defer func() {
+		for i := len(comms) - 1; i >= 0; i-- { // children before their parent
+			comms[i].close(t, failed)
+		}
+	}()
+	splits := []func(r int) (color, key int){
+		func(r int) (int, int) { return r % 2, r },
+		func(r int) (int, int) {
+			if r < 3 {
+				return 0, -r
+			}
+			return 1, r
+		},
+	}
+	for si, split := range splits {
+		kids := make([]*ncclgo.Comm, n)
+		errs := make([]error, n)
+		ctx, cancel := context.WithTimeout(context.Background(), stressWait)
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Go(func() {
+				color, key := split(r)
+				kids[r], errs[r] = parent.comms[r].Split(ctx, color, key, nil)
+			})
+		}
+		wg.Wait()
+		cancel()
+		for r, err := range errs {
+			if err != nil {
+				for _, k := range kids {
+					if k != nil {
+						_ = k.Destroy()
+					}
+				}
+				require.NoError(t, err, "split %d: rank %d", si, r)
+			}
+		}
+		// One stressComm per color, its ranks in the child's rank order.
+		byColor := map[int][]*ncclgo.Comm{}
+		for r, k := range kids {
+			color, _ := split(r)
+			if byColor[color] == nil {
+				byColor[color] = make([]*ncclgo.Comm, k.Size())
+			}
+			byColor[color][k.Rank()] = k
+		}
+		for color := range len(byColor) {
+			s := &stressComm{id: len(comms), algo: parent.algo, proto: parent.proto}
+			s.attach(t, byColor[color], rng, nOps)
+			comms = append(comms, s)
+		}
+	}
+	for _, s := range comms {
+		t.Logf("%s: %d ops, %.1f MiB", s, len(s.ops), float64(s.volume())/(1<<20))
+	}
+	t0 := time.Now()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, s := range comms {
+		wg.Go(func() { errs[i] = s.runOps() })
+	}
+	wg.Wait()
+	conc := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		failed = true
+		t.Fatalf("concurrent run: %v", err)
+	}
+	t0 = time.Now()
+	for _, s := range comms {
+		if err := s.runOps(); err != nil {
+			failed = true
+			t.Fatalf("serial run: %v", err)
+		}
+	}
+	serial := time.Since(t0)
+	sizes := make([]int, len(comms))
+	for i, s := range comms {
+		sizes[i] = len(s.comms)
+	}
+	t.Logf("STRESS split %v devices %v: concurrent %v, serial %v, concurrent/serial throughput %.2f×",
+		sizes, testDevices(t), conc.Round(time.Millisecond), serial.Round(time.Millisecond), serial.Seconds()/conc.Seconds())
+}
+
 // TestStressTwoFullComms is issue 14's reproduction: two communicators of
 // 8 ranks, all 16 ranks on one GPU, each running 64 MiB AllReduces from its
 // own goroutine at the same time. Each communicator alone fills the GPU
@@ -650,4 +755,97 @@ func TestDestroyBounded(t *testing.T) {
 		// The kernel stopped: its buffer can go.
 		require.NoError(t, cctx.MemFree(buf))
 	}
+}
+
+// envStressMPSChild marks a process of TestStressMPS; its value is the
+// process's index.
+const envStressMPSChild = "NCCLGO_STRESS_MPS_CHILD"
+
+// TestStressMPS is issue 14's hazard across processes: NCCLGO_MP_NPROCS
+// (default 2) processes under MPS, each with a communicator of 8 ranks on
+// the first of NCCLGO_TEST_DEVICES, run 8 AllReduces of 64 MiB at the same
+// time. Each process's ledger sees only its own blocks, so the guarantee
+// across processes is MPS's execution-resource limit (runtime/residency):
+// every process gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / processes,
+// unless that variable is set already (set it to 100 to watch the hazard).
+// Every result is checked; every process must finish within
+// NCCLGO_TEST_WAIT plus its setup.
+func TestStressMPS(t *testing.T) {
+	if os.Getenv(envStressMPSChild) != "" {
+		t.Skip("child process")
+	}
+	gpu(t)
+	if !topo.MPSActive(os.Getenv) {
+		t.Skip("needs MPS (not running): the processes share one GPU")
+	}
+	nprocs := 2
+	if s := os.Getenv("NCCLGO_MP_NPROCS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "NCCLGO_MP_NPROCS=%q", s)
+		require.True(t, n >= 2 && n <= 8, "NCCLGO_MP_NPROCS=%d: want 2 to 8", n)
+		nprocs = n
+	}
+	pct := os.Getenv(residency.EnvMPSPercent)
+	if pct == "" {
+		pct = strconv.Itoa(100 / nprocs)
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	var kids []*mpChild
+	for p := range nprocs {
+		cmd := exec.Command(exe, "-test.run", "^TestStressMPSChild$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), envStressMPSChild+"="+strconv.Itoa(p), residency.EnvMPSPercent+"="+pct)
+		kids = append(kids, startChild(t, cmd))
+	}
+	limit := stressWait + 2*testWait()
+	t0 := time.Now()
+	for p, k := range kids {
+		select {
+		case err := <-k.done:
+			out := k.output()
+			if err != nil || !strings.Contains(out, "MPSSTRESS ok") {
+				t.Errorf("process %d (%s=%s): %v\n%s", p, residency.EnvMPSPercent, pct, err, out)
+			} else {
+				for _, l := range strings.Split(out, "\n") {
+					if strings.Contains(l, "MPSSTRESS") {
+						t.Logf("process %d: %s", p, strings.TrimSpace(l))
+					}
+				}
+			}
+		case <-time.After(max(0, limit-time.Since(t0))):
+			for _, k := range kids {
+				_ = k.cmd.Process.Signal(syscall.SIGQUIT) // Go prints every goroutine
+			}
+			time.Sleep(2 * time.Second)
+			for _, k := range kids {
+				_ = k.cmd.Process.Kill()
+			}
+			t.Fatalf("process %d did not finish within %v (%d processes, %s=%s): a deadlock across processes\n%s",
+				p, limit, nprocs, residency.EnvMPSPercent, pct, k.output())
+		}
+	}
+	t.Logf("STRESS MPS: %d processes × 8 ranks on device %d, %s=%s: %v", nprocs, testDevices(t)[0], residency.EnvMPSPercent, pct,
+		time.Since(t0).Round(time.Millisecond))
+}
+
+// TestStressMPSChild is one process of TestStressMPS.
+func TestStressMPSChild(t *testing.T) {
+	id := os.Getenv(envStressMPSChild)
+	if id == "" {
+		t.Skip("only runs as a child of TestStressMPS")
+	}
+	gpu(t)
+	p, err := strconv.Atoi(id)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(41, uint64(p)))
+	s := newStressComm(t, p, rankDevices(testDevices(t)[:1], 8), rng, 0)
+	failed := true
+	defer func() { s.close(t, failed) }()
+	for range 8 {
+		s.ops = append(s.ops, stressOp{kind: sAllReduce, dt: ncclgo.Float32, op: ncclgo.Sum, count: 16 << 20, salt: rng.IntN(1000)})
+	}
+	t0 := time.Now()
+	require.NoError(t, s.runOps())
+	failed = false
+	fmt.Printf("MPSSTRESS ok process %d: %d channels, 8 × 64 MiB AllReduce in %v\n", p, s.comms[0].NChannels(), time.Since(t0).Round(time.Millisecond))
 }
