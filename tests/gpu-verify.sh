@@ -157,6 +157,13 @@ mps_stop() {
   mkdir -p "$L/mp" && cp -r "$MPS_DIR/log" "$L/mp/mps-log" 2>/dev/null
   echo "MPS stopped"
 }
+# mps_start: starts the MPS control daemon in $MPS_DIR (mps_stop and the EXIT trap stop it).
+mps_start() {
+  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+  MPS_ON=1
+  if mps_env nvidia-cuda-mps-control -d; then sleep 1; echo "MPS started ($MPS_DIR)"; return 0; fi
+  MPS_ON=0; return 1
+}
 cleanup() { mps_stop; pack; }
 trap cleanup EXIT
 CUR=""
@@ -438,11 +445,8 @@ if has mp && begin mp; then
     if ! command -v nvidia-cuda-mps-control > /dev/null; then
       res="$res mps:SKIP(no nvidia-cuda-mps-control)"
     else
-      mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
       # Stopped by mps_stop below and, whatever happens, by the EXIT trap.
-      MPS_ON=1
-      if mps_env nvidia-cuda-mps-control -d; then
-        sleep 1; echo "MPS started ($MPS_DIR)"
+      if mps_start; then
         MPSENV=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log" NCCLGO_TEST_DEVICES=0)
         mpsc mps2 && mp_case mps2 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2
         mpsc mps4 && mp_case mps4 "" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=4
@@ -453,7 +457,7 @@ if has mp && begin mp; then
         # Issue 13: the leak test's InitRank cycles in 2 processes sharing GPU 0.
         mpsc mpsleak && mp_case mpsleak "" '^TestLeakGPUMultiProcess$' "${MPSENV[@]}"
       else
-        MPS_ON=0; nbad=$((nbad + 1)); res="$res mps:FAIL(nvidia-cuda-mps-control -d failed)"
+        nbad=$((nbad + 1)); res="$res mps:FAIL(nvidia-cuda-mps-control -d failed)"
       fi
       mps_stop
     fi
@@ -491,9 +495,22 @@ if has capi && begin capi; then
   else
     rm -f "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log
     sys=none; [[ -n $NCCL_LIB ]] && sys=$(dirname "$(readlink -f "$NCCL_LIB")")
+    # NT_MPI=1: nccl-tests built with MPI, NT_NP (2) processes of one rank
+    # each under mpirun; with fewer GPUs than processes they share GPU 0
+    # under MPS (the stock NCCL refuses that, so only ncclgo runs).
+    ntenv=() shared=0
+    if [[ ${NT_MPI:-0} == 1 ]]; then
+      ntenv=(MPI=1 NP="${NT_NP:-2}")
+      if ((NGPUS < ${NT_NP:-2})); then
+        shared=1 sys=none
+        ntenv+=(NCCL_TESTS_DEVICE=0 CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+        mps_start || res="$res; MPS did not start"
+      fi
+    fi
     bt capi/nccl-tests "${NT_TO:-480}" env TESTS="${NT_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter}" \
-      ARGS="${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}" SYSTEM_NCCL_LIB="$sys" bash capi/test/nccl-tests.sh "$SRC" bundle
+      ARGS="${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}" SYSTEM_NCCL_LIB="$sys" "${ntenv[@]}" bash capi/test/nccl-tests.sh "$SRC" bundle
     rc=$?
+    ((shared)) && mps_stop
     cp "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log "$SRC/build.log" "$L/capi/" 2>/dev/null
     grep -E "^== |Out of bounds|Avg bus|FAILED|rror" "$L/capi/nccl-tests.log" | head -60
     # Per library: the tests whose run printed "Out of bounds values : 0 OK".
@@ -502,7 +519,10 @@ if has capi && begin capi; then
               END { if (cur != "") r[cur] = st
                     for (k in r) { split(k, a, " "); n[a[2]]++; if (r[k] == "ok") g[a[2]]++; else bad[a[2]] = bad[a[2]] " " a[1] }
                     for (l in n) printf "%s %s %d/%d ok%s;", sep, l, g[l], n[l], (bad[l] ? " (failed:" bad[l] ")" : ""); }' "$L/capi/nccl-tests.log")
-    res="$res; nccl-tests (${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}) rc=$rc:${nt:- no test ran}"
+    mode="threads"
+    [[ ${NT_MPI:-0} == 1 ]] && mode="MPI, ${NT_NP:-2} processes"
+    ((shared)) && mode="$mode sharing GPU 0 under MPS"
+    res="$res; nccl-tests ($mode, ${NT_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}) rc=$rc:${nt:- no test ran}"
     ((rc)) && st=FAIL
   fi
   done_ capi $st "$res"

@@ -11,7 +11,12 @@
 # searched for when unset), SYSTEM_NCCL_LIB (directory of the machine's
 # libnccl.so.2; searched for when unset; "none" skips that run),
 # NCCLGO_FATBIN (default: <lib>/ncclgo.fatbin, else build/ncclgo.fatbin),
-# TESTS, ARGS, GENCODE.
+# TESTS, ARGS, GENCODE. MPI=1 builds nccl-tests with MPI (OpenMPI's
+# include and lib directories from mpicc -showme) into build-mpi/ and runs
+# each test under `mpirun -np NP` (NP default 2; LAUNCH replaces the whole
+# launcher), every process one rank with ARGS' -g; NCCL_TESTS_DEVICE=0
+# puts every process on GPU 0 (which ncclgo runs under MPS; the stock
+# NCCL refuses ranks that share a GPU, so set SYSTEM_NCCL_LIB=none then).
 set -euo pipefail
 src=$(cd "$1" && pwd)
 root=$(cd "${2:-bundle}" && pwd)
@@ -41,8 +46,21 @@ else
   grep -q "NCCL_VERSION_CODE 227" "$home/include/nccl.h" || { echo "could not lower the API level of $home/include/nccl.h"; exit 1; }
 fi
 
-echo "== building nccl-tests against ncclgo's nccl.h"
-make -C "$src" -j"$(nproc)" MPI=0 NCCL_HOME="$home" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+mpi=${MPI:-0} bdir=$src/build mpiargs=() launch=()
+if [ "$mpi" = 1 ]; then
+  # nccl-tests wants MPI_HOME/include and MPI_HOME/lib: stage them from mpicc.
+  mh=$src/mpi_home
+  mkdir -p "$mh"
+  ln -sfn "$(mpicc -showme:incdirs | awk '{print $1}')" "$mh/include"
+  ln -sfn "$(mpicc -showme:libdirs | awk '{print $1}')" "$mh/lib"
+  bdir=$src/build-mpi mpiargs=(MPI=1 MPI_HOME="$mh")
+  # shellcheck disable=SC2206
+  launch=(${LAUNCH:-mpirun --allow-run-as-root --oversubscribe -np ${NP:-2} -x NCCLGO_FATBIN -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE
+    -x NCCL_TESTS_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_DEBUG})
+fi
+
+echo "== building nccl-tests against ncclgo's nccl.h (MPI=$mpi)"
+make -C "$src" -j"$(nproc)" MPI="$mpi" "${mpiargs[@]}" BUILDDIR="$bdir" NCCL_HOME="$home" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
   NVCC_GENCODE="${GENCODE:--gencode=arch=compute_90,code=sm_90}" >"$src/build.log" 2>&1 ||
   { tail -40 "$src/build.log"; exit 1; }
 
@@ -64,10 +82,11 @@ for t in ${TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv
       libdir=$sys
     fi
     log=$src/${t}_$which.log
-    echo "== ${t}_perf on $which ($libdir)"
+    echo "== ${t}_perf on $which ($libdir)${launch[0]:+ under ${launch[*]:0:3}}"
     rc=0
+    # shellcheck disable=SC2086
     NCCLGO_FATBIN=$fatbin LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-      timeout 900 "$src/build/${t}_perf" ${ARGS:--b 8 -e 1G -f 4 -g 2 -c 1} >"$log" 2>&1 || rc=$?
+      timeout 900 "${launch[@]}" "$bdir/${t}_perf" ${ARGS:--b 8 -e 1G -f 4 -g 2 -c 1} >"$log" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then
       echo "   FAILED (exit $rc); tail of $log:"; tail -15 "$log"; fail=1; continue
     fi
