@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -18,21 +19,25 @@ import (
 //
 //   - before the first size is timed, every size from -b to -e by a factor
 //     of 2 runs -w out-of-place iterations, then the streams are drained;
-//   - at each size, out-of-place then in-place: one untimed iteration and a
-//     drain (ncclperf checks results on this one), then a host clock
-//     around -n iterations issued back to back and the drain after them,
-//     divided by -n;
+//   - at each size, out-of-place then in-place (the reference's in-place
+//     too, though -compare prints only its out-of-place column, so that
+//     every measurement follows the same work as in nccl-tests and in
+//     ncclgo's sweep): one untimed iteration and a drain (ncclperf checks
+//     results on this one), then a host clock around -n iterations issued
+//     back to back and the drain after them, divided by -n;
 //   - iteration i shifts both buffers by i modulo (-e / the size) times the
 //     size, so that a buffer smaller than -e does not stay in cache;
-//   - draining polls every stream (cudaStreamQuery, yielding when none
-//     finished), as testStreamSynchronize does;
+//   - draining polls every stream (cudaStreamQuery) and, while one is
+//     busy, its communicator's asynchronous error (ncclCommGetAsyncError),
+//     yielding with sched_yield when a pass finds none finished, as
+//     testStreamSynchronize does;
 //   - no events are recorded (nccl-tests records them only for -I 1).
 
 // row is one size's measurement: out-of-place and in-place.
 type row struct {
 	bytes, count int64
 	oop, ip      result
-	ipNA         bool // not measured: point-to-point, or the reference's column
+	ipNA         bool // not measured: point-to-point, or a sweep without in-place
 }
 
 // sizes lists the sizes of the sweep (-b to -e by -f or -i), in bytes,
@@ -244,11 +249,14 @@ func (c *config) bandwidth(count int64, usec float64) (algbw, busbw float64) {
 	return algbw, algbw * c.coll.busFactor(c.nRanks)
 }
 
-// drain waits until every stream is idle by polling them in turn, yielding
-// the processor when a pass finds none newly finished (nccl-tests'
-// testStreamSynchronize).
+// drain waits until every stream is idle by polling them in turn, as
+// nccl-tests' testStreamSynchronize does: a stream still busy has its
+// rank's asynchronous error checked (when the backend reports one, see
+// asyncErrer), and a pass that finds none newly finished yields the
+// processor.
 func (it *iterator) drain() error {
 	done := make([]bool, len(it.streams))
+	async, _ := it.b.(asyncErrer)
 	for remaining := len(it.streams); remaining > 0; {
 		idle := true
 		for i := range it.streams {
@@ -263,17 +271,58 @@ func (it *iterator) drain() error {
 				done[i] = true
 				remaining--
 				idle = false
+				continue
+			}
+			if async != nil {
+				if err := async.AsyncErr(i); err != nil {
+					ae := &asyncError{rank: it.c.rank0 + i, err: err}
+					if lost := it.c.mp.alive(); lost != nil {
+						return fmt.Errorf("%w (%w)", lost, ae) // the lost rank is the cause
+					}
+					return ae
+				}
 			}
 		}
 		if idle {
 			if err := it.c.mp.alive(); err != nil {
 				return err // a rank this one waits for is gone
 			}
-			runtime.Gosched()
+			yield()
 		}
 	}
 	return nil
 }
+
+// yield lets other threads have the processor while drain waits, keeping
+// this thread runnable, as nccl-tests' std::this_thread::yield
+// (sched_yield) does. runtime.Gosched is no substitute: on a goroutine
+// locked to its thread, as run locks it, it parks the thread and hands its
+// P to another thread, which must wake it back, so each pass costs two
+// thread switches and may resume the thread on another CPU. Other
+// goroutines still run: on the other Ps, and on this one through the
+// runtime's preemption. Tests replace it.
+var yield = func() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// asyncErrer is a backend that reports rank r's asynchronous error without
+// waiting (ncclCommGetAsyncError, ncclgo's Comm.Err); drain polls it for
+// each busy stream, as testStreamSynchronize does.
+type asyncErrer interface {
+	AsyncErr(r int) error
+}
+
+// asyncError is a rank's asynchronous error, found while draining: the
+// communicators may never finish their work, so the run ends and they are
+// aborted (closeBackend), as nccl-tests aborts them.
+type asyncError struct {
+	rank int // the communicator rank
+	err  error
+}
+
+func (e *asyncError) Error() string {
+	return fmt.Sprintf("rank %d: asynchronous error: %v", e.rank, e.err)
+}
+
+func (e *asyncError) Unwrap() error { return e.err }
 
 // table prints one job's results in nccl-tests' columns: the measured
 // library's out-of-place and in-place columns and, with a reference, the
@@ -297,12 +346,15 @@ func (t *table) header(w io.Writer) {
 	if t.ours != "" {
 		fmt.Fprintf(w, "# ncclgo: %s\n", t.ours)
 	}
+	// Goroutines other than this one: none but the job's control channel's
+	// should run beside the measured library.
+	others := runtime.NumGoroutine() - 1
 	if t.ref != "" && t.ours == "" {
-		fmt.Fprintf(w, "# measured: %s (%s), timed as nccl-tests times it\n", t.ref, c.compare)
+		fmt.Fprintf(w, "# measured: %s (%s), timed as nccl-tests times it; %d other goroutines\n", t.ref, c.compare, others)
 	}
 	cmp := t.ref != "" && t.ours != ""
 	if cmp {
-		fmt.Fprintf(w, "# reference: %s (%s), measured after ncclgo's communicators were destroyed\n", t.ref, c.compare)
+		fmt.Fprintf(w, "# reference: %s (%s), measured after ncclgo's communicators were destroyed; %d other goroutines\n", t.ref, c.compare, others)
 		fmt.Fprintf(w, "# ratio (> 1: ncclgo better, out-of-place): below %d B NCCL time / ncclgo time, from %d B ncclgo busbw / NCCL busbw\n",
 			ratioSplit, ratioSplit)
 	}
@@ -349,6 +401,9 @@ func (t *table) row(w io.Writer, rw row, ref *row) {
 	var refHost string
 	if ref != nil {
 		t.refWrong += ref.oop.wrong
+		if !ref.ipNA {
+			t.refWrong += ref.ip.wrong // not printed, but checked
+		}
 		q, by := ratio(rw.bytes, rw.oop.usec, rw.oop.busbw, ref.oop.usec, ref.oop.busbw)
 		line += fmt.Sprintf("   %9.2f %7.2f %7.3f %5s", ref.oop.usec, ref.oop.busbw, q, by)
 		refHost = fmt.Sprintf(", reference %.2f", ref.oop.hostUsec)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -109,9 +111,9 @@ func TestTimingLoopIsNcclTests(t *testing.T) {
 	assert.Greater(t, rows[1].ip.usec, 0.0)
 }
 
-func TestTimingLoopReferenceAndP2P(t *testing.T) {
-	// The reference's column (inPlace false) and point-to-point
-	// collectives time out-of-place only; no warm-up with -w 0.
+func TestTimingLoopOutOfPlaceOnly(t *testing.T) {
+	// A sweep without in-place and point-to-point collectives time
+	// out-of-place only; no warm-up with -w 0.
 	for _, tc := range []struct {
 		coll    coll
 		inPlace bool
@@ -237,9 +239,14 @@ func TestTable(t *testing.T) {
 		assert.Equal(t, []string{tc.op, tc.root}, fields[3:5], tc.coll)
 	}
 
-	// Wrong values fail the table.
+	// Wrong values fail the table, also in the reference's in-place
+	// column, which is not printed.
 	out.Reset()
 	c.check = true
+	tb = &table{c: c, ours: "x", ref: "NCCL"}
+	tb.row(&out, rw, &row{bytes: 8, count: 2, oop: result{usec: 14}, ip: result{wrong: 2}})
+	assert.ErrorContains(t, tb.footer(&out, nil), "reference: 2 wrong values")
+	out.Reset()
 	tb = &table{c: c, ours: "x"}
 	tb.row(&out, row{bytes: 8, count: 2, oop: result{wrong: 3}, ipNA: true}, nil)
 	assert.ErrorContains(t, tb.footer(&out, nil), "3 wrong values")
@@ -272,4 +279,102 @@ func TestRowsMatchNcclTestsOutput(t *testing.T) {
 		}
 		assert.Equal(t, want, got, file)
 	}
+}
+
+// asyncBackend is a fakeBackend that reports asynchronous errors: rank
+// failRank's on its failAt-th query (1-based; 0 never).
+type asyncBackend struct {
+	fakeBackend
+	queries          []int // per rank
+	failRank, failAt int
+	aborted          bool
+}
+
+func (b *asyncBackend) AsyncErr(r int) error {
+	b.queries[r]++
+	if b.failAt > 0 && r == b.failRank && b.queries[r] == b.failAt {
+		return errors.New("unhandled cuda error")
+	}
+	return nil
+}
+
+func (b *asyncBackend) Abort() error { b.aborted = true; return nil }
+
+// TestDrainIsTestStreamSynchronize checks drain against nccl-tests'
+// testStreamSynchronize: each pass queries every busy stream and, for each
+// one still busy, its rank's asynchronous error; a pass that finds none
+// newly finished yields (sched_yield, which keeps the thread, instead of
+// runtime.Gosched, which parks a locked one); an asynchronous error ends
+// the drain naming the rank and makes the run end with the communicators
+// aborted.
+func TestDrainIsTestStreamSynchronize(t *testing.T) {
+	yields := 0
+	saved := yield
+	yield = func() { yields++ }
+	t.Cleanup(func() { yield = saved })
+
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, rank0: 4}
+	b := &asyncBackend{queries: make([]int, 2)}
+	it := newIterator(c, b, make([]rankBuffers, 2))
+	var polls []string
+	busy := []int{1, 3} // polls before each rank's stream is idle
+	it.done = func(r int) (bool, error) {
+		polls = append(polls, fmt.Sprint(r))
+		if busy[r] == 0 {
+			return true, nil
+		}
+		busy[r]--
+		return false, nil
+	}
+	require.NoError(t, it.drain())
+	// Pass 1: both busy (yield); pass 2: 0 idle, 1 busy (no yield: one
+	// finished); pass 3: 1 busy (yield); pass 4: 1 idle.
+	assert.Equal(t, []string{"0", "1", "0", "1", "1", "1"}, polls)
+	assert.Equal(t, []int{1, 3}, b.queries, "the asynchronous error of each busy stream's rank, per pass")
+	assert.Equal(t, 2, yields)
+
+	b = &asyncBackend{queries: make([]int, 2), failRank: 1, failAt: 2}
+	it.b = b
+	busy = []int{0, 10}
+	err := it.drain()
+	var ae *asyncError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, 5, ae.rank, "the communicator rank")
+	assert.ErrorContains(t, err, "rank 5: asynchronous error: unhandled cuda error")
+	wrapped := fmt.Errorf("size 8, out-of-place: %w", err)
+	assert.Equal(t, wrapped, c.fatal(wrapped), "an asynchronous error ends the run")
+	assert.NoError(t, c.fatal(errors.New("3 wrong values")), "other errors in one process do not")
+	require.NoError(t, c.closeBackend(b, fmt.Errorf("size 8: %w", err)))
+	assert.True(t, b.aborted, "communicators with an asynchronous error are aborted, as nccl-tests does")
+	b.aborted = false
+	require.NoError(t, c.closeBackend(b, nil))
+	assert.False(t, b.aborted)
+}
+
+// TestReferenceTimedLikeOurs: with -compare, NCCL's sweep issues exactly
+// what ncclgo's does (warm-up, then out-of-place and in-place at every
+// size, as nccl-tests), though only its out-of-place column is printed.
+func TestReferenceTimedLikeOurs(t *testing.T) {
+	savedRanks, savedIdle, savedOurs, savedRef := openRanks, streamIdle, openOurs, openRef
+	t.Cleanup(func() { openRanks, streamIdle, openOurs, openRef = savedRanks, savedIdle, savedOurs, savedRef })
+	openRanks = func(devices []int) ([]rankBuffers, func(), error) {
+		return make([]rankBuffers, len(devices)), func() {}, nil
+	}
+	streamIdle = func(*cuda.Stream) (bool, error) { return true, nil }
+	ours, ref := &fakeBackend{}, &fakeBackend{}
+	openOurs = func(*config) (backend, error) { return ours, nil }
+	openRef = func(*config, []rankBuffers) (backend, error) { return ref, nil }
+
+	var errb bytes.Buffer
+	c, err := parseFlags([]string{"-b", "8", "-e", "16", "-g", "2", "-n", "2", "-w", "1", "-c", "0", "-compare", "libnccl.so.2"}, &errb)
+	require.NoError(t, err)
+	c.devices = []int{0, 1}
+	var out bytes.Buffer
+	require.NoError(t, c.measure(&out, c.devices))
+	// Warm-up 2 calls; per size and placement 1 untimed + 2 timed.
+	assert.Len(t, ours.log, 1+2+2*2*(1+1+2))
+	assert.Equal(t, ours.log, ref.log)
+	assert.Regexp(t, `(?m)^# reference: fake \(libnccl.so.2\), measured after ncclgo's communicators were destroyed; \d+ other goroutines$`, out.String())
+	rows := regexp.MustCompile(`(?m)^ +(8|16) .* (time)$`).FindAllString(out.String(), -1)
+	assert.Len(t, rows, 2, out.String())
 }

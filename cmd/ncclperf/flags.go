@@ -129,7 +129,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.IntVar(&c.np, "np", 0, "run `N` processes of one rank each (ncclperf spawns itself; under mpirun or torchrun it is one rank of their job)")
 	fs.IntVar(&c.average, "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over `ranks` (nccl-tests' -a)")
 	fs.IntVar(&c.iters, "n", 20, "timed `iterations` per size")
-	fs.IntVar(&c.warmup, "w", 5, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does)")
+	fs.IntVar(&c.warmup, "w", 1, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does; its default is 1 too)")
 	chk := fs.Int("c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
 	opS := fs.String("o", "sum", "reduction `op`: "+strings.Join(opNames, ", ")+", or all")
 	dtS := fs.String("d", "float", "data `type`: "+strings.Join(typeNames, ", ")+", or all")

@@ -10,8 +10,10 @@
 // timing is nccl-tests' own, for both libraries: all sizes warmed up first,
 // then per size one untimed iteration and a host clock around -n
 // iterations issued back to back, buffers shifted per iteration, streams
-// drained by polling. Every call comes from one OS thread, every rank's
-// call in one group per iteration (nccl-tests' -t 1 -g N).
+// drained by polling (sched_yield between passes, never parking the
+// thread), out-of-place then in-place at every size for both libraries.
+// Every call comes from one OS thread, every rank's call in one group per
+// iteration (nccl-tests' -t 1 -g N).
 //
 // Sizes, counts and pointers are nccl-tests' too: the size column of
 // AllGather, ReduceScatter and AllToAll is the whole buffer (nRanks chunks),
@@ -128,8 +130,9 @@ var collBus = [...]kspace.Bus{
 func (c coll) busFactor(n int) float64 { return collBus[c].Factor(n) }
 
 // backend runs one collective on every rank, as one group, on streams[r].
-// backend runs one collective on every rank, as one group, on streams[r].
-// All its methods are called from one OS thread (run locks it).
+// All its methods are called from one OS thread (run locks it). A backend
+// that can report a communicator's asynchronous error implements
+// asyncErrer, which drain polls.
 type backend interface {
 	Name() string
 	// Begin makes the calling thread ready to issue Run: for NCCL, the
@@ -334,6 +337,15 @@ var openRanks = func(devices []int) (ranks []rankBuffers, release func(), err er
 // openOurs opens ncclgo's communicator; tests replace it.
 var openOurs = func(c *config) (backend, error) { return openNcclgo(c) }
 
+// openRef opens -compare's NCCL library on ranks; tests replace it.
+var openRef = func(c *config, ranks []rankBuffers) (backend, error) {
+	b, err := openNCCL(c.compare, c.devices, ranks, c.mp)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // measure runs the jobs on this process's ranks, on devices local (all of
 // c.devices, or this rank's alone under a launcher).
 func (c *config) measure(w io.Writer, local []int) error {
@@ -380,7 +392,7 @@ func (c *config) measure(w io.Writer, local []int) error {
 		}
 	}
 	if c.compare != "" {
-		b, err := openNCCL(c.compare, c.devices, ranks, c.mp)
+		b, err := openRef(c, ranks)
 		if err != nil {
 			return err
 		}
@@ -399,7 +411,10 @@ func (c *config) measure(w io.Writer, local []int) error {
 				return nil
 			}
 			k := 0
-			err := t.c.sweep(b, ranks, !c.ncclgo, func(rw row) {
+			// In-place too, as nccl-tests and ncclgo's sweep time it,
+			// though only the out-of-place column is printed next to
+			// ncclgo's.
+			err := t.c.sweep(b, ranks, true, func(rw row) {
 				if !c.ncclgo {
 					t.row(w, rw, nil)
 					return
@@ -474,12 +489,20 @@ func (c *config) measureAll(b backend, ranks []rankBuffers, jobs []job, each fun
 
 // fatal is the error that ends the run: with ranks in other processes, a
 // sweep that failed on this rank (the others wait for it in vain) ends
-// the job; in one process the next job runs.
+// the job, and so does a communicator's asynchronous error; otherwise the
+// next job runs.
 func (c *config) fatal(sweepErr error) error {
-	if c.mp != nil {
+	if c.mp != nil || isAsync(sweepErr) {
 		return sweepErr
 	}
 	return nil
+}
+
+// isAsync reports whether err is or wraps a communicator's asynchronous
+// error (see drain).
+func isAsync(err error) bool {
+	var ae *asyncError
+	return errors.As(err, &ae)
 }
 
 // aborter is a backend whose communicators can be abandoned without
@@ -487,9 +510,10 @@ func (c *config) fatal(sweepErr error) error {
 type aborter interface{ Abort() error }
 
 // closeBackend closes b, or aborts it when the run failed with ranks in
-// other processes: its kernels may wait for a rank that is gone.
+// other processes (its kernels may wait for a rank that is gone) or on an
+// asynchronous error (as nccl-tests aborts its communicators then).
 func (c *config) closeBackend(b backend, runErr error) error {
-	if a, ok := b.(aborter); ok && runErr != nil && c.mp != nil {
+	if a, ok := b.(aborter); ok && runErr != nil && (c.mp != nil || isAsync(runErr)) {
 		return a.Abort()
 	}
 	return b.Close()

@@ -16,6 +16,7 @@ typedef ncclResult_t (*pCommInitAll)(ncclComm_t*, int, const int*);
 typedef ncclResult_t (*pGetUniqueId)(ncclUniqueId*);
 typedef ncclResult_t (*pCommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
 typedef ncclResult_t (*pCommDestroy)(ncclComm_t);
+typedef ncclResult_t (*pCommGetAsyncError)(ncclComm_t, ncclResult_t*);
 typedef ncclResult_t (*pGroup)(void);
 typedef ncclResult_t (*pAllReduce)(const void*, void*, size_t, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pAllGather)(const void*, void*, size_t, int, ncclComm_t, void*);
@@ -36,6 +37,7 @@ typedef struct {
 	pGetUniqueId getUniqueId;
 	pCommInitRank commInitRank;
 	pCommDestroy commDestroy, commAbort;
+	pCommGetAsyncError commGetAsyncError;
 	pGroup groupStart, groupEnd;
 	pAllReduce allReduce;
 	pAllGather allGather;
@@ -60,6 +62,7 @@ static const char* ng_nccl_open(const char* path, ncclLib* l) {
 	SYM(commInitRank, pCommInitRank, "ncclCommInitRank")
 	SYM(commDestroy, pCommDestroy, "ncclCommDestroy")
 	SYM(commAbort, pCommDestroy, "ncclCommAbort")
+	SYM(commGetAsyncError, pCommGetAsyncError, "ncclCommGetAsyncError")
 	SYM(groupStart, pGroup, "ncclGroupStart")
 	SYM(groupEnd, pGroup, "ncclGroupEnd")
 	SYM(allReduce, pAllReduce, "ncclAllReduce")
@@ -94,6 +97,13 @@ static const char* ng_nccl_err(ncclLib* l, int r) { return l->errorString(r); }
 static int ng_nccl_init_all(ncclLib* l, ncclComm_t* comms, int n, const int* devs) { return l->commInitAll(comms, n, devs); }
 static int ng_nccl_destroy(ncclLib* l, ncclComm_t c) { return l->commDestroy(c); }
 static int ng_nccl_abort(ncclLib* l, ncclComm_t c) { return l->commAbort(c); }
+// ng_nccl_async_error is ncclCommGetAsyncError's failure, else the
+// communicator's asynchronous error (0: none).
+static int ng_nccl_async_error(ncclLib* l, ncclComm_t c) {
+	ncclResult_t async = 0;
+	int r = l->commGetAsyncError(c, &async);
+	return r ? r : async;
+}
 static int ng_nccl_unique_id(ncclLib* l, ncclUniqueId* id) { return l->getUniqueId(id); }
 static int ng_nccl_init_rank(ncclLib* l, ncclComm_t* comm, int n, const ncclUniqueId* id, int rank) { return l->commInitRank(comm, n, *id, rank); }
 static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
@@ -348,8 +358,16 @@ func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dat
 	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
 }
 
+// AsyncErr reports rank r's asynchronous error (ncclCommGetAsyncError),
+// which drain polls while r's stream is busy, as nccl-tests'
+// testStreamSynchronize does.
+func (b *ncclBackend) AsyncErr(r int) error {
+	return b.check("ncclCommGetAsyncError", C.ng_nccl_async_error(b.lib, unsafe.Slice(b.comms, b.n)[r]))
+}
+
 // Abort ends the communicators without waiting for their work
-// (ncclCommAbort), for a job that lost a rank.
+// (ncclCommAbort), for a job that lost a rank or hit an asynchronous
+// error.
 func (b *ncclBackend) Abort() error {
 	if b.comms == nil {
 		return nil

@@ -115,6 +115,10 @@ func (b *ncclgoBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt d
 	return nil
 }
 
+// AsyncErr reports rank r's asynchronous error (Comm.Err, ncclgo's
+// ncclCommGetAsyncError), which drain polls while r's stream is busy.
+func (b *ncclgoBackend) AsyncErr(r int) error { return b.comms[r].Err() }
+
 // Begin does nothing: every ncclgo call makes its rank's context current
 // itself.
 func (b *ncclgoBackend) Begin() error { return nil }
