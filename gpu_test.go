@@ -567,7 +567,10 @@ func TestGPUReductionOps(t *testing.T) {
 	}
 }
 
-// A receive that no rank matches blocks until Abort.
+// A receive that no rank matches blocks until Abort, called from another
+// goroutine while Wait blocks: the kernel leaves through the abort flag
+// within a second, later calls fail with ErrAborted, and the GPU stays
+// usable (a new communicator on it runs an AllReduce).
 func TestGPUAbort(t *testing.T) {
 	gpuOrSkip(t)
 	envs := setup(t, []int{0, 0}, nil)
@@ -578,13 +581,22 @@ func TestGPUAbort(t *testing.T) {
 	err := e.c.Wait(ctx)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the unmatched receive waits")
+	waited := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		waited <- e.c.Wait(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // the waiter is blocked in Wait
+	t0 := time.Now()
 	e.c.Abort()
-	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = e.c.Wait(ctx)
+	err = <-waited
+	left := time.Since(t0)
 	require.ErrorIs(t, err, ErrAborted)
-	t.Logf("after Abort: %v", err)
+	t.Logf("Abort from another goroutine: Wait returned after %v: %v", left.Round(time.Microsecond), err)
+	require.Less(t, left, time.Second, "the spinning kernel leaves through the abort flag within a second")
 	require.ErrorIs(t, e.c.AllReduce(buf, buf, 1, Float32, Sum, e.s), ErrAborted)
+	runAllReduce(t, setup(t, []int{0, 0}, nil), 4097, false)
 }
 
 // Ranks as goroutines joined through GetUniqueID and InitRank (TCP
