@@ -98,7 +98,8 @@
 //     uses fewer channels than it could). A limit set only in the control
 //     daemon (set_active_thread_percentage) is not seen: give the clients
 //     the variable too. The budget arithmetic is tested on the CPU; the
-//     multi-process run needs MPS on the GPU machine.
+//     tests package's TestStressMPS runs it under MPS on the GPU machine
+//     (2 and 4 processes of 8 ranks each, 64 MiB AllReduces at once).
 //   - A ledger shared by the processes: the same state (budget, use, FIFO
 //     of waiters, per-lease completions) in a shared-memory segment keyed
 //     by the GPU's UUID, under a process-shared lock, with completions as
