@@ -502,31 +502,11 @@ func TestStress(t *testing.T) {
 			for i, n := range shape {
 				comms = append(comms, newStressComm(t, i, rankDevices(devs, n), rng, nOps))
 			}
-			for _, s := range comms {
-				t.Logf("%s: %d ops, %.1f MiB", s, len(s.ops), float64(s.volume())/(1<<20))
-			}
-			// Concurrent: one goroutine per communicator.
-			t0 := time.Now()
-			errs := make([]error, len(comms))
-			var wg sync.WaitGroup
-			for i, s := range comms {
-				wg.Go(func() { errs[i] = s.runOps() })
-			}
-			wg.Wait()
-			conc := time.Since(t0)
-			if err := errors.Join(errs...); err != nil {
+			conc, serial, err := runConcurrentThenSerial(t, comms)
+			if err != nil {
 				failed = true
-				t.Fatalf("concurrent run: %v", err)
+				t.Fatal(err)
 			}
-			// Serial: the same work, one communicator after another.
-			t0 = time.Now()
-			for _, s := range comms {
-				if err := s.runOps(); err != nil {
-					failed = true
-					t.Fatalf("serial run: %v", err)
-				}
-			}
-			serial := time.Since(t0)
 			var total int64
 			for _, s := range comms {
 				total += s.volume()
@@ -605,9 +585,42 @@ func TestStressSplit(t *testing.T) {
 			comms = append(comms, s)
 		}
 	}
+	conc, serial, err := runConcurrentThenSerial(t, comms)
+	if err != nil {
+		failed = true
+		t.Fatal(err)
+	}
+	sizes := make([]int, len(comms))
+	for i, s := range comms {
+		sizes[i] = len(s.comms)
+	}
+	t.Logf("STRESS split %v devices %v: concurrent %v, serial %v, concurrent/serial throughput %.2f×",
+		sizes, testDevices(t), conc.Round(time.Millisecond), serial.Round(time.Millisecond), serial.Seconds()/conc.Seconds())
+}
+
+// runConcurrentThenSerial runs every communicator's operations at once,
+// one goroutine each, then the same work one communicator after another,
+// and returns both times; the first error stops it.
+func runConcurrentThenSerial(t *testing.T, comms []*stressComm) (conc, serial time.Duration, err error) {
 	for _, s := range comms {
 		t.Logf("%s: %d ops, %.1f MiB", s, len(s.ops), float64(s.volume())/(1<<20))
 	}
+	conc, err = runConcurrent(comms)
+	if err != nil {
+		return 0, 0, fmt.Errorf("concurrent run: %w", err)
+	}
+	t0 := time.Now()
+	for _, s := range comms {
+		if err := s.runOps(); err != nil {
+			return 0, 0, fmt.Errorf("serial run: %w", err)
+		}
+	}
+	return conc, time.Since(t0), nil
+}
+
+// runConcurrent runs every communicator's operations at once, one
+// goroutine each, and returns how long they took together.
+func runConcurrent(comms []*stressComm) (time.Duration, error) {
 	t0 := time.Now()
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
@@ -615,25 +628,7 @@ func TestStressSplit(t *testing.T) {
 		wg.Go(func() { errs[i] = s.runOps() })
 	}
 	wg.Wait()
-	conc := time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
-		failed = true
-		t.Fatalf("concurrent run: %v", err)
-	}
-	t0 = time.Now()
-	for _, s := range comms {
-		if err := s.runOps(); err != nil {
-			failed = true
-			t.Fatalf("serial run: %v", err)
-		}
-	}
-	serial := time.Since(t0)
-	sizes := make([]int, len(comms))
-	for i, s := range comms {
-		sizes[i] = len(s.comms)
-	}
-	t.Logf("STRESS split %v devices %v: concurrent %v, serial %v, concurrent/serial throughput %.2f×",
-		sizes, testDevices(t), conc.Round(time.Millisecond), serial.Round(time.Millisecond), serial.Seconds()/conc.Seconds())
+	return time.Since(t0), errors.Join(errs...)
 }
 
 // TestStressTwoFullComms is issue 14's reproduction: two communicators of
@@ -659,18 +654,12 @@ func TestStressTwoFullComms(t *testing.T) {
 		comms = append(comms, s)
 		t.Logf("%s: %d channels", s, s.comms[0].NChannels())
 	}
-	t0 := time.Now()
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, s := range comms {
-		wg.Go(func() { errs[i] = s.runOps() })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	took, err := runConcurrent(comms)
+	if err != nil {
 		failed = true
 		t.Fatal(err)
 	}
-	t.Logf("2 × 8 ranks on device %d, 8 × 64 MiB AllReduce each, concurrently: %v", dev, time.Since(t0).Round(time.Millisecond))
+	t.Logf("2 × 8 ranks on device %d, 8 × 64 MiB AllReduce each, concurrently: %v", dev, took.Round(time.Millisecond))
 }
 
 // TestStressModel checks the stress test's own arithmetic on the CPU:
