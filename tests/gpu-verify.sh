@@ -67,6 +67,11 @@
 # then, unless CAL_DIAG=0, the lines of NCCL_DEBUG=INFO (algorithm, protocol
 # and channels per size; count, type, op, root per call; env and init) that
 # differ between the two harnesses on a short sweep to ${CAL_DIAG_E:-4M}.
+# ncclloop (tests/calib/ncclloop.c, built with cc unless CAL_LOOP=0; it
+# loads NCCL and the CUDA runtime CUDART with dlopen) runs nccl-tests' loop
+# in C in every round, to ${CAL_LOOP_E:-4M}, and a second table per
+# collective sets it between the two harnesses; CAL_NP_ENV is environment
+# for ncclperf's runs alone (e.g. "GODEBUG=asyncpreemptoff=1 GOMAXPROCS=2").
 # Raw outputs, the nccl-tests build log and the machine's CPU and GPU
 # topology: verify-logs/calibrate/. The step needs the GPUs only, not the
 # fatbin: STEPS=calibrate is enough. On two H200s: nccl-tests' build (four
@@ -737,18 +742,29 @@ if has calibrate && begin calibrate; then
     # normally measures it, after ncclgo's communicators are gone), else NCCL alone.
     GO=""
     [[ "${CAL_NCCLGO:-1}" == 0 || ! -f "$NCCLGO_FATBIN" ]] && GO="-ncclgo=false"
+    # CAL_LOOP=0 leaves out ncclloop (built here with cc; the CUDA runtime it loads: CUDART).
+    LOOP="" CUDART=${CUDART:-$(ls "$CUDA_HOME"/lib64/libcudart.so* 2>/dev/null | head -1)}
+    if [[ ${CAL_LOOP:-1} != 0 && -n $CUDART ]] && cc -O2 -o "$CAL/ncclloop" tests/calib/ncclloop.c -ldl > "$CAL/ncclloop-build.log" 2>&1; then
+      LOOP=$CAL/ncclloop
+    fi
     : > "$L/calibrate.txt"
     echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$L/calibrate.txt"
     for coll in allreduce allgather reducescatter broadcast; do
       case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
       for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
         ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS)
-        npcmd=(timeout $(lim 180) $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
+        # shellcheck disable=SC2206
+        npcmd=(timeout $(lim 180) env ${CAL_NP_ENV:-} $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
         for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
           f="$CAL/$coll-$who-$r.txt"
           if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
           else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
         done
+        # ncclloop (tests/calib): nccl-tests' loop in C with NCCL loaded by dlopen, as ncclperf loads it.
+        if [[ -x $LOOP ]]; then
+          t timeout $(lim 120) $PIN "$LOOP" -l "$lib" -r "$CUDART" -c $coll -b ${CAL_B:-8} -e ${CAL_LOOP_E:-4M} -g $CAL_G \
+            -n ${CAL_N:-200} -w ${CAL_W:-20} > "$CAL/$coll-nc-$r.txt" 2>&1 || tail -3 "$CAL/$coll-nc-$r.txt"
+        fi
       done
       # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
       # before the drain, what ncclperf's -hosttime prints).
@@ -804,6 +820,31 @@ if has calibrate && begin calibrate; then
           }
           printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
         }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$L/calibrate.txt"
+      if [[ -n $LOOP ]]; then
+        # Per size: the median out-of-place time of nccl-tests, ncclloop and ncclperf's NCCL
+        # column, and ncclloop's host time: ncclloop near nccl-tests puts a gap in ncclperf's
+        # process, near ncclperf in loading NCCL with dlopen.
+        awk -v coll=$coll '
+          function med(s,   n, a, i, j, v) {
+            n = split(s, a, " "); if (n == 0) return -1
+            for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+            return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+          }
+          FNR == 1 { kind = FILENAME ~ /-nt-[0-9]+\.txt$/ ? "nt" : FILENAME ~ /-nc-[0-9]+\.txt$/ ? "nc" : "np" }
+          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nc" && NF == 7 { nc[$1 + 0] = nc[$1 + 0] " " $6; host[$1 + 0] = host[$1 + 0] " " $7; next }
+          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nt" && NF >= 13 { nt[$1 + 0] = nt[$1 + 0] " " $6; next }
+          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "np" && NF >= 13 { np[$1 + 0] = np[$1 + 0] " " (NF >= 17 ? $14 : $6) }
+          END {
+            printf "# %s-loop: median out-of-place time (us): nccl-tests, ncclloop (C, NCCL by dlopen), ncclperf-NCCL; loop/nt and np/loop\n", coll
+            printf "#%11s %11s %9s %14s %8s %8s %10s\n", "size(B)", "nccl-tests", "ncclloop", "ncclperf-NCCL", "loop/nt", "np/loop", "loop-host"
+            for (s in nc) sz[++n] = s + 0
+            for (i = 2; i <= n; i++) { v = sz[i]; for (j = i - 1; j >= 1 && sz[j] > v; j--) sz[j + 1] = sz[j]; sz[j + 1] = v }
+            for (k = 1; k <= n; k++) {
+              s = sz[k]; a = med(nt[s]); b = med(nc[s]); c = med(np[s])
+              printf "%12d %11.2f %9.2f %14.2f %8.3f %8.3f %10.2f\n", s, a, b, c, (a > 0 ? b / a : 0), (b > 0 ? c / b : 0), med(host[s])
+            }
+          }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-nc-*.txt "$CAL"/$coll-np-*.txt | tee -a "$L/calibrate.txt"
+      fi
     done
     if [[ "${CAL_DIAG:-1}" != 0 ]]; then
       # What NCCL chose and was asked, per call, in each harness: one short sweep each with
