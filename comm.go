@@ -66,6 +66,7 @@ type Comm struct {
 	destroyed bool
 	finalized bool
 	aborted   atomic.Bool
+	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
 	events    map[uintptr]*cuda.Event // last launch per stream
 	userOps   map[RedOp]devOp
 	userTypes map[RedOp]DataType
@@ -322,15 +323,48 @@ func checkDevice(op, arg string, device int) error {
 
 // Abort stops the communicator: it sets the device abort flag, so that
 // every kernel of it stops waiting (recording NG_DEV_ERR_ABORTED), and
-// wakes every bootstrap waiter. Calls made afterwards fail with
+// wakes every bootstrap waiter of it. Calls made afterwards fail with
 // ErrAborted; Destroy is still needed to free the communicator.
+//
+// As in NCCL, communicators made from c by Split and Shrink go on: their
+// bootstrap rides on c's network, which then stays open for them (only
+// c's own waits end), and c's peers' next bootstrap exchange fails at once
+// with bootstrap.ErrCollectiveBroken instead of waiting for this rank.
 func (c *Comm) Abort() {
 	if c == nil {
 		return
 	}
 	c.aborted.Store(true)
 	c.setAbortFlag()
-	c.net.Abort()
+	c.life.end(ErrAborted)
+	abortNet(c.net)
+}
+
+// lifetime is a context that ends once, with a cause; its zero value is
+// ready to use (the context is made on first use).
+type lifetime struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (l *lifetime) init() {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithCancelCause(context.Background()) })
+}
+
+// end ends the lifetime with cause (the first call's cause stays).
+func (l *lifetime) end(cause error) {
+	l.init()
+	l.cancel(cause)
+}
+
+// bind returns ctx, ended also when the lifetime ends (with its cause),
+// and the function that releases it.
+func (l *lifetime) bind(ctx context.Context) (context.Context, func()) {
+	l.init()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // setAbortFlag tells the kernels to stop waiting; it does nothing once

@@ -56,6 +56,8 @@ func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm,
 	if err := c.usable(op); err != nil {
 		return nil, err
 	}
+	ctx, release := c.life.bind(ctx) // Abort ends the exchange
+	defer release()
 	c.split.mu.Lock()
 	defer c.split.mu.Unlock()
 	c.split.splits++
@@ -127,6 +129,11 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMo
 		}
 	} else if err := c.usable(op); err != nil {
 		return nil, err
+	} else {
+		// Abort ends the exchange (abort mode runs on an aborted parent).
+		var release func()
+		ctx, release = c.life.bind(ctx)
+		defer release()
 	}
 	c.split.mu.Lock()
 	defer c.split.mu.Unlock()

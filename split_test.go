@@ -585,3 +585,52 @@ func TestDestroyAbortKeepsChildren(t *testing.T) {
 	destroyAll(t, kids...)
 	destroyAll(t, parents...)
 }
+
+// TestAbortKeepsChildren: Abort of a parent rank, called from another
+// goroutine, ends that rank's bootstrap exchange at once, leaves the
+// communicators split from the parent working (NCCL's ncclCommAbort does
+// not touch them either), and makes the other parent ranks' next exchange
+// fail at once with ErrCollectiveBroken instead of at the timeout (20 s).
+func TestAbortKeepsChildren(t *testing.T) {
+	for _, tcp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in-process", true: "tcp"}[tcp], func(t *testing.T) {
+			fakeChildren(t)
+			const n = 3
+			ctx := context.Background()
+			parents := fakeParents(t, n, tcp)
+			kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
+			require.NoError(t, errors.Join(errs...))
+
+			// Rank 0 starts an exchange no peer joins, and is aborted meanwhile.
+			done := make(chan error, 1)
+			go func() {
+				_, err := parents[0].Split(ctx, 0, 0, nil)
+				done <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			t0 := time.Now()
+			parents[0].Abort()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, ErrAborted)
+				t.Logf("the aborted rank's Split, after %v: %v", time.Since(t0).Round(time.Microsecond), err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Abort did not end the rank's Split exchange")
+			}
+			require.ErrorIs(t, parents[0].Err(), ErrAborted)
+
+			t1 := time.Now()
+			_, errs = onEveryRank(n-1, func(i int) (*Comm, error) { return parents[i+1].Split(ctx, 0, 0, nil) })
+			for i, err := range errs {
+				require.ErrorIs(t, err, bootstrap.ErrCollectiveBroken, "rank %d", i+1)
+			}
+			require.Less(t, time.Since(t1), 5*time.Second, "the peers heard of the abort instead of timing out")
+
+			grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
+			require.NoError(t, errors.Join(errs...), "the children's bootstrap still works")
+			destroyAll(t, grand...)
+			destroyAll(t, kids...)
+			destroyAll(t, parents...)
+		})
+	}
+}

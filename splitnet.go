@@ -152,18 +152,30 @@ func closeNet(n bootstrap.Network) error {
 }
 
 // abortNet aborts a communicator's network, unless it is a root network
-// that views still use (an abort would end their bootstrap too).
+// that views still use (an abort would end their bootstrap too). Such a
+// network stays open, and its collectives are declared broken on every
+// rank instead (a collective that fails at once here tells every peer),
+// so that the peers' next exchange with this rank fails now rather than
+// at its timeout; the views' traffic, plain Send and Recv under tags of
+// their own, goes on.
 func abortNet(n bootstrap.Network) {
 	if _, ok := n.(*subNet); !ok {
 		shared.Lock()
 		r := shared.refs[n]
 		shared.Unlock()
 		if r > 1 {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(errAbortedHere)
+			_ = n.Barrier(ctx)
 			return
 		}
 	}
 	n.Abort()
 }
+
+// errAbortedHere ends the collective by which abortNet breaks a network's
+// collectives.
+var errAbortedHere = errors.New("ncclgo: this rank's communicator was aborted")
 
 // Rank implements bootstrap.Network.
 func (v *subNet) Rank() int { return v.rank }
