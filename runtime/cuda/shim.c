@@ -86,6 +86,8 @@
   X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", 1,                                             \
     (CUdeviceptr* p, CUipcMemHandle h, unsigned flags))                                         \
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 1, (CUdeviceptr p))                             \
+  X(cuMemGetAddressRange, "cuMemGetAddressRange_v2", 1,                                        \
+    (CUdeviceptr* base, size_t* n, CUdeviceptr p))                                              \
   X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 0,                          \
     (size_t* g, const CUmemAllocationProp* prop, int option))                                   \
   X(cuMemCreate, "cuMemCreate", 0,                                                              \
@@ -386,6 +388,10 @@ CUresult ncu_ipc_open(CUcontext c, CUdeviceptr* p, CUipcMemHandle* h) {
 CUresult ncu_ipc_close(CUcontext c, CUdeviceptr p) {
   SETCTX(c);
   return p_cuIpcCloseMemHandle(p);
+}
+CUresult ncu_mem_range(CUcontext c, CUdeviceptr p, CUdeviceptr* base, size_t* n) {
+  SETCTX(c);
+  return p_cuMemGetAddressRange(base, n, p);
 }
 
 static void ncu_fill_prop(CUmemAllocationProp* prop, CUdevice d) {

@@ -132,6 +132,7 @@ CUresult ncu_occupancy(CUcontext c, int* n, CUfunction f, int block, size_t smem
 CUresult ncu_ipc_get(CUcontext c, CUipcMemHandle* h, CUdeviceptr p);
 CUresult ncu_ipc_open(CUcontext c, CUdeviceptr* p, CUipcMemHandle* h);
 CUresult ncu_ipc_close(CUcontext c, CUdeviceptr p);
+CUresult ncu_mem_range(CUcontext c, CUdeviceptr p, CUdeviceptr* base, size_t* n);
 
 // Virtual memory management.
 CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int recommended);

@@ -53,6 +53,23 @@ func (c *Context) IpcOpenMemHandle(handle IpcMemHandle) (DevicePtr, error) {
 	return DevicePtr(p), nil
 }
 
+// MemGetAddressRange returns the allocation that holds p: its base address
+// and size in bytes (cuMemGetAddressRange_v2). For memory opened from an
+// IPC handle it is the exporter's whole allocation, which bounds what a
+// peer may publish about it.
+func (c *Context) MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
+	h, err := c.ctx("MemGetAddressRange")
+	if err != nil {
+		return 0, 0, err
+	}
+	var b C.CUdeviceptr
+	var n C.size_t
+	if err := check("cuMemGetAddressRange", Result(C.ncu_mem_range(h, C.CUdeviceptr(p), &b, &n))); err != nil {
+		return 0, 0, c.wrap(fmt.Sprintf("MemGetAddressRange(%#x)", uint64(p)), err)
+	}
+	return DevicePtr(b), uint64(n), nil
+}
+
 // IpcCloseMemHandle unmaps memory opened by IpcOpenMemHandle
 // (cuIpcCloseMemHandle).
 func (c *Context) IpcCloseMemHandle(p DevicePtr) error {

@@ -36,6 +36,7 @@ type IPCMemory interface {
 	IpcGetMemHandle(p cuda.DevicePtr) (cuda.IpcMemHandle, error)
 	IpcOpenMemHandle(h cuda.IpcMemHandle) (cuda.DevicePtr, error)
 	IpcCloseMemHandle(p cuda.DevicePtr) error
+	MemGetAddressRange(p cuda.DevicePtr) (base cuda.DevicePtr, size uint64, err error)
 	MemHostRegister(p unsafe.Pointer, n uint64) error
 	MemHostUnregister(p unsafe.Pointer) error
 	HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error)

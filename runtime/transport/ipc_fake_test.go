@@ -26,7 +26,8 @@ type fakeIPC struct {
 	mapped      map[cuda.DevicePtr]*ipc.Segment
 	registered  map[unsafe.Pointer]cuda.DevicePtr
 	hostMapped  map[cuda.DevicePtr][]byte
-	ipcOpened   map[cuda.DevicePtr]bool
+	ipcOpened   map[cuda.DevicePtr]uint64 // the opened allocation's size
+	ipcShort    uint64                    // IpcGetMemHandle: allocations this many bytes smaller than allocated (a peer that over-publishes)
 	nextHandle  cuda.MemHandle
 	nextAddress uint64
 }
@@ -41,7 +42,7 @@ var fakeWorld struct {
 func newFakeIPC(dev int) *fakeIPC {
 	f := &fakeIPC{fakeMem: newFakeMem(), dev: cuda.Device(dev), handles: map[cuda.MemHandle]*ipc.Segment{},
 		reserved: map[cuda.DevicePtr]uint64{}, mapped: map[cuda.DevicePtr]*ipc.Segment{},
-		registered: map[unsafe.Pointer]cuda.DevicePtr{}, hostMapped: map[cuda.DevicePtr][]byte{}, ipcOpened: map[cuda.DevicePtr]bool{}}
+		registered: map[unsafe.Pointer]cuda.DevicePtr{}, hostMapped: map[cuda.DevicePtr][]byte{}, ipcOpened: map[cuda.DevicePtr]uint64{}}
 	fakeWorld.mu.Lock()
 	fakeWorld.all = append(fakeWorld.all, f)
 	fakeWorld.mu.Unlock()
@@ -206,10 +207,22 @@ func (f *fakeIPC) MemImportFromShareableHandle(fd int) (cuda.MemHandle, error) {
 	return f.nextHandle, nil
 }
 
+// IpcGetMemHandle's handle carries the allocation's address and size (less
+// ipcShort), which IpcOpenMemHandle's mapping then has.
 func (f *fakeIPC) IpcGetMemHandle(p cuda.DevicePtr) (cuda.IpcMemHandle, error) {
+	f.fakeMem.mu.Lock()
+	n, ok := f.live[p]
+	f.fakeMem.mu.Unlock()
+	if !ok {
+		return cuda.IpcMemHandle{}, fmt.Errorf("IpcGetMemHandle(%#x): not an allocation", uint64(p))
+	}
+	f.mu.Lock()
+	n -= min(n, f.ipcShort)
+	f.mu.Unlock()
 	var h cuda.IpcMemHandle
 	copy(h[:], "fake-ipc")
 	binary.LittleEndian.PutUint64(h[8:], uint64(p))
+	binary.LittleEndian.PutUint64(h[16:], n)
 	return h, nil
 }
 
@@ -217,11 +230,23 @@ func (f *fakeIPC) IpcOpenMemHandle(h cuda.IpcMemHandle) (cuda.DevicePtr, error) 
 	if string(h[:8]) != "fake-ipc" {
 		return 0, fmt.Errorf("not a fake IPC handle")
 	}
-	p := freshAddr(1)
+	n := binary.LittleEndian.Uint64(h[16:])
+	p := freshAddr(max(n, 1))
 	f.mu.Lock()
-	f.ipcOpened[p] = true
+	f.ipcOpened[p] = n
 	f.mu.Unlock()
 	return p, nil
+}
+
+func (f *fakeIPC) MemGetAddressRange(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for base, n := range f.ipcOpened {
+		if p >= base && uint64(p-base) < max(n, 1) {
+			return base, n, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("MemGetAddressRange(%#x): not opened from an IPC handle (the fake knows no other)", uint64(p))
 }
 
 func (f *fakeIPC) IpcCloseMemHandle(p cuda.DevicePtr) error {

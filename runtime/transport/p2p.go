@@ -193,7 +193,17 @@ func (P2P) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info 
 		if err != nil {
 			return nil, fmt.Errorf("transport: opening rank %d's IPC handle: %w", recv, err)
 		}
-		return &ipcRegion{m: m, addr: p}, nil
+		// The handle names the exporter's whole allocation: its real size
+		// bounds the size rank recv published, and so the offsets it
+		// publishes later (sizedRegion). A driver that cannot tell the
+		// range leaves the published size unchecked, as before this check.
+		r := &ipcRegion{m: m, addr: p, size: a}
+		if base, n, err := m.MemGetAddressRange(p); err == nil && (base != p || a > n) {
+			_ = r.Close()
+			return nil, fmt.Errorf("transport: rank %d's IPC buffers: it published %d bytes at its IPC handle, but the allocation opened is %d bytes at %#x (mapped at %#x)",
+				recv, a, n, uint64(base), uint64(p))
+		}
+		return r, nil
 	}
 	return nil, fmt.Errorf("transport: P2P connect info from rank %d: kind %d, %d bytes: malformed", recv, kind, len(info))
 }
@@ -270,15 +280,18 @@ func (r *vmmRegion) Close() error {
 	return errors.Join(errs...)
 }
 
-// ipcRegion is a peer's memory opened from a legacy IPC handle.
+// ipcRegion is a peer's memory opened from a legacy IPC handle, size
+// bytes (checked against the allocation when opened).
 type ipcRegion struct {
 	m    IPCMemory
 	addr cuda.DevicePtr
+	size uint64
 }
 
-func (r *ipcRegion) Addr() uint64 { return uint64(r.addr) }
-func (r *ipcRegion) Info() []byte { return nil }
-func (r *ipcRegion) Mode() string { return "IPC" }
+func (r *ipcRegion) Addr() uint64       { return uint64(r.addr) }
+func (r *ipcRegion) mappedSize() uint64 { return r.size }
+func (r *ipcRegion) Info() []byte       { return nil }
+func (r *ipcRegion) Mode() string       { return "IPC" }
 func (r *ipcRegion) Close() error {
 	if r.addr == 0 {
 		return nil

@@ -275,3 +275,24 @@ func TestConnectMixed(t *testing.T) {
 		assert.Zero(t, devs[r].liveCount())
 	}
 }
+
+// TestConnectIPCBoundsThePublishedSize: a receiver whose legacy IPC
+// allocation is smaller than the size it publishes (here rank 1, whose
+// handles describe 4 KiB less than it allocated) is refused by its sender,
+// which checks the published size against the allocation it opened
+// (cuMemGetAddressRange), naming the rank; nothing is left open.
+func TestConnectIPCBoundsThePublishedSize(t *testing.T) {
+	const n, nch = 3, 2
+	peers, devs := fakeProcesses(n)
+	devs[1].ipcShort = 4096
+	sets, errs, _ := connectFake(t, peers, devs, nch, Policy{NoCuMem: true})
+	require.Error(t, errs[0], "rank 0 sends to rank 1")
+	assert.Contains(t, errs[0].Error(), "rank 1's IPC buffers: it published")
+	assert.Contains(t, errs[0].Error(), "but the allocation opened is")
+	for r := range n {
+		if sets[r] != nil {
+			require.NoError(t, sets[r].Close())
+		}
+		assert.Zero(t, devs[r].liveCount(), "rank %d: every mapping, handle and allocation released", r)
+	}
+}
