@@ -534,13 +534,21 @@ if has capi && begin capi; then
 fi
 
 if has torch && begin torch; then
-  if ((NGPUS < ${TORCH_NPROC:-2})); then
-    done_ torch SKIP "NPROC=${TORCH_NPROC:-2} processes need as many GPUs, found $NGPUS"
+  # With fewer GPUs than processes, TORCH_MPS=1 runs ncclgo's half alone,
+  # the processes sharing the GPUs under MPS (the stock NCCL refuses ranks
+  # that share a GPU, so there is no loss to compare with).
+  tenv=()
+  if ((NGPUS < ${TORCH_NPROC:-2})) && [[ ${TORCH_MPS:-0} == 1 ]] && mps_start; then
+    tenv=(LIBS=ncclgo STEPS="${TORCH_STEPS:-probe collectives split ddp}" CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+  fi
+  if ((NGPUS < ${TORCH_NPROC:-2})) && ((${#tenv[@]} == 0)); then
+    done_ torch SKIP "NPROC=${TORCH_NPROC:-2} processes need as many GPUs, found $NGPUS (TORCH_MPS=1: ncclgo alone under MPS)"
   else
     tl=$(lim 570)
     bt torch/run "$tl" env STEPS="${TORCH_STEPS:-probe collectives split ddp compare}" OUT="$L/torch" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
-      NPROC=${TORCH_NPROC:-2} METHOD=${TORCH_METHOD:-preload} bash tests/torch/run.sh
+      NPROC=${TORCH_NPROC:-2} METHOD=${TORCH_METHOD:-preload} "${tenv[@]}" bash tests/torch/run.sh
     rc=$?
+    mps_stop
     sed -n '/^== summary/,$p' "$L/torch/run.log"
     r=$(grep -m1 '^TORCH-RUN-RESULT' "$L/torch/run.log")
     [[ $r == *" OK "* || $r == "TORCH-RUN-RESULT OK"* ]] && ((rc == 0)) && done_ torch PASS "$r" || done_ torch FAIL "rc=$rc ${r:-no TORCH-RUN-RESULT line}"

@@ -64,6 +64,9 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
+    # More processes than GPUs (ncclgo under MPS): they share them round-robin.
+    if args.backend == "nccl" and torch.cuda.device_count() > 0:
+        local %= torch.cuda.device_count()
     gpu = args.backend == "nccl"
     if gpu:
         torch.cuda.set_device(local)

@@ -7,7 +7,8 @@
 #   bash tests/torch/run.sh
 #
 # For each library (the stock NCCL first, then ncclgo) it runs, under torchrun
-# with NPROC processes (one GPU each): collectives.py (exact checks), ddp.py
+# with NPROC processes (one GPU each, or sharing the GPUs round-robin when
+# there are fewer, which ncclgo runs under MPS): collectives.py (exact checks), ddp.py
 # (200 steps, losses to $OUT/loss-<lib>.json) and collectives.py --device-id
 # (eager init: new_group through ncclCommSplit); then compare_loss.py
 # (within 1e-5 relative). Every step runs under `timeout`, and all steps
