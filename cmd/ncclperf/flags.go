@@ -139,6 +139,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
+	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
 	for short, long := range longNames {
 		fs.Var(fs.Lookup(short).Value, long, "same as -"+short)
 	}
@@ -212,6 +213,9 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	}
 	if *chk < 0 {
 		return nil, fmt.Errorf("%s %d: want 0 (no check) or a positive count", flagName("c"), *chk)
+	}
+	if c.p2pPerPeer < 0 {
+		return nil, fmt.Errorf("-p2p-channels %d: want 0 (ncclgo's default) or a positive channel count", c.p2pPerPeer)
 	}
 	c.check = *chk != 0
 	if strings.EqualFold(*opS, "all") {

@@ -50,7 +50,7 @@ func TestShortAttached(t *testing.T) {
 func TestOwnFlagsKeepWorking(t *testing.T) {
 	var errb bytes.Buffer
 	c, err := parseFlags([]string{"-coll", "broadcast", "-compare", "libnccl.so.2", "-hosttime", "-cpuprofile", "p.prof",
-		"-check-max", "1M", "-g", "2", "-devices", "1,0", "-fatbin", "x.fatbin", "-ncclgo=false", "-c", "1"}, &errb)
+		"-check-max", "1M", "-g", "2", "-devices", "1,0", "-fatbin", "x.fatbin", "-ncclgo=false", "-c", "1", "-p2p-channels", "16"}, &errb)
 	require.NoError(t, err)
 	assert.Equal(t, []coll{collBroadcast}, c.colls)
 	assert.Equal(t, "libnccl.so.2", c.compare)
@@ -59,6 +59,7 @@ func TestOwnFlagsKeepWorking(t *testing.T) {
 	assert.Equal(t, int64(1<<20), c.checkMax)
 	assert.Equal(t, []int{1, 0}, c.devices)
 	assert.Equal(t, "x.fatbin", c.fatbin)
+	assert.Equal(t, 16, c.p2pPerPeer)
 	assert.False(t, c.ncclgo)
 	assert.True(t, c.check)
 
@@ -118,6 +119,7 @@ func TestFlagErrors(t *testing.T) {
 		"-ncclgo=false leaves nothing":         {"-ncclgo=false"},
 		"flag provided but not defined: -zz":   {"-zz"},
 		`-coll "gather": unknown collective`:   {"-coll", "gather"},
+		"-p2p-channels -1: want 0":             {"-p2p-channels", "-1"},
 	} {
 		_, err := parseFlags(args, &errb)
 		require.Error(t, err, args)

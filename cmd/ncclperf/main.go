@@ -169,6 +169,7 @@ type config struct {
 	hostTime        bool   // -hosttime: report the enqueue loop's own time
 	cpuProfile      string // -cpuprofile: write a Go CPU profile here
 	compare, fatbin string
+	p2pPerPeer      int           // Options.P2PChannelsPerPeer (-p2p-channels; 0: ncclgo's default)
 	np              int           // -np: processes to spawn, one rank each
 	average         int           // -a: how per-rank times combine (avgRank0..avgMax)
 	place           *launch.Place // this process's place in a launched job, else nil

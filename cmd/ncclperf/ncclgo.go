@@ -24,7 +24,7 @@ func openNcclgo(c *config) (*ncclgoBackend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	opts := &ncclgo.Options{KernelImage: c.fatbin}
+	opts := &ncclgo.Options{KernelImage: c.fatbin, P2PChannelsPerPeer: c.p2pPerPeer}
 	if c.mp != nil {
 		// A lost rank ends the wait at once.
 		stop := context.AfterFunc(c.mp.g.Context(), cancel)
