@@ -81,7 +81,7 @@ func (c *Comm) leaveResidency() {
 // waits, but not a bootstrap network that Split children's views still
 // use (abortNet): those are other communicators.
 func (c *Comm) abortColocated() {
-	c.abortShared()
+	c.Abort()
 	c.mu.Lock()
 	s := c.res.lease
 	c.mu.Unlock()
@@ -89,18 +89,11 @@ func (c *Comm) abortColocated() {
 		return
 	}
 	colocated.Lock()
-	defer colocated.Unlock()
-	for _, p := range colocated.m[s] {
-		p.abortShared()
+	ranks := append([]*Comm(nil), colocated.m[s]...)
+	colocated.Unlock()
+	for _, p := range ranks { // Abort may talk to peers: not under the lock
+		p.Abort()
 	}
-}
-
-// abortShared is Abort, except that it leaves a bootstrap network that
-// views of Split children still use (abortNet).
-func (c *Comm) abortShared() {
-	c.aborted.Store(true)
-	c.setAbortFlag()
-	abortNet(c.net)
 }
 
 // residencyInfo is what ranks tell each other to find their lease.

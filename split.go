@@ -47,10 +47,9 @@ type splitState struct {
 // destroyed), the device and the CUDA context. It has its own channels,
 // transport buffers and connections, kernels, flags and residency share
 // (NCCL's splitShare=0; splitShare=1 is taken as a hint and not honoured).
-// Abort of the new communicator does not affect c. Abort of c tears the
-// shared bootstrap connections down: the new communicator keeps running
-// collectives (they do not use the bootstrap), but its own Split and
-// Shrink then fail with ErrAborted.
+// Abort of the new communicator does not affect c, and, as in NCCL, Abort
+// of c does not affect the new communicator: the shared bootstrap
+// connections stay open for it (see Abort).
 func (c *Comm) Split(ctx context.Context, color, key int, opts *Options) (*Comm, error) {
 	const op = "Split"
 	if err := c.usable(op); err != nil {

@@ -106,35 +106,49 @@ func newSubNet(parent bootstrap.Network, ranks []int, rank int, id uint32, timeo
 	return &subNet{root: root, members: m, rank: rank, id: id, timeout: timeout, life: life, end: end}
 }
 
-// The root networks that views share, with their number of users (the
-// owner and each open view).
+// The root networks that views share: whether their owner (the
+// communicator whose network it is) still holds each, and how many views
+// of it are open.
 var shared struct {
 	sync.Mutex
-	refs map[bootstrap.Network]int
+	refs map[bootstrap.Network]*rootUse
+}
+
+type rootUse struct {
+	released bool // the owner closed it (closeNet); views keep it open
+	views    int
 }
 
 func retainRoot(n bootstrap.Network) {
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.refs == nil {
-		shared.refs = map[bootstrap.Network]int{}
+		shared.refs = map[bootstrap.Network]*rootUse{}
 	}
-	if shared.refs[n] == 0 {
-		shared.refs[n] = 1 // the owner
+	u := shared.refs[n]
+	if u == nil {
+		u = &rootUse{}
+		shared.refs[n] = u
 	}
-	shared.refs[n]++
+	u.views++
 }
 
-// releaseRoot drops one user of n and closes n after the last.
-func releaseRoot(n bootstrap.Network) error {
+// releaseRoot drops the owner's use of n (owner) or a view's, and closes
+// n after the last.
+func releaseRoot(n bootstrap.Network, owner bool) error {
 	shared.Lock()
-	r, ok := shared.refs[n]
-	if ok && r > 1 {
-		shared.refs[n] = r - 1
-		shared.Unlock()
-		return nil
+	if u := shared.refs[n]; u != nil {
+		if owner {
+			u.released = true
+		} else {
+			u.views--
+		}
+		if !u.released || u.views > 0 {
+			shared.Unlock()
+			return nil
+		}
+		delete(shared.refs, n)
 	}
-	delete(shared.refs, n)
 	shared.Unlock()
 	return n.Close()
 }
@@ -148,7 +162,7 @@ func closeNet(n bootstrap.Network) error {
 	if v, ok := n.(*subNet); ok {
 		return v.Close()
 	}
-	return releaseRoot(n)
+	return releaseRoot(n, true)
 }
 
 // abortNet aborts a communicator's network, unless it is a root network
@@ -157,13 +171,20 @@ func closeNet(n bootstrap.Network) error {
 // rank instead (a collective that fails at once here tells every peer),
 // so that the peers' next exchange with this rank fails now rather than
 // at its timeout; the views' traffic, plain Send and Recv under tags of
-// their own, goes on.
+// their own, goes on. A root network whose owner closed it (Abort may
+// come during or after Destroy) is left alone: only views use it now.
 func abortNet(n bootstrap.Network) {
 	if _, ok := n.(*subNet); !ok {
 		shared.Lock()
-		r := shared.refs[n]
+		var use rootUse
+		if u := shared.refs[n]; u != nil {
+			use = *u
+		}
 		shared.Unlock()
-		if r > 1 {
+		switch {
+		case use.released:
+			return
+		case use.views > 0:
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cancel(errAbortedHere)
 			_ = n.Barrier(ctx)
@@ -320,7 +341,7 @@ func (v *subNet) ring(ctx context.Context, op string, mine []byte) ([][]byte, er
 func (v *subNet) Close() error {
 	v.end(bootstrap.ErrClosed)
 	var err error
-	v.release.Do(func() { err = releaseRoot(v.root) })
+	v.release.Do(func() { err = releaseRoot(v.root, false) })
 	return err
 }
 

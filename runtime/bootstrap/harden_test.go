@@ -467,3 +467,45 @@ func killChild(t *testing.T) {
 	require.NoError(t, c.Send(ctx, 0, 1, []byte("hello")))
 	time.Sleep(time.Minute) // until killed
 }
+
+// TestCollectiveWithEndedContext: a collective called with a context that
+// has already ended fails, whatever the timing (the peer's block may be
+// queued already, and a send may still win against the ended context),
+// and breaks the collective on every rank, which a peer waiting in the
+// same collective hears. Many rounds, since the races are chance.
+func TestCollectiveWithEndedContext(t *testing.T) {
+	for _, kind := range []string{"tcp", "inprocess"} {
+		t.Run(kind, func(t *testing.T) {
+			for round := range 40 {
+				var nets []Network
+				if kind == "tcp" {
+					nets = initTCP(t, 2, loopbackOpts(10*time.Second))
+				} else {
+					var err error
+					nets, err = NewInProcessOptions(2, Options{Timeout: 10 * time.Second})
+					require.NoError(t, err)
+				}
+				peer := make(chan error, 1)
+				go func() {
+					_, err := nets[1].AllGather(context.Background(), []byte("peer"))
+					peer <- err
+				}()
+				time.Sleep(time.Duration(round%4) * time.Millisecond) // before and after rank 1's block arrives
+				ended, cancel := context.WithCancelCause(context.Background())
+				cause := errors.New("ended before the call")
+				cancel(cause)
+				_, err := nets[0].AllGather(ended, []byte("mine"))
+				require.ErrorIs(t, err, cause, "round %d", round)
+				select {
+				case err := <-peer:
+					require.ErrorIs(t, err, ErrCollectiveBroken, "round %d", round)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("round %d: the peer waiting in the collective was not told", round)
+				}
+				for _, nw := range nets {
+					_ = nw.Close()
+				}
+			}
+		})
+	}
+}

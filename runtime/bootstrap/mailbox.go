@@ -227,6 +227,12 @@ func ringAllGather(ctx context.Context, t transport, op string, mine []byte) ([]
 		}
 		return nil, err
 	}
+	// A call whose context has already ended fails here, on every
+	// transport alike, rather than by whichever of its sends or receives
+	// notices first (a queued block could let it succeed).
+	if ctx.Err() != nil {
+		return fail("before step 0", context.Cause(ctx))
+	}
 	out := make([][]byte, n)
 	out[r] = append([]byte{}, mine...)
 	next, prev := (r+1)%n, (r-1+n)%n

@@ -193,15 +193,18 @@ func (P2P) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info 
 		if err != nil {
 			return nil, fmt.Errorf("transport: opening rank %d's IPC handle: %w", recv, err)
 		}
-		// The handle names the exporter's whole allocation: its real size
-		// bounds the size rank recv published, and so the offsets it
-		// publishes later (sizedRegion). A driver that cannot tell the
-		// range leaves the published size unchecked, as before this check.
+		// The handle names the exporter's allocation, which the range
+		// that holds p bounds: so the size rank recv published must fit
+		// in it from p on, and so must the offsets it publishes later
+		// (sizedRegion). The range may start before p: the driver
+		// sub-allocates small allocations from larger blocks, which IPC
+		// then maps whole. A driver that cannot tell the range leaves the
+		// published size unchecked, as before this check.
 		r := &ipcRegion{m: m, addr: p, size: a}
-		if base, n, err := m.MemGetAddressRange(p); err == nil && (base != p || a > n) {
+		if base, n, err := m.MemGetAddressRange(p); err == nil && (p < base || uint64(p-base) > n || a > n-uint64(p-base)) {
 			_ = r.Close()
-			return nil, fmt.Errorf("transport: rank %d's IPC buffers: it published %d bytes at its IPC handle, but the allocation opened is %d bytes at %#x (mapped at %#x)",
-				recv, a, n, uint64(base), uint64(p))
+			return nil, fmt.Errorf("transport: rank %d's IPC buffers: it published %d bytes at its IPC handle, mapped at %#x, but the allocation opened is %d bytes at %#x",
+				recv, a, uint64(p), n, uint64(base))
 		}
 		return r, nil
 	}

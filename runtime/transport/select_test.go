@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -295,4 +297,66 @@ func TestConnectIPCBoundsThePublishedSize(t *testing.T) {
 		}
 		assert.Zero(t, devs[r].liveCount(), "rank %d: every mapping, handle and allocation released", r)
 	}
+}
+
+// subAllocIPC is a fake device whose legacy IPC mappings lie inside a
+// larger block, as they may with the real driver, which sub-allocates
+// small cuMemAlloc allocations from 2 MiB blocks and shares the whole
+// block through IPC: MemGetAddressRange names the block, which starts
+// before the address cuIpcOpenMemHandle returned.
+type subAllocIPC struct{ *fakeIPC }
+
+const subAllocLead = 0x600 // the other allocations of the block before this one
+
+func (s subAllocIPC) MemGetAddressRange(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
+	base, n, err := s.fakeIPC.MemGetAddressRange(p)
+	return base - subAllocLead, n + subAllocLead, err
+}
+
+// TestConnectIPCSubAllocated: a sender whose opened IPC mapping lies
+// inside a larger range (the pointer is not the range's base) accepts
+// the receiver's published size as long as it fits in the range after
+// the pointer, and still refuses one that does not.
+func TestConnectIPCSubAllocated(t *testing.T) {
+	for _, short := range []uint64{0, subAllocLead + 4096} {
+		const n, nch = 2, 2
+		peers, devs := fakeProcesses(n)
+		devs[1].ipcShort = short
+		nets := bootstrap.NewInProcess(n)
+		sets, errs := onEveryRankT(n, func(r int) (*Set, error) {
+			s, err := Connect(context.Background(), nets[r], subAllocIPC{devs[r]}, r, peers, ringEdges(n, nch, r), sizes, Options{Policy: Policy{NoCuMem: true}})
+			if err != nil {
+				nets[r].Abort()
+			}
+			return s, err
+		})
+		for _, nt := range nets {
+			nt.Close()
+		}
+		if short == 0 {
+			require.NoError(t, errors.Join(errs...), "a sub-allocated mapping holding the published size")
+			assert.Equal(t, "P2P/IPC", sets[0].Via[Key{0, 1}])
+		} else {
+			require.Error(t, errs[0], "rank 0 sends to rank 1, which publishes more than its range holds")
+			assert.Contains(t, errs[0].Error(), "rank 1's IPC buffers: it published")
+		}
+		for r := range n {
+			if sets[r] != nil {
+				require.NoError(t, sets[r].Close())
+			}
+			assert.Zero(t, devs[r].liveCount(), "rank %d: every mapping, handle and allocation released", r)
+		}
+	}
+}
+
+// onEveryRankT runs fn for every rank at once.
+func onEveryRankT[T any](n int, fn func(r int) (T, error)) ([]T, []error) {
+	out := make([]T, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { out[r], errs[r] = fn(r) })
+	}
+	wg.Wait()
+	return out, errs
 }

@@ -1,0 +1,91 @@
+package ncclgo
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+)
+
+// TestAbortAfterDestroyKeepsChild: Abort of a parent rank that was
+// destroyed meanwhile (Abort may run concurrently with Destroy) must not
+// abort the root network that a Split child's view still uses.
+func TestAbortAfterDestroyKeepsChild(t *testing.T) {
+	fakeChildren(t)
+	const n = 2
+	ctx := context.Background()
+	parents := fakeParents(t, n, false)
+	kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
+	require.NoError(t, errors.Join(errs...))
+	destroyAll(t, parents...)
+	parents[0].Abort()
+	grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
+	require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
+	destroyAll(t, grand...)
+	destroyAll(t, kids...)
+}
+
+// TestAbortWhilePeerSplits: rank 0, which has a Split child, is aborted
+// while rank 1 waits in a Split that rank 0 never joins; rank 1's Split
+// must fail with ErrCollectiveBroken, whatever the timing.
+func TestAbortWhilePeerSplits(t *testing.T) {
+	for i := range 30 {
+		fakeChildren(t)
+		const n = 2
+		ctx := context.Background()
+		parents := fakeParents(t, n, true)
+		kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
+		require.NoError(t, errors.Join(errs...))
+		done := make(chan error, 1)
+		go func() {
+			_, err := parents[1].Split(ctx, 0, 0, nil)
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		parents[0].Abort()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			err = errors.New("rank 1's Split was not woken")
+		}
+		destroyAll(t, kids...)
+		destroyAll(t, parents...)
+		require.ErrorIs(t, err, bootstrap.ErrCollectiveBroken, "iteration %d", i)
+	}
+}
+
+// TestAbortRacesDestroy: Abort, twice, concurrently with Destroy of a
+// parent rank with a Split child leaves the child's bootstrap working and
+// the shared-network count empty once all are destroyed.
+func TestAbortRacesDestroy(t *testing.T) {
+	for range 50 {
+		fakeChildren(t)
+		const n = 2
+		ctx := context.Background()
+		parents := fakeParents(t, n, false)
+		kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
+		require.NoError(t, errors.Join(errs...))
+		_, errs = onEveryRank(3, func(i int) (struct{}, error) {
+			if i == 0 {
+				return struct{}{}, parents[0].Destroy()
+			}
+			parents[0].Abort()
+			return struct{}{}, nil
+		})
+		require.NoError(t, errors.Join(errs...))
+		grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
+		require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
+		destroyAll(t, grand...)
+		destroyAll(t, kids...)
+		destroyAll(t, parents[1])
+		shared.Lock()
+		left := len(shared.refs)
+		shared.Unlock()
+		require.Zero(t, left, "shared networks left")
+	}
+}
