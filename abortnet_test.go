@@ -11,16 +11,24 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
+// splitParents makes n device-less parent ranks (TCP or in-process) and
+// one Split child of all of them, color 0.
+func splitParents(t *testing.T, n int, tcp bool) (parents, kids []*Comm) {
+	t.Helper()
+	fakeChildren(t)
+	parents = fakeParents(t, n, tcp)
+	kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(context.Background(), 0, 0, nil) })
+	require.NoError(t, errors.Join(errs...))
+	return parents, kids
+}
+
 // TestAbortAfterDestroyKeepsChild: Abort of a parent rank that was
 // destroyed meanwhile (Abort may run concurrently with Destroy) must not
 // abort the root network that a Split child's view still uses.
 func TestAbortAfterDestroyKeepsChild(t *testing.T) {
-	fakeChildren(t)
 	const n = 2
 	ctx := context.Background()
-	parents := fakeParents(t, n, false)
-	kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
-	require.NoError(t, errors.Join(errs...))
+	parents, kids := splitParents(t, n, false)
 	destroyAll(t, parents...)
 	parents[0].Abort()
 	grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
@@ -34,12 +42,9 @@ func TestAbortAfterDestroyKeepsChild(t *testing.T) {
 // must fail with ErrCollectiveBroken, whatever the timing.
 func TestAbortWhilePeerSplits(t *testing.T) {
 	for i := range 30 {
-		fakeChildren(t)
 		const n = 2
 		ctx := context.Background()
-		parents := fakeParents(t, n, true)
-		kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
-		require.NoError(t, errors.Join(errs...))
+		parents, kids := splitParents(t, n, true)
 		done := make(chan error, 1)
 		go func() {
 			_, err := parents[1].Split(ctx, 0, 0, nil)
@@ -64,13 +69,10 @@ func TestAbortWhilePeerSplits(t *testing.T) {
 // the shared-network count empty once all are destroyed.
 func TestAbortRacesDestroy(t *testing.T) {
 	for range 50 {
-		fakeChildren(t)
 		const n = 2
 		ctx := context.Background()
-		parents := fakeParents(t, n, false)
-		kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
-		require.NoError(t, errors.Join(errs...))
-		_, errs = onEveryRank(3, func(i int) (struct{}, error) {
+		parents, kids := splitParents(t, n, false)
+		_, errs := onEveryRank(3, func(i int) (struct{}, error) {
 			if i == 0 {
 				return struct{}{}, parents[0].Destroy()
 			}

@@ -594,12 +594,9 @@ func TestDestroyAbortKeepsChildren(t *testing.T) {
 func TestAbortKeepsChildren(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(map[bool]string{false: "in-process", true: "tcp"}[tcp], func(t *testing.T) {
-			fakeChildren(t)
 			const n = 3
 			ctx := context.Background()
-			parents := fakeParents(t, n, tcp)
-			kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(ctx, 0, 0, nil) })
-			require.NoError(t, errors.Join(errs...))
+			parents, kids := splitParents(t, n, tcp)
 
 			// Rank 0 starts an exchange no peer joins, and is aborted meanwhile.
 			done := make(chan error, 1)
@@ -620,7 +617,7 @@ func TestAbortKeepsChildren(t *testing.T) {
 			require.ErrorIs(t, parents[0].Err(), ErrAborted)
 
 			t1 := time.Now()
-			_, errs = onEveryRank(n-1, func(i int) (*Comm, error) { return parents[i+1].Split(ctx, 0, 0, nil) })
+			_, errs := onEveryRank(n-1, func(i int) (*Comm, error) { return parents[i+1].Split(ctx, 0, 0, nil) })
 			for i, err := range errs {
 				require.ErrorIs(t, err, bootstrap.ErrCollectiveBroken, "rank %d", i+1)
 			}
