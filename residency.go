@@ -92,7 +92,9 @@ func (c *Comm) abortColocated() {
 	ranks := append([]*Comm(nil), colocated.m[s]...)
 	colocated.Unlock()
 	for _, p := range ranks { // Abort may talk to peers: not under the lock
-		p.Abort()
+		if p != c {
+			p.Abort()
+		}
 	}
 }
 

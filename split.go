@@ -128,10 +128,10 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int, opts *Options, abortMo
 		}
 	} else if err := c.usable(op); err != nil {
 		return nil, err
-	} else {
-		// Abort ends the exchange (abort mode runs on an aborted parent).
+	}
+	if !abortMode { // abort mode runs on an aborted parent
 		var release func()
-		ctx, release = c.life.bind(ctx)
+		ctx, release = c.life.bind(ctx) // Abort ends the exchange
 		defer release()
 	}
 	c.split.mu.Lock()
