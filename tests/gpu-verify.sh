@@ -756,8 +756,14 @@ if has calibrate && begin calibrate; then
       LOOP=$CAL/ncclloop
     fi
     : > "$L/calibrate.txt"
+    # CAL_BISECT=1: tests/calib/bisect.sh's harness variants first (BISECT_* knobs), into
+    # calibrate.txt; CAL_ROUNDS=0 then leaves out the usual rounds.
+    if [[ ${CAL_BISECT:-0} == 1 && -x $LOOP ]]; then
+      NT=$NT LOOP=$LOOP NP=$B/ncclperf NCCL_LIB=$lib CUDART=$CUDART OUTDIR=$CAL/bisect NCCLGO_FATBIN=$NCCLGO_FATBIN \
+        t timeout $(lim 400) bash tests/calib/bisect.sh 2>&1 | tee -a "$L/calibrate.txt"
+    fi
     echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$L/calibrate.txt"
-    for coll in allreduce allgather reducescatter broadcast; do
+    for coll in $( ((${CAL_ROUNDS:-3} > 0)) && echo allreduce allgather reducescatter broadcast); do
       case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
       for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
         ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS)

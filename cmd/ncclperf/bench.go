@@ -60,13 +60,19 @@ func (c *config) sizes() []int64 {
 // buffers (-e bytes) hold steps = -e / total copies of the largest of the
 // send and receive sizes, and iteration iter uses copy iter % steps.
 func (c *config) shift(count int64, iter int) int64 {
+	step, steps := c.shiftSteps(count)
+	return step * (int64(iter) % steps)
+}
+
+// shiftSteps is shift's unit (the larger of the send and receive sizes) and
+// the number of copies of it the buffers hold (at least 1).
+func (c *config) shiftSteps(count int64) (step, steps int64) {
 	send, recv := c.countBytes(count)
-	total := max(send, recv)
-	if total == 0 {
-		return 0
+	step = max(send, recv)
+	if step == 0 {
+		return 0, 1
 	}
-	steps := max(c.maxBytes/total, 1)
-	return total * (int64(iter) % steps)
+	return step, max(c.maxBytes/step, 1)
 }
 
 // pointers writes every rank's send and receive pointers for count
@@ -227,9 +233,17 @@ func (it *iterator) bench(count int64, inPlace bool) (result, error) {
 		}
 	}
 	start := time.Now()
-	for i := range c.iters {
-		if err := it.start(count, inPlace, i); err != nil {
+	if l, ok := it.b.(looper); ok && c.refLoop == "c" {
+		c.pointers(it.ranks, count, inPlace, 0, it.send, it.recv)
+		step, steps := c.shiftSteps(count)
+		if err := l.Loop(c.coll, it.send, it.recv, int(count), c.dt, c.op, c.root, it.streams, c.iters, step, steps); err != nil {
 			return res, err
+		}
+	} else {
+		for i := range c.iters {
+			if err := it.start(count, inPlace, i); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.hostUsec = time.Since(start).Seconds() * 1e6 / float64(c.iters)
@@ -302,6 +316,13 @@ func (it *iterator) drain() error {
 // goroutines still run: on the other Ps, and on this one through the
 // runtime's preemption. Tests replace it.
 var yield = func() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// looper is a backend that can issue a whole timed loop in one call
+// (-ref-loop=c): iters iterations, iteration i's pointers those of
+// iteration 0 shifted by step * (i % steps) bytes (see config.shift).
+type looper interface {
+	Loop(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream, iters int, step, steps int64) error
+}
 
 // asyncErrer is a backend that reports rank r's asynchronous error without
 // waiting (ncclCommGetAsyncError, ncclgo's Comm.Err); drain polls it for

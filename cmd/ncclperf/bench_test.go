@@ -378,3 +378,44 @@ func TestReferenceTimedLikeOurs(t *testing.T) {
 	rows := regexp.MustCompile(`(?m)^ +(8|16) .* (time)$`).FindAllString(out.String(), -1)
 	assert.Len(t, rows, 2, out.String())
 }
+
+// fakeLooper is a fakeBackend that issues -ref-loop=c's whole loop itself,
+// logging each iteration as Run does.
+type fakeLooper struct {
+	fakeBackend
+	loops int
+}
+
+func (f *fakeLooper) Loop(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream, iters int, step, steps int64) error {
+	f.loops++
+	s, d := make([]cuda.DevicePtr, len(send)), make([]cuda.DevicePtr, len(recv))
+	for i := range iters {
+		sh := cuda.DevicePtr(step * (int64(i) % steps))
+		for r := range send {
+			s[r], d[r] = send[r]+sh, recv[r]+sh
+		}
+		if err := f.Run(c, s, d, count, dt, op, root, streams); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestRefLoopCIssuesTheSameCalls checks that -ref-loop=c's loop in one call
+// issues exactly the iterations (counts, shifted pointers, order) of the Go
+// loop, for each collective's buffer shapes and in-place forms.
+func TestRefLoopCIssuesTheSameCalls(t *testing.T) {
+	for _, cl := range []coll{collAllReduce, collAllGather, collReduceScatter, collBroadcast} {
+		c := &config{coll: cl, dt: float32T, nRanks: 2, minBytes: 64, maxBytes: 512, factor: 2, iters: 5, warmup: 1}
+		goLoop := &fakeBackend{}
+		require.NoError(t, fakeIterator(c, goLoop).sweep(true, func(row) {}))
+		cc := *c
+		cc.refLoop = "c"
+		cLoop := &fakeLooper{}
+		it := fakeIterator(&cc, &cLoop.fakeBackend)
+		it.b = cLoop // the looper, not its embedded backend
+		require.NoError(t, it.sweep(true, func(row) {}))
+		assert.Equal(t, goLoop.log, cLoop.log, "%s", cl)
+		assert.Equal(t, 2*len(c.sizes()), cLoop.loops, "%s: one Loop per size and placement", cl)
+	}
+}

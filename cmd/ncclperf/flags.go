@@ -136,6 +136,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.IntVar(&c.root, "r", 0, "`root` rank for broadcast and reduce")
 	fs.StringVar(&c.compare, "compare", "", "`path` or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
 	fs.BoolVar(&c.ncclgo, "ncclgo", true, "run the sweep through ncclgo; -ncclgo=false with -compare times only the NCCL library, in nccl-tests' columns")
+	fs.StringVar(&c.refLoop, "ref-loop", "go", "`where` the reference's timed iterations are issued from: go (one cgo call per iteration) or c (all of them in one cgo call, as a C harness issues them)")
 	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
@@ -259,6 +260,9 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 			}
 			return nil, fmt.Errorf("-devices lists %d devices for %s %d ranks", len(c.devices), by, c.nRanks)
 		}
+	}
+	if c.refLoop != "go" && c.refLoop != "c" {
+		return nil, fmt.Errorf("-ref-loop %q: want go or c", c.refLoop)
 	}
 	if !c.ncclgo && c.compare == "" {
 		return nil, fmt.Errorf("-ncclgo=false leaves nothing to measure: name a NCCL library with -compare")

@@ -167,6 +167,7 @@ type config struct {
 	root            int
 	ncclgo          bool   // run the sweep through ncclgo (-ncclgo=false: only -compare's library)
 	hostTime        bool   // -hosttime: report the enqueue loop's own time
+	refLoop         string // -ref-loop: go or c, where the reference's timed loop runs
 	cpuProfile      string // -cpuprofile: write a Go CPU profile here
 	compare, fatbin string
 	p2pPerPeer      int           // Options.P2PChannelsPerPeer (-p2p-channels; 0: ncclgo's default)

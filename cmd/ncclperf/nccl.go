@@ -143,6 +143,22 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, nccl
 	}
 	return group ? l->groupEnd() : 0;
 }
+
+// ng_nccl_loop issues iters iterations of ng_nccl_coll back to back from C
+// (-ref-loop=c): iteration i shifts every rank's send and receive pointer
+// (send0, recv0: iteration 0's) by step * (i % steps) bytes, as the Go loop
+// does; send and recv are the n-entry arrays it rewrites per iteration.
+static int ng_nccl_loop(ncclLib* l, int coll, int n, int rank0, int nranks, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
+                        const uintptr_t* send0, const uintptr_t* recv0, size_t count, int dt, int op, int root, uintptr_t* streams,
+                        size_t esize, int iters, size_t step, size_t steps) {
+	for (int it = 0; it < iters; it++) {
+		size_t sh = step * ((size_t)it % steps);
+		for (int i = 0; i < n; i++) send[i] = send0[i] + sh, recv[i] = recv0[i] + sh;
+		int r = ng_nccl_coll(l, coll, n, rank0, nranks, comms, send, recv, count, dt, op, root, streams, esize);
+		if (r) return r;
+	}
+	return 0;
+}
 */
 import "C"
 
@@ -356,6 +372,23 @@ func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dat
 		a[i], a[n+i], a[2*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i]), C.uintptr_t(streams[i].Handle())
 	}
 	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
+}
+
+// Loop issues iters iterations from C in one cgo call (-ref-loop=c), the
+// pointers of iteration i those of iteration 0 (send, recv) shifted by
+// step * (i % steps) bytes.
+func (b *ncclBackend) Loop(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream, iters int, step, steps int64) error {
+	n := b.n
+	// send, receive and stream arrays, then iteration 0's send and receive
+	a := (*C.uintptr_t)(C.calloc(C.size_t(5*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
+	defer C.free(unsafe.Pointer(a))
+	s := unsafe.Slice(a, 5*n)
+	for i := range n {
+		s[2*n+i] = C.uintptr_t(streams[i].Handle())
+		s[3*n+i], s[4*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i])
+	}
+	return b.check(c.String(), C.ng_nccl_loop(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &s[0], &s[n], &s[3*n], &s[4*n],
+		C.size_t(count), C.int(dt), C.int(op), C.int(root), &s[2*n], C.size_t(dt.size()), C.int(iters), C.size_t(step), C.size_t(max(steps, 1))))
 }
 
 // AsyncErr reports rank r's asynchronous error (ncclCommGetAsyncError),
