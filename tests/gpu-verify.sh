@@ -200,7 +200,9 @@ if has build && begin build; then
   # A kernel set is the fatbin behind a manifest: cuobjdump reads the bare image.
   $B/ncclgen inspect build/ncclgo.fatbin --fatbin build/ncclgo.bare.fatbin
   cuobjdump -lelf -lptx build/ncclgo.bare.fatbin | head -5
-  nk=$(cuobjdump -elf build/ncclgo.bare.fatbin 2>/dev/null | grep -c 'STT_FUNC.*ngDevKernel_')
+  # The count is the manifest's, as ncclgen read it back from the image (inspect's
+  # "kernels:"); cuobjdump's listing of the bare image is kept for the log.
+  nk=$(ncclgen_kernels=$($B/ncclgen inspect build/ncclgo.fatbin 2>/dev/null | sed -n 's/^kernels: *//p'); echo "${ncclgen_kernels:-0}")
   echo "kernels in the image: $nk"
   } 2>&1 | tee "$L/build.log"
   nk=$(sed -n 's/^kernels in the image: //p' "$L/build.log")
@@ -762,104 +764,118 @@ if has calibrate && begin calibrate; then
       NT=$NT LOOP=$LOOP NP=$B/ncclperf NCCL_LIB=$lib CUDART=$CUDART OUTDIR=$CAL/bisect NCCLGO_FATBIN=$NCCLGO_FATBIN \
         t timeout $(lim 400) bash tests/calib/bisect.sh 2>&1 | tee -a "$L/calibrate.txt"
     fi
-    echo "# calibrate: $CAL_ARGS, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones)${PIN:+, both under $PIN}; NCCL $lib" >> "$L/calibrate.txt"
-    for coll in $( ((${CAL_ROUNDS:-3} > 0)) && echo allreduce allgather reducescatter broadcast); do
-      case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
-      for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
-        ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS)
-        # shellcheck disable=SC2206
-        npcmd=(timeout $(lim 180) env ${CAL_NP_ENV:-} $PIN $B/ncclperf -coll $coll $CAL_ARGS -compare "$NCCL_LIB" $GO -hosttime)
-        for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
-          f="$CAL/$coll-$who-$r.txt"
-          if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
-          else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
+    # CAL_LIBS: the libraries both harnesses time, in turn: nccl (NCCL_LIB) and ncclgo
+    # (bundle/libnccl.so.2, ncclgo's C ABI: nccl-tests links it by LD_LIBRARY_PATH,
+    # ncclperf's column loads it with dlopen). Each one's raw outputs: calibrate/LIB/.
+    CALD=$CAL NCCL_LP=$LD_LIBRARY_PATH
+    for libsel in ${CAL_LIBS:-nccl}; do
+      CAL=$CALD/$libsel && mkdir -p "$CAL"
+      case $libsel in
+        nccl) CLIB=$NCCL_LIB lib=$(readlink -f "$NCCL_LIB") SUF="" LD_LIBRARY_PATH=$NCCL_LP GOSEL=$GO ;;
+        ncclgo) CLIB=$ROOT/bundle/libnccl.so.2 lib=$ROOT/bundle/libnccl.so.2 SUF=/ncclgo LD_LIBRARY_PATH=$ROOT/bundle:$NCCL_LP GOSEL=-ncclgo=false ;;
+        *) echo "calibrate: CAL_LIBS: unknown library $libsel (want nccl or ncclgo)"; continue ;;
+      esac
+      if [[ ! -f $CLIB ]]; then echo "calibrate: $libsel: no $CLIB"; continue; fi
+      echo "# calibrate $libsel: $CAL_ARGS -N ${CAL_CYCLES:-5}, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones; medians over rounds x cycles)${PIN:+, both under $PIN}; library $lib" >> "$L/calibrate.txt"
+      for coll in $( ((${CAL_ROUNDS:-3} > 0)) && echo allreduce allgather reducescatter broadcast); do
+        case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
+        for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
+          ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS -N ${CAL_CYCLES:-5})
+          # shellcheck disable=SC2206
+          npcmd=(timeout $(lim 180) env ${CAL_NP_ENV:-} $PIN $B/ncclperf -coll $coll $CAL_ARGS -N ${CAL_CYCLES:-5} -compare "$CLIB" $GOSEL -hosttime)
+          for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
+            f="$CAL/$coll-$who-$r.txt"
+            if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
+            else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
+          done
+          # ncclloop (tests/calib): nccl-tests' loop in C with NCCL loaded by dlopen, as ncclperf loads it.
+          if [[ -x $LOOP ]]; then
+            t timeout $(lim 120) $PIN "$LOOP" -l "$lib" -r "$CUDART" -c $coll -b ${CAL_B:-8} -e ${CAL_LOOP_E:-4M} -g $CAL_G \
+              -n ${CAL_N:-200} -w ${CAL_W:-20} > "$CAL/$coll-nc-$r.txt" 2>&1 || tail -3 "$CAL/$coll-nc-$r.txt"
+          fi
         done
-        # ncclloop (tests/calib): nccl-tests' loop in C with NCCL loaded by dlopen, as ncclperf loads it.
-        if [[ -x $LOOP ]]; then
-          t timeout $(lim 120) $PIN "$LOOP" -l "$lib" -r "$CUDART" -c $coll -b ${CAL_B:-8} -e ${CAL_LOOP_E:-4M} -g $CAL_G \
-            -n ${CAL_N:-200} -w ${CAL_W:-20} > "$CAL/$coll-nc-$r.txt" 2>&1 || tail -3 "$CAL/$coll-nc-$r.txt"
-        fi
-      done
-      # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
-      # before the drain, what ncclperf's -hosttime prints).
-      t timeout $(lim 60) $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
-      grep -hE '^# (ncclgo|reference|measured):' "$CAL/$coll-np-1.txt" | head -2
-      # Per size (rows joined by the size column; nccl-tests' 0-byte rows of no-ops, where a
-      # rank's chunk rounds to nothing, left out): the median over rounds of each harness's
-      # out-of-place time (column 6 of nccl-tests and of ncclperf alone; with ncclgo, NCCL's is
-      # column 14 and ncclgo's 6), their ratio, each harness's spread over rounds (max / min)
-      # and each one's host time per iteration (the issue loop alone: ncclperf -hosttime,
-      # nccl-tests -C 1).
-      awk -v coll=$coll '
-        function sortn(a, n,   i, j, v) {
-          for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
-        }
-        function stat(s, what,   n, a) {
-          n = split(s, a, " ")
-          if (n == 0) return -1
-          sortn(a, n)
-          if (what == "spread") return a[1] > 0 ? a[n] / a[1] : 0
-          return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-        }
-        FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/ }
-        iscpu && $1 ~ /^[0-9]+$/ && NF >= 13 { nthost[$1 + 0] = nthost[$1 + 0] " " $6; next }
-        $1 ~ /^[0-9]+$/ && NF >= 13 {
-          s = $1 + 0
-          if (s == 0) { zero++; next }
-          seen[s] = 1
-          if (isnt) nt[s] = nt[s] " " $6
-          else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
-          else np[s] = np[s] " " $6
-        }
-        $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt && !iscpu { host[$2 + 0] = host[$2 + 0] " " $NF }
-        END {
-          for (s in seen) sz[++ns] = s + 0
-          sortn(sz, ns)
-          printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests; spread = max / min over rounds", coll
-          printf "%s\n", zero ? sprintf("; %d nccl-tests 0-byte rows (no-ops) left out", zero) : ""
-          printf "#%11s %11s %14s %7s %9s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "nt-host", "np-host"
-          if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
-          printf "\n"
-          for (k = 1; k <= ns; k++) {
-            s = sz[k]; a = stat(nt[s]); b = stat(np[s]); n++
-            if (a < 0 || b < 0) {
-              ok = "MISSING"; q = 0
-            } else {
-              q = b / a; ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
-            }
-            if (ok == "yes") good++; else bad = bad sprintf(" %d:%s", s, a < 0 || b < 0 ? (a < 0 ? "no-nccl-tests-row" : "no-ncclperf-row") : sprintf("%.3f", q))
-            printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
-            if (hasgo) { g = stat(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
-            printf "\n"
-          }
-          printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
-        }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$L/calibrate.txt"
-      if [[ -n $LOOP ]]; then
-        # Per size: the median out-of-place time of nccl-tests, ncclloop and ncclperf's NCCL
-        # column, and ncclloop's host time: ncclloop near nccl-tests puts a gap in ncclperf's
-        # process, near ncclperf in loading NCCL with dlopen.
-        awk -v coll=$coll '
-          function med(s,   n, a, i, j, v) {
-            n = split(s, a, " "); if (n == 0) return -1
+        # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
+        # before the drain, what ncclperf's -hosttime prints).
+        t timeout $(lim 60) $PIN "$NT/${nt}_perf" ${CAL_ARGS/-e ${CAL_E:-1G}/-e ${CAL_HOST_E:-4M}} -C 1 > "$CAL/$coll-ntcpu.txt" 2>&1 || tail -3 "$CAL/$coll-ntcpu.txt"
+        grep -hE '^# (ncclgo|reference|measured):' "$CAL/$coll-np-1.txt" | head -2
+        # Per size (rows joined by the size column; nccl-tests' 0-byte rows of no-ops, where a
+        # rank's chunk rounds to nothing, left out): the median over rounds of each harness's
+        # out-of-place time (column 6 of nccl-tests and of ncclperf alone; with ncclgo, NCCL's is
+        # column 14 and ncclgo's 6), their ratio, each harness's spread over rounds (max / min)
+        # and each one's host time per iteration (the issue loop alone: ncclperf -hosttime,
+        # nccl-tests -C 1).
+        awk -v coll=$coll$SUF '
+          function sortn(a, n,   i, j, v) {
             for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+          }
+          function stat(s, what,   n, a) {
+            n = split(s, a, " ")
+            if (n == 0) return -1
+            sortn(a, n)
+            if (what == "spread") return a[1] > 0 ? a[n] / a[1] : 0
             return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
           }
-          FNR == 1 { kind = FILENAME ~ /-nt-[0-9]+\.txt$/ ? "nt" : FILENAME ~ /-nc-[0-9]+\.txt$/ ? "nc" : "np" }
-          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nc" && NF == 7 { nc[$1 + 0] = nc[$1 + 0] " " $6; host[$1 + 0] = host[$1 + 0] " " $7; next }
-          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nt" && NF >= 13 { nt[$1 + 0] = nt[$1 + 0] " " $6; next }
-          $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "np" && NF >= 13 { np[$1 + 0] = np[$1 + 0] " " (NF >= 17 ? $14 : $6) }
+          FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/ }
+          iscpu && $1 ~ /^[0-9]+$/ && NF >= 13 { nthost[$1 + 0] = nthost[$1 + 0] " " $6; next }
+          $1 ~ /^[0-9]+$/ && NF >= 13 {
+            s = $1 + 0
+            if (s == 0) { zero++; next }
+            seen[s] = 1
+            if (isnt) nt[s] = nt[s] " " $6
+            else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
+            else np[s] = np[s] " " $6
+          }
+          $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt && !iscpu { host[$2 + 0] = host[$2 + 0] " " $NF }
           END {
-            printf "# %s-loop: median out-of-place time (us): nccl-tests, ncclloop (C, NCCL by dlopen), ncclperf-NCCL; loop/nt and np/loop\n", coll
-            printf "#%11s %11s %9s %14s %8s %8s %10s\n", "size(B)", "nccl-tests", "ncclloop", "ncclperf-NCCL", "loop/nt", "np/loop", "loop-host"
-            for (s in nc) sz[++n] = s + 0
-            for (i = 2; i <= n; i++) { v = sz[i]; for (j = i - 1; j >= 1 && sz[j] > v; j--) sz[j + 1] = sz[j]; sz[j + 1] = v }
-            for (k = 1; k <= n; k++) {
-              s = sz[k]; a = med(nt[s]); b = med(nc[s]); c = med(np[s])
-              printf "%12d %11.2f %9.2f %14.2f %8.3f %8.3f %10.2f\n", s, a, b, c, (a > 0 ? b / a : 0), (b > 0 ? c / b : 0), med(host[s])
+            for (s in seen) sz[++ns] = s + 0
+            sortn(sz, ns)
+            printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests; spread = max / min over rounds", coll
+            printf "%s\n", zero ? sprintf("; %d nccl-tests 0-byte rows (no-ops) left out", zero) : ""
+            printf "#%11s %11s %14s %7s %9s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "nt-host", "np-host"
+            if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
+            printf "\n"
+            for (k = 1; k <= ns; k++) {
+              s = sz[k]; a = stat(nt[s]); b = stat(np[s]); n++
+              if (a < 0 || b < 0) {
+                ok = "MISSING"; q = 0
+              } else {
+                q = b / a; ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
+              }
+              if (ok == "yes") good++; else bad = bad sprintf(" %d:%s", s, a < 0 || b < 0 ? (a < 0 ? "no-nccl-tests-row" : "no-ncclperf-row") : sprintf("%.3f", q))
+              printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
+              if (hasgo) { g = stat(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
+              printf "\n"
             }
-          }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-nc-*.txt "$CAL"/$coll-np-*.txt | tee -a "$L/calibrate.txt"
-      fi
+            printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
+          }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-np-*.txt "$CAL/$coll-ntcpu.txt" | tee -a "$L/calibrate.txt"
+        if [[ -n $LOOP ]]; then
+          # Per size: the median out-of-place time of nccl-tests, ncclloop and ncclperf's NCCL
+          # column, and ncclloop's host time: ncclloop near nccl-tests puts a gap in ncclperf's
+          # process, near ncclperf in loading NCCL with dlopen.
+          awk -v coll=$coll$SUF '
+            function med(s,   n, a, i, j, v) {
+              n = split(s, a, " "); if (n == 0) return -1
+              for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+              return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+            }
+            FNR == 1 { kind = FILENAME ~ /-nt-[0-9]+\.txt$/ ? "nt" : FILENAME ~ /-nc-[0-9]+\.txt$/ ? "nc" : "np" }
+            $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nc" && NF == 7 { nc[$1 + 0] = nc[$1 + 0] " " $6; host[$1 + 0] = host[$1 + 0] " " $7; next }
+            $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "nt" && NF >= 13 { nt[$1 + 0] = nt[$1 + 0] " " $6; next }
+            $1 ~ /^[0-9]+$/ && $1 > 0 && kind == "np" && NF >= 13 { np[$1 + 0] = np[$1 + 0] " " (NF >= 17 ? $14 : $6) }
+            END {
+              printf "# %s-loop: median out-of-place time (us): nccl-tests, ncclloop (C, NCCL by dlopen), ncclperf-NCCL; loop/nt and np/loop\n", coll
+              printf "#%11s %11s %9s %14s %8s %8s %10s\n", "size(B)", "nccl-tests", "ncclloop", "ncclperf-NCCL", "loop/nt", "np/loop", "loop-host"
+              for (s in nc) sz[++n] = s + 0
+              for (i = 2; i <= n; i++) { v = sz[i]; for (j = i - 1; j >= 1 && sz[j] > v; j--) sz[j + 1] = sz[j]; sz[j + 1] = v }
+              for (k = 1; k <= n; k++) {
+                s = sz[k]; a = med(nt[s]); b = med(nc[s]); c = med(np[s])
+                printf "%12d %11.2f %9.2f %14.2f %8.3f %8.3f %10.2f\n", s, a, b, c, (a > 0 ? b / a : 0), (b > 0 ? c / b : 0), med(host[s])
+              }
+            }' "$CAL"/$coll-nt-*.txt "$CAL"/$coll-nc-*.txt "$CAL"/$coll-np-*.txt | tee -a "$L/calibrate.txt"
+        fi
+      done
     done
+    CAL=$CALD LD_LIBRARY_PATH=$NCCL_LP
     if [[ "${CAL_DIAG:-1}" != 0 ]]; then
       # What NCCL chose and was asked, per call, in each harness: one short sweep each with
       # NCCL_DEBUG=INFO (INIT, ENV, TUNING: algorithm, protocol, channels per size on rank 0;
@@ -888,10 +904,10 @@ if has calibrate && begin calibrate; then
       done
     fi
     echo "== calibration verdict ($(( $(date +%s) - cal_start )) s of runs; table in $L/calibrate.txt)"
-    grep -E '^# (allreduce|allgather|reducescatter|broadcast)[ -]' "$L/calibrate.txt"
+    grep -E '^# (allreduce|allgather|reducescatter|broadcast)(/ncclgo)?[ -]' "$L/calibrate.txt"
   fi
   if [[ -s $L/calibrate.txt ]]; then
-    done_ calibrate INFO "$(grep -E '^# (allreduce|allgather|reducescatter|broadcast) ' "$L/calibrate.txt" | sed 's/^# *//' | tr -s ' ' | paste -sd';') (calibrate.txt)"
+    done_ calibrate INFO "$(grep -E '^# (allreduce|allgather|reducescatter|broadcast)(/ncclgo)? ' "$L/calibrate.txt" | sed 's/^# *//' | tr -s ' ' | paste -sd';') (calibrate.txt)"
   else
     if [[ -z $NCCL_LIB ]]; then why="no NCCL library found (NCCL_LIB)"
     elif [[ ! -f $SRC/src/common.cu ]]; then why="no $SRC/src/common.cu (carry third_party/nccl-tests)"

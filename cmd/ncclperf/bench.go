@@ -19,12 +19,17 @@ import (
 //
 //   - before the first size is timed, every size from -b to -e by a factor
 //     of 2 runs -w out-of-place iterations, then the streams are drained;
-//   - at each size, out-of-place then in-place (the reference's in-place
-//     too, though -compare prints only its out-of-place column, so that
-//     every measurement follows the same work as in nccl-tests and in
-//     ncclgo's sweep): one untimed iteration and a drain (ncclperf checks
-//     results on this one), then a host clock around -n iterations issued
-//     back to back and the drain after them, divided by -n;
+//   - then -N cycles (default 1), each of every size in turn: out-of-place
+//     then in-place (the reference's in-place too, though -compare prints
+//     only its out-of-place column, so that every measurement follows the
+//     same work as in nccl-tests and in ncclgo's sweep), each one untimed
+//     iteration and a drain (ncclperf checks results on this one), then a
+//     host clock around -n iterations issued back to back and the drain
+//     after them, divided by -n;
+//   - -compare's library has the -n iterations issued from C in one cgo
+//     call (-ref-loop=c), as nccl-tests issues them, so that Go's cost per
+//     cgo call is not counted as NCCL's; ncclgo's are issued from Go, its
+//     API;
 //   - iteration i shifts both buffers by i modulo (-e / the size) times the
 //     size, so that a buffer smaller than -e does not stay in cache;
 //   - draining polls every stream (cudaStreamQuery) and, while one is
@@ -116,6 +121,17 @@ func (it *iterator) sweep(inPlace bool, emit func(row)) error {
 	if err := it.warmUp(); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
+	for range max(c.cycles, 1) {
+		if err := it.sizes(inPlace, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sizes measures one cycle: every size, each handed to emit.
+func (it *iterator) sizes(inPlace bool, emit func(row)) error {
+	c := it.c
 	for _, size := range c.sizes() {
 		count := c.countFor(size)
 		rw := row{bytes: c.rowBytes(count), count: count, ipNA: !inPlace || c.coll.p2p()}
@@ -359,7 +375,7 @@ type table struct {
 
 func (t *table) header(w io.Writer) {
 	c := t.c
-	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup)
+	fmt.Fprintf(w, "# ncclperf: %s, %d ranks on devices %v, %s %s, -n %d -w %d -N %d\n", c.coll, c.nRanks, c.devices, c.dt, c.op, c.iters, c.warmup, max(c.cycles, 1))
 	if c.place != nil {
 		fmt.Fprintf(w, "# %d processes of one rank each (launcher: %s); time: %s (-a %d), #wrong: the sum over ranks\n",
 			c.nRanks, c.place.Launcher, averageNames[c.average], c.average)
@@ -375,7 +391,8 @@ func (t *table) header(w io.Writer) {
 	}
 	cmp := t.ref != "" && t.ours != ""
 	if cmp {
-		fmt.Fprintf(w, "# reference: %s (%s), measured after ncclgo's communicators were destroyed; %d other goroutines\n", t.ref, c.compare, others)
+		fmt.Fprintf(w, "# reference: %s (%s), measured after ncclgo's communicators were destroyed, its timed loop issued from %s; %d other goroutines\n",
+			t.ref, c.compare, map[string]string{"c": "C (-ref-loop=c)", "go": "Go (-ref-loop=go)"}[c.refLoop], others)
 		fmt.Fprintf(w, "# ratio (> 1: ncclgo better, out-of-place): below %d B NCCL time / ncclgo time, from %d B ncclgo busbw / NCCL busbw\n",
 			ratioSplit, ratioSplit)
 	}

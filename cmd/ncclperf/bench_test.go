@@ -374,7 +374,7 @@ func TestReferenceTimedLikeOurs(t *testing.T) {
 	// Warm-up 2 calls; per size and placement 1 untimed + 2 timed.
 	assert.Len(t, ours.log, 1+2+2*2*(1+1+2))
 	assert.Equal(t, ours.log, ref.log)
-	assert.Regexp(t, `(?m)^# reference: fake \(libnccl.so.2\), measured after ncclgo's communicators were destroyed; \d+ other goroutines$`, out.String())
+	assert.Regexp(t, `(?m)^# reference: fake \(libnccl.so.2\), measured after ncclgo's communicators were destroyed, its timed loop issued from C \(-ref-loop=c\); \d+ other goroutines$`, out.String())
 	rows := regexp.MustCompile(`(?m)^ +(8|16) .* (time)$`).FindAllString(out.String(), -1)
 	assert.Len(t, rows, 2, out.String())
 }
@@ -418,4 +418,31 @@ func TestRefLoopCIssuesTheSameCalls(t *testing.T) {
 		assert.Equal(t, goLoop.log, cLoop.log, "%s", cl)
 		assert.Equal(t, 2*len(c.sizes()), cLoop.loops, "%s: one Loop per size and placement", cl)
 	}
+}
+
+// TestCyclesRepeatTheSweep checks -N as nccl-tests' -N: one warm-up, then
+// the whole sweep of timed sizes N times, each row emitted.
+func TestCyclesRepeatTheSweep(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 32, factor: 4, iters: 2, warmup: 1}
+	one := &fakeBackend{}
+	var rows1 []row
+	require.NoError(t, fakeIterator(c, one).sweep(true, func(rw row) { rows1 = append(rows1, rw) }))
+	c3 := *c
+	c3.cycles = 3
+	three := &fakeBackend{}
+	var rows3 []row
+	require.NoError(t, fakeIterator(&c3, three).sweep(true, func(rw row) { rows3 = append(rows3, rw) }))
+	require.Len(t, rows3, 3*len(rows1))
+	for i, rw := range rows3 {
+		assert.Equal(t, rows1[i%len(rows1)].bytes, rw.bytes, "row %d", i)
+	}
+	// The warm-up (up to the first "begin" of a timed size) runs once.
+	warm := 0
+	for warm < len(one.log) && (warm == 0 || one.log[warm] != "begin") {
+		warm++
+	}
+	timed := one.log[warm:]
+	want := append(append([]string{}, one.log[:warm]...), timed...)
+	want = append(append(want, timed...), timed...)
+	assert.Equal(t, want, three.log)
 }

@@ -34,6 +34,7 @@ var longNames = map[string]string{
 	"g": "ngpus",
 	"t": "nthreads",
 	"a": "average",
+	"N": "run_cycles",
 }
 
 // flagName is how errors name a flag: "-b/--minbytes", or "-coll".
@@ -129,6 +130,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.IntVar(&c.np, "np", 0, "run `N` processes of one rank each (ncclperf spawns itself; under mpirun or torchrun it is one rank of their job)")
 	fs.IntVar(&c.average, "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over `ranks` (nccl-tests' -a)")
 	fs.IntVar(&c.iters, "n", 20, "timed `iterations` per size")
+	fs.IntVar(&c.cycles, "N", 1, "run the whole sweep this many `cycles` after the one warm-up, printing each (nccl-tests' -N; 0, its endless run, is refused)")
 	fs.IntVar(&c.warmup, "w", 1, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does; its default is 1 too)")
 	chk := fs.Int("c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
 	opS := fs.String("o", "sum", "reduction `op`: "+strings.Join(opNames, ", ")+", or all")
@@ -136,7 +138,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.IntVar(&c.root, "r", 0, "`root` rank for broadcast and reduce")
 	fs.StringVar(&c.compare, "compare", "", "`path` or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
 	fs.BoolVar(&c.ncclgo, "ncclgo", true, "run the sweep through ncclgo; -ncclgo=false with -compare times only the NCCL library, in nccl-tests' columns")
-	fs.StringVar(&c.refLoop, "ref-loop", "go", "`where` the reference's timed iterations are issued from: go (one cgo call per iteration) or c (all of them in one cgo call, as a C harness issues them)")
+	fs.StringVar(&c.refLoop, "ref-loop", "c", "`where` -compare's library has its timed iterations issued from: c (all of them in one cgo call, as nccl-tests issues them from C) or go (one cgo call per iteration)")
 	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
@@ -208,6 +210,9 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	}
 	if c.iters < 1 {
 		return nil, fmt.Errorf("%s %d: want at least 1 timed iteration", flagName("n"), c.iters)
+	}
+	if c.cycles < 1 {
+		return nil, fmt.Errorf("%s %d: want at least 1 cycle (ncclperf does not run endlessly)", flagName("N"), c.cycles)
 	}
 	if c.warmup < 0 {
 		return nil, fmt.Errorf("%s %d: want 0 or more warm-up iterations", flagName("w"), c.warmup)

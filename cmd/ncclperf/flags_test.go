@@ -25,10 +25,13 @@ func TestLongOptions(t *testing.T) {
 	assert.Equal(t, []dataType{bfloat16T}, c.types)
 	assert.Equal(t, 1, c.root)
 	assert.Equal(t, 2, c.nRanks)
+	assert.Equal(t, 1, c.cycles, "nccl-tests' default -N")
+	assert.Equal(t, "c", c.refLoop, "NCCL's loop issued from C by default")
 
-	c, err = parseFlags([]string{"--stepbytes=1K", "-b", "1K", "-e", "4K"}, &errb)
+	c, err = parseFlags([]string{"-N3", "--stepbytes=1K", "-b", "1K", "-e", "4K"}, &errb)
 	require.NoError(t, err)
 	assert.Equal(t, []int64{1024, 2048, 3072, 4096}, c.sizes())
+	assert.Equal(t, 3, c.cycles)
 }
 
 func TestShortAttached(t *testing.T) {
@@ -120,6 +123,8 @@ func TestFlagErrors(t *testing.T) {
 		"flag provided but not defined: -zz":   {"-zz"},
 		`-coll "gather": unknown collective`:   {"-coll", "gather"},
 		"-p2p-channels -1: want 0":             {"-p2p-channels", "-1"},
+		"-N/--run_cycles 0: want at least 1":   {"--run_cycles", "0"},
+		`-ref-loop "cpp": want go or c`:        {"-ref-loop", "cpp"},
 	} {
 		_, err := parseFlags(args, &errb)
 		require.Error(t, err, args)

@@ -159,6 +159,7 @@ type config struct {
 	nRanks          int
 	devices         []int
 	iters, warmup   int
+	cycles          int // -N: sweeps after the warm-up
 	check           bool
 	op              redOp
 	ops             []redOp // -o all: every op
@@ -404,7 +405,7 @@ func (c *config) measure(w io.Writer, local []int) error {
 				fmt.Fprintln(w)
 			}
 			t.header(w)
-			if c.ncclgo && len(ours[j].rows) < len(t.c.sizes()) {
+			if c.ncclgo && len(ours[j].rows) < t.c.cycles*len(t.c.sizes()) {
 				// ncclgo failed part-way: its rows, and no reference.
 				for _, rw := range ours[j].rows {
 					t.row(w, rw, nil)
