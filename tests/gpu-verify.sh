@@ -72,6 +72,15 @@
 # in C in every round, to ${CAL_LOOP_E:-4M}, and a second table per
 # collective sets it between the two harnesses; CAL_NP_ENV is environment
 # for ncclperf's runs alone (e.g. "GODEBUG=asyncpreemptoff=1 GOMAXPROCS=2").
+# Each run is -N ${CAL_CYCLES:-5} cycles (nccl-tests' -N, ncclperf's -N);
+# CAL_RANGES ("8:4M:10 8M:1G:2": MIN:MAX:ROUNDS) splits the sweep, so that
+# the small sizes, where each process lands in a fast or a slow mode, get
+# more processes; CAL_STAT judges agreement on bestproc (default: the lowest
+# of each harness's per-process medians over cycles), median (over all
+# rounds x cycles) or best (the best cycle); CAL_LIBS ("nccl ncclgo") runs
+# the whole comparison on the machine's NCCL and then on ncclgo's
+# libnccl.so.2 (nccl-tests through LD_LIBRARY_PATH, ncclperf's column by
+# dlopen); CAL_BISECT=1 runs tests/calib/bisect.sh's harness variants first.
 # Raw outputs, the nccl-tests build log and the machine's CPU and GPU
 # topology: verify-logs/calibrate/. The step needs the GPUs only, not the
 # fatbin: STEPS=calibrate is enough. On two H200s: nccl-tests' build (four
@@ -779,23 +788,32 @@ if has calibrate && begin calibrate; then
         *) echo "calibrate: CAL_LIBS: unknown library $libsel (want nccl or ncclgo)"; continue ;;
       esac
       if [[ ! -f $CLIB ]]; then echo "calibrate: $libsel: no $CLIB"; continue; fi
-      echo "# calibrate $libsel: $CAL_ARGS -N ${CAL_CYCLES:-5}, ${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones; medians over rounds x cycles)${PIN:+, both under $PIN}; library $lib" >> "$L/calibrate.txt"
+      echo "# calibrate $libsel: $CAL_ARGS -N ${CAL_CYCLES:-5}, ${CAL_RANGES:+sweeps MIN:MAX:ROUNDS $CAL_RANGES, }${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones; medians over rounds x cycles)${PIN:+, both under $PIN}; library $lib" >> "$L/calibrate.txt"
       for coll in $( ((${CAL_ROUNDS:-3} > 0)) && echo allreduce allgather reducescatter broadcast); do
         case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
-        for r in $(seq 1 "${CAL_ROUNDS:-3}"); do
-          ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $CAL_ARGS -N ${CAL_CYCLES:-5})
-          # shellcheck disable=SC2206
-          npcmd=(timeout $(lim 180) env ${CAL_NP_ENV:-} $PIN $B/ncclperf -coll $coll $CAL_ARGS -N ${CAL_CYCLES:-5} -compare "$CLIB" $GOSEL -hosttime)
-          for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
-            f="$CAL/$coll-$who-$r.txt"
-            if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
-            else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
+        # CAL_RANGES: "MIN:MAX:ROUNDS ..." sweeps, each its own processes (rounds numbered on
+        # across them); default one sweep, CAL_B to CAL_E, CAL_ROUNDS rounds. Small sizes want
+        # more processes than large ones (see the header).
+        r=0
+        for rg in ${CAL_RANGES:-${CAL_B:-8}:${CAL_E:-1G}:${CAL_ROUNDS:-3}}; do
+          IFS=: read -r rb re rn <<< "$rg"
+          RARGS="-b $rb -e $re -f ${CAL_F:-2} -g $CAL_G -n ${CAL_N:-200} -w ${CAL_W:-20} -c 0 -N ${CAL_CYCLES:-5}"
+          for _ in $(seq 1 "$rn"); do
+            r=$((r + 1))
+            ntcmd=(timeout $(lim 120) $PIN "$NT/${nt}_perf" $RARGS)
+            # shellcheck disable=SC2206
+            npcmd=(timeout $(lim 180) env ${CAL_NP_ENV:-} $PIN $B/ncclperf -coll $coll $RARGS -compare "$CLIB" $GOSEL -hosttime)
+            for who in $( ((r % 2)) && echo "nt np" || echo "np nt"); do
+              f="$CAL/$coll-$who-$r.txt"
+              if [[ $who == nt ]]; then t "${ntcmd[@]}" > "$f" 2>&1 || tail -3 "$f"
+              else t "${npcmd[@]}" > "$f" 2>&1 || tail -3 "$f"; fi
+            done
+            # ncclloop (tests/calib): nccl-tests' loop in C with NCCL loaded by dlopen, as ncclperf loads it.
+            if [[ -x $LOOP ]]; then
+              t timeout $(lim 120) $PIN "$LOOP" -l "$lib" -r "$CUDART" -c $coll -b ${CAL_B:-8} -e ${CAL_LOOP_E:-4M} -g $CAL_G \
+                -n ${CAL_N:-200} -w ${CAL_W:-20} > "$CAL/$coll-nc-$r.txt" 2>&1 || tail -3 "$CAL/$coll-nc-$r.txt"
+            fi
           done
-          # ncclloop (tests/calib): nccl-tests' loop in C with NCCL loaded by dlopen, as ncclperf loads it.
-          if [[ -x $LOOP ]]; then
-            t timeout $(lim 120) $PIN "$LOOP" -l "$lib" -r "$CUDART" -c $coll -b ${CAL_B:-8} -e ${CAL_LOOP_E:-4M} -g $CAL_G \
-              -n ${CAL_N:-200} -w ${CAL_W:-20} > "$CAL/$coll-nc-$r.txt" 2>&1 || tail -3 "$CAL/$coll-nc-$r.txt"
-          fi
         done
         # nccl-tests' own host time per iteration up to ${CAL_HOST_E:-4M} (-C 1: the issue loop
         # before the drain, what ncclperf's -hosttime prints).
@@ -807,7 +825,7 @@ if has calibrate && begin calibrate; then
         # column 14 and ncclgo's 6), their ratio, each harness's spread over rounds (max / min)
         # and each one's host time per iteration (the issue loop alone: ncclperf -hosttime,
         # nccl-tests -C 1).
-        awk -v coll=$coll$SUF '
+        awk -v coll=$coll$SUF -v st=${CAL_STAT:-bestproc} '
           function sortn(a, n,   i, j, v) {
             for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
           }
@@ -816,37 +834,52 @@ if has calibrate && begin calibrate; then
             if (n == 0) return -1
             sortn(a, n)
             if (what == "spread") return a[1] > 0 ? a[n] / a[1] : 0
+            if (what == "best") return a[1]
             return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
           }
-          FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/ }
+          # bestproc: the lowest, over the processes (rounds) of one harness, of each
+          # process median over its cycles ("best process").
+          function bestproc(h, s,   f, m, b) {
+            b = -1
+            for (f = 1; f <= nf; f++) if ((h, s, f) in pf) { m = stat(pf[h, s, f]); if (b < 0 || m < b) b = m }
+            return b
+          }
+          FNR == 1 { isnt = FILENAME ~ /-nt-[0-9]+\.txt$/; iscpu = FILENAME ~ /-ntcpu\.txt$/; nf++ }
           iscpu && $1 ~ /^[0-9]+$/ && NF >= 13 { nthost[$1 + 0] = nthost[$1 + 0] " " $6; next }
           $1 ~ /^[0-9]+$/ && NF >= 13 {
             s = $1 + 0
             if (s == 0) { zero++; next }
             seen[s] = 1
-            if (isnt) nt[s] = nt[s] " " $6
-            else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1 }
-            else np[s] = np[s] " " $6
+            if (isnt) { nt[s] = nt[s] " " $6; pf["nt", s, nf] = pf["nt", s, nf] " " $6 }
+            else if (NF >= 17) { np[s] = np[s] " " $14; go[s] = go[s] " " $6; hasgo = 1; pf["np", s, nf] = pf["np", s, nf] " " $14; pf["go", s, nf] = pf["go", s, nf] " " $6 }
+            else { np[s] = np[s] " " $6; pf["np", s, nf] = pf["np", s, nf] " " $6 }
           }
           $1 == "#" && $2 ~ /^[0-9]+$/ && $3 == "host" && !isnt && !iscpu { host[$2 + 0] = host[$2 + 0] " " $NF }
           END {
             for (s in seen) sz[++ns] = s + 0
             sortn(sz, ns)
-            printf "# %s: median out-of-place time (us) over rounds; ratio = ncclperf / nccl-tests; spread = max / min over rounds", coll
+            # judged (CAL_STAT): bestproc, the best process of each harness (the lowest of the
+            # medians of its processes over their cycles: at small sizes each process of either
+            # harness lands in a fast or a slow mode, see docs/PERFORMANCE.md); median, over
+            # all rounds x cycles; best, the best cycle. bestproc and median are printed.
+            printf "# %s: out-of-place time (us) over rounds x cycles, judged on the %s; ratio = ncclperf / nccl-tests; spread = max / min", coll, st
             printf "%s\n", zero ? sprintf("; %d nccl-tests 0-byte rows (no-ops) left out", zero) : ""
-            printf "#%11s %11s %14s %7s %9s %9s %9s %9s %9s", "size(B)", "nccl-tests", "ncclperf-NCCL", "ratio", "within5%", "nt-spread", "np-spread", "nt-host", "np-host"
+            printf "#%11s %9s %9s %7s %9s %9s %9s %7s %9s %9s %9s %9s", "size(B)", "nt-bestp", "np-bestp", "ratio", "within5%", "nt-med", "np-med", "ratio", "nt-spread", "np-spread", "nt-host", "np-host"
             if (hasgo) printf " %9s %14s", "ncclgo", "ncclgo/tests"
             printf "\n"
             for (k = 1; k <= ns; k++) {
-              s = sz[k]; a = stat(nt[s]); b = stat(np[s]); n++
+              s = sz[k]; n++
+              if (st == "bestproc") { a = bestproc("nt", s); b = bestproc("np", s) } else { a = stat(nt[s], st); b = stat(np[s], st) }
               if (a < 0 || b < 0) {
                 ok = "MISSING"; q = 0
               } else {
                 q = b / a; ok = (q >= 0.95 && q <= 1.05) ? "yes" : "NO"
               }
               if (ok == "yes") good++; else bad = bad sprintf(" %d:%s", s, a < 0 || b < 0 ? (a < 0 ? "no-nccl-tests-row" : "no-ncclperf-row") : sprintf("%.3f", q))
-              printf "%12d %11.2f %14.2f %7.3f %9s %9.2f %9.2f %9.2f %9.2f", s, a, b, q, ok, stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
-              if (hasgo) { g = stat(go[s]); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
+              ab = bestproc("nt", s); bb = bestproc("np", s); am = stat(nt[s]); bm = stat(np[s])
+              printf "%12d %9.2f %9.2f %7.3f %9s %9.2f %9.2f %7.3f %9.2f %9.2f %9.2f %9.2f", s, ab, bb, (ab > 0 ? bb / ab : 0), ok, am, bm, (am > 0 ? bm / am : 0),
+                stat(nt[s], "spread"), stat(np[s], "spread"), stat(nthost[s]), stat(host[s])
+              if (hasgo) { g = st == "bestproc" ? bestproc("go", s) : stat(go[s], st); printf " %9.2f %14.3f", g, (a > 0 ? g / a : 0) }
               printf "\n"
             }
             printf "# %-13s %d sizes, %d within 5 %%%s\n", coll, n, good, (bad ? "; outside:" bad : "")
