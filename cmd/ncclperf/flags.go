@@ -141,6 +141,7 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.StringVar(&c.refLoop, "ref-loop", "c", "`where` -compare's library has its timed iterations issued from: c (all of them in one cgo call, as nccl-tests issues them from C) or go (one cgo call per iteration)")
 	fs.BoolVar(&c.hostTime, "hosttime", false, "after each row, print the time per iteration spent enqueueing (before the final synchronize)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
+	fs.StringVar(&c.trace, "trace", "", "write a Go execution trace of the run to this `file` (go tool trace: where the issuing goroutine blocks or waits)")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
 	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
 	for short, long := range longNames {

@@ -67,6 +67,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,6 +171,7 @@ type config struct {
 	hostTime        bool   // -hosttime: report the enqueue loop's own time
 	refLoop         string // -ref-loop: go or c, where the reference's timed loop runs
 	cpuProfile      string // -cpuprofile: write a Go CPU profile here
+	trace           string // -trace: write a Go execution trace here
 	compare, fatbin string
 	p2pPerPeer      int           // Options.P2PChannelsPerPeer (-p2p-channels; 0: ncclgo's default)
 	np              int           // -np: processes to spawn, one rank each
@@ -257,7 +259,24 @@ func main() {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
+	if c.trace != "" {
+		if c.place != nil && c.place.Rank > 0 {
+			c.trace += "." + strconv.Itoa(c.place.Rank)
+		}
+		f, err := os.Create(c.trace)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ncclperf: -trace:", err)
+			os.Exit(2)
+		}
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintln(os.Stderr, "ncclperf: -trace:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		defer trace.Stop()
+	}
 	if err := run(c, os.Stdout); err != nil {
+		trace.Stop()
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
 		if errors.Is(err, cuda.ErrNoDriver) {

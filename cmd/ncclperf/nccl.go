@@ -25,6 +25,8 @@ typedef ncclResult_t (*pBroadcast)(const void*, void*, size_t, int, int, ncclCom
 typedef ncclResult_t (*pReduce)(const void*, void*, size_t, int, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pSend)(const void*, size_t, int, int, ncclComm_t, void*);
 typedef ncclResult_t (*pRecv)(void*, size_t, int, int, ncclComm_t, void*);
+typedef ncclResult_t (*pAlltoAll)(const void*, void*, size_t, int, ncclComm_t, void*);
+typedef ncclResult_t (*pCommInt)(ncclComm_t, int*);
 typedef ncclResult_t (*pMemAlloc)(void**, size_t);
 typedef ncclResult_t (*pMemFree)(void*);
 typedef int (*pCtxSetCurrent)(void*);
@@ -46,6 +48,8 @@ typedef struct {
 	pReduce reduce;
 	pSend send;
 	pRecv recv;
+	pAlltoAll alltoall;          // NULL before NCCL 2.28
+	pCommInt commUserRank, commCount;
 	pMemAlloc memAlloc; // NULL before NCCL 2.19
 	pMemFree memFree;
 	pCtxSetCurrent ctxSetCurrent; // the driver's cuCtxSetCurrent
@@ -72,7 +76,10 @@ static const char* ng_nccl_open(const char* path, ncclLib* l) {
 	SYM(reduce, pReduce, "ncclReduce")
 	SYM(send, pSend, "ncclSend")
 	SYM(recv, pRecv, "ncclRecv")
+	SYM(commUserRank, pCommInt, "ncclCommUserRank")
+	SYM(commCount, pCommInt, "ncclCommCount")
 #undef SYM
+	l->alltoall = (pAlltoAll)dlsym(l->h, "ncclAlltoAll");
 	l->memAlloc = (pMemAlloc)dlsym(l->h, "ncclMemAlloc");
 	l->memFree = (pMemFree)dlsym(l->h, "ncclMemFree");
 	if (!l->memAlloc || !l->memFree) l->memAlloc = 0, l->memFree = 0;
@@ -110,31 +117,53 @@ static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
 static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 
 // ng_nccl_coll runs one collective on the process's n ranks (communicator
-// ranks rank0.., of nranks) inside a group (none for a collective on one
-// rank, as nccl-tests' startColl).
-// coll 5 is nccl-tests' sendrecv (to the next rank, from the previous), 6
-// its alltoall (count elements of esize bytes to and from every rank).
+// ranks rank0.., of nranks) as nccl-tests' startColl and its RunColl
+// functions issue it, call for call: a group around the ranks' calls only
+// when there are several; Broadcast asks ncclCommUserRank first; sendrecv
+// (coll 5: to the next rank, from the previous) asks ncclCommCount and
+// ncclCommUserRank and groups its send and receive; alltoall (coll 6:
+// count elements of esize bytes to and from every rank) is ncclAlltoAll
+// from NCCL 2.28 (whose symbol the library has), before that ncclCommCount
+// and a group of sends and receives.
 static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
                         size_t count, int dt, int op, int root, uintptr_t* streams, size_t esize) {
-	int group = n > 1 || coll >= 5;
+	int group = n > 1;
 	int r = group ? l->groupStart() : 0;
 	if (r) return r;
 	for (int i = 0; i < n; i++) {
 		const void* s = (const void*)send[i]; void* d = (void*)recv[i]; void* st = (void*)streams[i];
+		int rank = 0, cnt = 0;
 		switch (coll) {
 		case 0: r = l->allReduce(s, d, count, dt, op, comms[i], st); break;
 		case 1: r = l->allGather(s, d, count, dt, comms[i], st); break;
 		case 2: r = l->reduceScatter(s, d, count, dt, op, comms[i], st); break;
-		case 3: r = l->broadcast(s, d, count, dt, root, comms[i], st); break;
+		case 3:
+			r = l->commUserRank(comms[i], &rank);
+			if (!r) r = l->broadcast(s, d, count, dt, root, comms[i], st);
+			break;
 		case 4: r = l->reduce(s, d, count, dt, op, root, comms[i], st); break;
 		case 5:
-			r = l->send(s, count, dt, (rank0 + i + 1) % nranks, comms[i], st);
-			if (!r) r = l->recv(d, count, dt, (rank0 + i + nranks - 1) % nranks, comms[i], st);
+			r = l->commCount(comms[i], &cnt);
+			if (!r) r = l->commUserRank(comms[i], &rank);
+			if (!r) r = l->groupStart();
+			if (!r) {
+				r = l->send(s, count, dt, (rank + 1) % cnt, comms[i], st);
+				if (!r) r = l->recv(d, count, dt, (rank - 1 + cnt) % cnt, comms[i], st);
+				int e = l->groupEnd();
+				if (!r) r = e;
+			}
 			break;
 		case 6:
-			for (int j = 0; j < nranks && !r; j++) {
-				r = l->send((const char*)s + (size_t)j * count * esize, count, dt, j, comms[i], st);
-				if (!r) r = l->recv((char*)d + (size_t)j * count * esize, count, dt, j, comms[i], st);
+			if (l->alltoall) { r = l->alltoall(s, d, count, dt, comms[i], st); break; }
+			r = l->commCount(comms[i], &cnt);
+			if (!r) r = l->groupStart();
+			if (!r) {
+				for (int j = 0; j < cnt && !r; j++) {
+					r = l->send((const char*)s + (size_t)j * count * esize, count, dt, j, comms[i], st);
+					if (!r) r = l->recv((char*)d + (size_t)j * count * esize, count, dt, j, comms[i], st);
+				}
+				int e = l->groupEnd();
+				if (!r) r = e;
 			}
 			break;
 		default: r = 4;

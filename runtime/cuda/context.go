@@ -28,7 +28,9 @@ func badArg(op, format string, args ...any) error {
 	return fmt.Errorf("cuda: %s: %s: %w", op, fmt.Sprintf(format, args...), ErrInvalidValue)
 }
 
-// wrap adds the operation and device to a driver error.
+// wrap adds the operation and device to a driver error. Calls on the
+// launch path build a formatted op only once the driver has failed, so
+// that a call that succeeds allocates nothing.
 func (c *Context) wrap(op string, err error) error {
 	if err == nil {
 		return nil
@@ -184,7 +186,10 @@ func (c *Context) EnablePeerAccess(peer *Context) error {
 	if r == ResultPeerAccessAlreadyEnabled {
 		return nil
 	}
-	return c.wrap(fmt.Sprintf("EnablePeerAccess(peer device %d)", int(peer.dev)), check("cuCtxEnablePeerAccess", r))
+	if err := check("cuCtxEnablePeerAccess", r); err != nil {
+		return c.wrap(fmt.Sprintf("EnablePeerAccess(peer device %d)", int(peer.dev)), err)
+	}
+	return nil
 }
 
 // MemAlloc allocates n bytes of device memory (cuMemAlloc_v2).
@@ -212,7 +217,10 @@ func (c *Context) MemFree(p DevicePtr) error {
 	if p == 0 {
 		return badArg("MemFree", "null device pointer")
 	}
-	return c.wrap(fmt.Sprintf("MemFree(%#x)", uint64(p)), check("cuMemFree", Result(C.ncu_mem_free(h, C.CUdeviceptr(p)))))
+	if err := check("cuMemFree", Result(C.ncu_mem_free(h, C.CUdeviceptr(p)))); err != nil {
+		return c.wrap(fmt.Sprintf("MemFree(%#x)", uint64(p)), err)
+	}
+	return nil
 }
 
 // MemAllocHost allocates n bytes of page-locked host memory that is
@@ -296,7 +304,10 @@ func (c *Context) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, n uint64) error 
 	if err := checkCopy("MemcpyHtoD", n, dst != 0, src != nil); err != nil || n == 0 {
 		return err
 	}
-	return c.wrap(fmt.Sprintf("MemcpyHtoD(%d bytes)", n), check("cuMemcpyHtoD", Result(C.ncu_memcpy_htod(h, C.CUdeviceptr(dst), src, C.size_t(n)))))
+	if err := check("cuMemcpyHtoD", Result(C.ncu_memcpy_htod(h, C.CUdeviceptr(dst), src, C.size_t(n)))); err != nil {
+		return c.wrap(fmt.Sprintf("MemcpyHtoD(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemcpyDtoH copies n bytes from device memory src to host memory dst and
@@ -309,7 +320,10 @@ func (c *Context) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, n uint64) error 
 	if err := checkCopy("MemcpyDtoH", n, dst != nil, src != 0); err != nil || n == 0 {
 		return err
 	}
-	return c.wrap(fmt.Sprintf("MemcpyDtoH(%d bytes)", n), check("cuMemcpyDtoH", Result(C.ncu_memcpy_dtoh(h, dst, C.CUdeviceptr(src), C.size_t(n)))))
+	if err := check("cuMemcpyDtoH", Result(C.ncu_memcpy_dtoh(h, dst, C.CUdeviceptr(src), C.size_t(n)))); err != nil {
+		return c.wrap(fmt.Sprintf("MemcpyDtoH(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemcpyDtoD copies n bytes between device addresses (cuMemcpyDtoD_v2).
@@ -321,7 +335,10 @@ func (c *Context) MemcpyDtoD(dst, src DevicePtr, n uint64) error {
 	if err := checkCopy("MemcpyDtoD", n, dst != 0, src != 0); err != nil || n == 0 {
 		return err
 	}
-	return c.wrap(fmt.Sprintf("MemcpyDtoD(%d bytes)", n), check("cuMemcpyDtoD", Result(C.ncu_memcpy_dtod(h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))))
+	if err := check("cuMemcpyDtoD", Result(C.ncu_memcpy_dtod(h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))); err != nil {
+		return c.wrap(fmt.Sprintf("MemcpyDtoD(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemsetD8 sets n bytes at p to v (cuMemsetD8_v2).
@@ -333,7 +350,10 @@ func (c *Context) MemsetD8(p DevicePtr, v byte, n uint64) error {
 	if err := checkCopy("MemsetD8", n, p != 0); err != nil || n == 0 {
 		return err
 	}
-	return c.wrap(fmt.Sprintf("MemsetD8(%d bytes)", n), check("cuMemsetD8", Result(C.ncu_memset_d8(h, C.CUdeviceptr(p), C.uchar(v), C.size_t(n)))))
+	if err := check("cuMemsetD8", Result(C.ncu_memset_d8(h, C.CUdeviceptr(p), C.uchar(v), C.size_t(n)))); err != nil {
+		return c.wrap(fmt.Sprintf("MemsetD8(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemGetInfo returns the free and total memory of the context's device

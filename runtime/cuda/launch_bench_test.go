@@ -7,7 +7,8 @@ import (
 // BenchmarkGPULaunch measures the host's cost of queueing work on this
 // machine's driver, the floor under ncclgo's small-message latency: a
 // kernel with 16 bytes of parameters, the 4 KiB-parameter kernel given its
-// whole block or only its first 256 bytes, an event record, and a launch
+// whole block or only its first 256 bytes, an 8-byte device copy, a stream
+// query, an event record, and a launch
 // on each of two streams (as two ranks of one process do). The queue is
 // drained off the clock every 256 operations, so the figure is host time,
 // not GPU time.
@@ -94,6 +95,13 @@ func BenchmarkGPULaunch(b *testing.B) {
 	})
 	b.Run("params=256of4096B", func(b *testing.B) {
 		run(b, func() error { return s1.Launch(big, one, Dim1(64), 0, large.b[:256]) })
+	})
+	// One rank's collective is a device copy: its host cost, and a poll.
+	b.Run("memcpyDtoD8B", func(b *testing.B) {
+		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
+	})
+	b.Run("streamQuery", func(b *testing.B) {
+		run(b, func() error { _, err := s1.Query(); return err })
 	})
 	b.Run("eventRecord", func(b *testing.B) {
 		run(b, func() error { return ev.Record(s1) })

@@ -186,7 +186,10 @@ func (f *Function) Load() error {
 	if err != nil {
 		return err
 	}
-	return f.mod.ctx.wrap(fmt.Sprintf("Function.Load(%q)", f.name), check("cuFuncLoad", Result(C.ncu_func_load(c, f.h))))
+	if err := check("cuFuncLoad", Result(C.ncu_func_load(c, f.h))); err != nil {
+		return f.mod.ctx.wrap(fmt.Sprintf("Function.Load(%q)", f.name), err)
+	}
+	return nil
 }
 
 // Attribute returns a property of the kernel (cuFuncGetAttribute).

@@ -144,10 +144,18 @@ CUresult ncu_init(void) { return p_cuInit(0); }
 CUresult ncu_error_name(CUresult r, const char** s) { return p_cuGetErrorName(r, s); }
 CUresult ncu_error_string(CUresult r, const char** s) { return p_cuGetErrorString(r, s); }
 
-#define SETCTX(c)                          \
-  do {                                     \
-    CUresult _r = p_cuCtxSetCurrent(c);    \
-    if (_r != NCU_SUCCESS) return _r;      \
+/* SETCTX makes c current on the calling thread unless it already is
+   (cuCtxGetCurrent is a thread-local read; cuCtxSetCurrent does more), so
+   that a thread issuing call after call in one context pays for the switch
+   once, while one whose context something else changed meanwhile (another
+   library, cudaSetDevice) still gets c. */
+#define SETCTX(c)                                                         \
+  do {                                                                    \
+    CUcontext _cur = NULL;                                                \
+    if (p_cuCtxGetCurrent(&_cur) != NCU_SUCCESS || _cur != (c)) {         \
+      CUresult _r = p_cuCtxSetCurrent(c);                                 \
+      if (_r != NCU_SUCCESS) return _r;                                   \
+    }                                                                     \
   } while (0)
 #define NEED(p)                                      \
   do {                                               \

@@ -156,7 +156,10 @@ func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, n uint64) er
 	if err := checkCopy("MemcpyHtoDAsync", n, dst != 0, src != nil); err != nil || n == 0 {
 		return err
 	}
-	return s.ctx.wrap(fmt.Sprintf("MemcpyHtoDAsync(%d bytes)", n), check("cuMemcpyHtoDAsync", Result(C.ncu_memcpy_htod_async(c, C.CUdeviceptr(dst), src, C.size_t(n), h))))
+	if err := check("cuMemcpyHtoDAsync", Result(C.ncu_memcpy_htod_async(c, C.CUdeviceptr(dst), src, C.size_t(n), h))); err != nil {
+		return s.ctx.wrap(fmt.Sprintf("MemcpyHtoDAsync(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemcpyDtoHAsync queues a copy of n bytes from device src to host dst
@@ -170,7 +173,10 @@ func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, n uint64) er
 	if err := checkCopy("MemcpyDtoHAsync", n, dst != nil, src != 0); err != nil || n == 0 {
 		return err
 	}
-	return s.ctx.wrap(fmt.Sprintf("MemcpyDtoHAsync(%d bytes)", n), check("cuMemcpyDtoHAsync", Result(C.ncu_memcpy_dtoh_async(c, dst, C.CUdeviceptr(src), C.size_t(n), h))))
+	if err := check("cuMemcpyDtoHAsync", Result(C.ncu_memcpy_dtoh_async(c, dst, C.CUdeviceptr(src), C.size_t(n), h))); err != nil {
+		return s.ctx.wrap(fmt.Sprintf("MemcpyDtoHAsync(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemcpyDtoDAsync queues a device-to-device copy of n bytes
@@ -183,7 +189,10 @@ func (s *Stream) MemcpyDtoDAsync(dst, src DevicePtr, n uint64) error {
 	if err := checkCopy("MemcpyDtoDAsync", n, dst != 0, src != 0); err != nil || n == 0 {
 		return err
 	}
-	return s.ctx.wrap(fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", n), check("cuMemcpyDtoDAsync", Result(C.ncu_memcpy_dtod_async(c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), h))))
+	if err := check("cuMemcpyDtoDAsync", Result(C.ncu_memcpy_dtod_async(c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), h))); err != nil {
+		return s.ctx.wrap(fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemsetD8Async queues setting n bytes at p to v (cuMemsetD8Async).
@@ -195,7 +204,10 @@ func (s *Stream) MemsetD8Async(p DevicePtr, v byte, n uint64) error {
 	if err := checkCopy("MemsetD8Async", n, p != 0); err != nil || n == 0 {
 		return err
 	}
-	return s.ctx.wrap(fmt.Sprintf("MemsetD8Async(%d bytes)", n), check("cuMemsetD8Async", Result(C.ncu_memset_d8_async(c, C.CUdeviceptr(p), C.uchar(v), C.size_t(n), h))))
+	if err := check("cuMemsetD8Async", Result(C.ncu_memset_d8_async(c, C.CUdeviceptr(p), C.uchar(v), C.size_t(n), h))); err != nil {
+		return s.ctx.wrap(fmt.Sprintf("MemsetD8Async(%d bytes)", n), err)
+	}
+	return nil
 }
 
 // MemsetD32Async queues setting n 32-bit words at p (4-byte aligned) to v
@@ -211,7 +223,10 @@ func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
 	if p%4 != 0 {
 		return badArg("MemsetD32Async", "pointer %#x is not 4-byte aligned", uint64(p))
 	}
-	return s.ctx.wrap(fmt.Sprintf("MemsetD32Async(%d words)", n), check("cuMemsetD32Async", Result(C.ncu_memset_d32_async(c, C.CUdeviceptr(p), C.uint(v), C.size_t(n), h))))
+	if err := check("cuMemsetD32Async", Result(C.ncu_memset_d32_async(c, C.CUdeviceptr(p), C.uint(v), C.size_t(n), h))); err != nil {
+		return s.ctx.wrap(fmt.Sprintf("MemsetD32Async(%d words)", n), err)
+	}
+	return nil
 }
 
 // Launch queues kernel f on the stream (cuLaunchKernel). args is the
