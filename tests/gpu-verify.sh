@@ -788,7 +788,7 @@ if has calibrate && begin calibrate; then
         *) echo "calibrate: CAL_LIBS: unknown library $libsel (want nccl or ncclgo)"; continue ;;
       esac
       if [[ ! -f $CLIB ]]; then echo "calibrate: $libsel: no $CLIB"; continue; fi
-      echo "# calibrate $libsel: $CAL_ARGS -N ${CAL_CYCLES:-5}, ${CAL_RANGES:+sweeps MIN:MAX:ROUNDS $CAL_RANGES, }${CAL_ROUNDS:-3} rounds (nccl-tests first in odd rounds, ncclperf first in even ones; medians over rounds x cycles)${PIN:+, both under $PIN}; library $lib" >> "$L/calibrate.txt"
+      echo "# calibrate $libsel: $CAL_ARGS -N ${CAL_CYCLES:-5}, $([[ -n ${CAL_RANGES:-} ]] && echo "sweeps MIN:MAX:ROUNDS $CAL_RANGES" || echo "${CAL_ROUNDS:-3} rounds") (nccl-tests first in odd rounds, ncclperf first in even ones; judged on ${CAL_STAT:-bestproc})${PIN:+, both under $PIN}; library $lib" >> "$L/calibrate.txt"
       for coll in $( ((${CAL_ROUNDS:-3} > 0)) && echo allreduce allgather reducescatter broadcast); do
         case $coll in allreduce) nt=all_reduce;; allgather) nt=all_gather;; reducescatter) nt=reduce_scatter;; broadcast) nt=broadcast;; esac
         # CAL_RANGES: "MIN:MAX:ROUNDS ..." sweeps, each its own processes (rounds numbered on
