@@ -243,37 +243,25 @@ func main() {
 		}
 		return
 	}
-	if c.cpuProfile != "" {
-		if c.place != nil && c.place.Rank > 0 {
-			c.cpuProfile += "." + strconv.Itoa(c.place.Rank) // one profile per rank
+	// -cpuprofile and -trace: one file per rank under a launcher.
+	for _, p := range []struct {
+		flag, path string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{"-cpuprofile", c.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"-trace", c.trace, trace.Start, trace.Stop},
+	} {
+		if p.path == "" {
+			continue
 		}
-		f, err := os.Create(c.cpuProfile)
+		f, err := createProfile(p.path, c.place, p.start)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf: -cpuprofile:", err)
-			os.Exit(2)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf: -cpuprofile:", err)
+			fmt.Fprintf(os.Stderr, "ncclperf: %s: %v\n", p.flag, err)
 			os.Exit(2)
 		}
 		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
-	if c.trace != "" {
-		if c.place != nil && c.place.Rank > 0 {
-			c.trace += "." + strconv.Itoa(c.place.Rank)
-		}
-		f, err := os.Create(c.trace)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf: -trace:", err)
-			os.Exit(2)
-		}
-		if err := trace.Start(f); err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf: -trace:", err)
-			os.Exit(2)
-		}
-		defer f.Close()
-		defer trace.Stop()
+		defer p.stop()
 	}
 	if err := run(c, os.Stdout); err != nil {
 		trace.Stop()
@@ -284,6 +272,23 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// createProfile creates path (path.N for rank N > 0 of a launched job) and
+// starts writing a profile or trace to it.
+func createProfile(path string, place *launch.Place, start func(io.Writer) error) (*os.File, error) {
+	if place != nil && place.Rank > 0 {
+		path += "." + strconv.Itoa(place.Rank)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // rankBuffers are one rank's context, stream and device buffers.

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/ncclgo/ncclgo/internal/launch"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -218,4 +223,24 @@ func TestMatchTestsConfig(t *testing.T) {
 	t.Setenv(centricSchedEnv, "0")
 	require.NoError(t, matchTestsConfig(22809))
 	assert.Equal(t, "0", os.Getenv(centricSchedEnv), "the user's setting wins")
+}
+
+// TestCreateProfile checks -cpuprofile's and -trace's files: one per rank
+// under a launcher (rank 0 keeps the name), and a start that fails leaves
+// no open file behind and reports its error.
+func TestCreateProfile(t *testing.T) {
+	dir := t.TempDir()
+	var got []string
+	start := func(w io.Writer) error { got = append(got, w.(*os.File).Name()); return nil }
+	for _, place := range []*launch.Place{nil, {Rank: 0, Size: 2}, {Rank: 1, Size: 2}} {
+		f, err := createProfile(filepath.Join(dir, "p.prof"), place, start)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	assert.Equal(t, []string{filepath.Join(dir, "p.prof"), filepath.Join(dir, "p.prof"), filepath.Join(dir, "p.prof.1")}, got)
+	boom := errors.New("profiling already on")
+	_, err := createProfile(filepath.Join(dir, "q.prof"), nil, func(io.Writer) error { return boom })
+	assert.ErrorIs(t, err, boom)
+	_, err = createProfile(filepath.Join(dir, "no", "such", "dir"), nil, start)
+	assert.Error(t, err)
 }
