@@ -238,13 +238,22 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 		return errors.Join(append(errs, fmt.Errorf("ncclgo: Group.End: %w", err))...)
 	}
 	defer tk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), orDefault(timeout, bootstrap.DefaultTimeout))
-	defer cancel()
+	// The bound on waiting for room starts with the first wait; a group
+	// whose requests are admitted at once makes no context.
+	var ctx context.Context
 	for range reqs {
-		k, err := tk.Next(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ncclgo: Group.End: waiting for room on the GPU: %w", err))
-			break
+		k, ok := tk.TryNext()
+		if !ok {
+			if ctx == nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(context.Background(), orDefault(timeout, bootstrap.DefaultTimeout))
+				defer cancel()
+			}
+			var err error
+			if k, err = tk.Next(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("ncclgo: Group.End: waiting for room on the GPU: %w", err))
+				break
+			}
 		}
 		e := entries[idx[k]]
 		ev, err := e.comm.run(&plans[idx[k]], e.stream)

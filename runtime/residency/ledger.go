@@ -225,6 +225,23 @@ func (l *Ledger) Acquire(reqs []Request, interrupted func() error) (*Ticket, err
 	return t, nil
 }
 
+// TryNext returns, without waiting, the index of one more admitted request
+// of t (lowest first) and true, or -1 and false when none is admitted now
+// (some still wait, or every request was returned): Next then waits or
+// says which. A launch whose requests fit, the common case, needs no
+// context with a deadline.
+func (t *Ticket) TryNext() (int, bool) {
+	l := t.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, all := t.take()
+	if i < 0 && !all {
+		l.pass(true)
+		i, _ = t.take()
+	}
+	return i, i >= 0
+}
+
 // Next waits until one more request of t is admitted and returns its
 // index in the slice given to Acquire; the request's lease stays pinned
 // (held) until Done(i). Admitted requests come back lowest index first. It

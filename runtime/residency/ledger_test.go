@@ -180,6 +180,42 @@ func TestWaitsForRelease(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoRequest)
 }
 
+// TryNext hands out admitted requests lowest first without waiting, says
+// false while a request waits for room (and once all were returned), and
+// sees a release without Next having slept.
+func TestTryNext(t *testing.T) {
+	l := New()
+	local := map[string]int{"0": 2}
+	a := join(t, l, "A", 12, local, 6)
+	b := join(t, l, "B", 12, local, 6)
+
+	tkA, err := l.Acquire([]Request{{Lease: a, Rank: 0, Blocks: 6}, {Lease: a, Rank: 1, Blocks: 6}}, nil)
+	require.NoError(t, err)
+	defer tkA.Close()
+	doneA := []*fake{{}, {}}
+	for want := range 2 {
+		i, ok := tkA.TryNext()
+		require.True(t, ok)
+		assert.Equal(t, want, i)
+		tkA.Done(i, doneA[i])
+	}
+	_, ok := tkA.TryNext()
+	assert.False(t, ok, "every request returned")
+	_, err = tkA.Next(long(t))
+	assert.ErrorIs(t, err, ErrNoRequest, "Next says why")
+
+	tkB, err := l.Acquire([]Request{{Lease: b, Rank: 0, Blocks: 1}}, nil)
+	require.NoError(t, err)
+	defer tkB.Close()
+	_, ok = tkB.TryNext()
+	assert.False(t, ok, "the GPU is full while A runs")
+	doneA[0].finish()
+	doneA[1].finish()
+	i, ok := tkB.TryNext()
+	require.True(t, ok, "A's release is seen without a wait")
+	assert.Equal(t, 0, i)
+}
+
 // A rank whose peers already launched the same sequence number passes a
 // waiting communicator; a rank running ahead queues behind it.
 func TestCoveredNeverWaits(t *testing.T) {
