@@ -13,7 +13,11 @@
 // drained by polling (sched_yield between passes, never parking the
 // thread), out-of-place then in-place at every size for both libraries.
 // Every call comes from one OS thread, every rank's call in one group per
-// iteration (nccl-tests' -t 1 -g N).
+// iteration when there are several (nccl-tests' -t 1 -g N); -N repeats the
+// timed sweep after the one warm-up, as nccl-tests' -N does. The NCCL
+// library's timed iterations are issued from C (-ref-loop=c), each making
+// the calls nccl-tests makes (ncclCommUserRank before a Broadcast, for
+// one), so that Go's cost per cgo call is not counted as NCCL's.
 //
 // Sizes, counts and pointers are nccl-tests' too: the size column of
 // AllGather, ReduceScatter and AllToAll is the whole buffer (nRanks chunks),
