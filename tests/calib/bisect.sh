@@ -8,10 +8,12 @@
 #   nt        nccl-tests' *_perf (NCCL linked at build time)
 #   loop      tests/calib/ncclloop (C; NCCL and the CUDA runtime by dlopen)
 #   looppre   ncclloop with LD_PRELOAD=NCCL (loaded at start, as if linked)
-#   np        ncclperf -ncclgo=false -compare NCCL (Go; NCCL by dlopen)
+#   np        ncclperf -ncclgo=false -compare NCCL -ref-loop=go (one cgo call
+#             per iteration; NCCL by dlopen)
 #   nppre     np with LD_PRELOAD=NCCL
 #   npgo1     np with GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1
-#   npcloop   np with -ref-loop=c (the timed loop in one cgo call)
+#   npcloop   ncclperf's column as it runs by default: -ref-loop=c (the timed
+#             loop in one cgo call)
 #   npfull    ncclperf -compare NCCL after ncclgo's own sweep (the column as
 #             -compare prints it; needs NCCLGO_FATBIN)
 #
@@ -40,9 +42,9 @@ runone() { # variant coll file
     nt) timeout "$TO" $PIN "$NT/${nt}_perf" $ARGS ;;
     loop) timeout "$TO" $PIN "$LOOP" -l "$lib" -r "$CUDART" -c "$coll" $loopargs ;;
     looppre) LD_PRELOAD=$lib timeout "$TO" $PIN "$LOOP" -l "$lib" -r "$CUDART" -c "$coll" $loopargs ;;
-    np) timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false ;;
-    nppre) LD_PRELOAD=$lib timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false ;;
-    npgo1) GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false ;;
+    np) timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false -ref-loop=go ;;
+    nppre) LD_PRELOAD=$lib timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false -ref-loop=go ;;
+    npgo1) GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false -ref-loop=go ;;
     npcloop) timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" -ncclgo=false -ref-loop=c ;;
     npfull) timeout "$TO" $PIN "$NP" -coll "$coll" $ARGS -compare "$lib" ${NCCLGO_FATBIN:+-fatbin "$NCCLGO_FATBIN"} ;;
     *) echo "bisect: unknown variant $v"; return 2 ;;
