@@ -19,7 +19,7 @@ func TestNCCLLoopCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", cc, err, out)
 	}
-	for _, args := range [][]string{{"-c", "alltoall"}, {"-g", "0"}, {"-b", "64", "-e", "8"}} {
+	for _, args := range [][]string{{"-c", "alltoall"}, {"-g", "0"}, {"-b", "64", "-e", "8"}, {"-t", "0"}, {"-t", "x"}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 			t.Errorf("ncclloop %v: exit %v, want 2 (bad argument)\n%s", args, err, out)

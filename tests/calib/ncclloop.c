@@ -12,7 +12,8 @@
 // there are several, buffers shifted per iteration as nccl-tests does)
 // and the drain. Draining polls cudaStreamQuery on every stream, checks
 // ncclCommGetAsyncError of the busy ones and calls sched_yield after a
-// pass that finds none finished. It prints nccl-tests' first columns
+// pass that finds none finished; a drain longer than -t seconds (60) is an
+// error naming the busy ranks. It prints nccl-tests' first columns
 // (size, count, type, redop, root, time) and then the issue loop's own
 // time per iteration (host).
 //
@@ -109,9 +110,19 @@ static void run(size_t count, int iter) {
 	if (g > 1) nccl(groupEnd(), "ncclGroupEnd");
 }
 
+// drainLimit bounds one drain (-t seconds): a stream that never finishes
+// (a peer or the GPU gone wrong) ends the run with an error naming it.
+static double drainLimit = 60;
+
 static void drain(void) {
 	int done[16] = {0}, left = g;
+	double start = now();
 	while (left > 0) {
+		if (now() - start > drainLimit) {
+			for (int i = 0; i < g; i++)
+				if (!done[i]) fprintf(stderr, "ncclloop: rank %d's stream still busy after %.0f s (-t)\n", i, drainLimit);
+			exit(1);
+		}
 		int idle = 1;
 		for (int i = 0; i < g; i++) {
 			if (done[i]) continue;
@@ -146,7 +157,7 @@ int main(int argc, char** argv) {
 	int iters = 20, warm = 1, shared = 0, opt;
 	maxBytes = 32 << 20;
 	g = 1;
-	while ((opt = getopt(argc, argv, "l:r:c:b:e:g:n:w:s")) != -1) {
+	while ((opt = getopt(argc, argv, "l:r:c:b:e:g:n:w:st:")) != -1) {
 		switch (opt) {
 		case 'l': libPath = optarg; break;
 		case 'r': rtPath = optarg; break;
@@ -157,13 +168,14 @@ int main(int argc, char** argv) {
 		case 'n': iters = atoi(optarg); break;
 		case 'w': warm = atoi(optarg); break;
 		case 's': shared = 1; break;
+		case 't': drainLimit = strtod(optarg, NULL); break;
 		default:
-			fprintf(stderr, "usage: ncclloop [-l libnccl] [-r libcudart] [-c allreduce|allgather|reducescatter|broadcast] [-b min] [-e max] [-g ranks] [-n iters] [-w warmup] [-s]\n");
+			fprintf(stderr, "usage: ncclloop [-l libnccl] [-r libcudart] [-c allreduce|allgather|reducescatter|broadcast] [-b min] [-e max] [-g ranks] [-n iters] [-w warmup] [-s] [-t drain-limit-s]\n");
 			return 2;
 		}
 	}
-	if (g < 1 || g > 16 || iters < 1 || warm < 0 || minB < 1 || maxBytes < minB) {
-		fprintf(stderr, "ncclloop: -g %d (1..16), -n %d (>= 1), -w %d (>= 0), -b %zu, -e %zu (1 <= b <= e)\n", g, iters, warm, minB, maxBytes);
+	if (g < 1 || g > 16 || iters < 1 || warm < 0 || minB < 1 || maxBytes < minB || !(drainLimit > 0)) {
+		fprintf(stderr, "ncclloop: -g %d (1..16), -n %d (>= 1), -w %d (>= 0), -b %zu, -e %zu (1 <= b <= e), -t %g (> 0 s)\n", g, iters, warm, minB, maxBytes, drainLimit);
 		return 2;
 	}
 	const char* names[] = {"allreduce", "allgather", "reducescatter", "broadcast"};
