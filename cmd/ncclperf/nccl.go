@@ -116,8 +116,8 @@ static int ng_nccl_init_rank(ncclLib* l, ncclComm_t* comm, int n, const ncclUniq
 static int ng_nccl_group_start(ncclLib* l) { return l->groupStart(); }
 static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 
-// ng_nccl_coll runs one collective on the process's n ranks (communicator
-// ranks rank0.., of nranks) as nccl-tests' startColl and its RunColl
+// ng_nccl_coll runs one collective on the process's n ranks as nccl-tests'
+// startColl and its RunColl
 // functions issue it, call for call: a group around the ranks' calls only
 // when there are several; Broadcast asks ncclCommUserRank first; sendrecv
 // (coll 5: to the next rank, from the previous) asks ncclCommCount and
@@ -125,7 +125,7 @@ static int ng_nccl_group_end(ncclLib* l) { return l->groupEnd(); }
 // count elements of esize bytes to and from every rank) is ncclAlltoAll
 // from NCCL 2.28 (whose symbol the library has), before that ncclCommCount
 // and a group of sends and receives.
-static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
+static int ng_nccl_coll(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
                         size_t count, int dt, int op, int root, uintptr_t* streams, size_t esize) {
 	int group = n > 1;
 	int r = group ? l->groupStart() : 0;
@@ -145,6 +145,7 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, nccl
 		case 5:
 			r = l->commCount(comms[i], &cnt);
 			if (!r) r = l->commUserRank(comms[i], &rank);
+			if (!r && (cnt < 1 || rank < 0 || rank >= cnt)) r = 4; // ncclInvalidArgument: no sane ring
 			if (!r) r = l->groupStart();
 			if (!r) {
 				r = l->send(s, count, dt, (rank + 1) % cnt, comms[i], st);
@@ -156,6 +157,7 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, nccl
 		case 6:
 			if (l->alltoall) { r = l->alltoall(s, d, count, dt, comms[i], st); break; }
 			r = l->commCount(comms[i], &cnt);
+			if (!r && cnt < 1) r = 4;
 			if (!r) r = l->groupStart();
 			if (!r) {
 				for (int j = 0; j < cnt && !r; j++) {
@@ -177,13 +179,13 @@ static int ng_nccl_coll(ncclLib* l, int coll, int n, int rank0, int nranks, nccl
 // (-ref-loop=c): iteration i shifts every rank's send and receive pointer
 // (send0, recv0: iteration 0's) by step * (i % steps) bytes, as the Go loop
 // does; send and recv are the n-entry arrays it rewrites per iteration.
-static int ng_nccl_loop(ncclLib* l, int coll, int n, int rank0, int nranks, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
+static int ng_nccl_loop(ncclLib* l, int coll, int n, ncclComm_t* comms, uintptr_t* send, uintptr_t* recv,
                         const uintptr_t* send0, const uintptr_t* recv0, size_t count, int dt, int op, int root, uintptr_t* streams,
                         size_t esize, int iters, size_t step, size_t steps) {
 	for (int it = 0; it < iters; it++) {
 		size_t sh = step * ((size_t)it % steps);
 		for (int i = 0; i < n; i++) send[i] = send0[i] + sh, recv[i] = recv0[i] + sh;
-		int r = ng_nccl_coll(l, coll, n, rank0, nranks, comms, send, recv, count, dt, op, root, streams, esize);
+		int r = ng_nccl_coll(l, coll, n, comms, send, recv, count, dt, op, root, streams, esize);
 		if (r) return r;
 	}
 	return 0;
@@ -211,7 +213,7 @@ type ncclBackend struct {
 	rank0   int           // the communicator rank of the first
 	nRanks  int           // ranks in the communicator
 	comms   *C.ncclComm_t // n communicators
-	args    *C.uintptr_t  // send, receive and stream of each rank: 3n
+	args    *C.uintptr_t  // each rank's send, receive and stream, then iteration 0's send and receive: 5n
 	ctxs    []uintptr     // each rank's primary context
 	version int
 }
@@ -257,7 +259,7 @@ func openNCCL(lib string, devices []int, ranks []rankBuffers, mp *mpRank) (*nccl
 		return nil, err
 	}
 	b.comms = (*C.ncclComm_t)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncclComm_t(nil)))))
-	b.args = (*C.uintptr_t)(C.calloc(C.size_t(3*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
+	b.args = (*C.uintptr_t)(C.calloc(C.size_t(5*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
 	if mp != nil {
 		if err := b.initRank(mp); err != nil {
 			b.freeArrays()
@@ -395,29 +397,21 @@ func (b *ncclBackend) Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error {
 }
 
 func (b *ncclBackend) Run(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream) error {
-	n := b.n
-	a := unsafe.Slice(b.args, 3*n)
-	for i := range n {
-		a[i], a[n+i], a[2*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i]), C.uintptr_t(streams[i].Handle())
-	}
-	return b.check(c.String(), C.ng_nccl_coll(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &a[0], &a[n], C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size())))
+	return b.Loop(c, send, recv, count, dt, op, root, streams, 1, 0, 1)
 }
 
 // Loop issues iters iterations from C in one cgo call (-ref-loop=c), the
 // pointers of iteration i those of iteration 0 (send, recv) shifted by
-// step * (i % steps) bytes.
+// step * (i % steps) bytes; Run is its one iteration.
 func (b *ncclBackend) Loop(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream, iters int, step, steps int64) error {
 	n := b.n
-	// send, receive and stream arrays, then iteration 0's send and receive
-	a := (*C.uintptr_t)(C.calloc(C.size_t(5*n), C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
-	defer C.free(unsafe.Pointer(a))
-	s := unsafe.Slice(a, 5*n)
+	a := unsafe.Slice(b.args, 5*n)
 	for i := range n {
-		s[2*n+i] = C.uintptr_t(streams[i].Handle())
-		s[3*n+i], s[4*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i])
+		a[2*n+i] = C.uintptr_t(streams[i].Handle())
+		a[3*n+i], a[4*n+i] = C.uintptr_t(send[i]), C.uintptr_t(recv[i])
 	}
-	return b.check(c.String(), C.ng_nccl_loop(b.lib, C.int(c), C.int(n), C.int(b.rank0), C.int(b.nRanks), b.comms, &s[0], &s[n], &s[3*n], &s[4*n],
-		C.size_t(count), C.int(dt), C.int(op), C.int(root), &s[2*n], C.size_t(dt.size()), C.int(iters), C.size_t(step), C.size_t(max(steps, 1))))
+	return b.check(c.String(), C.ng_nccl_loop(b.lib, C.int(c), C.int(n), b.comms, &a[0], &a[n], &a[3*n], &a[4*n],
+		C.size_t(count), C.int(dt), C.int(op), C.int(root), &a[2*n], C.size_t(dt.size()), C.int(iters), C.size_t(step), C.size_t(max(steps, 1))))
 }
 
 // AsyncErr reports rank r's asynchronous error (ncclCommGetAsyncError),

@@ -231,15 +231,21 @@ func (l *Ledger) Acquire(reqs []Request, interrupted func() error) (*Ticket, err
 // says which. A launch whose requests fit, the common case, needs no
 // context with a deadline.
 func (t *Ticket) TryNext() (int, bool) {
-	l := t.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	t.l.mu.Lock()
+	defer t.l.mu.Unlock()
+	i, _ := t.admit()
+	return i, i >= 0
+}
+
+// admit is take after a pass of the ledger when nothing of t was admitted
+// yet and some of it still waits; l.mu is held.
+func (t *Ticket) admit() (int, bool) {
 	i, all := t.take()
 	if i < 0 && !all {
-		l.pass(true)
-		i, _ = t.take()
+		t.l.pass(true)
+		i, all = t.take()
 	}
-	return i, i >= 0
+	return i, all
 }
 
 // Next waits until one more request of t is admitted and returns its
@@ -258,11 +264,7 @@ func (t *Ticket) Next(ctx context.Context) (int, error) {
 	}()
 	for first := true; ; first = false {
 		l.mu.Lock()
-		i, all := t.take()
-		if i < 0 && !all {
-			l.pass(true)
-			i, all = t.take()
-		}
+		i, all := t.admit()
 		switch {
 		case i >= 0:
 			l.mu.Unlock()
