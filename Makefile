@@ -53,7 +53,7 @@ check-generated:
 	@echo "generated trees are up to date: $(GENERATED)"
 
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzParseFilter -fuzztime 30s ./gen/kspace/
+	$(GO) test -run XXX -fuzz FuzzParseFilter -fuzztime 30s ./kspace/
 
 bench:
 	$(GO) test -run XXX -bench . ./gen/

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 
@@ -38,7 +38,7 @@ const (
 	Double = Float64
 )
 
-// The names, sizes and kinds of the data types and ops are gen/kspace's
+// The names, sizes and kinds of the data types and ops are kspace's
 // vocabulary tables (kspace.Types, kspace.APIRedOps), whose rows sit at
 // these constants' values; a test checks the constants against them.
 

@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // TestConstantsMatchVocabulary checks the exported DataType and RedOp
-// constants of types.go, names and values, against gen/kspace's tables, so
+// constants of types.go, names and values, against kspace's tables, so
 // a row added there and not here (or the reverse) fails.
 func TestConstantsMatchVocabulary(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "types.go", nil, 0)

@@ -217,7 +217,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
 template <int Coll, typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc;
 // Its Coll is an NG_COLL_<Name> value, Algo an NG_ALGO_*, Proto an NG_PROTO_*:
-// ngabi.h declares them from gen/kspace's vocabulary tables.
+// ngabi.h declares them from kspace's vocabulary tables.
 
 #define NG_DEV_FUNC(sym, Coll, RedOp, T, Algo, Proto)                                          \
   __device__ void ngDevFunc_##sym(struct ngShmem* sh) {                                       \

@@ -19,8 +19,8 @@ import (
 	"text/template"
 
 	"github.com/ncclgo/ncclgo/gen/abi"
-	"github.com/ncclgo/ncclgo/gen/kset"
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kset"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/gen/templates"
 )

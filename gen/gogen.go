@@ -9,10 +9,10 @@ import (
 	"github.com/dave/jennifer/jen"
 
 	"github.com/ncclgo/ncclgo/gen/abi"
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
-const kspacePath = "github.com/ncclgo/ncclgo/gen/kspace"
+const kspacePath = "github.com/ncclgo/ncclgo/kspace"
 
 // multi renders a composite literal with one element per line.
 var multi = jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}

@@ -6,7 +6,7 @@ dispatch tables, the kernel list and the host<->device ABI structs.
 */
 package generated
 
-import kspace "github.com/ncclgo/ncclgo/gen/kspace"
+import kspace "github.com/ncclgo/ncclgo/kspace"
 
 // Filter is the pattern this kernel set was generated with; empty keeps every function.
 const Filter = ""

@@ -8,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/pattern"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )

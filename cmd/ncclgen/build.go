@@ -18,7 +18,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/devicesrc"
 	"github.com/ncclgo/ncclgo/gen"
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/generated"
 )

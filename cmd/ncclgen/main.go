@@ -28,7 +28,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ncclgo/ncclgo/gen"
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 const usage = `usage: ncclgen <command> [arguments] [flags]

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/gen"
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {

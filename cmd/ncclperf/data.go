@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 	"github.com/ncclgo/ncclgo/internal/pattern"
 )

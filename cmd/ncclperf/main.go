@@ -77,7 +77,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/launch"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 // Options configures Build. The zero value builds ./generated for the local

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 func countPrefix(lines []string, prefix string) int {

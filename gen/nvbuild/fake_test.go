@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 // fakeNVCC is a stand-in for nvcc, nvlink and fatbinary (dispatching on its

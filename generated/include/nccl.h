@@ -2,7 +2,7 @@
 //
 // nccl.h for ncclgo's libnccl.so.2: NCCL's C API at level 2.28.3, with
 // NCCL's ABI (enum values, ncclUniqueId, ncclConfig_t's layout), emitted from
-// the kernel-space model (gen/kspace) and the C API table (gen/ncclh.go).
+// the kernel-space model (kspace) and the C API table (gen/ncclh.go).
 // Define NCCLGO_TYPES_ONLY before including it to get the types without the
 // function declarations (capi does, since cgo declares its exports itself).
 #ifndef NCCL_H_

@@ -3,7 +3,7 @@ package numfmt
 import (
 	"math"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // Overflow says what an encoder does with a value whose magnitude, once

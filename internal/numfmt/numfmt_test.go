@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 
 	"github.com/stretchr/testify/assert"
 )

@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 

@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 )
 

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 	"github.com/ncclgo/ncclgo/runtime/tune"

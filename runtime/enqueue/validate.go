@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // MaxBytes bounds the bytes one task moves (for AllGather and

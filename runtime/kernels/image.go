@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ncclgo/ncclgo/gen/kset"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 // EnvFatbin names the environment variable that points at a kernel image.

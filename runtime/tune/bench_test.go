@@ -3,7 +3,7 @@ package tune
 import (
 	"testing"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 )
 

@@ -3,7 +3,7 @@ package tune
 import (
 	"math"
 
-	"github.com/ncclgo/ncclgo/gen/kspace"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // The cost model follows NCCL's src/graph/tuning.cc (2.19 and later): a

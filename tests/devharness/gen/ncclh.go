@@ -6,4 +6,4 @@ package generated
 const NCCLVersionCode = 22803
 
 // NCCLHeaderSHA256 is the SHA-256 of include/nccl.h.
-const NCCLHeaderSHA256 = "d326cb99eccb8a80a269edc0be5792d7365446eefec387dc71d445fde632ee05"
+const NCCLHeaderSHA256 = "98c8d9798499aa563ddd699eb08223c756cad330f52cfde91eb850af6cc29ec6"

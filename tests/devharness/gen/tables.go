@@ -6,7 +6,7 @@ dispatch tables, the kernel list and the host<->device ABI structs.
 */
 package generated
 
-import kspace "github.com/ncclgo/ncclgo/gen/kspace"
+import kspace "github.com/ncclgo/ncclgo/kspace"
 
 // Filter is the pattern this kernel set was generated with; empty keeps every function.
 const Filter = "AllReduce Sum f32 * *|AllReduce Sum u32 * *|AllReduce PreMulSum f16 * *|AllReduce MinMax i32 * *|AllReduce SumPostDiv u32 * *|AllReduce Prod bf16 * *|AllReduce Sum f8e4m3 * *|AllGather * *|ReduceScatter Sum f32 * *|Broadcast * *|Reduce Sum f32 * *|SendRecv"
