@@ -62,9 +62,6 @@ func (k *checker) stream(s *cuda.Stream) {
 		k.fail("stream", fmt.Sprintf("a stream of device %d", int(s.Context().Device())), fmt.Sprintf("a stream of rank %d's device %d", k.c.rank, k.c.device))
 	case k.c.cctx != nil && s.Context().Handle() != k.c.cctx.Handle():
 		k.fail("stream", fmt.Sprintf("a stream of context %#x", s.Context().Handle()), fmt.Sprintf("a stream of rank %d's context %#x (Options.Contexts)", k.c.rank, k.c.cctx.Handle()))
-	case s.Handle() == 0 && k.c.layout.RanksPerGPU > 1:
-		k.fail("stream", "the legacy default stream (0)",
-			"a stream of its own per rank: ranks sharing a GPU would serialize on the default stream and deadlock")
 	}
 }
 

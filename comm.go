@@ -72,6 +72,7 @@ type Comm struct {
 	userTypes map[RedOp]DataType
 	nextOp    RedOp
 	res       residencyState // guarded by mu (residency.go)
+	lanes     laneState      // guarded by mu (lane.go)
 	split     splitState     // Split and Shrink (split.go)
 }
 
@@ -605,6 +606,7 @@ func (c *Comm) free() error {
 		errs = append(errs, c.launcher.Close())
 		c.launcher = nil
 	}
+	errs = append(errs, c.closeLane())
 	if c.conns != nil {
 		errs = append(errs, c.conns.Close())
 		c.conns = nil
@@ -684,6 +686,10 @@ func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 		}
 		c.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
 			config.SubsysColl.Attr())
+	}
+	stream, err := c.laneFor(stream)
+	if err != nil {
+		return nil, err
 	}
 	h := stream.Handle()
 	ev := c.events[h]

@@ -1,6 +1,7 @@
 package ncclgo
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -134,7 +135,8 @@ func launch(entries []*groupEntry) error {
 		}
 		plans[i] = p
 	}
-	return admitAndRun(entries, plans)
+	err := admitAndRun(entries, plans)
+	return errors.Join(err, leaveLanes(entries))
 }
 
 // lookupFor resolves device functions through c's kernel set.

@@ -79,6 +79,9 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	}
 	self := tpeers[rank]
 	local := func(r int) bool { return tpeers[r].SameProcess(self) }
+	for r := range tpeers {
+		c.lanes.shared = c.lanes.shared || (r != rank && local(r) && tpeers[r].SameGPU(self))
+	}
 	if err := checkSharedGPUs(tpeers, topo.MPSActive(os.Getenv)); err != nil {
 		return fail(err)
 	}

@@ -68,6 +68,27 @@ func WrapStream(ctx *Context, handle uintptr) *Stream {
 // Handle returns the raw CUstream (0 for the legacy default stream).
 func (s *Stream) Handle() uintptr { return uintptr(C.ncu_stream_to(s.h)) }
 
+// The handles of the default streams, as CUDA spells them: 0 (NULL) and
+// CU_STREAM_LEGACY (cudaStreamLegacy) name the context's legacy default
+// stream, CU_STREAM_PER_THREAD (cudaStreamPerThread) the calling thread's
+// per-thread default stream. Every driver call takes them as streams.
+const (
+	StreamLegacy    uintptr = 0x1
+	StreamPerThread uintptr = 0x2
+)
+
+// IsDefault reports whether s is one of the default streams (handle 0,
+// StreamLegacy or StreamPerThread), which every user of the context (the
+// legacy one) or of the thread (the per-thread one) shares, rather than a
+// stream created for one purpose.
+func (s *Stream) IsDefault() bool {
+	switch s.Handle() {
+	case 0, StreamLegacy, StreamPerThread:
+		return true
+	}
+	return false
+}
+
 // Context returns the stream's context.
 func (s *Stream) Context() *Context { return s.ctx }
 
