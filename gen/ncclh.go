@@ -12,14 +12,23 @@ import (
 
 // The NCCL API level that the C ABI (capi, libnccl.so.2) implements: the
 // nccl.h it emits declares this version, and ncclGetVersion returns its
-// code. 2.28.3 is the first 2.28 release; ncclConfig_t is the same through
-// 2.28.9, and clients compiled against it leave out the 2.28.7 device-API
-// (GIN) paths, which ncclgo does not offer.
+// code. It is 2.28.7, the first release whose nccl.h declares
+// ncclCommRevoke and NCCL_REVOKE_DEFAULT (NCCL's nccl.h is the same
+// through 2.28.9; ncclConfig_t is the same from 2.28.3 on). The version
+// must match the declarations: ncclSince says which release introduced
+// the newest of them.
 const (
 	NCCLMajor = 2
 	NCCLMinor = 28
-	NCCLPatch = 3
+	NCCLPatch = 7
 )
+
+// ncclSince gives, for the functions of NCCLFuncs that NCCL added within
+// 2.28, the NCCL_VERSION_CODE of the first release whose nccl.h declares
+// them; nccl.h may claim no older version than the newest of these.
+var ncclSince = map[string]int{
+	"CommRevoke": 22807,
+}
 
 // NCCLVersionCode is NCCL_VERSION(NCCLMajor, NCCLMinor, NCCLPatch).
 const NCCLVersionCode = NCCLMajor*10000 + NCCLMinor*100 + NCCLPatch

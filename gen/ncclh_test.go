@@ -120,3 +120,21 @@ func TestNCCLHeaderDeclaresEveryFunction(t *testing.T) {
 		}
 	}
 }
+
+// TestNCCLHeaderVersionMatchesDeclarations: nccl.h claims no NCCL version
+// older than the newest function it declares (2.28.3's nccl.h had no
+// ncclCommRevoke), and every function ncclSince names is declared.
+func TestNCCLHeaderVersionMatchesDeclarations(t *testing.T) {
+	declared := map[string]bool{}
+	for _, f := range NCCLFuncs {
+		declared[f.Name] = true
+	}
+	for name, since := range ncclSince {
+		require.True(t, declared[name], "ncclSince names nccl%s, which NCCLFuncs does not declare", name)
+		require.GreaterOrEqual(t, NCCLVersionCode, since, "nccl.h declares nccl%s (NCCL %d) but claims %d", name, since, NCCLVersionCode)
+	}
+	h, err := emitNCCLHeader()
+	require.NoError(t, err)
+	require.Contains(t, string(h), fmt.Sprintf("#define NCCL_VERSION_CODE %d\n", NCCLVersionCode))
+	require.Contains(t, string(h), fmt.Sprintf("#define NCCL_PATCH %d\n", NCCLPatch))
+}

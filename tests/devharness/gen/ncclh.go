@@ -3,7 +3,7 @@
 package generated
 
 // NCCLVersionCode is the NCCL API level of include/nccl.h (NCCL_VERSION_CODE).
-const NCCLVersionCode = 22803
+const NCCLVersionCode = 22807
 
 // NCCLHeaderSHA256 is the SHA-256 of include/nccl.h.
-const NCCLHeaderSHA256 = "98c8d9798499aa563ddd699eb08223c756cad330f52cfde91eb850af6cc29ec6"
+const NCCLHeaderSHA256 = "026310fe29cdc093ab173c396ea09ceb4cca595d73fa75dba426c42186238b39"
