@@ -95,10 +95,10 @@ gpu-test:
 ## The kernels: $$NCCLGO_FATBIN, or embedded (EMBED=1 after `make embed`), or
 ## build/lib/ncclgo.fatbin beside the library (copied from $(FATBIN) when it exists).
 LIBNCCL_DIR   ?= build
-LIBNCCL_TAGS   = ncclgo_nonvml$(if $(EMBED),$(comma)ncclgo_embed)
-LIBNCCL_FLAGS  = -tags $(LIBNCCL_TAGS) -buildmode=c-shared \
-	-ldflags="-s -w -extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'"
-comma := ,
+## Its exports are NCCL's API alone (capi/libnccl.map, a linker version script).
+LIBNCCL_TAGS   = $(if $(EMBED),ncclgo_embed)
+LIBNCCL_FLAGS  = $(if $(LIBNCCL_TAGS),-tags $(LIBNCCL_TAGS)) -buildmode=c-shared \
+	-ldflags="-s -w -extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete -Wl,--version-script=$(abspath capi/libnccl.map)'"
 
 libnccl:
 	mkdir -p $(LIBNCCL_DIR)/lib $(LIBNCCL_DIR)/include

@@ -39,6 +39,10 @@ var importedByClients = strings.Fields(`ncclAllGather ncclAllReduce ncclAlltoAll
 	ncclMemAlloc ncclMemFree ncclRecv ncclRedOpCreatePreMulSum ncclRedOpDestroy ncclReduce
 	ncclReduceScatter ncclScatter ncclSend`)
 
+// ncclDeviceAPI are the exports of NCCL's device-API header (not nccl.h)
+// that clients import.
+var ncclDeviceAPI = []string{"ncclDevCommCreate", "ncclDevCommDestroy"}
+
 // buildLibrary builds libnccl.so.2 as `make libnccl` does, into dir.
 func buildLibrary(t *testing.T, dir string) string {
 	t.Helper()
@@ -46,8 +50,10 @@ func buildLibrary(t *testing.T, dir string) string {
 		t.Skip("no gcc on PATH: building the c-shared library and the C test needs a C compiler")
 	}
 	so := filepath.Join(dir, "libnccl.so.2")
-	cmd := exec.Command("go", "build", "-tags", "ncclgo_nonvml", "-buildmode=c-shared",
-		"-ldflags=-extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'", "-o", so, ".")
+	script, err := filepath.Abs("libnccl.map")
+	require.NoError(t, err)
+	cmd := exec.Command("go", "build", "-buildmode=c-shared",
+		"-ldflags=-extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete -Wl,--version-script="+script+"'", "-o", so, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build -buildmode=c-shared:\n%s", out)
@@ -76,19 +82,32 @@ func TestCLibrary(t *testing.T) {
 	require.NoError(t, err)
 	exported := map[string]bool{}
 	for _, s := range syms {
-		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+		if s.Section != elf.SHN_UNDEF {
 			exported[s.Name] = true
-		} else if s.Section == elf.SHN_UNDEF && strings.HasPrefix(s.Name, "nvml") {
-			t.Errorf("libnccl.so.2 needs %s: clients would fail to link (build with -tags ncclgo_nonvml)", s.Name)
+		} else if strings.HasPrefix(s.Name, "nvml") {
+			t.Errorf("libnccl.so.2 needs %s: clients would fail to link (NVML must be loaded with dlopen)", s.Name)
 		}
 	}
 	for _, name := range importedByClients {
 		assert.True(t, exported[name], "libnccl.so.2 does not export %s", name)
 	}
+	api := map[string]bool{}
+	for _, name := range ncclDeviceAPI {
+		api[name] = true
+	}
 	for _, fn := range gen.NCCLFuncs {
+		api["nccl"+fn.Name], api["pnccl"+fn.Name] = true, true
 		assert.True(t, exported["nccl"+fn.Name], "nccl.h declares nccl%s, the library lacks it", fn.Name)
 		assert.True(t, exported["pnccl"+fn.Name], "nccl.h declares pnccl%s, the library lacks it", fn.Name)
 	}
+	// Nothing else: the Go runtime's and cgo's symbols stay local (libnccl.map).
+	var extra []string
+	for name := range exported {
+		if !api[name] {
+			extra = append(extra, name)
+		}
+	}
+	assert.Empty(t, extra, "libnccl.so.2 exports symbols that are not NCCL's API")
 
 	exe := filepath.Join(dir, "capi_test")
 	out, err := exec.Command("gcc", "-std=c99", "-Wall", "-Werror", "-I", filepath.Join("..", "generated", "include"),

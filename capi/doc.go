@@ -1,14 +1,17 @@
 // Command capi is ncclgo as a drop-in libnccl.so.2: NCCL's C API (the
-// nccl.h that gen emits, NCCL 2.28's ABI) over the public Go API of package
-// ncclgo. Build it with `make libnccl`, which runs
+// nccl.h that gen emits, NCCL 2.28.7's ABI) over the public Go API of
+// package ncclgo. Build it with `make libnccl`, which runs
 //
-//	go build -tags ncclgo_nonvml -buildmode=c-shared \
-//		-ldflags="-extldflags '-Wl,-soname,libnccl.so.2 -Wl,-z,nodelete'" ./capi
+//	go build -buildmode=c-shared -ldflags="-extldflags '-Wl,-soname,libnccl.so.2 \
+//		-Wl,-z,nodelete -Wl,--version-script=capi/libnccl.map'" ./capi
 //
 // and lays build/ out as NCCL_HOME: build/include/nccl.h and
-// build/lib/libnccl.so.2 (with a libnccl.so link). The ncclgo_nonvml tag
-// leaves go-nvml out: its symbols resolve only at run time, which a shared
-// library's clients cannot link against.
+// build/lib/libnccl.so.2 (with a libnccl.so link). The version script
+// exports NCCL's API (nccl* and the profiling aliases pnccl*) and nothing
+// else: the Go runtime's and cgo's own symbols stay local. NVML (NVLink
+// topology) is loaded with dlopen at the first multi-GPU init, so the
+// library needs none of its symbols to load or link, and a host without
+// it only leaves NVLink counts unknown.
 //
 // # Semantics
 //
@@ -33,9 +36,16 @@
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every
 // entry point restores the thread's current context before it returns.
-// Streams are the caller's CUstreams (cudaStream_t); NULL is the legacy
-// default stream. Buffers are device addresses. Within a group, the calls
-// of one communicator must use one stream.
+// Streams are the caller's CUstreams (cudaStream_t); NULL and
+// cudaStreamLegacy are the legacy default stream, cudaStreamPerThread the
+// calling thread's default stream, all accepted as NCCL accepts them.
+// Ranks of one process that share a GPU launch what they are handed on a
+// default stream on a stream of their own, joined to the caller's by
+// events (ncclgo's enqueue.Lane), so that they do not queue behind each
+// other; one thread driving several such ranks must group their calls, as
+// NCCL requires of one thread driving several GPUs. Buffers are device
+// addresses. Within a group, the calls of one communicator must use one
+// stream.
 //
 // Errors never abort the host: every entry point returns an ncclResult_t,
 // and ncclGetLastError says what failed, naming the argument, its value and

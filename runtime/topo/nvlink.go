@@ -16,9 +16,11 @@ var ErrNoNVML = errors.New("topo: NVML is not available")
 // layout (an NVSwitch) counts as a switch link.
 type NVLinkFunc func(busID string) (remotes []string, err error)
 
-// NVML is the NVLinkFunc backed by NVML (go-nvml, which dlopens
-// libnvidia-ml.so.1 at run time); without the library it returns an error
-// wrapping ErrNoNVML.
+// NVML is the NVLinkFunc backed by NVML, which it loads with dlopen
+// (libnvidia-ml.so.1) at its first call, not at link time: a host without
+// NVML, and a client linking against the c-shared libnccl.so.2, never
+// need its symbols. Without the library it returns an error wrapping
+// ErrNoNVML.
 var NVML NVLinkFunc = nvmlLinks
 
 // ProbeNVLinks fills l.NVLinks and l.SwitchLinks from fn, given the PCI bus
