@@ -222,9 +222,10 @@ func readConfig(op string, cfg *C.ncclConfig_t) (config, result) {
 		return out, argError(op, "config.magic", fmt.Sprintf("%#x", uint32(cfg.magic)), "0xcafebeef: initialize ncclConfig_t with NCCL_CONFIG_INITIALIZER")
 	}
 	size := uintptr(cfg.size)
-	if size < unsafe.Offsetof(cfg.maxCTAs)+unsafe.Sizeof(cfg.maxCTAs) || size > 1<<16 {
+	if size < unsafe.Offsetof(cfg.blocking)+unsafe.Sizeof(cfg.blocking) || size > 1<<16 {
 		return out, argError(op, "config.size", size, fmt.Sprintf("sizeof(ncclConfig_t) of NCCL 2.14 or later (%d in this nccl.h)", unsafe.Sizeof(*cfg)))
 	}
+	cfg = effectiveConfig(cfg)
 	switch cfg.blocking {
 	case C.NCCL_CONFIG_UNDEF_INT, 1:
 	case 0:
@@ -235,10 +236,10 @@ func readConfig(op string, cfg *C.ncclConfig_t) (config, result) {
 	ctas := func(name string, v C.int, dst **int) result {
 		switch {
 		case v == C.NCCL_CONFIG_UNDEF_INT:
-		case v < 1 || v > 64:
-			return argError(op, "config."+name, int(v), "1..64 or NCCL_CONFIG_UNDEF_INT")
+		case v < 1:
+			return argError(op, "config."+name, int(v), "a count >= 1 or NCCL_CONFIG_UNDEF_INT")
 		default:
-			n := int(v)
+			n := min(int(v), 64) // NCCL caps both at its 64 channels
 			*dst = &n
 		}
 		return C.ncclSuccess
@@ -252,10 +253,8 @@ func readConfig(op string, cfg *C.ncclConfig_t) (config, result) {
 	if mn, mx := out.opts.MinNChannels, out.opts.MaxNChannels; mn != nil && mx != nil && *mn > *mx {
 		return out, argError(op, "config.minCTAs", *mn, fmt.Sprintf("at most config.maxCTAs (%d)", *mx))
 	}
-	// cgaClusterSize, netName, splitShare, trafficClass, commName,
-	// collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer
-	// and nvlinkCentricSched are hints ncclgo has no use for yet.
-	return out, C.ncclSuccess
+	// The other fields: configFields (config.go) says what each does.
+	return out, checkHints(op, cfg)
 }
 
 // checkID validates a unique id's bytes.

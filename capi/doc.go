@@ -33,6 +33,22 @@
 // still running: the init returns ncclInternalError, as NCCL's does, and
 // ncclGetLastError says the abort ended it.
 //
+// An ncclConfig_t is read as NCCL 2.28 reads it: its first size bytes
+// over NCCL_CONFIG_INITIALIZER's defaults, the fields newer than its
+// version at their defaults, and every field checked against the values
+// NCCL accepts (what NCCL refuses is ncclInvalidArgument naming the
+// field). blocking, minCTAs and maxCTAs take effect (minCTAs and maxCTAs
+// capped at 64, as in NCCL); what each other field does in ncclgo, mostly
+// nothing since ncclgo has no network transport, CollNet, NVLS or
+// thread-block clusters, is listed in configFields (config.go).
+//
+// ncclMemAlloc is cuMemAlloc on the calling thread's device, not NCCL's
+// exportable VMM allocation, and ncclCommRegister only hands out a handle:
+// ncclgo's kernels never read a user buffer from another GPU or process
+// (they copy through the communicator's own buffers, set up at init), so
+// registration would gain nothing. Both are enough for torch's NCCL memory
+// pool.
+//
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every
 // entry point restores the thread's current context before it returns.
@@ -54,9 +70,7 @@
 // entered, or in the init goroutine it happened in, and returns
 // ncclInternalError naming the panic and its place. What ncclgo does not implement yet (windows, the device
 // API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with
-// several ids) returns ncclInvalidUsage and says so. ncclCommRegister is
-// accepted and does nothing (registration is an optimization ncclgo does
-// not need).
+// several ids) returns ncclInvalidUsage and says so.
 //
 // ncclCommSplit and ncclCommShrink (default and NCCL_SHRINK_ABORT) run
 // like an init: at once, or at ncclGroupEnd within a group, and in the
