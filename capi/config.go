@@ -23,7 +23,6 @@ static ncclConfig_t ngConfigDefault(void) {
 */
 import "C"
 
-
 // cConfig is ncclConfig_t, for the tests.
 type cConfig = C.ncclConfig_t
 
