@@ -24,7 +24,8 @@
 #                   and on GPUs 0,1 (STRESS_SHAPES, STRESS_BUDGET)
 #   capi            capi_test gpu, then nccl-tests on ncclgo's libnccl.so.2 and on
 #                   the machine's NCCL (capi/test/nccl-tests.sh; NT_TESTS, NT_ARGS)
-#   torch           tests/torch/run.sh (TORCH_STEPS, TORCH_METHOD)
+#   torch           tests/torch/run.sh for each of TORCH_NPROCS ("2 3 4") processes,
+#                   under MPS where they outnumber the GPUs (TORCH_STEPS, TORCH_METHOD)
 #   np              ncclperf -np 2 -c 1 -compare NCCL_LIB (NP_COLLS, NP_E), then the
 #                   kill test: rank 1 SIGKILLed mid-sweep, the job must end, non-zero,
 #                   naming it, within NP_KILL_LIMIT (20) s
@@ -548,25 +549,35 @@ if has capi && begin capi; then
 fi
 
 if has torch && begin torch; then
-  # With fewer GPUs than processes, TORCH_MPS=1 runs ncclgo's half alone,
-  # the processes sharing the GPUs under MPS (the stock NCCL refuses ranks
-  # that share a GPU, so there is no loss to compare with).
-  tenv=()
-  if ((NGPUS < ${TORCH_NPROC:-2})) && [[ ${TORCH_MPS:-0} == 1 ]] && mps_start; then
-    tenv=(LIBS=ncclgo STEPS="${TORCH_STEPS:-probe collectives split ddp}" CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
-  fi
-  if ((NGPUS < ${TORCH_NPROC:-2})) && ((${#tenv[@]} == 0)); then
-    done_ torch SKIP "NPROC=${TORCH_NPROC:-2} processes need as many GPUs, found $NGPUS (TORCH_MPS=1: ncclgo alone under MPS)"
-  else
-    tl=$(lim 570)
-    bt torch/run "$tl" env STEPS="${TORCH_STEPS:-probe collectives split ddp compare}" OUT="$L/torch" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
-      NPROC=${TORCH_NPROC:-2} METHOD=${TORCH_METHOD:-preload} "${tenv[@]}" bash tests/torch/run.sh
+  # TORCH_NPROCS (default: TORCH_NPROC, else "2 3 4"): one run of
+  # tests/torch/run.sh per process count. Where processes outnumber the
+  # GPUs they share them under MPS (TORCH_MPS=0 skips those counts instead)
+  # and only ncclgo runs: the stock NCCL refuses ranks that share a GPU, so
+  # there is no stock loss to compare with (fsdp.py compares DDP and FSDP2
+  # with one-process references of their own).
+  tres="" tfail=0
+  nps=(${TORCH_NPROCS:-${TORCH_NPROC:-2 3 4}})
+  left_n=${#nps[@]}
+  for np_ in "${nps[@]}"; do
+    tenv=() steps=${TORCH_STEPS:-probe collectives split extra extra-eager ddp fsdp nojoin compare}
+    if ((NGPUS < np_)); then
+      if [[ ${TORCH_MPS:-1} != 1 ]]; then tres+=" np$np_:SKIP(TORCH_MPS=0)"; left_n=$((left_n - 1)); continue; fi
+      if ! mps_start; then tres+=" np$np_:FAIL(MPS did not start)"; tfail=1; left_n=$((left_n - 1)); continue; fi
+      tenv=(LIBS=ncclgo CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+      steps=${steps// compare/}
+    fi
+    # An equal share of what is left for each remaining count.
+    tl=$(( ($(left) - 15) / left_n )); left_n=$((left_n - 1))
+    ((tl < 60)) && tl=60
+    bt torch/run-np$np_ "$tl" env STEPS="$steps" OUT="$L/torch/np$np_" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
+      NPROC="$np_" METHOD=${TORCH_METHOD:-preload} "${tenv[@]}" bash tests/torch/run.sh
     rc=$?
     mps_stop
-    sed -n '/^== summary/,$p' "$L/torch/run.log"
-    r=$(grep -m1 '^TORCH-RUN-RESULT' "$L/torch/run.log")
-    [[ $r == *" OK "* || $r == "TORCH-RUN-RESULT OK"* ]] && ((rc == 0)) && done_ torch PASS "$r" || done_ torch FAIL "rc=$rc ${r:-no TORCH-RUN-RESULT line}"
-  fi
+    sed -n '/^== summary/,$p' "$L/torch/run-np$np_.log"
+    r=$(grep -m1 '^TORCH-RUN-RESULT' "$L/torch/run-np$np_.log")
+    if [[ $r == "TORCH-RUN-RESULT OK"* ]] && ((rc == 0)); then tres+=" np$np_:PASS"; else tres+=" np$np_:FAIL(rc=$rc)"; tfail=1; fi
+  done
+  ((tfail)) && done_ torch FAIL "${tres# }" || done_ torch PASS "${tres# }"
 fi
 
 if has np && begin np; then

@@ -11,7 +11,16 @@
 # there are fewer, which ncclgo runs under MPS): collectives.py (exact checks), ddp.py
 # (200 steps, losses to $OUT/loss-<lib>.json) and collectives.py --device-id
 # (eager init: new_group through ncclCommSplit); then compare_loss.py
-# (within 1e-5 relative). Every step runs under `timeout`, and all steps
+# (within 1e-5 relative). Issue 23 adds extra.py (every NCCL dtype,
+# product/min, reduce, gather/scatter, all_gather lists, async work
+# handles, object collectives, new_group of the even ranks, split_group
+# with --device-id, destroy_process_group then re-init; step "extra"
+# lazily, "extra-eager" with --device-id), fsdp.py (DDP against one
+# process on the whole batch, FSDP2 fully_shard against DDP, within
+# FSDP_RTOL=1e-6 over FSDP_STEPS=200 steps; step "fsdp") and nojoin.py (a
+# rank exits without joining; the others must fail within the timeout
+# with ncclgo's text, NOJOIN_TEXT; step "nojoin", required for ncclgo
+# only). Every step runs under `timeout`, and all steps
 # together stay within BUDGET seconds (default 570: one device call).
 #
 # How ncclgo's library gets in: torch's libtorch_cuda.so needs libnccl.so.2
@@ -24,14 +33,15 @@
 # tell which library is loaded (it is the version of the nccl.h torch was
 # compiled against); the scripts ask the bound library itself (ncclinfo.py:
 # ncclGetVersion found in libtorch_cuda's scope, its file by dladdr) and fail
-# unless ncclgo's run reports EXPECT_VERSION (2.28.3) from $BUNDLE/lib and the
+# unless ncclgo's run reports EXPECT_VERSION (NCCL_MAJOR.MINOR.PATCH of
+# $BUNDLE/include/nccl.h) from $BUNDLE/lib and the
 # stock run does not use ncclgo's file.
 #
 # Environment: BUNDLE (bundle), NCCLGO_FATBIN (build/ncclgo.fatbin, else
 # $BUNDLE/lib/ncclgo.fatbin), TORCH_VENV (/opt/torch/.venv), NPROC (2),
-# METHOD (preload|libpath), STEPS ("probe collectives split ddp compare"),
+# METHOD (preload|libpath), STEPS ("probe collectives split extra extra-eager ddp fsdp nojoin compare"),
 # LIBS ("stock ncclgo"), OUT (build/torch), BUDGET (570), T_PROBE (60),
-# T_COLL (200), T_DDP (200), EXPECT_VERSION (2.28.3), STOCK_NCCL (the wheel's
+# T_COLL (200), T_DDP (200), EXPECT_VERSION (from nccl.h), STOCK_NCCL (the wheel's
 # libnccl.so.2, found under the venv's site-packages/nvidia), SCRIPT_ARGS (more arguments for both
 # scripts), COLL_ARGS (for collectives.py only, e.g. "--verbose"). A CPU dry
 # run of the plumbing: STEPS="collectives ddp compare" SCRIPT_ARGS="--backend
@@ -51,17 +61,25 @@ PY=${PYTHON:-$VENV/bin/python}
 TORCHRUN=${TORCHRUN:-$VENV/bin/torchrun}
 NPROC=${NPROC:-2}
 METHOD=${METHOD:-preload}
-STEPS=${STEPS:-probe collectives split ddp compare}
+STEPS=${STEPS:-probe collectives split extra extra-eager ddp fsdp nojoin compare}
 LIBS=${LIBS:-stock ncclgo}
 BUDGET=${BUDGET:-570}
 T_PROBE=${T_PROBE:-60}
 T_COLL=${T_COLL:-200}
 T_DDP=${T_DDP:-200}
-EXPECT_VERSION=${EXPECT_VERSION:-2.28.3}
+# The version ncclgo's library claims: its own nccl.h says it.
+hdr_version() { awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END{print v}' "$1"; }
+EXPECT_VERSION=${EXPECT_VERSION:-$( [[ -f $BUNDLE/include/nccl.h ]] && hdr_version "$BUNDLE/include/nccl.h")}
+T_FSDP=${T_FSDP:-300}
+T_NOJOIN=${T_NOJOIN:-120}
+FSDP_STEPS=${FSDP_STEPS:-200}
+FSDP_RTOL=${FSDP_RTOL:-1e-6}
+NOJOIN_TEXT=${NOJOIN_TEXT:-exited without destroying the communicator}
 T0=$SECONDS
 
 die() { echo "run.sh: $*" >&2; echo "TORCH-RUN-RESULT FAIL (setup)"; exit 2; }
 
+[[ -n $EXPECT_VERSION ]] || die "no $BUNDLE/include/nccl.h to take the expected version from (set EXPECT_VERSION)"
 [[ -x $PY ]] || die "no python at $PY (set TORCH_VENV or PYTHON)"
 [[ -x $TORCHRUN ]] || die "no torchrun at $TORCHRUN (set TORCH_VENV or TORCHRUN)"
 [[ -f $BUNDLE/lib/libnccl.so.2 ]] || die "no $BUNDLE/lib/libnccl.so.2: run 'make bundle' on the build machine"
@@ -132,7 +150,7 @@ step() {
   rc=$?
   ((rc == 124 || rc == 137)) && echo "TIMEOUT: killed after ${t}s" | tee -a "$log"
   reap "$name.$$" | tee -a "$log"
-  grep -E '^(TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG)' "$log" | head -40
+  grep -E '^(TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG|FSDP-COMPARE|FSDP-ERROR|NOJOIN)' "$log" | head -40
   local verdict=ok
   if ((rc != 0)); then
     verdict=FAIL
@@ -157,9 +175,11 @@ torch_cmd() {
     CMD=(env -u LD_PRELOAD "${STOCK_ENV[@]}")
   fi
   local extra=${SCRIPT_ARGS:-}
-  [[ $script == collectives.py ]] && extra+=" ${COLL_ARGS:-}"
+  [[ $script == collectives.py || $script == extra.py ]] && extra+=" ${COLL_ARGS:-}"
+  [[ $script == nojoin.py ]] && extra=""
   # shellcheck disable=SC2206 # the extra arguments are split into words on purpose
   CMD+=("$TORCHRUN" --standalone --nproc_per_node "$NPROC" "$ROOT/tests/torch/$script" "$@" $extra)
+  [[ $script == nojoin.py ]] && return
   if [[ $lib == ncclgo ]]; then CMD+=("${NCCLGO_EXPECT[@]}"); else CMD+=("${STOCK_EXPECT[@]}"); fi
 }
 
@@ -187,6 +207,27 @@ for lib in $LIBS; do
   if has split; then
     torch_cmd "$lib" collectives.py --device-id
     step "split-$lib" "$T_COLL" 1 "${CMD[@]}"
+  fi
+  if has extra; then
+    torch_cmd "$lib" extra.py
+    step "extra-$lib" "$T_COLL" 1 "${CMD[@]}"
+  fi
+  if has extra-eager; then
+    torch_cmd "$lib" extra.py --device-id
+    step "extra-eager-$lib" "$T_COLL" 1 "${CMD[@]}"
+  fi
+  if has fsdp; then
+    torch_cmd "$lib" fsdp.py --steps "$FSDP_STEPS" --rtol "$FSDP_RTOL" --out "$OUT/fsdp-$lib.json"
+    step "fsdp-$lib" "$T_FSDP" 1 "${CMD[@]}"
+  fi
+  if has nojoin && ((NPROC > 1)); then
+    if [[ $lib == ncclgo ]]; then
+      torch_cmd "$lib" nojoin.py --timeout 20 --expect-text "$NOJOIN_TEXT"
+      step "nojoin-$lib" "$T_NOJOIN" 1 "${CMD[@]}"
+    else
+      torch_cmd "$lib" nojoin.py --timeout 20
+      step "nojoin-$lib" "$T_NOJOIN" 0 "${CMD[@]}"
+    fi
   fi
 done
 
