@@ -4,7 +4,7 @@
 Run under torchrun, one GPU per process (device = LOCAL_RANK):
 
     torchrun --standalone --nproc-per-node 2 tests/torch/collectives.py \
-        [--expect-nccl-version 2.28.3] [--expect-nccl-lib bundle/lib/libnccl.so.2]
+        [--expect-nccl-version 2.28.7] [--expect-nccl-lib bundle/lib/libnccl.so.2]
 
 Checks all_reduce (sum, avg, max), broadcast (every root),
 all_gather_into_tensor, reduce_scatter_tensor (sum, max), all_to_all_single
@@ -20,7 +20,7 @@ prints a MISMATCH line naming the op, dtype, count and rank. Rank 0 prints
     TORCH-CHECKS passed=N failed=M ranks=W backend=nccl nccl_version=X libnccl=PATH torch_nccl_header=Y
 
 with N and M summed over the ranks; nccl_version is what the bound
-libnccl's ncclGetVersion reports (ncclgo: 2.28.3), torch_nccl_header is
+libnccl's ncclGetVersion reports (ncclgo: the version of its nccl.h), torch_nccl_header is
 torch.cuda.nccl.version(), which is fixed when torch is compiled and does
 not show which library is loaded. Exit status 1 on any failure.
 """

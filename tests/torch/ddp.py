@@ -4,7 +4,7 @@
 Run under torchrun, one GPU per process (device = LOCAL_RANK):
 
     torchrun --standalone --nproc-per-node 2 tests/torch/ddp.py --out loss.json \
-        [--expect-nccl-version 2.28.3] [--expect-nccl-lib bundle/lib/libnccl.so.2]
+        [--expect-nccl-version 2.28.7] [--expect-nccl-lib bundle/lib/libnccl.so.2]
 
 A small MLP (32-64-64-1, tanh) learns a fixed random teacher network on
 synthetic data, everything drawn from --seed: each rank starts from its own

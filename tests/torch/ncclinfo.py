@@ -116,7 +116,7 @@ def torch_header_version():
 def add_arguments(parser):
     """The expectation flags shared by the test scripts."""
     parser.add_argument("--expect-nccl-version", default="",
-                        help="fail unless the bound libnccl reports this version (e.g. 2.28.3)")
+                        help="fail unless the bound libnccl reports this version (e.g. 2.28.7)")
     parser.add_argument("--expect-nccl-lib", default="",
                         help="fail unless the bound libnccl is this file (compared by real path)")
     parser.add_argument("--forbid-nccl-lib", default="",
