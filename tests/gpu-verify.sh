@@ -10,7 +10,7 @@
 #   tests           every bundle/tests/*.test (TESTFLAGS)
 #   suite           tests.test -test.short -run ${SUITE_RUN:-TestCollectives|TestSendRecv}
 #                   with NCCLGO_TEST_RANKS=${SUITE_RANKS:-1,2,4} (SUITE_DEVICES)
-#   hang            the two-GPU first-collective hang (docs/HANG-2GPU.md): HANG_RUNS
+#   hang            the two-GPU first-collective hang (docs/notes/20261130-hang-2gpu.md): HANG_RUNS
 #                   (30) runs of examples/slim on devices 0,1 and UNEVEN_RUNS (6) of
 #                   TestGroupedUnevenPlacement, counted, for each of HANG_VARIANTS
 #                   ("plain"; "e1": NCCL_DEBUG=INFO COLL on every run and the ranks'
@@ -317,8 +317,8 @@ fi
 
 
 if has hang && begin hang && { ((NGPUS >= 2)) || { done_ hang SKIP "needs 2 GPUs, found $NGPUS"; false; }; }; then
-  # The two-GPU first-collective hang (docs/HANG-2GPU.md). slim's kernel set,
-  # and for the test the full set (or, without one, the set HANG-2GPU.md names).
+  # The two-GPU first-collective hang (docs/notes/20261130-hang-2gpu.md). slim's kernel set,
+  # and for the test the full set (or, without one, the set the hang note names).
   mkdir -p "$L/hang"
   bt hang/slimbuild 180 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache \
     --only "${SLIM_ONLY:-AllReduce Sum (f32|bf16) * *}" --out build/slim.fatbin; tail -1 "$L/hang/slimbuild.log"
