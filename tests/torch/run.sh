@@ -20,7 +20,8 @@
 # FSDP_RTOL=1e-6 over FSDP_STEPS=200 steps; step "fsdp") and nojoin.py (a
 # rank exits without joining; the others must fail within the timeout
 # with ncclgo's text, NOJOIN_TEXT; step "nojoin", required for ncclgo
-# only). Every step runs under `timeout`, and all steps
+# only) and latency.py (all_reduce per call, 8 B to 256 MiB, on torch's
+# default stream; step "latency", LAT_ITERS calls per size, T_LAT). Every step runs under `timeout`, and all steps
 # together stay within BUDGET seconds (default 570: one device call).
 #
 # How ncclgo's library gets in: torch's libtorch_cuda.so needs libnccl.so.2
@@ -150,7 +151,7 @@ step() {
   rc=$?
   ((rc == 124 || rc == 137)) && echo "TIMEOUT: killed after ${t}s" | tee -a "$log"
   reap "$name.$$" | tee -a "$log"
-  grep -E '^(TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG|FSDP-COMPARE|FSDP-ERROR|NOJOIN)' "$log" | head -40
+  grep -E '^(TORCH-LAT|TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG|FSDP-COMPARE|FSDP-ERROR|NOJOIN)' "$log" | head -40
   local verdict=ok
   if ((rc != 0)); then
     verdict=FAIL
@@ -219,6 +220,10 @@ for lib in $LIBS; do
   if has fsdp; then
     torch_cmd "$lib" fsdp.py --steps "$FSDP_STEPS" --rtol "$FSDP_RTOL" --out "$OUT/fsdp-$lib.json"
     step "fsdp-$lib" "$T_FSDP" 1 "${CMD[@]}"
+  fi
+  if has latency; then
+    torch_cmd "$lib" latency.py --iters "${LAT_ITERS:-200}"
+    step "latency-$lib" "${T_LAT:-150}" 1 "${CMD[@]}"
   fi
   if has nojoin && ((NPROC > 1)); then
     if [[ $lib == ncclgo ]]; then
