@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // A float Avg over a rank count that is not a power of two is the one
@@ -130,7 +130,7 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 	op := Avg
 	h := func(v float64) float64 { return Spacing(t, v) / 2 }
 	var bufs [3][16]float64 // no allocation for up to 16 ranks
-	pos, neg, m := bufs[0][:0], bufs[1][:0], bufs[2][:0]
+	pos, neg := bufs[0][:0], bufs[1][:0]
 	var premul, abs, comp float64
 	// sum adds v to center, keeping in comp what the addition lost
 	// (Neumaier): the products of every type but f64 and their sums are
@@ -163,6 +163,7 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 	// m[j] bounds the magnitude of a sum of j+1 of the products.
 	slices.SortFunc(pos, func(a, b float64) int { return cmp.Compare(b, a) })
 	slices.SortFunc(neg, func(a, b float64) int { return cmp.Compare(b, a) })
+	var m []float64
 	if nRanks <= len(bufs[2]) {
 		m = bufs[2][:nRanks]
 	} else {
