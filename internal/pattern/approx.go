@@ -56,8 +56,9 @@ func format(t kspace.Type) (mant, minExp int, ok bool) {
 		return 3, -6, true
 	case kspace.F8E5M2:
 		return 2, -14, true
+	default: // the integers
+		return 0, 0, false
 	}
-	return 0, 0, false
 }
 
 // Spacing is the distance between consecutive values of the float type t
