@@ -18,9 +18,9 @@ import (
 
 	"github.com/ncclgo/ncclgo/devicesrc"
 	"github.com/ncclgo/ncclgo/gen"
-	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 // runBuild implements `ncclgen build`.

@@ -64,7 +64,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -77,8 +76,9 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/internal/cli"
 	"github.com/ncclgo/ncclgo/internal/launch"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -229,23 +229,14 @@ func main() {
 	case err == nil:
 		at = &place
 	case !errors.Is(err, launch.ErrNotLaunched):
-		fmt.Fprintln(os.Stderr, "ncclperf:", err)
-		os.Exit(2)
+		exit(cli.Usage(err)) // the launcher's variables are the job's command line
 	}
-	c, err := parseArgs(os.Args[1:], os.Stderr, at)
+	c, err := parseArgs(os.Args[1:], os.Stdout, at)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "ncclperf:", err)
-		os.Exit(2)
+		exit(err)
 	}
 	if c.np > 0 && c.place == nil {
-		if err := spawn(c, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf:", err)
-			os.Exit(1)
-		}
-		return
+		exit(spawn(c, os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// -cpuprofile and -trace: one file per rank under a launcher.
 	for _, p := range []struct {
@@ -261,8 +252,7 @@ func main() {
 		}
 		f, err := createProfile(p.path, c.place, p.start)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "ncclperf: %s: %v\n", p.flag, err)
-			os.Exit(2)
+			exit(fmt.Errorf("%s: %w", p.flag, err))
 		}
 		defer f.Close()
 		defer p.stop()
@@ -270,12 +260,23 @@ func main() {
 	if err := run(c, os.Stdout); err != nil {
 		trace.Stop()
 		pprof.StopCPUProfile()
+		exit(err)
+	}
+}
+
+// exit ends ncclperf after err as internal/cli's convention says: a
+// usage error exits 2, another failure 1, nil (or -h) 0.
+func exit(err error) {
+	if err != nil && !errors.Is(err, cli.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		if cli.IsUsage(err) {
+			fmt.Fprintln(os.Stderr, "ncclperf: 'ncclperf -h' lists the flags")
+		}
 		if errors.Is(err, cuda.ErrNoDriver) {
 			fmt.Fprintln(os.Stderr, "ncclperf:", noDriverHint)
 		}
-		os.Exit(1)
 	}
+	os.Exit(cli.ExitCode(err))
 }
 
 // createProfile creates path (path.N for rank N > 0 of a launched job) and
