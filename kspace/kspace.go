@@ -209,6 +209,7 @@ func (f Func) Fields() []string {
 		return []string{"Nop"}
 	case Generic:
 		return []string{"Generic"}
+	case Ordinary: // its words follow
 	}
 	w := []string{f.Coll.String()}
 	if f.RedOp != Unset {
@@ -243,6 +244,7 @@ func (f Func) key() [5]string {
 	case Generic:
 		k[0] = "Generic"
 		return k
+	case Ordinary: // its words follow
 	}
 	k[0] = f.Coll.String()
 	if f.RedOp != Unset {
@@ -303,6 +305,7 @@ func nvlsSupports(op RedOp, t Type) bool {
 		return op == Sum || op == MinMax
 	case F32, F64:
 		return op == Sum
+	case I8, U8, F8E4M3, F8E5M2: // NVLS reduces no 8-bit type
 	}
 	return false
 }

@@ -37,8 +37,9 @@ func (b Bus) Factor(n int) float64 {
 		return float64(n-1) / float64(n)
 	case BusAllReduce:
 		return 2 * float64(n-1) / float64(n)
+	default: // BusOne
+		return 1
 	}
-	return 1
 }
 
 // CollInfo describes one device collective.

@@ -8,8 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/pattern"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -296,6 +296,7 @@ func (g *groupRun) enqueue(w *world, grp *ncclgo.Group, r, ci int, ops *[]func()
 			return grp.AllGather(comm, s, d, c.count, dt, st)
 		case kspace.Broadcast:
 			return grp.Broadcast(comm, s, d, c.count, dt, c.root, st)
+		default: // AllGatherV and SendRecv are no kindColl call: reported below
 		}
 	case kindAllToAll:
 		return grp.AllToAll(comm, s, d, c.count, dt, st)

@@ -48,8 +48,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/pattern"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 )
@@ -452,6 +452,8 @@ func TestNoDeadlockManyRanks(t *testing.T) {
 							err = g.AllGather(c, w.send[r], w.recv[r], count, ncclgo.Float32, w.streams[r])
 						case kspace.ReduceScatter:
 							err = g.ReduceScatter(c, w.send[r], w.recv[r], count, ncclgo.Float32, ncclgo.Sum, w.streams[r])
+						default:
+							t.Fatalf("no call for %s", coll)
 						}
 						require.NoError(t, err)
 					}

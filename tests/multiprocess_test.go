@@ -40,8 +40,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
@@ -548,6 +548,8 @@ func mpCases(n int, short bool) []mpCase {
 					acc = max(acc, v)
 				case ncclgo.Min:
 					acc = min(acc, v)
+				default:
+					panic(fmt.Sprintf("no reference for %v", op))
 				}
 			}
 			return acc

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/pattern"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // These CPU tests (no GPU needed) feed the suite's checker — the group
@@ -134,10 +134,6 @@ func TestPlanGroupLayout(t *testing.T) {
 	require.NoError(t, err)
 	for r := range 3 {
 		require.Len(t, g.before[r], len(g.after[r]))
-		var spans [][2]int
-		for ci := range calls {
-			spans = append(spans, [2]int{g.send[ci][r], g.recv[ci][r]})
-		}
 		for _, o := range g.outs[r] {
 			require.GreaterOrEqual(t, o.at, pattern.Guard)
 			require.LessOrEqual(t, o.at+len(o.want)+pattern.Guard, len(g.after[r]))

@@ -18,9 +18,9 @@ import (
 
 	"github.com/ncclgo/ncclgo/devicesrc"
 	"github.com/ncclgo/ncclgo/gen"
-	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 // runBuild implements `ncclgen build`.
@@ -29,16 +29,16 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		"in front of a fatbin (SASS per arch; with --ptx, plus PTX of the newest).\n\n"+
 		"With --only, or where no generated tree exists (a module that requires ncclgo), the sources are\n"+
 		"generated from the model and device library built into ncclgen, into the cache directory:\n"+
-		"generated/ is left alone and ncclgo's own directory may be read-only.", stderr)
-	arch := c.String("arch", "", "target archs, comma separated, e.g. sm_80,sm_90 (default: the local GPU's, else the manifest's, else "+nvbuild.DefaultArch+")")
-	only := c.String("only", "", "build only the functions matching this filter, e.g. 'AllReduce Sum f32 * *'")
-	jobs := c.IntP("jobs", "j", 0, "parallel nvcc jobs (default: number of CPUs)")
-	out := c.String("out", filepath.Join("build", "ncclgo.fatbin"), "kernel set file to write")
-	cache := c.String("cache", "", "cache directory for nvcc outputs and generated trees (default: "+nvbuild.DefaultCacheDir()+")")
-	genDir := c.String("gen", "generated", "generated tree holding manifest.json; with --only, where to generate (when not given: a directory under --cache)")
-	nvcc := c.String("nvcc", "", "nvcc binary (default: $NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc)")
+		"generated/ is left alone and ncclgo's own directory may be read-only.", stdout)
+	arch := c.String("arch", "", "target `arches`, comma separated, e.g. sm_80,sm_90 (default: the local GPU's, else the manifest's, else "+nvbuild.DefaultArch+")")
+	only := c.String("only", "", "build only the functions matching this `filter`, e.g. 'AllReduce Sum f32 * *'")
+	jobs := c.IntP("jobs", "j", 0, "`number` of parallel nvcc jobs (default: number of CPUs)")
+	out := c.String("out", filepath.Join("build", "ncclgo.fatbin"), "kernel set `file` to write")
+	cache := c.String("cache", "", "cache `directory` for nvcc outputs and generated trees (default: "+nvbuild.DefaultCacheDir()+")")
+	genDir := c.String("gen", "generated", "generated tree (`directory`) holding manifest.json; with --only, where to generate (when not given: a directory under --cache)")
+	nvcc := c.String("nvcc", "", "nvcc `binary` (default: $NVCC, $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc)")
 	ptx := c.Bool("ptx", false, "add a PTX image of the newest arch for newer GPUs (LTO compiles and a whole-program link: minutes for the full set)")
-	xflags := c.StringArray("Xnvcc", nil, "extra nvcc flag for every compile, e.g. --Xnvcc=-Xptxas=-maxrregcount=96 (repeatable)")
+	xflags := c.StringArray("Xnvcc", nil, "extra nvcc `flag` for every compile, e.g. --Xnvcc=-Xptxas=-maxrregcount=96 (repeatable)")
 	if err := c.parse(args, 0, 0); err != nil {
 		return ok(err)
 	}
@@ -46,7 +46,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	if *arch != "" {
 		var err error
 		if arches, err = nvbuild.ParseArches([]string{*arch}); err != nil {
-			return fmt.Errorf("build: --arch: %w", err)
+			return c.usageErr(fmt.Errorf("--arch: %w", err))
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -56,7 +56,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	own := !c.Changed("gen") && !fileExists(filepath.Join(dir, nvbuild.ManifestName))
 	if *only != "" || own {
 		if _, err := spaceOf(*only); err != nil {
-			return fmt.Errorf("build: --only: %w", err)
+			return c.usageErr(fmt.Errorf("--only: %w", err))
 		}
 		genArches := arches
 		if len(genArches) == 0 {
@@ -163,8 +163,8 @@ func fileExists(p string) bool {
 
 // runInspect implements `ncclgen inspect`.
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("inspect", "FILE ", "Prints what a kernel set (the file ncclgen build writes) holds.", stderr)
-	fatbin := c.String("fatbin", "", "also write the set's bare image (for cuobjdump) to this file")
+	c := newCommand("inspect", "FILE ", "Prints what a kernel set (the file ncclgen build writes) holds.", stdout)
+	fatbin := c.String("fatbin", "", "also write the set's bare image (for cuobjdump) to this `file`")
 	if err := c.parse(args, 1, 1); err != nil {
 		return ok(err)
 	}

@@ -10,7 +10,9 @@
 //	ncclgen inspect FILE [--fatbin OUT]
 //
 // Flags are GNU-style long options (--only, or -only for compatibility)
-// and may follow the positional arguments. From a module that requires
+// and may follow the positional arguments; 'ncclgen help build' (or
+// 'ncclgen build --help') prints a command's flags. Usage errors exit 2,
+// other failures 1 (package internal/cli). From a module that requires
 // ncclgo, a slim kernel set is one line:
 //
 //	//go:generate go run github.com/ncclgo/ncclgo/cmd/ncclgen build --arch sm_90 --only "AllReduce Sum f32 * *" --out kernels.fatbin
@@ -28,6 +30,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/gen/nvbuild"
+	"github.com/ncclgo/ncclgo/internal/cli"
 	"github.com/ncclgo/ncclgo/kspace"
 )
 
@@ -40,115 +44,109 @@ commands:
   build      compile a kernel set with nvcc (--only FILTER: a slim set, leaving generated/ alone)
   inspect    print a built kernel set's manifest (--fatbin OUT: also write its bare fatbin)
 
-Run 'ncclgen <command> --help' for a command's flags.
+Run 'ncclgen help <command>' for a command's flags.
 `
 
-// errUsage marks errors after which the usage was printed.
-var errUsage = errors.New("usage")
+// commands are ncclgen's subcommands, by name.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) error{
+	"generate": runGenerate,
+	"list":     runList,
+	"explain":  runExplain,
+	"build":    runBuild,
+	"inspect":  runInspect,
+}
 
+// commandNames lists the commands for an error text.
+const commandNames = "generate, list, explain, build, inspect"
+
+// main follows internal/cli's convention: usage errors exit 2, other
+// failures 1.
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ncclgen:", err)
-		os.Exit(1)
 	}
+	os.Exit(cli.ExitCode(err))
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errUsage
+		return cli.Usagef("no command: want one of %s", commandNames)
 	}
-	switch args[0] {
-	case "generate":
-		return runGenerate(args[1:], stderr)
-	case "list":
-		return runList(args[1:], stdout, stderr)
-	case "explain":
-		return runExplain(args[1:], stdout, stderr)
-	case "build":
-		return runBuild(args[1:], stdout, stderr)
-	case "inspect":
-		return runInspect(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "--help", "-help":
+		switch {
+		case len(rest) == 0:
+			fmt.Fprint(stdout, usage)
+			return nil
+		case len(rest) > 1:
+			return cli.Usagef("help takes one command, got %q", rest)
+		case commands[rest[0]] == nil:
+			return cli.Usagef("help %q: unknown command; valid commands are %s", rest[0], commandNames)
+		}
+		return commands[rest[0]]([]string{"--help"}, stdout, stderr)
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q: valid commands are generate, list, explain, build, inspect", args[0])
+	cmd := commands[name]
+	if cmd == nil {
+		return cli.Usagef("unknown command %q: valid commands are %s (ncclgen help lists them)", name, commandNames)
+	}
+	return cmd(rest, stdout, stderr)
 }
 
 // command is one subcommand's flag set.
 type command struct {
 	*pflag.FlagSet
 	name, args, doc string
+	stdout          io.Writer // where --help prints the usage
 }
 
-func newCommand(name, args, doc string, stderr io.Writer) *command {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.SortFlags = false
-	c := &command{FlagSet: fs, name: name, args: args, doc: doc}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ncclgen %s %s[flags]\n\n%s\n\nflags:\n", name, args, doc)
-		fs.PrintDefaults()
-	}
-	return c
+func newCommand(name, args, doc string, stdout io.Writer) *command {
+	return &command{FlagSet: cli.NewFlagSet(name), name: name, args: args, doc: doc, stdout: stdout}
+}
+
+// usage prints the command's usage.
+func (c *command) usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: ncclgen %s %s[flags]\n\n%s\n\nflags:\n%s", c.name, c.args, c.doc, c.FlagUsages())
 }
 
 // parse parses args (flags anywhere among the positional arguments) and
 // checks the number of positional arguments is within [minArgs, maxArgs]
-// (maxArgs < 0: no limit). It returns errHelpShown for --help.
+// (maxArgs < 0: no limit). For --help it prints the usage on stdout and
+// returns cli.ErrHelp; what is wrong with args it returns as a
+// *cli.UsageError.
 func (c *command) parse(args []string, minArgs, maxArgs int) error {
-	if err := c.Parse(gnuArgs(c.FlagSet, args)); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return errHelpShown
+	if err := cli.Parse(c.FlagSet, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
+			c.usage(c.stdout)
+			return err
 		}
-		return fmt.Errorf("%s: %w", c.name, err)
+		return c.usageErr(err)
 	}
 	n := c.NArg()
 	switch {
 	case n < minArgs && minArgs == 1:
-		return fmt.Errorf("%s needs %s", c.name, strings.TrimSpace(c.args))
+		return c.usageErr(fmt.Errorf("needs %s", strings.TrimSpace(c.args)))
 	case n < minArgs:
-		return fmt.Errorf("%s needs %d arguments (%s), got %d", c.name, minArgs, strings.TrimSpace(c.args), n)
+		return c.usageErr(fmt.Errorf("needs %d arguments (%s), got %d", minArgs, strings.TrimSpace(c.args), n))
 	case maxArgs >= 0 && n > maxArgs && maxArgs == 0:
-		return fmt.Errorf("%s takes no arguments, got %q (flags are --name value; quote a filter that has spaces)", c.name, c.Args())
+		return c.usageErr(fmt.Errorf("takes no arguments, got %q (flags are --name value; quote a filter that has spaces)", c.Args()))
 	case maxArgs >= 0 && n > maxArgs:
-		return fmt.Errorf("%s takes %d argument(s) (%s), got %d: %q", c.name, maxArgs, strings.TrimSpace(c.args), n, c.Args())
+		return c.usageErr(fmt.Errorf("takes %d argument(s) (%s), got %d: %q", maxArgs, strings.TrimSpace(c.args), n, c.Args()))
 	}
 	return nil
 }
 
-// errHelpShown ends a command after --help printed its usage.
-var errHelpShown = errors.New("help shown")
-
-// gnuArgs rewrites Go-style single-dash long flags (-only X, -out=dir)
-// that name a flag of fs to their GNU form (--only X), so the flags of
-// existing scripts and go:generate lines keep working. Arguments after
-// "--" are left alone.
-func gnuArgs(fs *pflag.FlagSet, args []string) []string {
-	out := make([]string, 0, len(args))
-	for i, a := range args {
-		if a == "--" {
-			return append(out, args[i:]...)
-		}
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
-			name, _, _ := strings.Cut(a[1:], "=")
-			if len(name) > 1 && fs.Lookup(name) != nil {
-				a = "-" + a
-			}
-		}
-		out = append(out, a)
-	}
-	return out
+// usageErr is err, a mistake on the command line, named by the command
+// and pointing at its usage.
+func (c *command) usageErr(err error) error {
+	return cli.Usagef("%s: %w ('ncclgen help %s' lists its flags)", c.name, err, c.name)
 }
 
-// ok turns errHelpShown into success.
+// ok turns the end of a --help into success.
 func ok(err error) error {
-	if errors.Is(err, errHelpShown) {
+	if errors.Is(err, cli.ErrHelp) {
 		return nil
 	}
 	return err
@@ -164,17 +162,20 @@ func splitArches(s string) []string {
 	return out
 }
 
-func runGenerate(args []string, stderr io.Writer) error {
-	c := newCommand("generate", "", "Writes the CUDA sources, the host tables, the ABI and the manifests of a kernel set.", stderr)
-	out := c.String("out", "generated", "output directory")
-	only := c.String("only", "", "keep only the functions matching this filter (NCCL's ONLY_FUNCS grammar); rewrites the tables this module compiles with; prefer `ncclgen build --only`")
-	arch := c.String("arch", strings.Join(gen.DefaultArches, ","), "comma-separated SM arches recorded as the build's default targets")
-	devsrc := c.String("devicesrc", "", "device library directory relative to --out (default ../devicesrc)")
+func runGenerate(args []string, stdout, stderr io.Writer) error {
+	c := newCommand("generate", "", "Writes the CUDA sources, the host tables, the ABI and the manifests of a kernel set.", stdout)
+	out := c.String("out", "generated", "output `directory`")
+	only := c.String("only", "", "keep only the functions matching this `filter` (NCCL's ONLY_FUNCS grammar); rewrites the tables this module compiles with: prefer 'ncclgen build --only'")
+	arch := c.String("arch", strings.Join(gen.DefaultArches, ","), "comma-separated SM `arches` recorded as the build's default targets")
+	devsrc := c.String("devicesrc", "", "device library `directory` relative to --out (default ../devicesrc)")
 	if err := c.parse(args, 0, 0); err != nil {
 		return ok(err)
 	}
 	if _, err := spaceOf(*only); err != nil {
-		return err
+		return c.usageErr(fmt.Errorf("--only: %w", err))
+	}
+	if _, err := nvbuild.ParseArches(splitArches(*arch)); err != nil {
+		return c.usageErr(fmt.Errorf("--arch: %w", err))
 	}
 	if err := generateTo(*out, *only, splitArches(*arch), *devsrc); err != nil {
 		return err
@@ -220,15 +221,15 @@ func spaceOf(only string) (*kspace.Space, error) {
 }
 
 func runList(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("list", "", "Prints the functions and kernels of a kernel set.", stderr)
-	only := c.String("only", "", "filter for a slim build")
+	c := newCommand("list", "", "Prints the functions and kernels of a kernel set.", stdout)
+	only := c.String("only", "", "list the slim kernel set of this `filter`")
 	summary := c.Bool("summary", false, "print only the counts")
 	if err := c.parse(args, 0, 0); err != nil {
 		return ok(err)
 	}
 	s, err := spaceOf(*only)
 	if err != nil {
-		return err
+		return c.usageErr(fmt.Errorf("--only: %w", err))
 	}
 	if *summary {
 		fmt.Fprintln(stdout, s.Summary())
@@ -257,18 +258,18 @@ func runList(args []string, stdout, stderr io.Writer) error {
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("explain", `"Coll [RedOp Type] Algo Proto" `, `Describes one function, e.g. ncclgen explain "AllReduce Sum bf16 RING LL128".`, stderr)
-	only := c.String("only", "", "explain within a slim build")
+	c := newCommand("explain", `"Coll [RedOp Type] Algo Proto" `, `Describes one function, e.g. ncclgen explain "AllReduce Sum bf16 RING LL128".`, stdout)
+	only := c.String("only", "", "explain within the slim kernel set of this `filter`")
 	if err := c.parse(args, 1, -1); err != nil {
 		return ok(err)
 	}
 	fn, err := kspace.ParseFunc(strings.Join(c.Args(), " "))
 	if err != nil {
-		return err
+		return c.usageErr(err)
 	}
 	s, err := spaceOf(*only)
 	if err != nil {
-		return err
+		return c.usageErr(fmt.Errorf("--only: %w", err))
 	}
 	f := s.Filter
 	row, _ := kspace.RowOf(fn)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,8 +14,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/internal/cli"
 	"github.com/ncclgo/ncclgo/kset"
 )
+
+// envMain makes the test binary run as ncclgen itself (main, with
+// os.Args), so that tests see its real exit status and output streams.
+const envMain = "NCCLGEN_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runMain runs ncclgen args as a process and returns its stdout, stderr
+// and exit status.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envMain+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("ncclgen %q: %v", args, err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
 
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -127,7 +158,7 @@ func TestExtraArgumentsRejected(t *testing.T) {
 		assert.Contains(t, err.Error(), "argument", "%q", args)
 	}
 	_, err := runCLI(t, "explain")
-	assert.ErrorContains(t, err, "explain needs")
+	assert.ErrorContains(t, err, "explain: needs")
 	_, err = runCLI(t, "list", "--bogus")
 	assert.ErrorContains(t, err, "unknown flag: --bogus")
 	out, err := runCLI(t, "build", "--help")
@@ -230,4 +261,72 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, os.WriteFile(p, []byte("bare"), 0o644))
 	_, err = runCLI(t, "inspect", p)
 	assert.ErrorIs(t, err, kset.ErrNoManifest)
+}
+
+// TestHelp: "ncclgen help CMD", "CMD --help" and "CMD -h" print the
+// command's own usage on stdout, and exit 0.
+func TestHelp(t *testing.T) {
+	for _, name := range []string{"generate", "list", "explain", "build", "inspect"} {
+		want, err := runCLI(t, name, "--help")
+		require.NoError(t, err, name)
+		assert.True(t, strings.HasPrefix(want, "usage: ncclgen "+name+" "), "%s --help: %q", name, want)
+		for _, args := range [][]string{{"help", name}, {name, "-h"}, {name, "-help"}} {
+			stdout, stderr, code := runMain(t, args...)
+			assert.Equal(t, 0, code, "%q", args)
+			assert.Equal(t, want, stdout, "%q prints %s's usage", args, name)
+			assert.Empty(t, stderr, "%q", args)
+		}
+	}
+	stdout, _, code := runMain(t, "help")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, usage, stdout)
+}
+
+// TestHelpLines: every flag's help line names its value plainly (a
+// back-quoted word in the text becomes the value's name, so a quoted
+// command line there garbled the line).
+func TestHelpLines(t *testing.T) {
+	out, err := runCLI(t, "generate", "--help")
+	require.NoError(t, err)
+	assert.Contains(t, out, "--only filter ")
+	assert.Contains(t, out, "prefer 'ncclgen build --only'")
+	out, err = runCLI(t, "build", "--help")
+	require.NoError(t, err)
+	assert.Contains(t, out, "--only filter ")
+	assert.Contains(t, out, "-j, --jobs number ")
+}
+
+// TestExitCodes: usage errors exit 2 with the message on stderr; a
+// failure of the work exits 1.
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{nil, cli.ExitUsage, "no command"},
+		{[]string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, cli.ExitUsage, `help "frobnicate": unknown command`},
+		{[]string{"list", "--bogus"}, cli.ExitUsage, "list: unknown flag: --bogus ('ncclgen help list' lists its flags)"},
+		{[]string{"list", "-j", "2"}, cli.ExitUsage, "unknown shorthand flag: 'j'"},
+		{[]string{"list", "extra"}, cli.ExitUsage, "list: takes no arguments"},
+		{[]string{"list", "--only", "AllReduce (Sum"}, cli.ExitUsage, "list: --only:"},
+		{[]string{"explain"}, cli.ExitUsage, "explain: needs"},
+		{[]string{"explain", "AllReduce Sum f32 RING LL9"}, cli.ExitUsage, "valid protocols are"},
+		{[]string{"build", "--jobs", "many"}, cli.ExitUsage, `invalid argument "many"`},
+		{[]string{"build", "--arch", "sm_42"}, cli.ExitUsage, `build: --arch: bad target arch "sm_42"`},
+		{[]string{"generate", "--out", t.TempDir(), "--arch", "sm_42"}, cli.ExitUsage, `generate: --arch: bad target arch "sm_42"`},
+		{[]string{"inspect"}, cli.ExitUsage, "inspect: needs FILE"},
+		{[]string{"inspect", filepath.Join(t.TempDir(), "missing.fatbin")}, cli.ExitFailure, "no such file"},
+		{[]string{"list", "--summary"}, 0, ""},
+	} {
+		_, stderr, code := runMain(t, tc.args...)
+		assert.Equal(t, tc.code, code, "%q: %s", tc.args, stderr)
+		if tc.msg == "" {
+			assert.Empty(t, stderr, "%q", tc.args)
+			continue
+		}
+		assert.Contains(t, stderr, "ncclgen: ", "%q", tc.args)
+		assert.Contains(t, stderr, tc.msg, "%q", tc.args)
+	}
 }

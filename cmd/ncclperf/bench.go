@@ -397,7 +397,7 @@ func (t *table) header(w io.Writer) {
 			ratioSplit, ratioSplit)
 	}
 	if c.check {
-		fmt.Fprintf(w, "# check: whole outputs up to %d B per rank, sampled windows above\n", c.checkMax)
+		fmt.Fprintf(w, "# check: whole outputs up to %d B per rank, sampled windows above; %s\n", c.checkMax, c.seed)
 	}
 	hdr := fmt.Sprintf("#%11s %12s %8s %6s %6s   %9s %7s %7s %6s   %9s %7s %7s %6s", "size", "count", "type", "redop", "root",
 		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")

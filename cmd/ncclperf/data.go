@@ -3,11 +3,10 @@ package main
 import (
 	"fmt"
 	"strings"
-	"sync"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 	"github.com/ncclgo/ncclgo/internal/pattern"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // dataType has nccl.h's ncclDataType_t values.
@@ -69,28 +68,45 @@ func parseOp(s string) (redOp, error) {
 	return 0, fmt.Errorf("-o %q: unknown reduction op; valid ops are %s", s, strings.Join(opNames, ", "))
 }
 
-// dataSeed is the seed of the check's data: NCCLGO_TEST_SEED, or drawn
-// from the clock; printed (as a comment line) the first time data is made.
-var dataSeed = sync.OnceValue(func() uint64 {
-	seed, fixed, err := pattern.Seed()
-	switch {
-	case err != nil:
-		fmt.Printf("# data seed %d (ignoring %v)\n", seed, err)
-	case fixed:
-		fmt.Printf("# data seed %d (%s)\n", seed, pattern.EnvSeed)
-	default:
-		fmt.Printf("# data seed %d (replay with %s=%d)\n", seed, pattern.EnvSeed, seed)
-	}
-	return seed
-})
+// dataSeed is the seed of the check's data. A job has one: every rank
+// fills its input from it and checks the others' data against it, so the
+// ranks of a job in several processes take rank 0's (agreeSeed).
+type dataSeed struct {
+	Value uint64
+	Fixed bool   // set by NCCLGO_TEST_SEED
+	Err   string // why NCCLGO_TEST_SEED was ignored, if it was
+}
 
-// fillValue is the value of element i on rank r: pseudo-random small
+// chooseSeed is this process's choice of seed: NCCLGO_TEST_SEED, or drawn
+// from the clock.
+func chooseSeed() dataSeed {
+	v, fixed, err := pattern.Seed()
+	s := dataSeed{Value: v, Fixed: fixed}
+	if err != nil {
+		s.Err = err.Error()
+	}
+	return s
+}
+
+// String says where the seed came from and how to replay the data, for
+// the table's header.
+func (s dataSeed) String() string {
+	switch {
+	case s.Err != "":
+		return fmt.Sprintf("data seed %d (ignoring %s)", s.Value, s.Err)
+	case s.Fixed:
+		return fmt.Sprintf("data seed %d (%s)", s.Value, pattern.EnvSeed)
+	}
+	return fmt.Sprintf("data seed %d (replay with %s=%d)", s.Value, pattern.EnvSeed, s.Value)
+}
+
+// fillValue is the value of element i on rank r under seed: pseudo-random small
 // positive integers (1..3; 1 or 2 for prod), exact in every type with sums
 // and products that stay exact too, unique to (seed, r, i mod fillChunk):
 // no other rank's data and no shift of fewer than fillChunk elements
 // matches them. The period lets fill upload one chunk and copy it along.
-func fillValue(r, i int, op redOp) float64 {
-	h := pattern.Uint64(dataSeed(), r, uint64(i%fillChunk))
+func fillValue(seed uint64, r, i int, op redOp) float64 {
+	h := pattern.Uint64(seed, r, uint64(i%fillChunk))
 	if op == opProd {
 		return float64(1 + h%2)
 	}

@@ -1,23 +1,23 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
+
+	"github.com/ncclgo/ncclgo/internal/cli"
 	"github.com/ncclgo/ncclgo/internal/launch"
 )
 
-// Options are parsed with the standard flag package, which already accepts
-// every flag as -name and --name, with the value as the next argument or
-// after "=". nccl-tests' long option names are registered as second names
-// of the one-letter flags (--minbytes is -b), and getopt's attached short
-// values (-b8, -dfloat) are split before parsing. spf13/pflag would give
-// GNU-style long options too, but it reads -coll as the shorthand cluster
-// -c -o -l -l, so ncclperf's own multi-letter single-dash flags (-coll,
-// -compare, -hosttime, -cpuprofile, ...) would break.
+// Options follow internal/cli's convention, as ncclgen's do (pflag):
+// nccl-tests' options are one-letter shorthands of their long names (-b,
+// --minbytes), with getopt's attached values (-b8, -dfloat); ncclperf's own
+// multi-letter flags are long options that may be written with one dash
+// (-coll, --coll). -h prints the usage on stdout; a usage error exits 2.
 
 // longNames maps each one-letter flag to nccl-tests' long name for it.
 var longNames = map[string]string{
@@ -70,72 +70,41 @@ func parseSize(flagName, s string) (int64, error) {
 	return v * mult, nil
 }
 
-// isBool reports whether f is a flag that takes no value.
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// splitAttached rewrites getopt's attached short values (-b8, -dfloat,
-// -g2) into two arguments, as nccl-tests accepts them. Arguments that name
-// a flag of fs, values of flags, and everything from the first positional
-// argument or "--" on are left alone.
-func splitAttached(fs *flag.FlagSet, args []string) []string {
-	out := make([]string, 0, len(args)+2)
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
-			return append(out, args[i:]...)
-		}
-		name, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		if f := fs.Lookup(name); f != nil {
-			out = append(out, a)
-			if !hasValue && !isBool(f) && i+1 < len(args) {
-				i++
-				out = append(out, args[i])
-			}
-			continue
-		}
-		if !strings.HasPrefix(a, "--") && len(name) > 1 {
-			if f := fs.Lookup(name[:1]); f != nil && !isBool(f) {
-				out = append(out, "-"+name[:1], a[2:])
-				continue
-			}
-		}
-		out = append(out, a) // unknown: flag.Parse reports it
-	}
-	return out
-}
-
-func parseFlags(args []string, stderr io.Writer) (*config, error) {
-	return parseArgs(args, stderr, nil)
+// parseFlags parses the flags of a process on its own.
+func parseFlags(args []string, stdout io.Writer) (*config, error) {
+	return parseArgs(args, stdout, nil)
 }
 
 // parseArgs parses ncclperf's flags for a process at place in a job that
 // a launcher started (nil: a process on its own, which -np makes the
-// launcher of its ranks).
-func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, error) {
-	fs := flag.NewFlagSet("ncclperf", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// launcher of its ranks). For -h it prints the usage on stdout and returns
+// cli.ErrHelp; anything wrong with args it returns as a *cli.UsageError.
+func parseArgs(args []string, stdout io.Writer, place *launch.Place) (*config, error) {
+	c, err := parseConfig(args, stdout, place)
+	return c, cli.Usage(err)
+}
+
+func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config, error) {
+	fs := cli.NewFlagSet("ncclperf")
 	c := &config{}
 	collS := fs.String("coll", "allreduce", "`collective`: "+strings.Join(collNames, ", ")+", or all (allreduce, allgather, reducescatter, broadcast)")
 	cmax := fs.String("check-max", "64M", "with -c 1, outputs up to this many `bytes` per rank are checked whole, larger ones on sampled windows")
-	b := fs.String("b", "32M", "minimum `size` in bytes (8, 64K, 128M, 1G)")
-	e := fs.String("e", "32M", "maximum `size` in bytes")
-	f := fs.Int64("f", 2, "multiplication `factor` between sizes")
-	i := fs.String("i", "0", "increment between sizes in `bytes` (instead of -f)")
-	fs.IntVar(&c.nRanks, "g", 1, "number of `ranks` (placed round-robin over the visible GPUs)")
-	nThreads := fs.Int("t", 1, "`threads` issuing the calls: only 1 (every rank's call in one group from one thread, as nccl-tests' -t 1 -g N)")
+	b := fs.StringP(longNames["b"], "b", "32M", "minimum `size` in bytes (8, 64K, 128M, 1G)")
+	e := fs.StringP(longNames["e"], "e", "32M", "maximum `size` in bytes")
+	f := fs.Int64P(longNames["f"], "f", 2, "multiplication `factor` between sizes")
+	i := fs.StringP(longNames["i"], "i", "0", "increment between sizes in `bytes` (instead of -f)")
+	fs.IntVarP(&c.nRanks, longNames["g"], "g", 1, "number of `ranks` (placed round-robin over the visible GPUs)")
+	nThreads := fs.IntP(longNames["t"], "t", 1, "`threads` issuing the calls: only 1 (every rank's call in one group from one thread, as nccl-tests' -t 1 -g N)")
 	devs := fs.String("devices", "", "comma-separated `list` of each rank's device (overrides round-robin)")
 	fs.IntVar(&c.np, "np", 0, "run `N` processes of one rank each (ncclperf spawns itself; under mpirun or torchrun it is one rank of their job)")
-	fs.IntVar(&c.average, "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over `ranks` (nccl-tests' -a)")
-	fs.IntVar(&c.iters, "n", 20, "timed `iterations` per size")
-	fs.IntVar(&c.cycles, "N", 1, "run the whole sweep this many `cycles` after the one warm-up, printing each (nccl-tests' -N; 0, its endless run, is refused)")
-	fs.IntVar(&c.warmup, "w", 1, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does; its default is 1 too)")
-	chk := fs.Int("c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
-	opS := fs.String("o", "sum", "reduction `op`: "+strings.Join(opNames, ", ")+", or all")
-	dtS := fs.String("d", "float", "data `type`: "+strings.Join(typeNames, ", ")+", or all")
-	fs.IntVar(&c.root, "r", 0, "`root` rank for broadcast and reduce")
+	fs.IntVarP(&c.average, longNames["a"], "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over ranks (nccl-tests' -a; a `number`)")
+	fs.IntVarP(&c.iters, longNames["n"], "n", 20, "timed `iterations` per size")
+	fs.IntVarP(&c.cycles, longNames["N"], "N", 1, "run the whole sweep this many `cycles` after the one warm-up, printing each (nccl-tests' -N; 0, its endless run, is refused)")
+	fs.IntVarP(&c.warmup, longNames["w"], "w", 1, "warm-up `iterations` at each size (all sizes are warmed up before the first is timed, as nccl-tests does; its default is 1 too)")
+	chk := fs.IntP(longNames["c"], "c", 1, "check results: 0 does not, a `count` > 0 checks once per size")
+	opS := fs.StringP(longNames["o"], "o", "sum", "reduction `op`: "+strings.Join(opNames, ", ")+", or all")
+	dtS := fs.StringP(longNames["d"], "d", "float", "data `type`: "+strings.Join(typeNames, ", ")+", or all")
+	fs.IntVarP(&c.root, longNames["r"], "r", 0, "`root` rank for broadcast and reduce")
 	fs.StringVar(&c.compare, "compare", "", "`path` or soname of a NCCL library to run the same sweep through (e.g. libnccl.so.2)")
 	fs.BoolVar(&c.ncclgo, "ncclgo", true, "run the sweep through ncclgo; -ncclgo=false with -compare times only the NCCL library, in nccl-tests' columns")
 	fs.StringVar(&c.refLoop, "ref-loop", "c", "`where` -compare's library has its timed iterations issued from: c (all of them in one cgo call, as nccl-tests issues them from C) or go (one cgo call per iteration)")
@@ -144,11 +113,10 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	fs.StringVar(&c.trace, "trace", "", "write a Go execution trace of the run to this `file` (go tool trace: where the issuing goroutine blocks or waits)")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
 	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
-	for short, long := range longNames {
-		fs.Var(fs.Lookup(short).Value, long, "same as -"+short)
-	}
-	fs.Usage = func() { usage(fs) }
-	if err := fs.Parse(splitAttached(fs, args)); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
+			fmt.Fprint(stdout, usage(fs))
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -276,30 +244,10 @@ func parseArgs(args []string, stderr io.Writer, place *launch.Place) (*config, e
 	return c, nil
 }
 
-// usage prints the flags, one-letter flags with their nccl-tests long
-// name.
-func usage(fs *flag.FlagSet) {
-	w := fs.Output()
-	fmt.Fprintf(w, "Usage: ncclperf [flags]\n\nnccl-tests' options are accepted as -b 8, -b8, --minbytes 8 or --minbytes=8.\n\n")
-	isLong := map[string]bool{}
-	for _, l := range longNames {
-		isLong[l] = true
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if isLong[f.Name] {
-			return
-		}
-		arg, text := flag.UnquoteUsage(f)
-		name := "-" + f.Name
-		if l, ok := longNames[f.Name]; ok {
-			name += ", --" + l
-		}
-		if arg != "" {
-			name += " " + arg
-		}
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
-			text += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintf(w, "  %s\n    \t%s\n", name, text)
-	})
+// usage is ncclperf's usage: the flags, one-letter flags with their
+// nccl-tests long name.
+func usage(fs *pflag.FlagSet) string {
+	return "Usage: ncclperf [flags]\n\n" +
+		"nccl-tests' options are accepted as -b 8, -b8, --minbytes 8 or --minbytes=8; ncclperf's own\n" +
+		"as --coll all or -coll all.\n\n" + fs.FlagUsages()
 }

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/cli"
 )
 
 func TestLongOptions(t *testing.T) {
@@ -107,24 +112,25 @@ func TestFlagErrors(t *testing.T) {
 	var errb bytes.Buffer
 	for want, args := range map[string][]string{
 		// The type and op lists come from data.go; ", or all" is added here.
-		`"float128"`:                           {"--datatype", "float128"},
-		"float, ":                              {"-d", "float128"},
-		", or all":                             {"-d", "fp32"},
-		`-o "xor"`:                             {"--op", "xor"},
-		"avg, or all":                          {"-o", "xor"},
-		"-t/--nthreads 2: ncclperf issues":     {"-t", "2"},
-		"-n/--iters 0: want at least 1":        {"--iters", "0"},
-		"-w/--warmup_iters -1: want 0 or more": {"-w", "-1"},
-		"-c/--check -1":                        {"-c", "-1"},
-		"-g/--ngpus 0: want at least 1 rank":   {"--ngpus", "0"},
-		`invalid value "x" for flag -ngpus`:    {"--ngpus", "x"},
-		`-e/--maxbytes "1T"`:                   {"--maxbytes", "1T"},
-		"-ncclgo=false leaves nothing":         {"-ncclgo=false"},
-		"flag provided but not defined: -zz":   {"-zz"},
-		`-coll "gather": unknown collective`:   {"-coll", "gather"},
-		"-p2p-channels -1: want 0":             {"-p2p-channels", "-1"},
-		"-N/--run_cycles 0: want at least 1":   {"--run_cycles", "0"},
-		`-ref-loop "cpp": want go or c`:        {"-ref-loop", "cpp"},
+		`"float128"`:                             {"--datatype", "float128"},
+		"float, ":                                {"-d", "float128"},
+		", or all":                               {"-d", "fp32"},
+		`-o "xor"`:                               {"--op", "xor"},
+		"avg, or all":                            {"-o", "xor"},
+		"-t/--nthreads 2: ncclperf issues":       {"-t", "2"},
+		"-n/--iters 0: want at least 1":          {"--iters", "0"},
+		"-w/--warmup_iters -1: want 0 or more":   {"-w", "-1"},
+		"-c/--check -1":                          {"-c", "-1"},
+		"-g/--ngpus 0: want at least 1 rank":     {"--ngpus", "0"},
+		`invalid argument "x" for "-g, --ngpus"`: {"--ngpus", "x"},
+		`-e/--maxbytes "1T"`:                     {"--maxbytes", "1T"},
+		"-ncclgo=false leaves nothing":           {"-ncclgo=false"},
+		"unknown shorthand flag: 'z' in -zz":     {"-zz"},
+		"unknown flag: --zz":                     {"--zz"},
+		`-coll "gather": unknown collective`:     {"-coll", "gather"},
+		"-p2p-channels -1: want 0":               {"-p2p-channels", "-1"},
+		"-N/--run_cycles 0: want at least 1":     {"--run_cycles", "0"},
+		`-ref-loop "cpp": want go or c`:          {"-ref-loop", "cpp"},
 	} {
 		_, err := parseFlags(args, &errb)
 		require.Error(t, err, args)
@@ -132,36 +138,51 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
-func TestSplitAttached(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.String("b", "", "")
-	fs.String("d", "", "")
-	fs.String("devices", "", "")
-	fs.Int("r", 0, "")
-	fs.Bool("hosttime", false, "")
-	fs.Bool("x", false, "")
-	for _, tc := range []struct{ in, want []string }{
-		{[]string{"-b8"}, []string{"-b", "8"}},
-		{[]string{"-dfloat", "-b", "-1"}, []string{"-d", "float", "-b", "-1"}},
-		{[]string{"-devices", "0,1", "-r", "-2"}, []string{"-devices", "0,1", "-r", "-2"}},
-		{[]string{"-hosttime", "-b16"}, []string{"-hosttime", "-b", "16"}},
-		{[]string{"-xyz"}, []string{"-xyz"}}, // bool: not split
-		{[]string{"--b8"}, []string{"--b8"}}, // long: not split
-		{[]string{"-b=8", "-d1"}, []string{"-b=8", "-d", "1"}},
-		{[]string{"pos", "-b8"}, []string{"pos", "-b8"}}, // after a positional argument: untouched
-		{[]string{"--", "-b8"}, []string{"--", "-b8"}},
-	} {
-		assert.Equal(t, tc.want, splitAttached(fs, tc.in), "%v", tc.in)
-	}
-}
-
 func TestUsage(t *testing.T) {
 	var errb bytes.Buffer
 	_, err := parseFlags([]string{"-h"}, &errb)
-	require.True(t, errors.Is(err, flag.ErrHelp))
+	require.True(t, errors.Is(err, cli.ErrHelp))
 	out := errb.String()
-	for _, want := range []string{"-b, --minbytes size", "-w, --warmup_iters iterations", "-d, --datatype", "-coll collective", "-compare", "-ncclgo"} {
+	for _, want := range []string{"-b, --minbytes size", "-w, --warmup_iters iterations", "-d, --datatype", "--coll collective", "--compare", "--ncclgo"} {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "\n  -minbytes", "long names are listed with their short flag, not alone")
+}
+
+// TestExitCodes: -h prints the usage on stdout and exits 0; usage errors
+// exit 2 with the message on stderr; a failure of the work exits 1 (the
+// convention of internal/cli, which ncclgen follows too).
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-h"}, cli.ExitOK, ""},
+		{[]string{"--help"}, cli.ExitOK, ""},
+		{[]string{"--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
+		{[]string{"-b", "16", "-e", "8"}, cli.ExitUsage, "-e/--maxbytes 8 is below -b/--minbytes 16"},
+		{[]string{"-coll", "gather"}, cli.ExitUsage, `-coll "gather": unknown collective`},
+		{[]string{"-n", "x"}, cli.ExitUsage, `invalid argument "x"`},
+		{[]string{"stray"}, cli.ExitUsage, `unexpected argument "stray"`},
+		{[]string{"-cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")}, cli.ExitFailure, "-cpuprofile: "},
+	} {
+		cmd := exec.Command(os.Args[0], tc.args...)
+		cmd.Env = append(os.Environ(), envMain+"=1")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		assert.Equal(t, tc.code, cmd.ProcessState.ExitCode(), "%q: %s", tc.args, errb.String())
+		if tc.msg == "" {
+			assert.True(t, strings.HasPrefix(out.String(), "Usage: ncclperf [flags]"), "%q: usage on stdout", tc.args)
+			assert.Empty(t, errb.String(), "%q", tc.args)
+			continue
+		}
+		assert.Empty(t, out.String(), "%q", tc.args)
+		assert.Contains(t, errb.String(), "ncclperf: "+tc.msg, "%q", tc.args)
+	}
 }

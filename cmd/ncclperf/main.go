@@ -60,11 +60,13 @@
 // outputs up to -check-max bytes per rank are checked whole, larger ones on
 // sampled windows (evenly spread, plus the rank-chunk boundaries of
 // AllGather). Checks run on the untimed iteration before each timed loop.
+// The data derive from one seed per job, rank 0's when the ranks are
+// processes: NCCLGO_TEST_SEED, else drawn from the clock; the table's
+// header prints it.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -77,8 +79,9 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/internal/cli"
 	"github.com/ncclgo/ncclgo/internal/launch"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -183,6 +186,7 @@ type config struct {
 	place           *launch.Place // this process's place in a launched job, else nil
 	mp              *mpRank       // the job's control channel, with ranks in several processes
 	rank0           int           // the communicator rank of this process's first rank
+	seed            dataSeed      // the check's data seed, the job's (run sets it)
 }
 
 // job is one table: a collective, a type and an op.
@@ -229,23 +233,14 @@ func main() {
 	case err == nil:
 		at = &place
 	case !errors.Is(err, launch.ErrNotLaunched):
-		fmt.Fprintln(os.Stderr, "ncclperf:", err)
-		os.Exit(2)
+		exit(cli.Usage(err)) // the launcher's variables are the job's command line
 	}
-	c, err := parseArgs(os.Args[1:], os.Stderr, at)
+	c, err := parseArgs(os.Args[1:], os.Stdout, at)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "ncclperf:", err)
-		os.Exit(2)
+		exit(err)
 	}
 	if c.np > 0 && c.place == nil {
-		if err := spawn(c, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "ncclperf:", err)
-			os.Exit(1)
-		}
-		return
+		exit(spawn(c, os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// -cpuprofile and -trace: one file per rank under a launcher.
 	for _, p := range []struct {
@@ -261,8 +256,7 @@ func main() {
 		}
 		f, err := createProfile(p.path, c.place, p.start)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "ncclperf: %s: %v\n", p.flag, err)
-			os.Exit(2)
+			exit(fmt.Errorf("%s: %w", p.flag, err))
 		}
 		defer f.Close()
 		defer p.stop()
@@ -270,12 +264,23 @@ func main() {
 	if err := run(c, os.Stdout); err != nil {
 		trace.Stop()
 		pprof.StopCPUProfile()
+		exit(err)
+	}
+}
+
+// exit ends ncclperf after err as internal/cli's convention says: a
+// usage error exits 2, another failure 1, nil (or -h) 0.
+func exit(err error) {
+	if err != nil && !errors.Is(err, cli.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "ncclperf:", err)
+		if cli.IsUsage(err) {
+			fmt.Fprintln(os.Stderr, "ncclperf: 'ncclperf -h' lists the flags")
+		}
 		if errors.Is(err, cuda.ErrNoDriver) {
 			fmt.Fprintln(os.Stderr, "ncclperf:", noDriverHint)
 		}
-		os.Exit(1)
 	}
+	os.Exit(cli.ExitCode(err))
 }
 
 // createProfile creates path (path.N for rank N > 0 of a launched job) and
@@ -312,6 +317,7 @@ type rankBuffers struct {
 func run(c *config, w io.Writer) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	c.seed = chooseSeed()
 	if c.place != nil {
 		return runRank(c, w)
 	}
@@ -668,7 +674,7 @@ func (c *config) fill(ranks []rankBuffers, send []cuda.DevicePtr, count int64) e
 		first := min(n, fillChunk)
 		vals := make([]float64, first)
 		for i := range vals {
-			vals[i] = fillValue(c.rank0+r, i, c.op)
+			vals[i] = fillValue(c.seed.Value, c.rank0+r, i, c.op)
 		}
 		b := encode(c.dt, vals)
 		if err := rb.ctx.MemcpyHtoD(send[r], unsafe.Pointer(&b[0]), uint64(len(b))); err != nil {
@@ -722,9 +728,9 @@ func checkWindows(n, maxElems int64, boundaries []int64) [][2]int64 {
 // reduceAt reduces element i of every rank's send buffer.
 func (c *config) reduceAt(i int) float64 {
 	n := c.nRanks
-	acc := fillValue(0, i, c.op)
+	acc := fillValue(c.seed.Value, 0, i, c.op)
 	for r := 1; r < n; r++ {
-		v := fillValue(r, i, c.op)
+		v := fillValue(c.seed.Value, r, i, c.op)
 		switch c.op {
 		case opSum, opAvg:
 			acc += v
@@ -779,14 +785,14 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 				case collReduceScatter:
 					want = c.reduceAt(r*int(count) + i)
 				case collAllGather:
-					want = fillValue(i/int(count), i%int(count), c.op)
+					want = fillValue(c.seed.Value, i/int(count), i%int(count), c.op)
 				case collBroadcast:
-					want = fillValue(c.root, i, c.op)
+					want = fillValue(c.seed.Value, c.root, i, c.op)
 				case collSendRecv:
-					want = fillValue((r+c.nRanks-1)%c.nRanks, i, c.op)
+					want = fillValue(c.seed.Value, (r+c.nRanks-1)%c.nRanks, i, c.op)
 				case collAllToAll:
 					// Block j of our output is rank j's block r.
-					want = fillValue(i/int(count), r*int(count)+i%int(count), c.op)
+					want = fillValue(c.seed.Value, i/int(count), r*int(count)+i%int(count), c.op)
 				}
 				wr, ok := rounded[want]
 				if !ok {

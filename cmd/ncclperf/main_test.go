@@ -170,21 +170,21 @@ func TestCheckWindows(t *testing.T) {
 	}
 	assert.True(t, covered(n/8-1) && covered(n/8), "chunk boundaries are checked")
 	for i := range 12 {
-		assert.Equal(t, fillValue(3, i, opSum), fillValue(3, i+fillChunk, opSum), "fill uploads one chunk and copies it along")
-		assert.Equal(t, fillValue(3, i, opProd), fillValue(3, i+fillChunk, opProd))
+		assert.Equal(t, fillValue(1, 3, i, opSum), fillValue(1, 3, i+fillChunk, opSum), "fill uploads one chunk and copies it along")
+		assert.Equal(t, fillValue(1, 3, i, opProd), fillValue(1, 3, i+fillChunk, opProd))
 	}
 	differs := func(f func(i int) float64) bool {
 		for i := range 200 {
-			if f(i) != fillValue(3, i, opSum) {
+			if f(i) != fillValue(1, 3, i, opSum) {
 				return true
 			}
 		}
 		return false
 	}
 	for _, shift := range []int{1, 3, 6} {
-		assert.True(t, differs(func(i int) float64 { return fillValue(3, i+shift, opSum) }), "shift by %d", shift)
+		assert.True(t, differs(func(i int) float64 { return fillValue(1, 3, i+shift, opSum) }), "shift by %d", shift)
 	}
-	assert.True(t, differs(func(i int) float64 { return fillValue(0, i, opSum) }), "another rank's data")
+	assert.True(t, differs(func(i int) float64 { return fillValue(1, 0, i, opSum) }), "another rank's data")
 }
 
 func TestPointToPointSizes(t *testing.T) {

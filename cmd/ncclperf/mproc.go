@@ -120,6 +120,9 @@ func runRank(c *config, w io.Writer) (err error) {
 		}
 	}()
 	exitWhenLost(g, lostExitGrace)
+	if c.seed, err = agreeSeed(ctx, g, c.seed); err != nil {
+		return err
+	}
 	c.mp, c.rank0 = &mpRank{g: g}, p.Rank
 	if p.Rank != 0 {
 		w = io.Discard
@@ -140,6 +143,26 @@ func runRank(c *config, w io.Writer) (err error) {
 		}
 	}
 	return c.measure(w, []int{dev})
+}
+
+// agreeSeed returns rank 0's data seed, which every rank of g uses: the
+// processes of a job choose their seeds independently (from the clock,
+// unless NCCLGO_TEST_SEED is set), and a rank's check compares with the
+// data the others filled.
+func agreeSeed(ctx context.Context, g *launch.Group, mine dataSeed) (dataSeed, error) {
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return mine, err
+	}
+	all, err := g.AllGather(ctx, b)
+	if err != nil {
+		return mine, fmt.Errorf("agreeing on the data seed: %w", err)
+	}
+	var s dataSeed
+	if err := json.Unmarshal(all[0], &s); err != nil {
+		return mine, fmt.Errorf("rank 0's data seed %.64q: %w", all[0], err)
+	}
+	return s, nil
 }
 
 // rankDevice is the device of the rank at p: its entry of -devices, else

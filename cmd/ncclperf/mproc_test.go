@@ -28,10 +28,12 @@ import (
 // fakes: "slow1" makes rank 1's calls take fakeDelay, "die1" kills rank
 // 1's process in the middle of the sweep, at the call after which rank 0's
 // stream never gets idle (a kernel waiting for the dead rank).
+// envShowSeed makes each fake rank print the data seed it checks with.
 const (
-	envMain   = "NCCLPERF_TEST_MAIN"
-	envFake   = "NCCLPERF_TEST_FAKE"
-	fakeDelay = 20 * time.Millisecond
+	envMain     = "NCCLPERF_TEST_MAIN"
+	envFake     = "NCCLPERF_TEST_FAKE"
+	envShowSeed = "NCCLPERF_TEST_SHOW_SEED"
+	fakeDelay   = 20 * time.Millisecond
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +55,12 @@ func installFakeGPU(mode string) {
 		return make([]rankBuffers, len(devices)), func() {}, nil
 	}
 	streamIdle = func(*cuda.Stream) (bool, error) { return !fakeHung.Load(), nil }
-	openOurs = func(c *config) (backend, error) { return &procBackend{rank: c.rank0, mode: mode}, nil }
+	openOurs = func(c *config) (backend, error) {
+		if os.Getenv(envShowSeed) == "1" {
+			fmt.Fprintf(os.Stderr, "fake rank %d: data seed %d\n", c.rank0, c.seed.Value)
+		}
+		return &procBackend{rank: c.rank0, mode: mode}, nil
+	}
 }
 
 // fakeHung makes the fake streams busy for ever.
@@ -296,4 +303,63 @@ func TestUnderOtherLaunchers(t *testing.T) {
 			assert.Empty(t, outs[1].String(), "only rank 0 prints")
 		})
 	}
+}
+
+// TestOneSeedPerJob: the ranks of a job in several processes check with
+// one data seed, rank 0's, with NCCLGO_TEST_SEED unset (each process drew
+// its own from the clock, so every rank checked other ranks' outputs
+// against data they never sent) and with it set to different values.
+func TestOneSeedPerJob(t *testing.T) {
+	seeds := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, g := range regexp.MustCompile(`fake rank (\d+): data seed (\d+)`).FindAllStringSubmatch(out, -1) {
+			m[g[1]] = g[2]
+		}
+		return m
+	}
+	t.Setenv(envShowSeed, "1")
+	t.Setenv("NCCLGO_TEST_SEED", "") // unset: each process draws one
+	args := []string{"-b", "8", "-e", "16", "-c", "0", "-n", "1", "-w", "0"}
+	for try := range 3 {
+		out, code, _ := runMain(t, "none", append([]string{"-np", "2"}, args...)...)
+		require.Equal(t, 0, code, out)
+		s := seeds(out)
+		require.Len(t, s, 2, out)
+		require.Equal(t, s["0"], s["1"], "-np 2, try %d: the ranks' data seeds differ: %s", try, out)
+	}
+
+	// Under mpirun each process starts on its own, with its own
+	// environment: rank 0's seed is the job's.
+	t.Setenv("TMPDIR", t.TempDir())
+	job := strconv.FormatInt(time.Now().UnixNano(), 10)
+	var cmds [2]*exec.Cmd
+	var outs [2]bytes.Buffer
+	for r := range 2 {
+		cmds[r] = exec.Command(os.Args[0], args...)
+		cmds[r].Env = append(os.Environ(), envMain+"=1", envFake+"=none", "NCCLGO_TEST_SEED="+strconv.Itoa(100+r),
+			"OMPI_COMM_WORLD_RANK="+strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK="+strconv.Itoa(r),
+			"OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid="+job)
+		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+		require.NoError(t, cmds[r].Start())
+	}
+	for r := range 2 {
+		require.NoError(t, cmds[r].Wait(), "rank %d: %s", r, outs[r].String())
+	}
+	for r := range 2 {
+		assert.Equal(t, map[string]string{strconv.Itoa(r): "100"}, seeds(outs[r].String()), "rank %d under mpirun", r)
+	}
+}
+
+// TestSeedInHeader: with -c, the table says which seed the data came
+// from and how to replay it.
+func TestSeedInHeader(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, op: opSum, nRanks: 2, devices: []int{0, 1}, iters: 1, check: true, checkMax: 64,
+		seed: dataSeed{Value: 42}}
+	var out bytes.Buffer
+	(&table{c: c, ours: "2 ranks"}).header(&out)
+	assert.Contains(t, out.String(), "; data seed 42 (replay with NCCLGO_TEST_SEED=42)\n")
+	c.seed.Fixed = true
+	out.Reset()
+	(&table{c: c, ours: "2 ranks"}).header(&out)
+	assert.Contains(t, out.String(), "; data seed 42 (NCCLGO_TEST_SEED)\n")
 }

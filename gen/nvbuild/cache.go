@@ -72,14 +72,6 @@ func (h *fileHasher) hash(path string) (string, error) {
 	return e.sum, e.err
 }
 
-// forget drops a memoized hash (after a compile that may have seen newer
-// content).
-func (h *fileHasher) forget(path string) {
-	h.mu.Lock()
-	delete(h.m, path)
-	h.mu.Unlock()
-}
-
 // store is the on-disk cache.
 type store struct{ dir string }
 

@@ -105,8 +105,9 @@ func Epsilon(t kspace.Type) float64 {
 		return 1.0 / 8
 	case kspace.F8E5M2:
 		return 1.0 / 4
+	default: // the integers
+		return 0
 	}
-	return 0
 }
 
 // FormatOf returns the format of a 16- or 8-bit floating-point type, and
@@ -121,8 +122,9 @@ func FormatOf(t kspace.Type) (Format, bool) {
 		return E4M3, true
 	case kspace.F8E5M2:
 		return E5M2, true
+	default: // the integers, f32 and f64
+		return Format{}, false
 	}
-	return Format{}, false
 }
 
 // Overflows is the overflow rule Encode applies to t: SatFinite for the fp8

@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // A float Avg over a rank count that is not a power of two is the one
@@ -56,8 +56,9 @@ func format(t kspace.Type) (mant, minExp int, ok bool) {
 		return 3, -6, true
 	case kspace.F8E5M2:
 		return 2, -14, true
+	default: // the integers
+		return 0, 0, false
 	}
-	return 0, 0, false
 }
 
 // Spacing is the distance between consecutive values of the float type t
@@ -130,7 +131,7 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 	op := Avg
 	h := func(v float64) float64 { return Spacing(t, v) / 2 }
 	var bufs [3][16]float64 // no allocation for up to 16 ranks
-	pos, neg, m := bufs[0][:0], bufs[1][:0], bufs[2][:0]
+	pos, neg := bufs[0][:0], bufs[1][:0]
 	var premul, abs, comp float64
 	// sum adds v to center, keeping in comp what the addition lost
 	// (Neumaier): the products of every type but f64 and their sums are
@@ -163,6 +164,7 @@ func avgBound(seed uint64, t kspace.Type, nRanks int, s float64, i uint64) (cent
 	// m[j] bounds the magnitude of a sum of j+1 of the products.
 	slices.SortFunc(pos, func(a, b float64) int { return cmp.Compare(b, a) })
 	slices.SortFunc(neg, func(a, b float64) int { return cmp.Compare(b, a) })
+	var m []float64
 	if nRanks <= len(bufs[2]) {
 		m = bufs[2][:nRanks]
 	} else {

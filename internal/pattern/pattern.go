@@ -29,8 +29,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // EnvSeed names the environment variable that fixes the seed of a run.
@@ -166,16 +166,18 @@ func exactLimit(t kspace.Type) int64 {
 		return 16
 	case kspace.F8E5M2:
 		return 8
+	default: // the 32- and 64-bit types: the cap
+		return 1 << 20
 	}
-	return 1 << 20
 }
 
 func signed(t kspace.Type) bool {
 	switch t {
 	case kspace.U8, kspace.U32, kspace.U64:
 		return false
+	default: // the signed integers and the floats
+		return true
 	}
-	return true
 }
 
 // Range returns the interval [lo, hi] that Sum, Max, Min and Avg inputs of

@@ -218,9 +218,7 @@ func (l *Ledger) Acquire(reqs []Request, interrupted func() error) (*Ticket, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range t.reqs {
-		l.queue = append(l.queue, r)
-	}
+	l.queue = append(l.queue, t.reqs...)
 	l.pass(false)
 	return t, nil
 }

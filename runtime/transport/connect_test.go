@@ -17,7 +17,6 @@ import (
 // fakeMem hands out addresses from a counter and records what happens.
 type fakeMem struct {
 	mu     sync.Mutex
-	next   uint64
 	live   map[cuda.DevicePtr]uint64
 	zeroed map[cuda.DevicePtr]bool
 	failAt int // fail the n-th allocation (1-based); 0: never

@@ -19,17 +19,16 @@ type fakeIPC struct {
 	*fakeMem
 	dev cuda.Device
 
-	mu          sync.Mutex
-	noVMM       bool
-	handles     map[cuda.MemHandle]*ipc.Segment
-	reserved    map[cuda.DevicePtr]uint64
-	mapped      map[cuda.DevicePtr]*ipc.Segment
-	registered  map[unsafe.Pointer]cuda.DevicePtr
-	hostMapped  map[cuda.DevicePtr][]byte
-	ipcOpened   map[cuda.DevicePtr]uint64 // the opened allocation's size
-	ipcShort    uint64                    // IpcGetMemHandle: allocations this many bytes smaller than allocated (a peer that over-publishes)
-	nextHandle  cuda.MemHandle
-	nextAddress uint64
+	mu         sync.Mutex
+	noVMM      bool
+	handles    map[cuda.MemHandle]*ipc.Segment
+	reserved   map[cuda.DevicePtr]uint64
+	mapped     map[cuda.DevicePtr]*ipc.Segment
+	registered map[unsafe.Pointer]cuda.DevicePtr
+	hostMapped map[cuda.DevicePtr][]byte
+	ipcOpened  map[cuda.DevicePtr]uint64 // the opened allocation's size
+	ipcShort   uint64                    // IpcGetMemHandle: allocations this many bytes smaller than allocated (a peer that over-publishes)
+	nextHandle cuda.MemHandle
 }
 
 // fakeWorld gives every fake device distinct addresses.

@@ -138,8 +138,9 @@ func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int
 	case kspace.Tree:
 		perNode := t.topo.NRanks / nodes
 		return lat + 2*(float64(perNode-1)*intra+float64(log2i(int64(nodes)))*inter)
+	default: // not modeled: never chosen
+		return math.Inf(1)
 	}
-	return math.Inf(1)
 }
 
 // Ranks that share one GPU share its memory system, which NCCL's model
@@ -201,6 +202,7 @@ func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc i
 				f = 0.7
 			}
 			bus = math.Min(bus*f, ncf*perChRingLL128BW[k])
+		case kspace.Simple: // the links' bandwidth as is
 		}
 		nsteps, _ := t.steps(c)
 		return bus * float64(t.topo.NRanks) / float64(nsteps)
@@ -215,13 +217,15 @@ func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc i
 				f = 7.0 / 9
 			}
 			bus = math.Min(bus*f, ncf*perChTreeLL128BW[k])
+		case kspace.Simple: // the links' bandwidth as is
 		}
 		if l := log2i(nBytes >> 6); l < len(treeCorrection[p]) {
 			bus *= treeCorrection[p][l]
 		}
 		return bus * 0.5
+	default: // not modeled
+		return 0
 	}
-	return 0
 }
 
 // p2pTime models one SendRecv: one hop on a ring-like connection.
@@ -244,6 +248,7 @@ func modeled(c kspace.Coll, a kspace.Algo) bool {
 		return c != kspace.SendRecv
 	case kspace.Tree:
 		return c == kspace.AllReduce
+	default:
+		return false
 	}
-	return false
 }
