@@ -13,7 +13,7 @@ func TestNCCLParity(t *testing.T) {
 	assert.Equal(t, Summary{Rows: 1999, Valid: 919, Functions: 673, Kernels: 40}, s.Summary())
 }
 
-// The DESIGN.md filter examples and their (functions, kernels).
+// The design's filter examples (docs/ARCHITECTURE.md) and their (functions, kernels).
 func TestFilterExamples(t *testing.T) {
 	cases := []struct {
 		pattern  string
