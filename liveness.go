@@ -46,7 +46,7 @@ func (c *Comm) watchPeers(ctx context.Context, peers []transport.Peer) error {
 		return err
 	}
 	c.watch = w
-	names, err := c.net.AllGather(ctx, []byte(w.Name()))
+	names, err := c.net.AllGather(ctx, []byte(w.Addr()))
 	if err != nil {
 		return fmt.Errorf("exchanging liveness sockets: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/residency"
@@ -171,8 +172,8 @@ func commTimeout(s settings) time.Duration {
 		return s.bootstrap.Timeout
 	}
 	if v := strings.TrimSpace(os.Getenv("NCCL_BOOTSTRAP_TIMEOUT")); v != "" {
-		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 && secs <= 1e9 {
-			return time.Duration(secs * float64(time.Second))
+		if d, err := config.ParseBootstrapTimeout(v); err == nil {
+			return d
 		}
 	}
 	return bootstrap.DefaultTimeout

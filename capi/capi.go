@@ -208,8 +208,27 @@ func panicSite() string {
 // ncclGetLastError naming op and the panic, instead of killing the host.
 func guard(op string, res *result) {
 	if p := recover(); p != nil {
-		*res = fail(op, panicError(p))
+		*res = fail(op, faultError(p))
 	}
+}
+
+// ownPackage is this package's prefix in function names: "main." in the
+// shared library, the import path in its tests.
+func ownPackage() string {
+	pc, _, _, _ := runtime.Caller(0)
+	name := runtime.FuncForPC(pc).Name() // ....ownPackage
+	return strings.TrimSuffix(name, "ownPackage")
+}
+
+// faultError is panicError, except for a memory fault in this package's
+// own code, which only dereferences the caller's pointers: that is a bad
+// pointer argument (ncclInvalidArgument), not a bug in ncclgo.
+func faultError(p any) error {
+	site := panicSite()
+	if re, ok := p.(runtime.Error); ok && strings.Contains(re.Error(), "invalid memory address") && strings.HasPrefix(site, ownPackage()) {
+		return fmt.Errorf("%w: a pointer argument is not valid memory (fault in %s: %v)", ncclgo.ErrInvalidArgument, site, p)
+	}
+	return fmt.Errorf("%w: panic: %v (in %s)", errPanic, p, site)
 }
 
 // guardString is guard for the exports that return a string: a panic

@@ -298,6 +298,20 @@ func TestGuard(t *testing.T) {
 	assert.Contains(t, msg, "TestGuard")
 	assert.Contains(t, msg, "capi_test.go")
 
+	// A wild caller pointer (faulting in this package, where the caller's
+	// pointers are dereferenced) is a bad argument, not a bug in ncclgo.
+	wild := func() (res result) {
+		defer guard("Wild", &res)
+		var p *[1 << 10]int32 // as a caller's (int*)0x14
+		p[5] = 1
+		return cSuccess
+	}
+	assert.EqualValues(t, cInvalidArgument, wild())
+	msg = lastError()
+	assert.Contains(t, msg, "ncclWild: ")
+	assert.Contains(t, msg, "pointer argument is not valid memory")
+	assert.NotContains(t, msg, "a bug in ncclgo")
+
 	gc, err := recovered(func() (*ncclgo.Comm, error) { panic("init went wrong") })
 	assert.Nil(t, gc)
 	assert.ErrorIs(t, err, errPanic)

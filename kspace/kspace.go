@@ -30,7 +30,12 @@ const (
 	NumColls = iota
 )
 
-func (c Coll) String() string { return Colls[c].Name }
+func (c Coll) String() string {
+	if c < 0 || int(c) >= len(Colls) {
+		return fmt.Sprintf("Coll(%d)", int(c))
+	}
+	return Colls[c].Name
+}
 
 // Lower is the snake_case stem used in file names ("all_reduce").
 func (c Coll) Lower() string { return Colls[c].Lower }
@@ -56,7 +61,12 @@ const (
 	NumRedOps = iota
 )
 
-func (o RedOp) String() string { return RedOps[o].Name }
+func (o RedOp) String() string {
+	if o < 0 || int(o) >= len(RedOps) {
+		return fmt.Sprintf("RedOp(%d)", int(o))
+	}
+	return RedOps[o].Name
+}
 
 // Type is a data type, with nccl.h's ncclDataType_t values.
 type Type int
@@ -78,7 +88,12 @@ const (
 	NumTypes = iota
 )
 
-func (t Type) String() string { return Types[t].Name }
+func (t Type) String() string {
+	if t < 0 || int(t) >= len(Types) {
+		return fmt.Sprintf("Type(%d)", int(t))
+	}
+	return Types[t].Name
+}
 
 // Size is the size of one element in bytes.
 func (t Type) Size() int { return Types[t].Size }
@@ -118,7 +133,12 @@ const (
 	NumAlgos = iota
 )
 
-func (a Algo) String() string { return Algos[a].Name }
+func (a Algo) String() string {
+	if a < 0 || int(a) >= len(Algos) {
+		return fmt.Sprintf("Algo(%d)", int(a))
+	}
+	return Algos[a].Name
+}
 
 // IsNVLS reports whether the algorithm uses NVLink SHARP (multicast).
 func (a Algo) IsNVLS() bool { return a == NVLS || a == NVLSTree }
@@ -134,7 +154,12 @@ const (
 	NumProtos = iota
 )
 
-func (p Proto) String() string { return Protos[p].Name }
+func (p Proto) String() string {
+	if p < 0 || int(p) >= len(Protos) {
+		return fmt.Sprintf("Proto(%d)", int(p))
+	}
+	return Protos[p].Name
+}
 
 // AlgosOf lists, per collective, the algorithms it has device functions for,
 // in row order.

@@ -112,7 +112,7 @@ func Join(ctx context.Context, p Place, getenv func(string) string) (_ *Group, e
 	if g.watch, err = ipc.NewWatcher(p.Rank, p.Size, g.lost); err != nil {
 		return nil, err
 	}
-	blocks, err := g.conn.AllGather(ctx, []byte(strconv.Itoa(os.Getpid())+" "+g.watch.Name()))
+	blocks, err := g.conn.AllGather(ctx, []byte(strconv.Itoa(os.Getpid())+" "+g.watch.Addr()))
 	if err != nil {
 		return nil, fmt.Errorf("launch: rank %d: exchanging process ids: %w", p.Rank, err)
 	}

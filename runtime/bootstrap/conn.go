@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,13 +24,17 @@ type Conn struct {
 	size   int
 	magic  uint64
 	addrs  []string // listen address of every rank
+	tokens []uint64 // check-in token of every rank (see hello.token)
+	token  uint64   // this rank's
 	log    *slog.Logger
 	ln     net.Listener
 	box    *mailbox
 	out    []*peerOut
 	maxMsg int // largest message accepted from / sent to a peer
+	maxQ   int // most bytes queued unreceived from one peer
 
 	socks   connSet        // every socket, to close on shutdown
+	pending pendingSet     // accepted sockets that have not said hello
 	mu      sync.Mutex     // guards inPeers
 	inPeers map[int]bool   // peers with an incoming connection
 	wg      sync.WaitGroup // accept loop and readers
@@ -80,6 +85,13 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	if err != nil {
 		return nil, err
 	}
+	maxQ, err := opts.maxQueued(maxMsg)
+	if err != nil {
+		return nil, err
+	}
+	var tb [8]byte
+	_, _ = rand.Read(tb[:]) // crypto/rand.Read does not fail (Go 1.24)
+	token := binary.BigEndian.Uint64(tb[:])
 	log := opts.logger().With("rank", rank)
 	rootAddr := rootAP.String()
 	start := time.Now()
@@ -143,7 +155,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	// through its deadline.
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ictx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
-	h := hello{magic: magic, kind: helloCheckIn, rank: rank, nRanks: nRanks, addr: ln.Addr().String()}
+	h := hello{magic: magic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
 	br := bufio.NewReader(rc)
 	var reply []byte
 	if err = writeFrame(rc, h.encode()); err == nil {
@@ -167,11 +179,15 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, fmt.Errorf("bootstrap: rank %d: check-in with root at %s: %w", rank, rootAddr, err)
 	}
 
-	var addrs []string
+	var table []tableEntry
 	switch {
 	case len(reply) > 0 && reply[0] == msgTable:
-		if addrs, err = decodeTable(reply, nRanks); err != nil {
+		if table, err = decodeTable(reply, nRanks); err != nil {
 			return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+		}
+		if table[rank].token != token {
+			// The root gave this rank's slot to another claimant.
+			return nil, fmt.Errorf("bootstrap: rank %d: %w: the root's table holds another process's check-in for rank %d (is another process using this unique id?)", rank, ErrRejected, rank)
 		}
 	case len(reply) > 0 && reply[0] == msgStatus:
 		st, err := decodeStatus(reply)
@@ -185,7 +201,7 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		if st.final {
 			after = time.Duration(st.afterMS) * time.Millisecond
 		}
-		te := &TimeoutError{Op: fmt.Sprintf("rank %d", rank), After: after, Missing: st.missing, NRanks: st.nRanks}
+		te := st.timeoutError(fmt.Sprintf("rank %d", rank), after)
 		if st.final {
 			te.Op += " (root gave up)"
 		}
@@ -197,10 +213,15 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, fmt.Errorf("bootstrap: rank %d: unexpected %d-byte reply from root at %s", rank, len(reply), rootAddr)
 	}
 
+	addrs := make([]string, nRanks)
+	tokens := make([]uint64, nRanks)
+	for i, e := range table {
+		addrs[i], tokens[i] = e.addr, e.token
+	}
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
-		size:    nRanks, magic: magic, addrs: addrs,
-		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg,
+		size:    nRanks, magic: magic, addrs: addrs, tokens: tokens, token: token,
+		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg, maxQ: maxQ,
 		out:     make([]*peerOut, nRanks),
 		inPeers: make(map[int]bool),
 	}
@@ -260,6 +281,7 @@ func (c *Conn) acceptLoop() {
 			nc.Close()
 			return false
 		}
+		c.pending.add(nc)
 		c.wg.Add(1)
 		go c.readPeer(nc)
 		return true
@@ -279,6 +301,7 @@ func (c *Conn) readPeer(nc net.Conn) {
 	br := bufio.NewReaderSize(nc, 64<<10)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	b, err := readFrame(br, maxHelloSize)
+	c.pending.done(nc)
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, c.magic)
@@ -291,6 +314,10 @@ func (c *Conn) readPeer(nc net.Conn) {
 			err = fmt.Errorf("%w: hello kind %d sent to a rank", ErrBadMagic, h.kind)
 		case h.nRanks != c.size || h.rank == c.rank:
 			err = fmt.Errorf("%w: peer says rank %d of %d, this is rank %d of %d", ErrBadMagic, h.rank, h.nRanks, c.rank, c.size)
+		case h.token != c.tokens[h.rank]:
+			// It knows the id but did not check in as that rank: an
+			// impostor, refused before it can deliver anything.
+			err = fmt.Errorf("%w: a connection claims rank %d without its check-in token (another process holding the unique id?)", ErrBadMagic, h.rank)
 		}
 	}
 	if err == nil {
@@ -310,16 +337,31 @@ func (c *Conn) readPeer(nc net.Conn) {
 	_ = nc.SetReadDeadline(time.Time{})
 	delivered := false
 	for {
-		b, err := readFrameConn(nc, br, c.maxMsg+msgHeader, c.timeout)
+		b, err := readFrameConn(nc, br, c.maxMsg+msgHeader, c.timeout, func(n int) error {
+			// What this peer sent and nobody received yet, plus this
+			// frame, must fit the per-peer bound.
+			if q := c.box.queued(h.rank); q+n > c.maxQ {
+				return fmt.Errorf("%w: rank %d has %d bytes queued unreceived here; a %d-byte frame would pass the %d-byte bound (Options.MaxQueuedBytes)",
+					ErrQueueFull, h.rank, q, n, c.maxQ)
+			}
+			return nil
+		})
 		violation := false
 		if err == nil && len(b) < msgHeader {
 			err, violation = fmt.Errorf("%d-byte message", len(b)), true
 		}
 		if err != nil {
 			var ne net.Error
-			violation = violation || errors.Is(err, errFrameTooLong) || errors.As(err, &ne) && ne.Timeout()
+			full := errors.Is(err, ErrQueueFull)
+			violation = violation || full || errors.Is(err, errFrameTooLong) || errors.As(err, &ne) && ne.Timeout()
 			if violation && c.box.closedErr() == nil {
 				c.log.Warn("bootstrap: dropped connection", "peer", h.rank, "remote", nc.RemoteAddr().String(), "err", err)
+			}
+			if full {
+				// The receivers on this peer learn why: the rest of
+				// its stream is lost.
+				c.box.peerGone(h.rank, err)
+				return
 			}
 			if !delivered {
 				// A real rank sends its hello and first message
@@ -396,7 +438,7 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 			return c.box.closedErr()
 		}
 		po.conn = nc
-		frames = append(frames, hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size}.encode())
+		frames = append(frames, hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode())
 	}
 	var hdr [msgHeader]byte
 	hdr[0] = class

@@ -26,9 +26,12 @@
 // or carries the wrong magic is closed without an answer and does not affect
 // anybody else ([ErrBadMagic]).
 //
-//	hello      = magic u64 | kind u8 | rank u32 | nranks u32 [ | addrlen u16 | addr ]
+//	hello      = magic u64 | kind u8 | rank u32 | nranks u32 | token u64 [ | addrlen u16 | addr ]
 //	             kind 1 = check-in (rank → root, with the rank's listen
 //	             address as "host:port"), kind 2 = peer (rank → rank, no address)
+//	             token: the rank's random check-in token; a peer hello must
+//	             carry the token the root's table holds for its rank, so a
+//	             process that knows only the id cannot speak for a rank
 //
 // Rank → root, after the hello:
 //
@@ -37,10 +40,11 @@
 //
 // Root → rank:
 //
-//	table      = 'T' | n u32 | n × (len u16 | "host:port")   one per rank, in rank order
-//	status     = 'S' | final u8 | after_ms u64 | nranks u32 | count u32 | count × rank u32
-//	             the ranks that have not checked in; final=1 when the root
-//	             itself timed out and gives up
+//	table      = 'T' | n u32 | n × (len u16 | "host:port" | token u64)   one per rank, in rank order
+//	status     = 'S' | final u8 | after_ms u64 | nranks u32 | missing u32 | count u32 | count × rank u32
+//	             how many ranks have not checked in, and the first of them
+//	             (count ≤ 64); final=1 when the root itself timed out and
+//	             gives up
 //	reject     = 'R' | text  (duplicate rank, rank out of range, nranks mismatch)
 //
 // The root writes the table to every rank once all nranks have checked in,
@@ -67,7 +71,11 @@
 // # Limits
 //
 // A connection must send its hello within min(5 s, timeout) or it is
-// closed. A message frame may announce at most [Options].MaxMessageSize
+// closed, and at most 64 connections of a root or a rank wait for their
+// hello (a new one closes the oldest). The bytes that one peer sent and
+// nobody received are bounded by [Options].MaxQueuedBytes (twice the
+// message limit by default): past it the peer's connection is dropped and
+// receives from it fail with [ErrQueueFull]. A message frame may announce at most [Options].MaxMessageSize
 // (default [DefaultMaxMessageSize], at most [MaxMessageSize]) plus its
 // header, and its body must follow its length within the timeout; a root
 // reply at most what a table of nranks addresses needs. Longer frames are

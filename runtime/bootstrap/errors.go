@@ -27,6 +27,10 @@ var (
 	// ErrPeerClosed reports a Recv from a peer whose connection has ended,
 	// with no matching message left in the queue.
 	ErrPeerClosed = errors.New("bootstrap: peer closed the connection")
+	// ErrQueueFull reports that a peer sent more than
+	// Options.MaxQueuedBytes that nobody received: its connection is
+	// dropped, and receives from it fail with this error.
+	ErrQueueFull = errors.New("bootstrap: too many bytes queued unreceived from a peer")
 	// ErrRejected reports that the root refused a rank's check-in
 	// (duplicate rank, rank out of range, mismatched number of ranks).
 	ErrRejected = errors.New("bootstrap: check-in rejected by root")
@@ -41,8 +45,12 @@ type TimeoutError struct {
 	// After is the timeout that expired.
 	After time.Duration
 	// Missing lists, for a check-in, the ranks that never arrived (nil
-	// otherwise, or when the root could not be asked).
+	// otherwise, or when the root could not be asked): the first 64 of
+	// them when more are missing (NMissing counts them all).
 	Missing []int
+	// NMissing is the number of missing ranks when it exceeds
+	// len(Missing); zero otherwise.
+	NMissing int
 	// NRanks is the communicator size, for a check-in.
 	NRanks int
 	// Cause is the underlying error, if any (a context error, or the last
@@ -61,7 +69,11 @@ func (e *TimeoutError) Error() string {
 	}
 	fmt.Fprintf(&b, "timed out after %v", e.After)
 	if e.Missing != nil {
-		fmt.Fprintf(&b, " waiting for ranks %s of %d to check in", formatRanks(e.Missing), e.NRanks)
+		if e.NMissing > len(e.Missing) {
+			fmt.Fprintf(&b, " waiting for %d ranks of %d to check in, the first %s", e.NMissing, e.NRanks, formatRanks(e.Missing))
+		} else {
+			fmt.Fprintf(&b, " waiting for ranks %s of %d to check in", formatRanks(e.Missing), e.NRanks)
+		}
 	}
 	if e.Cause != nil {
 		b.WriteString(": ")

@@ -85,13 +85,13 @@ func TestMaxMessageSize(t *testing.T) {
 }
 
 // forge dials addr and says hello as rank `as` of n with the magic of id.
-func forge(t *testing.T, addr string, id UniqueID, as, n int) net.Conn {
+func forge(t *testing.T, addr string, id UniqueID, as, n int, token uint64) net.Conn {
 	t.Helper()
 	magic, _, err := id.decode()
 	require.NoError(t, err)
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	require.NoError(t, writeFrame(c, hello{magic: magic, kind: helloPeer, rank: as, nRanks: n}.encode()))
+	require.NoError(t, writeFrame(c, hello{magic: magic, kind: helloPeer, rank: as, nRanks: n, token: token}.encode()))
 	return c
 }
 
@@ -120,7 +120,7 @@ func TestForgedFrame(t *testing.T) {
 	id, conns := tcpConns(t, 2, opts)
 	ctx := context.Background()
 
-	c := forge(t, conns[0].PeerAddr(0), id, 1, 2)
+	c := forge(t, conns[0].PeerAddr(0), id, 1, 2, conns[0].tokens[1])
 	defer c.Close()
 	_, err := c.Write(binary.BigEndian.AppendUint32(nil, 1<<30))
 	require.NoError(t, err)
@@ -134,7 +134,7 @@ func TestForgedFrame(t *testing.T) {
 	opts2 := loopbackOpts(300 * time.Millisecond)
 	opts2.Logger = quietLogger
 	id2, conns2 := tcpConns(t, 2, opts2)
-	c2 := forge(t, conns2[0].PeerAddr(0), id2, 1, 2)
+	c2 := forge(t, conns2[0].PeerAddr(0), id2, 1, 2, conns2[0].tokens[1])
 	defer c2.Close()
 	_, err = c2.Write(binary.BigEndian.AppendUint32(nil, 1000))
 	require.NoError(t, err)

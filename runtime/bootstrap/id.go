@@ -114,7 +114,18 @@ func (id UniqueID) decode() (uint64, netip.AddrPort, error) {
 	default:
 		return 0, netip.AddrPort{}, fmt.Errorf("%w: address family %d, want 4 or 6", ErrInvalidID, id[9])
 	}
-	return magic, netip.AddrPortFrom(ip, port), nil
+	ap := netip.AddrPortFrom(ip, port)
+	// Bytes the address does not use must be zero, so that one root has
+	// one id (and one text form).
+	if canon, err := encodeID(magic, ap); err != nil || canon != id {
+		for i := range id {
+			if canon[i] != id[i] {
+				return 0, netip.AddrPort{}, fmt.Errorf("%w: nonzero byte at offset %d, unused by the %s address", ErrInvalidID, i, ap)
+			}
+		}
+		return 0, netip.AddrPort{}, fmt.Errorf("%w: %v", ErrInvalidID, err)
+	}
+	return magic, ap, nil
 }
 
 // Addr returns the root's address ("ip:port" or "[ipv6]:port"), or "" if the

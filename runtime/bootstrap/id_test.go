@@ -80,3 +80,27 @@ func TestTimeoutErrorFormat(t *testing.T) {
 	assert.Contains(t, s, "... (68 more) 84")
 	assert.True(t, strings.HasSuffix(s, " 99]"), s)
 }
+
+// Junk in the bytes an address does not use is refused, so that several
+// texts cannot name one root.
+func TestParseUniqueIDCanonical(t *testing.T) {
+	id, err := encodeID(0x1234, netip.MustParseAddrPort("10.0.0.1:5000"))
+	require.NoError(t, err)
+	_, err = ParseUniqueID(id.String())
+	require.NoError(t, err)
+	for _, off := range []int{16, 27, 28, 29, 44} {
+		bad := id
+		bad[off] = 0x5a
+		_, err := ParseUniqueID(bad.String())
+		require.ErrorIs(t, err, ErrInvalidID, "junk at offset %d", off)
+	}
+	id6, err := encodeID(0x1234, netip.MustParseAddrPort("[fe80::1%eth0]:5000"))
+	require.NoError(t, err)
+	_, err = ParseUniqueID(id6.String())
+	require.NoError(t, err)
+	bad := id6
+	bad[29+5] = 'x' // past the 4-byte zone
+	_, err = ParseUniqueID(bad.String())
+	require.ErrorIs(t, err, ErrInvalidID)
+	assert.ErrorContains(t, err, "offset 34")
+}

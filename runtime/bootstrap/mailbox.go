@@ -34,12 +34,13 @@ type mailbox struct {
 	mu    sync.Mutex
 	slots map[msgKey]*slot
 	gone  map[int]error // peers whose connection ended
+	bytes map[int]int   // per peer: bytes queued, nobody waiting for them
 	done  chan struct{} // closed by shutdown
 	err   error         // why done was closed
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{slots: make(map[msgKey]*slot), gone: make(map[int]error), done: make(chan struct{})}
+	return &mailbox{slots: make(map[msgKey]*slot), gone: make(map[int]error), bytes: make(map[int]int), done: make(chan struct{})}
 }
 
 // deliver hands data to the first waiter for k, or queues it.
@@ -64,6 +65,14 @@ func (m *mailbox) deliver(k msgKey, data []byte) {
 		return
 	}
 	s.queue = append(s.queue, data)
+	m.bytes[k.peer] += len(data)
+}
+
+// queued returns the bytes from peer that are queued for nobody.
+func (m *mailbox) queued(peer int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bytes[peer]
 }
 
 // peerGone records that no more messages will come from peer and wakes the
@@ -126,6 +135,7 @@ func (m *mailbox) recv(ctx context.Context, k msgKey) ([]byte, error) {
 		d := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
+		m.bytes[k.peer] -= len(d)
 		if len(s.queue) == 0 {
 			delete(m.slots, k)
 		}
@@ -181,6 +191,7 @@ func (m *mailbox) recv(ctx context.Context, k msgKey) ([]byte, error) {
 				m.slots[k] = s
 			}
 			s.queue = append([][]byte{d.data}, s.queue...)
+			m.bytes[k.peer] += len(d.data)
 		}
 	default:
 	}

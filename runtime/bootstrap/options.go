@@ -57,6 +57,12 @@ type Options struct {
 	// refused and its connection dropped. Zero means DefaultMaxMessageSize;
 	// at most MaxMessageSize.
 	MaxMessageSize int
+	// MaxQueuedBytes bounds the bytes that one peer may have sent to this
+	// rank and nobody received yet; a peer that goes past it has its
+	// connection dropped, and receives from it fail with ErrQueueFull.
+	// Zero means twice the message limit (128 MiB by default); at least
+	// the message limit.
+	MaxQueuedBytes int
 	// Logger receives diagnostics (rejected connections, timeouts) tagged
 	// subsys=BOOTSTRAP. Nil means slog.Default().
 	Logger *slog.Logger
@@ -101,6 +107,18 @@ func (o Options) maxMessage() (int, error) {
 		return 0, fmt.Errorf("bootstrap: Options.MaxMessageSize=%d: want 1..%d (0: %d)", o.MaxMessageSize, MaxMessageSize, DefaultMaxMessageSize)
 	}
 	return o.MaxMessageSize, nil
+}
+
+// maxQueued resolves the per-peer bound of unreceived bytes, for a
+// message limit of maxMsg.
+func (o Options) maxQueued(maxMsg int) (int, error) {
+	switch {
+	case o.MaxQueuedBytes == 0:
+		return 2 * (maxMsg + msgHeader), nil
+	case o.MaxQueuedBytes < maxMsg+msgHeader:
+		return 0, fmt.Errorf("bootstrap: Options.MaxQueuedBytes=%d: want at least the message limit plus its %d-byte header (%d), or 0", o.MaxQueuedBytes, msgHeader, maxMsg+msgHeader)
+	}
+	return o.MaxQueuedBytes, nil
 }
 
 // helloWait is how long a new connection may stay silent before its hello.

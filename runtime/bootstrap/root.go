@@ -26,8 +26,9 @@ type Root struct {
 	done    chan struct{}
 	err     error // outcome, set before done is closed
 
-	socks connSet        // every accepted socket, to close on shutdown
-	wg    sync.WaitGroup // accept loop and connection handlers
+	socks   connSet        // every accepted socket, to close on shutdown
+	pending pendingSet     // accepted sockets that have not said hello
+	wg      sync.WaitGroup // accept loop and connection handlers
 }
 
 // NewRoot starts a root and returns it with the UniqueID that ranks pass to
@@ -130,6 +131,7 @@ func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
 			c.Close()
 			return false
 		}
+		r.pending.add(c)
 		r.wg.Add(1)
 		go r.handle(c, events, quit)
 		return true
@@ -138,7 +140,8 @@ func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
 
 // handle reads the hello of one connection, then its queries, forwarding
 // them to serve. A connection that says nothing for min(5 s, timeout) is
-// closed, so that silent strangers cannot use up the file descriptors.
+// closed, and at most maxPendingHellos wait for their hello, so that
+// silent strangers cannot use up the file descriptors.
 func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
 	defer r.socks.untrack(c)
@@ -154,6 +157,7 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	br := bufio.NewReader(c)
 	_ = c.SetReadDeadline(time.Now().Add(helloWait(r.timeout)))
 	b, err := readFrame(br, maxHelloSize)
+	r.pending.done(c)
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, r.magic)
@@ -206,16 +210,22 @@ func (r *Root) serve(ctx context.Context) {
 	defer timer.Stop()
 	nRanks := 0
 	arrived := map[int]net.Conn{}
-	addrs := map[int]string{}
+	entries := map[int]tableEntry{}
 	hungUp := map[int]bool{}
-	missing := func() []int {
-		m := []int{}
-		for i := 0; i < nRanks; i++ {
+	// missing lists the first missing ranks and counts them all: its cost
+	// does not grow with the nRanks that a check-in claimed.
+	missing := func() (listed []int, n int) {
+		listed = []int{}
+		for i := 0; i < nRanks && len(listed) < maxListedMissing; i++ {
 			if _, ok := arrived[i]; !ok {
-				m = append(m, i)
+				listed = append(listed, i)
 			}
 		}
-		return m
+		return listed, nRanks - len(arrived)
+	}
+	statusNow := func(final bool, afterMS uint64) status {
+		m, n := missing()
+		return status{final: final, afterMS: afterMS, nRanks: nRanks, nMissing: n, missing: m}
 	}
 	write := func(c net.Conn, payload []byte) {
 		_ = c.SetWriteDeadline(time.Now().Add(min(r.timeout, 5*time.Second)))
@@ -237,7 +247,7 @@ loop:
 				var why string
 				switch {
 				case h.nRanks != nRanks:
-					why = fmt.Sprintf("rank %d says %d ranks, others said %d", h.rank, h.nRanks, nRanks)
+					why = fmt.Sprintf("rank %d says %d ranks, others said %d (is another process using this unique id?)", h.rank, h.nRanks, nRanks)
 				case arrived[h.rank] != nil && !hungUp[h.rank]:
 					why = fmt.Sprintf("rank %d checked in twice", h.rank)
 				}
@@ -248,13 +258,13 @@ loop:
 					continue
 				}
 				arrived[h.rank] = ev.conn
-				addrs[h.rank] = h.addr
+				entries[h.rank] = tableEntry{addr: h.addr, token: h.token}
 				delete(hungUp, h.rank)
 				r.log.Debug("bootstrap root: rank checked in", "rank", h.rank, "nranks", nRanks, "addr", h.addr)
 				if len(arrived) == nRanks {
-					table := make([]string, nRanks)
+					table := make([]tableEntry, nRanks)
 					for i := range table {
-						table[i] = addrs[i]
+						table[i] = entries[i]
 					}
 					payload := encodeTable(table)
 					for _, c := range arrived {
@@ -266,7 +276,7 @@ loop:
 				}
 			case evQuery:
 				if arrived[ev.h.rank] == ev.conn {
-					write(ev.conn, status{afterMS: uint64(time.Since(start).Milliseconds()), nRanks: nRanks, missing: missing()}.encode())
+					write(ev.conn, statusNow(false, uint64(time.Since(start).Milliseconds())).encode())
 				}
 			case evGone:
 				// A rank that hung up still counts as checked in (it is
@@ -277,14 +287,14 @@ loop:
 				}
 			}
 		case <-timer.C:
-			m := missing()
+			st := statusNow(true, uint64(r.timeout.Milliseconds()))
 			if nRanks == 0 {
 				r.err = &TimeoutError{Op: "root", After: r.timeout, Cause: errors.New("no rank checked in")}
 			} else {
-				r.err = &TimeoutError{After: r.timeout, Missing: m, NRanks: nRanks}
+				r.err = st.timeoutError("", r.timeout)
 			}
 			r.log.Warn(r.err.Error())
-			payload := status{final: true, afterMS: uint64(r.timeout.Milliseconds()), nRanks: nRanks, missing: m}.encode()
+			payload := st.encode()
 			for _, c := range arrived {
 				write(c, payload)
 			}
@@ -292,10 +302,11 @@ loop:
 			break loop
 		case <-ctx.Done():
 			cause := context.Cause(ctx)
+			m, _ := missing()
 			if errors.Is(cause, ErrClosed) {
-				r.err = fmt.Errorf("bootstrap: root closed with ranks %s of %d missing: %w", formatRanks(missing()), nRanks, ErrClosed)
+				r.err = fmt.Errorf("bootstrap: root closed with ranks %s of %d missing: %w", formatRanks(m), nRanks, ErrClosed)
 			} else {
-				r.err = fmt.Errorf("bootstrap: root stopped with ranks %s of %d missing: %w", formatRanks(missing()), nRanks, cause)
+				r.err = fmt.Errorf("bootstrap: root stopped with ranks %s of %d missing: %w", formatRanks(m), nRanks, cause)
 			}
 			break loop
 		}

@@ -278,14 +278,14 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	require.NoError(t, err)
 	st, err := decodeStatus(b)
 	require.NoError(t, err)
-	assert.Equal(t, status{nRanks: 2, missing: []int{1}, afterMS: st.afterMS}, st)
+	assert.Equal(t, status{nRanks: 2, nMissing: 1, missing: []int{1}, afterMS: st.afterMS}, st)
 
 	_, err = Init(ctx, id, 0, 2, opts)
 	require.ErrorIs(t, err, ErrRejected)
 	require.ErrorContains(t, err, "rank 0 checked in twice")
 	_, err = Init(ctx, id, 1, 3, opts)
 	require.ErrorIs(t, err, ErrRejected)
-	require.ErrorContains(t, err, "rank 1 says 3 ranks, others said 2")
+	require.ErrorContains(t, err, "rank 1 says 3 ranks, others said 2 (is another process")
 	c1, err := Init(ctx, id, 1, 2, opts)
 	require.NoError(t, err)
 	defer c1.Close()
@@ -294,7 +294,7 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	require.NoError(t, err)
 	table, err := decodeTable(b, 2)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"127.0.0.1:9", c1.PeerAddr(1)}, table)
+	assert.Equal(t, []tableEntry{{addr: "127.0.0.1:9"}, {addr: c1.PeerAddr(1), token: c1.token}}, table)
 }
 
 func TestCloseLeavesNoGoroutines(t *testing.T) {

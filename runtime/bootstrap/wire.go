@@ -101,11 +101,15 @@ func readFrameBody(r io.Reader, n int) ([]byte, error) {
 }
 
 // readFrameConn reads one frame from nc (through br) of at most max
-// bytes: the length prefix may take as long as it takes, but once it has
-// arrived the body must follow within bodyWait.
-func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration) ([]byte, error) {
+// bytes, if admit accepts its length: the length prefix may take as long
+// as it takes, but once it has arrived the body must follow within
+// bodyWait.
+func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration, admit func(n int) error) ([]byte, error) {
 	n, err := readFrameHeader(br, max)
 	if err != nil {
+		return nil, err
+	}
+	if err := admit(n); err != nil {
 		return nil, err
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(bodyWait))
@@ -116,9 +120,9 @@ func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration) (
 
 // rootReplyLimit is the largest reply the root sends to a communicator of
 // nRanks ranks: its address table (each address at most maxAddrLen bytes)
-// or its status (4 bytes per missing rank), whichever is larger.
+// or its status (4 bytes per listed missing rank), whichever is larger.
 func rootReplyLimit(nRanks int) int {
-	return max(5+nRanks*(2+maxAddrLen), 18+4*nRanks, 1+maxRejectLen)
+	return max(5+nRanks*(2+maxAddrLen+8), 22+4*maxListedMissing, 1+maxRejectLen)
 }
 
 // Limits of the check-in: an address is "[ipv6%zone]:port"; a rejection
@@ -134,15 +138,23 @@ type hello struct {
 	kind   byte
 	rank   int
 	nRanks int
-	addr   string // check-in only: the rank's listen address
+	// token is the rank's random check-in token: the root hands every
+	// rank the table of tokens, and a peer hello must carry the sender's,
+	// so that a process that holds only the id cannot speak for a rank.
+	token uint64
+	addr  string // check-in only: the rank's listen address
 }
 
+// helloHeader is the size of a hello without its address.
+const helloHeader = 25
+
 func (h hello) encode() []byte {
-	b := make([]byte, 0, 17+2+len(h.addr))
+	b := make([]byte, 0, helloHeader+2+len(h.addr))
 	b = binary.BigEndian.AppendUint64(b, h.magic)
 	b = append(b, h.kind)
 	b = binary.BigEndian.AppendUint32(b, uint32(h.rank))
 	b = binary.BigEndian.AppendUint32(b, uint32(h.nRanks))
+	b = binary.BigEndian.AppendUint64(b, h.token)
 	if h.kind == helloCheckIn {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(h.addr)))
 		b = append(b, h.addr...)
@@ -154,8 +166,8 @@ func (h hello) encode() []byte {
 // failure wraps ErrBadMagic.
 func decodeHello(b []byte, magic uint64) (hello, error) {
 	var h hello
-	if len(b) < 17 {
-		return h, fmt.Errorf("%w: %d-byte hello, want at least 17", ErrBadMagic, len(b))
+	if len(b) < helloHeader {
+		return h, fmt.Errorf("%w: %d-byte hello, want at least %d", ErrBadMagic, len(b), helloHeader)
 	}
 	h.magic = binary.BigEndian.Uint64(b)
 	if h.magic != magic {
@@ -164,7 +176,8 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	h.kind = b[8]
 	h.rank = int(binary.BigEndian.Uint32(b[9:]))
 	h.nRanks = int(binary.BigEndian.Uint32(b[13:]))
-	rest := b[17:]
+	h.token = binary.BigEndian.Uint64(b[17:])
+	rest := b[helloHeader:]
 	switch h.kind {
 	case helloCheckIn:
 		if len(rest) < 2 || len(rest) != 2+int(binary.BigEndian.Uint16(rest)) {
@@ -187,18 +200,25 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	return h, nil
 }
 
-func encodeTable(addrs []string) []byte {
+// tableEntry is one rank's line of the root's table.
+type tableEntry struct {
+	addr  string
+	token uint64
+}
+
+func encodeTable(t []tableEntry) []byte {
 	b := []byte{msgTable}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(addrs)))
-	for _, a := range addrs {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
-		b = append(b, a...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(t)))
+	for _, e := range t {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(e.addr)))
+		b = append(b, e.addr...)
+		b = binary.BigEndian.AppendUint64(b, e.token)
 	}
 	return b
 }
 
-func decodeTable(b []byte, n int) ([]string, error) {
-	bad := func(why string) ([]string, error) {
+func decodeTable(b []byte, n int) ([]tableEntry, error) {
+	bad := func(why string) ([]tableEntry, error) {
 		return nil, fmt.Errorf("bootstrap: malformed address table from root: %s", why)
 	}
 	if len(b) < 5 || b[0] != msgTable {
@@ -208,17 +228,17 @@ func decodeTable(b []byte, n int) ([]string, error) {
 		return bad(fmt.Sprintf("%d entries for %d ranks", got, n))
 	}
 	b = b[5:]
-	out := make([]string, n)
+	out := make([]tableEntry, n)
 	for i := range out {
 		if len(b) < 2 {
 			return bad("truncated")
 		}
 		l := int(binary.BigEndian.Uint16(b))
-		if len(b) < 2+l {
+		if len(b) < 2+l+8 {
 			return bad("truncated")
 		}
-		out[i] = string(b[2 : 2+l])
-		b = b[2+l:]
+		out[i] = tableEntry{addr: string(b[2 : 2+l]), token: binary.BigEndian.Uint64(b[2+l:])}
+		b = b[2+l+8:]
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")
@@ -226,12 +246,18 @@ func decodeTable(b []byte, n int) ([]string, error) {
 	return out, nil
 }
 
+// maxListedMissing bounds the ranks a status lists by number; the others
+// are only counted, so that a query costs the root the same whatever
+// nRanks a check-in claimed.
+const maxListedMissing = 64
+
 // status is the root's answer to a query, or its final word on a timeout.
 type status struct {
-	final   bool
-	afterMS uint64
-	nRanks  int
-	missing []int
+	final    bool
+	afterMS  uint64
+	nRanks   int
+	nMissing int   // how many ranks are missing
+	missing  []int // the first of them, at most maxListedMissing
 }
 
 func (s status) encode() []byte {
@@ -241,6 +267,7 @@ func (s status) encode() []byte {
 	}
 	b = binary.BigEndian.AppendUint64(b, s.afterMS)
 	b = binary.BigEndian.AppendUint32(b, uint32(s.nRanks))
+	b = binary.BigEndian.AppendUint32(b, uint32(s.nMissing))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.missing)))
 	for _, r := range s.missing {
 		b = binary.BigEndian.AppendUint32(b, uint32(r))
@@ -250,19 +277,29 @@ func (s status) encode() []byte {
 
 func decodeStatus(b []byte) (status, error) {
 	var s status
-	if len(b) < 18 || b[0] != msgStatus {
+	if len(b) < 22 || b[0] != msgStatus {
 		return s, errors.New("bootstrap: malformed status from root")
 	}
 	s.final = b[1] == 1
 	s.afterMS = binary.BigEndian.Uint64(b[2:])
 	s.nRanks = int(binary.BigEndian.Uint32(b[10:]))
-	n := int(binary.BigEndian.Uint32(b[14:]))
-	if len(b) != 18+4*n {
+	s.nMissing = int(binary.BigEndian.Uint32(b[14:]))
+	n := int(binary.BigEndian.Uint32(b[18:]))
+	if n > maxListedMissing || n > s.nMissing || len(b) != 22+4*n {
 		return s, errors.New("bootstrap: malformed status from root")
 	}
 	s.missing = make([]int, n)
 	for i := range s.missing {
-		s.missing[i] = int(binary.BigEndian.Uint32(b[18+4*i:]))
+		s.missing[i] = int(binary.BigEndian.Uint32(b[22+4*i:]))
 	}
 	return s, nil
+}
+
+// timeoutError is the *TimeoutError that s reports, for op, after after.
+func (s status) timeoutError(op string, after time.Duration) *TimeoutError {
+	te := &TimeoutError{Op: op, After: after, Missing: s.missing, NRanks: s.nRanks}
+	if s.nMissing > len(s.missing) {
+		te.NMissing = s.nMissing
+	}
+	return te
 }

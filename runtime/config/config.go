@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxChannels is the most channels a communicator uses (NCCL's MAXCHANNELS).
@@ -43,6 +44,7 @@ const (
 	minNThreads        = 2 * WarpSize
 	minLL128NThreads   = MaxLL128NThreads / 4
 	buffSizeGranule    = 1024
+	ll128Granule       = 2048 // the transport's LL128 FIFO unit (transport.Sizes.Validate)
 	maxBuffSize        = 1 << 30
 	defaultLaunchModeS = "PARALLEL"
 )
@@ -188,7 +190,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	for _, s := range intSettings {
 		if v, ok := get(s.env); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64)
+			n, err := ParseInt(v)
 			if err != nil || !s.ok(n) {
 				errs = append(errs, &SettingError{Name: s.env, Value: v, Want: s.want})
 				continue
@@ -260,6 +262,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.BootstrapTimeout = d
 	}
 	if v, ok := get("NCCL_HOSTID"); ok {
+		if err := checkHostID("NCCL_HOSTID", v); err != nil {
+			errs = append(errs, err)
+		}
 		c.HostID = v
 	}
 	if v, ok := get("NCCL_LAUNCH_MODE"); ok {
@@ -280,6 +285,25 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return c, nil
 }
 
+// MaxHostIDLen is the longest NCCL_HOSTID: NCCL copies it into a
+// 1024-byte buffer (and silently cuts a longer one).
+const MaxHostIDLen = 1023
+
+// checkHostID refuses a host identity that NCCL would cut, or that holds
+// control characters (it is printed in logs and compared between ranks).
+func checkHostID(name, v string) error {
+	want := fmt.Sprintf("at most %d bytes of printable text", MaxHostIDLen)
+	if len(v) > MaxHostIDLen {
+		return &SettingError{Name: name, Value: v[:32] + "...", Want: fmt.Sprintf("%s (got %d bytes)", want, len(v))}
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return &SettingError{Name: name, Value: v, Want: fmt.Sprintf("%s (got %U)", want, r)}
+		}
+	}
+	return nil
+}
+
 // Bounds of NCCL_BOOTSTRAP_TIMEOUT.
 const (
 	MinBootstrapTimeout = time.Millisecond
@@ -291,7 +315,7 @@ const (
 // ("0.5", "120"). NaN, infinities, and values that would round to less
 // than a millisecond are refused with a *SettingError naming the variable.
 func ParseBootstrapTimeout(v string) (time.Duration, error) {
-	secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	secs, err := parseSeconds(v)
 	// The comparisons are false for NaN, so NaN is refused too.
 	if err != nil || !(secs >= MinBootstrapTimeout.Seconds() && secs <= MaxBootstrapTimeout.Seconds()) {
 		return 0, &SettingError{Name: "NCCL_BOOTSTRAP_TIMEOUT", Value: v,
@@ -373,7 +397,8 @@ var intSettings = []intSetting{
 	{"NCCL_MAX_NCHANNELS", "MaxNChannels", func(c *Config) *int { return &c.MaxNChannels }, inRange(1, MaxChannels), channelsWant},
 	{"NCCL_BUFFSIZE", "BuffSize", func(c *Config) *int { return &c.BuffSize }, multipleIn(buffSizeGranule, buffSizeGranule, maxBuffSize), buffWant},
 	{"NCCL_LL_BUFFSIZE", "LLBuffSize", func(c *Config) *int { return &c.LLBuffSize }, multipleIn(buffSizeGranule, buffSizeGranule, maxBuffSize), buffWant},
-	{"NCCL_LL128_BUFFSIZE", "LL128BuffSize", func(c *Config) *int { return &c.LL128BuffSize }, multipleIn(buffSizeGranule, buffSizeGranule, maxBuffSize), buffWant},
+	{"NCCL_LL128_BUFFSIZE", "LL128BuffSize", func(c *Config) *int { return &c.LL128BuffSize }, multipleIn(ll128Granule, ll128Granule, maxBuffSize),
+		fmt.Sprintf("a byte count in [%d, %d], a multiple of %d (LL128 lines)", ll128Granule, maxBuffSize, ll128Granule)},
 	{"NCCL_NTHREADS", "NThreads", func(c *Config) *int { return &c.NThreads }, multipleIn(WarpSize, minNThreads, MaxNThreads),
 		fmt.Sprintf("a multiple of %d in [%d, %d]", WarpSize, minNThreads, MaxNThreads)},
 	{"NCCL_LL128_NTHREADS", "LL128NThreads", func(c *Config) *int { return &c.LL128NThreads }, multipleIn(WarpSize, minLL128NThreads, MaxLL128NThreads),

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // DebugLevel is NCCL_DEBUG: how much the runtime logs. The values are NCCL's
@@ -242,11 +244,7 @@ func openShared(path string) (*debugHandle, error) {
 	defer debugFiles.Unlock()
 	sf := debugFiles.open[key]
 	if sf == nil {
-		flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
-		if !debugFiles.opened[key] {
-			flags |= os.O_TRUNC
-		}
-		f, err := os.OpenFile(path, flags, 0o666)
+		f, err := openDebugFile(path, !debugFiles.opened[key])
 		if err != nil {
 			return nil, err
 		}
@@ -256,6 +254,36 @@ func openShared(path string) (*debugHandle, error) {
 	}
 	sf.refs++
 	return &debugHandle{key: key, f: sf.f}, nil
+}
+
+// openDebugFile opens path for appending, truncating it when trunc is set
+// and it is a regular file. A symbolic link at path is followed only to
+// what is not a regular file (/dev/stderr, a pipe): a link planted where
+// the log goes (in a shared /tmp) must not let the job truncate or write
+// into the file it points at.
+func openDebugFile(path string, trunc bool) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o666)
+	if errors.Is(err, syscall.ELOOP) {
+		// A symbolic link: follow it, creating nothing.
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return nil, err
+		}
+		if st, serr := f.Stat(); serr != nil || st.Mode().IsRegular() {
+			f.Close()
+			return nil, fmt.Errorf("%s is a symbolic link to a regular file: name the file itself (links are followed only to devices and pipes, such as /dev/stderr)", path)
+		}
+		return f, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); trunc && err == nil && st.Mode().IsRegular() {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 // debugHandle is one user's handle on a shared debug file.

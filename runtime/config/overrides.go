@@ -92,7 +92,11 @@ func (c Config) Apply(o Overrides) (Config, error) {
 		}
 	}
 	if o.HostID != nil {
-		c.HostID = *o.HostID
+		if err := checkHostID("Overrides.HostID", *o.HostID); err != nil {
+			errs = append(errs, err)
+		} else {
+			c.HostID = *o.HostID
+		}
 	}
 	if o.LaunchMode != nil {
 		if *o.LaunchMode != LaunchParallel && *o.LaunchMode != LaunchGroup {

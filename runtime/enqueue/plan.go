@@ -317,6 +317,9 @@ func Build(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) (Plan, error
 	if err := validate(c, tasks); err != nil {
 		return p, err
 	}
+	if choose == nil && len(tasks) > 0 {
+		return p, fmt.Errorf("enqueue: %w: nil Chooser for %d tasks (want a tuner, e.g. a *tune.Tuner)", ErrInvalidPlan, len(tasks))
+	}
 	if lookup == nil {
 		lookup = GeneratedLookup
 	}

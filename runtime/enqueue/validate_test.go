@@ -57,3 +57,17 @@ func TestBuildRejectsBadTasks(t *testing.T) {
 		require.NoError(t, err, "%+v", task)
 	}
 }
+
+// A nil Chooser is a bad argument, not a panic.
+func TestBuildNilChooser(t *testing.T) {
+	comm := Comm{Rank: 0, NRanks: 4, NChannels: 4}
+	for _, task := range []Task{
+		{Coll: kspace.AllReduce, Type: kspace.F32, Bytes: 8, Send: 1, Recv: 1},
+		{Coll: kspace.SendRecv, IsSend: true, Peer: 1, Bytes: 8, Send: 1},
+	} {
+		var err error
+		require.NotPanics(t, func() { _, err = Build(comm, []Task{task}, nil, nil) })
+		require.ErrorIs(t, err, ErrInvalidPlan)
+		require.ErrorContains(t, err, "nil Chooser")
+	}
+}

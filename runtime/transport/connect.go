@@ -111,7 +111,7 @@ type wireEdge struct {
 
 // wireRank is one rank's block of the exchange.
 type wireRank struct {
-	Server  string // descriptor server ("" when it exported none)
+	Server  string // descriptor server's ipc address, secret included ("" when it exported none)
 	Regions []wireRegion
 }
 
@@ -223,7 +223,7 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 		sendSteps = uint64(p)
 	}
 
-	mine.Server = env.serverName()
+	mine.Server = env.serverAddr()
 	blob, err := json.Marshal(mine)
 	if err != nil {
 		return nil, fmt.Errorf("transport: encoding: %w", err)

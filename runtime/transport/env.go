@@ -55,7 +55,7 @@ type Env struct {
 	mu      sync.Mutex
 	server  *ipc.Server
 	nextKey uint64
-	names   []string // every rank's descriptor server ("" for none)
+	names   []string // every rank's descriptor server address ("" for none)
 }
 
 // IPC returns the memory as an IPCMemory, or an error naming op when it
@@ -108,14 +108,16 @@ func (e *Env) Import(ctx context.Context, rank int, key uint64) (int, error) {
 	return fds[0], nil
 }
 
-// serverName is the name other ranks fetch from ("" before any Export).
-func (e *Env) serverName() string {
+// serverAddr is the address other ranks fetch from ("" before any
+// Export): the server's name and secret, which Connect sends to the other
+// ranks over the bootstrap only.
+func (e *Env) serverAddr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.server == nil {
 		return ""
 	}
-	return e.server.Name()
+	return e.server.Addr()
 }
 
 func (e *Env) setNames(names []string) {

@@ -6,5 +6,11 @@
 //
 // A Server publishes descriptors under 64-bit keys at an abstract-namespace
 // socket name; Fetch dials it and returns duplicates of the descriptors it
-// asks for. Only processes of the same user are served (SO_PEERCRED).
+// asks for. Only processes of the same user (SO_PEERCRED) that prove they
+// hold the server's secret are served: its Addr carries the name and the
+// secret, and the ranks exchange Addrs over the bootstrap only. A Watcher
+// authenticates its connections the same way, so that no other process
+// can make it report a rank lost. Accept loops survive a shortage of
+// descriptors; connections that have not authenticated are bounded in
+// number and in time.
 package ipc

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Reply codes of the server.
@@ -23,8 +24,11 @@ const (
 // that Fetch them. It owns the registered descriptors and closes them in
 // Close.
 type Server struct {
-	name string
-	ln   *net.UnixListener
+	name    string
+	secret  Secret
+	ln      *net.UnixListener
+	quit    chan struct{} // closed by Close: stops the accept loop's backoff
+	pending pendingSet
 
 	mu    sync.Mutex
 	fds   map[uint64]int
@@ -50,13 +54,17 @@ func Listen(name string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: listening at %q: %w", name, err)
 	}
-	s := &Server{name: name, ln: ln, fds: map[uint64]int{}, conns: map[*net.UnixConn]struct{}{}}
+	s := &Server{name: name, secret: newSecret(), ln: ln, quit: make(chan struct{}), fds: map[uint64]int{}, conns: map[*net.UnixConn]struct{}{}}
 	s.wg.Go(s.accept)
 	return s, nil
 }
 
-// Name is the address Fetch dials.
+// Name is the socket's name (for messages; Fetch needs Addr).
 func (s *Server) Name() string { return s.name }
+
+// Addr is what Fetch needs to reach the server: its name and its secret.
+// It is a credential: hand it to the other ranks over the bootstrap only.
+func (s *Server) Addr() string { return formatAddr(s.name, s.secret) }
 
 // Add registers fd under key; the server takes ownership of fd.
 func (s *Server) Add(key uint64, fd int) error {
@@ -73,19 +81,16 @@ func (s *Server) Add(key uint64, fd int) error {
 }
 
 func (s *Server) accept() {
-	for {
-		c, err := s.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
+	acceptLoop(s.ln, s.quit, func(c *net.UnixConn) bool {
 		s.mu.Lock()
 		if s.done {
 			s.mu.Unlock()
 			c.Close()
-			return
+			return false
 		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
+		s.pending.add(c) // in accept order: the oldest stranger goes first
 		s.wg.Go(func() {
 			defer func() {
 				s.mu.Lock()
@@ -95,17 +100,29 @@ func (s *Server) accept() {
 			}()
 			s.serve(c)
 		})
-	}
+		return true
+	})
 }
 
-// serve answers requests (one 8-byte key each) with a 1-byte code and,
-// when known, the descriptor.
+// handshakeTimeout bounds a handshake, and the silence of a connection
+// between a Server's requests.
+var handshakeTimeout = 10 * time.Second
+
+// serve authenticates c (pending already), then answers its requests (one 8-byte key each)
+// with a 1-byte code and, when known, the descriptor. A connection that
+// stays silent for handshakeTimeout is closed.
 func (s *Server) serve(c *net.UnixConn) {
-	if !samePeerUser(c) {
+	_, proof, err := acceptAuth(c, s.secret, 0, time.Now().Add(handshakeTimeout))
+	s.pending.done(c)
+	if err != nil {
+		return
+	}
+	if _, err := c.Write(proof); err != nil {
 		return
 	}
 	var req [8]byte
 	for {
+		_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 		if _, err := io.ReadFull(c, req[:]); err != nil {
 			return
 		}
@@ -125,22 +142,6 @@ func (s *Server) serve(c *net.UnixConn) {
 	}
 }
 
-// samePeerUser reports whether the peer process runs as this user.
-func samePeerUser(c *net.UnixConn) bool {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return false
-	}
-	return cred.Uid == uint32(os.Getuid())
-}
-
 // Close stops the server, waits for its goroutines and closes every
 // registered descriptor.
 func (s *Server) Close() error {
@@ -153,6 +154,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.done = true
+	close(s.quit)
 	err := s.ln.Close()
 	for c := range s.conns {
 		c.Close()
@@ -170,10 +172,20 @@ func (s *Server) Close() error {
 // ErrUnknownKey is returned by Fetch for a key the server does not hold.
 var ErrUnknownKey = errors.New("ipc: the server holds no descriptor under that key")
 
-// Fetch asks the server at name for the descriptors under keys and returns
-// them in order; the caller owns them. On error it returns none (the ones
-// already received are closed).
-func Fetch(ctx context.Context, name string, keys ...uint64) (fds []int, err error) {
+// Fetch asks the server at addr (its Addr, exchanged over the bootstrap)
+// for the descriptors under keys and returns them in order; the caller
+// owns them. On error it returns none (the ones already received are
+// closed). It gives up after handshakeTimeout (10 s) without an answer
+// even if ctx has no deadline: a live server answers at once, also after
+// a shortage of descriptors has delayed its accept.
+func Fetch(ctx context.Context, addr string, keys ...uint64) (fds []int, err error) {
+	name, secret, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, handshakeTimeout,
+		fmt.Errorf("ipc: no answer from %q within %v: %w", name, handshakeTimeout, context.DeadlineExceeded))
+	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", name)
 	if err != nil {
@@ -194,6 +206,13 @@ func Fetch(ctx context.Context, name string, keys ...uint64) (fds []int, err err
 			}
 		}
 	}()
+	want, err := dialAuth(c, secret, nil)
+	if err == nil {
+		err = checkProof(c, want)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipc: authenticating with %q: %w", name, err)
+	}
 	oob := make([]byte, syscall.CmsgSpace(4))
 	for _, k := range keys {
 		var req [8]byte
@@ -202,13 +221,17 @@ func Fetch(ctx context.Context, name string, keys ...uint64) (fds []int, err err
 			return fds, fmt.Errorf("ipc: asking %q for key %#x: %w", name, k, err)
 		}
 		var code [1]byte
-		n, oobn, _, _, err := c.ReadMsgUnix(code[:], oob)
+		n, oobn, flags, _, err := c.ReadMsgUnix(code[:], oob)
 		if err != nil {
 			return fds, fmt.Errorf("ipc: reading %q's reply for key %#x: %w", name, k, err)
 		}
 		got, err := parseRights(oob[:oobn])
 		if err != nil {
 			return fds, fmt.Errorf("ipc: %q's reply for key %#x: %w", name, k, err)
+		}
+		if flags&syscall.MSG_CTRUNC != 0 {
+			closeAll(got)
+			return fds, fmt.Errorf("ipc: %q's reply for key %#x: the descriptor was dropped on arrival (is this process out of descriptors? RLIMIT_NOFILE)", name, k)
 		}
 		switch {
 		case n != 1:

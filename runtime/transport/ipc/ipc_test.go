@@ -51,7 +51,7 @@ func TestCrossProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrossProcessChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envChild+"="+srv.Name(), envKey+"=42", envSize+"="+strconv.Itoa(size))
+	cmd.Env = append(os.Environ(), envChild+"="+srv.Addr(), envKey+"=42", envSize+"="+strconv.Itoa(size))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child:\n%s", out)
 	require.Contains(t, string(out), "CHILD OK", "child:\n%s", out)
@@ -114,7 +114,7 @@ func TestFetchSeveral(t *testing.T) {
 	syscall.Close(fd)
 
 	ctx := context.Background()
-	fds, err := Fetch(ctx, srv.Name(), 2, 0, 1)
+	fds, err := Fetch(ctx, srv.Addr(), 2, 0, 1)
 	require.NoError(t, err)
 	for i, k := range []int{2, 0, 1} {
 		m, err := MapSegment(fds[i], 4096)
@@ -123,20 +123,20 @@ func TestFetchSeveral(t *testing.T) {
 		require.NoError(t, m.Close())
 	}
 	// A failing request returns nothing and leaks nothing.
-	fds, err = Fetch(ctx, srv.Name(), 0, 99)
+	fds, err = Fetch(ctx, srv.Addr(), 0, 99)
 	require.ErrorIs(t, err, ErrUnknownKey)
 	assert.Empty(t, fds)
 
 	require.NoError(t, srv.Close())
 	require.NoError(t, srv.Close(), "Close twice")
-	_, err = Fetch(ctx, srv.Name(), 0)
+	_, err = Fetch(ctx, srv.Addr(), 0)
 	require.Error(t, err, "a closed server must refuse")
 }
 
 func TestFetchHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Fetch(ctx, NewName("ncclgo-none"), 1)
+	_, err := Fetch(ctx, formatAddr(NewName("ncclgo-none"), newSecret()), 1)
 	require.ErrorIs(t, err, context.Canceled)
 }
 

@@ -22,7 +22,7 @@ func resources(t *testing.T) (fds, goroutines int) {
 	warmUp.Do(func() {
 		s, err := Listen(NewName("ncclgo-warm"))
 		require.NoError(t, err)
-		_, _ = Fetch(context.Background(), s.Name(), 1)
+		_, _ = Fetch(context.Background(), s.Addr(), 1)
 		require.NoError(t, s.Close())
 		time.Sleep(10 * time.Millisecond)
 	})
@@ -80,7 +80,7 @@ func TestServerCloseReleases(t *testing.T) {
 		require.NoError(t, srv.Add(uint64(k), fd))
 		require.NoError(t, s.Close())
 	}
-	got, err := Fetch(context.Background(), srv.Name(), 0, 1, 2)
+	got, err := Fetch(context.Background(), srv.Addr(), 0, 1, 2)
 	require.NoError(t, err)
 	closeAll(got)
 	idle, err := net.Dial("unix", srv.Name()) // connected, never asks
@@ -104,7 +104,7 @@ func TestWatcherCloseReleases(t *testing.T) {
 	}
 	for a := range ws {
 		for b := a + 1; b < len(ws); b++ {
-			require.NoError(t, ws[a].Dial(context.Background(), b, ws[b].Name()))
+			require.NoError(t, ws[a].Dial(context.Background(), b, ws[b].Addr()))
 		}
 	}
 	mute, err := net.Dial("unix", ws[0].Name())
@@ -130,7 +130,7 @@ func TestWatcherCloseDuringDial(t *testing.T) {
 		dialed := make(chan struct{})
 		go func() {
 			defer close(dialed)
-			_ = w.Dial(context.Background(), 1, peer.Name())
+			_ = w.Dial(context.Background(), 1, peer.Addr())
 		}()
 		runtime.Gosched()
 		require.NoError(t, w.Close())

@@ -24,9 +24,6 @@ const ackByte = 'A'
 // without acknowledging it.
 var errNoAck = errors.New("no acknowledgement")
 
-// helloTimeout bounds the wait for a dialer's greeting.
-const helloTimeout = 10 * time.Second
-
 // Watcher notices the death of other processes' ranks. Each rank runs one;
 // every pair of ranks in different processes shares one Unix socket
 // connection (the lower rank dials), which the kernel closes when either
@@ -34,10 +31,13 @@ const helloTimeout = 10 * time.Second
 // rank to the watcher's callback, once. Close says goodbye on every
 // connection, so that a rank that finishes normally is never reported.
 type Watcher struct {
-	rank   int
-	size   int
-	onLost func(rank int)
-	ln     *net.UnixListener
+	rank    int
+	size    int
+	onLost  func(rank int)
+	ln      *net.UnixListener
+	secret  Secret
+	quit    chan struct{} // closed by Close: stops the accept loop's backoff
+	pending pendingSet
 
 	mu      sync.Mutex
 	conns   map[*net.UnixConn]int
@@ -61,63 +61,65 @@ func NewWatcher(rank, size int, onLost func(rank int)) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: rank %d: liveness socket %q: %w", rank, name, err)
 	}
-	w := &Watcher{rank: rank, size: size, onLost: onLost, ln: ln, conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
+	w := &Watcher{rank: rank, size: size, onLost: onLost, ln: ln, secret: newSecret(), quit: make(chan struct{}),
+		conns: map[*net.UnixConn]int{}, lost: map[int]bool{}}
 	w.wg.Go(w.accept)
 	return w, nil
 }
 
-// Name is the address other ranks pass to Dial.
+// Name is the socket's name (for messages; Dial needs Addr).
 func (w *Watcher) Name() string { return w.ln.Addr().String() }
 
+// Addr is what other ranks pass to Dial: the socket's name and the
+// watcher's secret. It is a credential: hand it to the other ranks over
+// the bootstrap only.
+func (w *Watcher) Addr() string { return formatAddr(w.Name(), w.secret) }
+
 func (w *Watcher) accept() {
-	for {
-		c, err := w.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
+	acceptLoop(w.ln, w.quit, func(c *net.UnixConn) bool {
 		// Tracked from the accept on, so that a Close before the hello
 		// is read still says goodbye to the dialer.
 		if !w.track(c, -1) {
 			c.Close()
-			return
+			return false
 		}
+		w.pending.add(c) // in accept order: the oldest stranger goes first
 		go func() {
 			defer w.wg.Done()
-			if !samePeerUser(c) {
-				w.untrack(c)
-				c.Close()
-				return
+			// Only a dialer that proves it holds the secret, and names a
+			// rank of the job, is acknowledged and watched; any other
+			// gets no ack (its Dial fails) and is never reported.
+			hello, proof, err := acceptAuth(c, w.secret, 4, time.Now().Add(handshakeTimeout))
+			w.pending.done(c)
+			peer := -1
+			if err == nil {
+				peer = int(binary.LittleEndian.Uint32(hello))
 			}
-			var hello [4]byte
-			_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-			if _, err := io.ReadFull(c, hello[:]); err != nil {
-				w.untrack(c)
-				c.Close()
-				return
-			}
-			// A greeting from no rank of the job (a corrupt or foreign
-			// peer) gets no ack: its Dial fails, and it is never reported.
-			peer := int(binary.LittleEndian.Uint32(hello[:]))
-			if !w.valid(peer) {
+			if err != nil || !w.valid(peer) {
 				w.untrack(c)
 				c.Close()
 				return
 			}
 			// A failed ack ends the dialer's Dial with an error.
-			_, _ = c.Write([]byte{ackByte})
-			_ = c.SetReadDeadline(time.Time{})
+			_, _ = c.Write(append([]byte{ackByte}, proof...))
 			w.watch(c, peer)
 		}()
-	}
+		return true
+	})
 }
 
 // valid reports whether peer is another rank of the job.
 func (w *Watcher) valid(peer int) bool { return peer >= 0 && peer < w.size && peer != w.rank }
 
-// Dial connects to the watcher of rank peer at name.
-func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
+// Dial connects to the watcher of rank peer at addr (its Addr, exchanged
+// over the bootstrap).
+func (w *Watcher) Dial(ctx context.Context, peer int, addr string) error {
 	if !w.valid(peer) {
 		return fmt.Errorf("ipc: rank %d: dialing the liveness socket of rank %d: want another rank in [0, %d)", w.rank, peer, w.size)
+	}
+	name, secret, err := parseAddr(addr)
+	if err != nil {
+		return fmt.Errorf("ipc: rank %d: rank %d's liveness socket: %w", w.rank, peer, err)
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", name)
@@ -127,20 +129,22 @@ func (w *Watcher) Dial(ctx context.Context, peer int, name string) error {
 	c := nc.(*net.UnixConn)
 	// Cancelling ctx ends the greeting at once (through the deadline, so
 	// that c stays usable once acknowledged).
-	_ = c.SetDeadline(time.Now().Add(helloTimeout))
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	var hello [4]byte
 	binary.LittleEndian.PutUint32(hello[:], uint32(w.rank))
-	_, err = c.Write(hello[:])
 	var ack [1]byte
+	want, err := dialAuth(c, secret, hello[:])
 	if err == nil {
-		_, err = io.ReadFull(c, ack[:])
+		if _, err = io.ReadFull(c, ack[:]); err == nil && ack[0] == ackByte {
+			err = checkProof(c, want)
+		}
 	}
 	if !stop() || ctx.Err() != nil {
 		err = errors.Join(err, context.Cause(ctx))
 	}
 	if err != nil || ack[0] != ackByte {
-		if ack[0] == ackByte {
+		if ack[0] == ackByte && !errors.Is(err, ErrAuth) {
 			// Acknowledged, then cancelled: the peer tracks c, so a
 			// goodbye, lest it report this rank lost.
 			_ = c.SetDeadline(time.Time{})
@@ -233,6 +237,7 @@ func (w *Watcher) Close() error {
 		return nil
 	}
 	w.closing = true
+	close(w.quit)
 	err := w.ln.Close()
 	for c := range w.conns {
 		// A peer already gone cannot be told goodbye: not an error.

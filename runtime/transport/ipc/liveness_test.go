@@ -53,7 +53,7 @@ func TestWatcherGoodbye(t *testing.T) {
 	ctx := context.Background()
 	for a := range ws {
 		for b := a + 1; b < len(ws); b++ {
-			require.NoError(t, ws[a].Dial(ctx, b, ws[b].Name()))
+			require.NoError(t, ws[a].Dial(ctx, b, ws[b].Addr()))
 		}
 	}
 	for _, w := range ws { // at once: a hello not read yet still gets its goodbye
@@ -76,7 +76,7 @@ func TestWatcherProcessDeath(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWatcherChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envWatchChild+"="+w.Name())
+	cmd.Env = append(os.Environ(), envWatchChild+"="+w.Addr())
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -128,13 +128,14 @@ func TestWatcherRefusesForeignHello(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	for _, bad := range []uint32{3, 1, 1 << 31, 0xffffffff} {
-		c, err := net.Dial("unix", w.Name())
+		nc, err := net.Dial("unix", w.Name())
 		require.NoError(t, err)
+		c := nc.(*net.UnixConn)
 		var hello [4]byte
 		binary.LittleEndian.PutUint32(hello[:], bad)
-		_, err = c.Write(hello[:])
-		require.NoError(t, err)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err = dialAuth(c, w.secret, hello[:]) // holds the secret, names a bad rank
+		require.NoError(t, err)
 		var ack [1]byte
 		n, err := c.Read(ack[:])
 		assert.Equal(t, 0, n, "rank %d's greeting was acknowledged", bad)
@@ -146,7 +147,7 @@ func TestWatcherRefusesForeignHello(t *testing.T) {
 		t.Fatalf("reported rank %d, which is no peer of rank 1 in a job of 3", r)
 	case <-time.After(200 * time.Millisecond):
 	}
-	require.Error(t, w.Dial(context.Background(), 3, w.Name()), "dialing a rank outside the job")
+	require.Error(t, w.Dial(context.Background(), 3, w.Addr()), "dialing a rank outside the job")
 	_, err = NewWatcher(3, 3, nil)
 	require.Error(t, err, "a rank outside the job")
 }
@@ -173,7 +174,7 @@ func TestWatcherDialHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	err = w.Dial(ctx, 1, name)
+	err = w.Dial(ctx, 1, formatAddr(name, newSecret()))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, err.Error(), "rank 1")
 	assert.Less(t, time.Since(start), 3*time.Second, "Dial outlived its context")
