@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // DataType is an element type, with nccl.h's ncclDataType_t values.
