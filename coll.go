@@ -9,8 +9,6 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
 
-type kspaceFunc = kspace.Func
-
 // checker validates the arguments of one call.
 type checker struct {
 	op  string

@@ -4,76 +4,53 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
-	"unsafe"
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
-	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
-	"github.com/ncclgo/ncclgo/runtime/enqueue"
-	"github.com/ncclgo/ncclgo/runtime/graph"
-	"github.com/ncclgo/ncclgo/runtime/kernels"
-	"github.com/ncclgo/ncclgo/runtime/residency"
 	"github.com/ncclgo/ncclgo/runtime/topo"
-	"github.com/ncclgo/ncclgo/runtime/transport"
-	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
-	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
-// UniqueID identifies a communicator while its ranks initialize: one
-// process gets it from GetUniqueID and hands it to every rank (its String
-// form travels as text; ParseUniqueID reads it back).
-type UniqueID = bootstrap.UniqueID
+// DefaultNChannels is the number of channels a communicator sets up when
+// NCCL_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS do not say
+// otherwise (fewer when ranks share a GPU and fewer keep them resident).
+const DefaultNChannels = comm.DefaultNChannels
 
 // Comm is one rank of a communicator. Its methods may be called from any
 // goroutine, but, as in NCCL, the ranks of a communicator must issue their
 // collectives in the same order.
 type Comm struct {
+	e    *comm.Engine // the rank's machinery: setup, launches, liveness, teardown
+	zero sync.Once    // gives the zero Comm an engine (engine)
+
+	// What the engine set up for good, copied for the calls' checks.
 	rank, nRanks, device int
-	s                    settings
-	log                  *slog.Logger
-	net                  bootstrap.Network
+	cctx                 *cuda.Context
+	layout               topo.Layout
 
-	cctx      *cuda.Context
-	peers     *cudaPeers // peer contexts this rank enabled access to
-	kset      *kernels.Set
-	tuner     *tune.Tuner
-	layout    topo.Layout
-	gpu       topo.GPU
-	nChannels int
-	rings     [][]int
-	trees     []graph.Tree
-	conns     *transport.Set
-	devMem    cuda.DevicePtr // DevComm, channels, peers, ring user ranks
-	// flags is host-mapped memory: uint32 abort flag, uint32 error flag.
-	// Abort and Err may run while Destroy frees it: they read it under
-	// flagsMu (read-locked), Destroy clears it under the write lock first.
-	flags    unsafe.Pointer
-	flagsMu  sync.RWMutex
-	flagsDev cuda.DevicePtr
-	launcher *enqueue.Launcher
-	plan     enqueue.Comm
-	watch    *ipc.Watcher                  // liveness of other processes' ranks (nil within one process)
-	lost     atomic.Pointer[PeerLostError] // the first rank whose process died
-
-	mu        sync.Mutex
-	destroyed bool
-	finalized bool
-	aborted   atomic.Bool
-	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
-	events    map[uintptr]*cuda.Event // last launch per stream
+	mu        sync.Mutex // guards the PreMulSum ops
 	userOps   map[RedOp]devOp
 	userTypes map[RedOp]DataType
 	nextOp    RedOp
-	res       residencyState // guarded by mu (residency.go)
-	lanes     laneState      // guarded by mu (lane.go)
-	split     splitState     // Split and Shrink (split.go)
+}
+
+// newComm wraps a rank's engine.
+func newComm(e *comm.Engine) *Comm {
+	return &Comm{e: e, rank: e.Rank(), nRanks: e.Size(), device: e.Device(), cctx: e.Context(), layout: e.Layout(),
+		userOps: map[RedOp]devOp{}, userTypes: map[RedOp]DataType{}, nextOp: NumRedOps}
+}
+
+// engine returns c's engine. The zero Comm gets one of no ranks and no
+// device on first use, so that its methods behave as on a communicator
+// with nothing launched.
+func (c *Comm) engine() *comm.Engine {
+	c.zero.Do(func() {
+		if c.e == nil {
+			c.e = comm.NewHostOnly(nil, 0, 0, 0, comm.Settings{}, nil)
+		}
+	})
+	return c.e
 }
 
 // Rank returns the communicator rank of c (-1 for a nil Comm).
@@ -81,7 +58,7 @@ func (c *Comm) Rank() int {
 	if c == nil {
 		return -1
 	}
-	return c.rank
+	return c.engine().Rank()
 }
 
 // Size returns the number of ranks (0 for a nil Comm).
@@ -89,7 +66,7 @@ func (c *Comm) Size() int {
 	if c == nil {
 		return 0
 	}
-	return c.nRanks
+	return c.engine().Size()
 }
 
 // Device returns the CUDA device ordinal c runs on (-1 for a nil Comm).
@@ -97,7 +74,7 @@ func (c *Comm) Device() int {
 	if c == nil {
 		return -1
 	}
-	return c.device
+	return c.engine().Device()
 }
 
 // NChannels returns the number of channels c set up (0 for a nil Comm).
@@ -105,7 +82,7 @@ func (c *Comm) NChannels() int {
 	if c == nil {
 		return 0
 	}
-	return c.nChannels
+	return c.engine().NChannels()
 }
 
 // errNilComm is the error of a method called on a nil *Comm.
@@ -142,15 +119,15 @@ func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, _, err := bootstrap.NewRoot(ctx, s.bootstrap)
+	r, _, err := bootstrap.NewRoot(ctx, s.Bootstrap)
 	if err != nil {
-		_ = s.logCloser.closeUnused()
+		_ = s.LogFile.CloseUnused()
 		return nil, fmt.Errorf("ncclgo: StartRoot: %w", err)
 	}
 	// The root logs until it stops: close the log file then.
 	go func() {
 		<-r.Done()
-		_ = s.logCloser.closeUnused()
+		_ = s.LogFile.CloseUnused()
 	}()
 	return &Root{r: r}, nil
 }
@@ -161,12 +138,12 @@ func (r *Root) ID() UniqueID {
 	if r == nil {
 		return UniqueID{}
 	}
-	return r.r.ID()
+	return UniqueID(r.r.ID())
 }
 
 // Wait waits until the root stops (or ctx ends) and returns how the
 // check-in went: nil once every rank received the table, or an error
-// matching bootstrap.ErrTimeout that names the ranks that never checked in.
+// matching ErrTimeout that names the ranks that never checked in.
 func (r *Root) Wait(ctx context.Context) error {
 	if r == nil {
 		return errNilRoot("Root.Wait")
@@ -209,26 +186,26 @@ func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, op
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bootstrap.Init(ctx, id, rank, nRanks, s.bootstrap)
+	conn, err := bootstrap.Init(ctx, bootstrap.UniqueID(id), rank, nRanks, s.Bootstrap)
 	if err != nil {
-		_ = s.logCloser.closeUnused()
+		_ = s.LogFile.CloseUnused()
 		return nil, fmt.Errorf("ncclgo: InitRank: rank %d: %w", rank, err)
 	}
-	s.logCloser.retain()
-	c, err := initRank(ctx, conn, device, s)
+	s.LogFile.Retain()
+	e, err := comm.Init(ctx, conn, device, s)
 	if err != nil {
 		conn.Abort()
 		_ = conn.Close()
-		_ = s.logCloser.release()
+		_ = s.LogFile.Release()
 		return nil, err
 	}
-	return c, nil
+	return newComm(e), nil
 }
 
 // InitAll creates a communicator whose ranks are driven by this process,
 // rank i on devices[i]; a device may repeat (ranks sharing a GPU). It uses
 // an in-process bootstrap network. Without a usable CUDA driver it fails
-// with an error that matches cuda.ErrNoDriver.
+// with an error that matches ErrNoDriver.
 func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error) {
 	if len(devices) == 0 || len(devices) > bootstrap.MaxRanks {
 		return nil, &ArgError{Op: "InitAll", Arg: "len(devices)", Value: len(devices), Want: fmt.Sprintf("1..%d device ordinals", bootstrap.MaxRanks)}
@@ -245,9 +222,9 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	if err != nil {
 		return nil, err
 	}
-	nets, err := bootstrap.NewInProcessOptions(len(devices), s.bootstrap)
+	nets, err := bootstrap.NewInProcessOptions(len(devices), s.Bootstrap)
 	if err != nil {
-		_ = s.logCloser.closeUnused()
+		_ = s.LogFile.CloseUnused()
 		return nil, fmt.Errorf("ncclgo: InitAll: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -258,18 +235,18 @@ func InitAll(ctx context.Context, devices []int, opts *Options) ([]*Comm, error)
 	for range devices {
 		// Every rank's reference first: a rank failing at once releases
 		// its own, which must not close the file under the others.
-		s.logCloser.retain()
+		s.LogFile.Retain()
 	}
 	for i := range devices {
 		wg.Go(func() {
-			c, err := initRank(ctx, nets[i], devices[i], s)
+			e, err := comm.Init(ctx, nets[i], devices[i], s)
 			if err != nil {
 				errs[i] = err
-				_ = s.logCloser.release()
+				_ = s.LogFile.Release()
 				cancel(fmt.Errorf("rank %d failed: %w", i, err))
 				return
 			}
-			comms[i] = c
+			comms[i] = newComm(e)
 		})
 	}
 	wg.Wait()
@@ -330,62 +307,12 @@ func checkDevice(op, arg string, device int) error {
 // As in NCCL, communicators made from c by Split and Shrink go on: their
 // bootstrap rides on c's network, which then stays open for them (only
 // c's own waits end), and c's peers' next bootstrap exchange fails at once
-// with bootstrap.ErrCollectiveBroken instead of waiting for this rank.
+// with ErrCollectiveBroken instead of waiting for this rank.
 func (c *Comm) Abort() {
 	if c == nil {
 		return
 	}
-	c.aborted.Store(true)
-	c.setAbortFlag()
-	c.life.end(ErrAborted)
-	abortNet(c.net)
-}
-
-// lifetime is a context that ends once, with a cause; its zero value is
-// ready to use (the context is made on first use).
-type lifetime struct {
-	once   sync.Once
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-}
-
-func (l *lifetime) init() {
-	l.once.Do(func() { l.ctx, l.cancel = context.WithCancelCause(context.Background()) })
-}
-
-// end ends the lifetime with cause (the first call's cause stays).
-func (l *lifetime) end(cause error) {
-	l.init()
-	l.cancel(cause)
-}
-
-// bind returns ctx, ended also when the lifetime ends (with its cause),
-// and the function that releases it.
-func (l *lifetime) bind(ctx context.Context) (context.Context, func()) {
-	l.init()
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
-	return ctx, func() { stop(); cancel(nil) }
-}
-
-// setAbortFlag tells the kernels to stop waiting; it does nothing once
-// Destroy freed the flags.
-func (c *Comm) setAbortFlag() {
-	c.flagsMu.RLock()
-	defer c.flagsMu.RUnlock()
-	if c.flags != nil {
-		atomic.StoreUint32((*uint32)(c.flags), 1)
-	}
-}
-
-// errorCode reads the device error flag (0 once Destroy freed it).
-func (c *Comm) errorCode() uint32 {
-	c.flagsMu.RLock()
-	defer c.flagsMu.RUnlock()
-	if c.flags == nil {
-		return 0
-	}
-	return atomic.LoadUint32((*uint32)(unsafe.Add(c.flags, 4)))
+	c.engine().Abort()
 }
 
 // Err returns the error a kernel of c reported (a *DeviceError), or
@@ -395,13 +322,13 @@ func (c *Comm) Err() error {
 	if c == nil {
 		return errNilComm("Err")
 	}
-	if err := c.lostErr(); err != nil {
-		return err
+	if l := c.engine().Lost(); l != nil {
+		return &PeerLostError{Rank: l.Rank, PID: l.PID, Host: l.Host}
 	}
-	if code := c.errorCode(); code != 0 {
-		return &DeviceError{Rank: c.rank, Code: code}
+	if code := c.engine().ErrorCode(); code != 0 {
+		return &DeviceError{Rank: c.engine().Rank(), Code: code}
 	}
-	if c.aborted.Load() {
+	if c.engine().Aborted() {
 		return ErrAborted
 	}
 	return nil
@@ -416,50 +343,7 @@ func (c *Comm) Wait(ctx context.Context) error {
 	if c == nil {
 		return errNilComm("Wait")
 	}
-	c.mu.Lock()
-	if c.destroyed {
-		c.mu.Unlock()
-		return fmt.Errorf("ncclgo: Wait: %w", ErrDestroyed)
-	}
-	evs := make([]*cuda.Event, 0, len(c.events))
-	for _, e := range c.events {
-		evs = append(evs, e)
-	}
-	c.mu.Unlock()
-	delay := 10 * time.Microsecond
-	for _, e := range evs {
-		for {
-			done, err := c.query(e)
-			if err != nil {
-				return fmt.Errorf("ncclgo: rank %d: Wait: %w", c.rank, err)
-			}
-			if done {
-				break
-			}
-			if err := c.Err(); err != nil {
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, time.Millisecond)
-		}
-	}
-	return c.Err()
-}
-
-// query asks whether e, one of c's launch events, has completed. It runs
-// under mu: Destroy, which may be running meanwhile, destroys the events
-// under mu once it is done with them, and then c is destroyed.
-func (c *Comm) query(e *cuda.Event) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.destroyed {
-		return false, ErrDestroyed
-	}
-	return e.Query()
+	return c.engine().Wait(ctx, c.Err)
 }
 
 // Finalize ends the use of c (NCCL's ncclCommFinalize): calls made
@@ -472,15 +356,11 @@ func (c *Comm) Finalize(ctx context.Context) error {
 	if c == nil {
 		return errNilComm("Finalize")
 	}
-	c.mu.Lock()
-	if c.destroyed {
-		c.mu.Unlock()
-		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
+	if err := c.engine().Finalize(); err != nil {
+		return err
 	}
-	c.finalized = true
-	c.mu.Unlock()
 	if err := c.Wait(ctx); err != nil {
-		return fmt.Errorf("ncclgo: rank %d: Finalize: %w", c.rank, err)
+		return fmt.Errorf("ncclgo: rank %d: Finalize: %w", c.engine().Rank(), err)
 	}
 	return nil
 }
@@ -524,123 +404,7 @@ func (c *Comm) Destroy() error {
 	if c == nil {
 		return errNilComm("Destroy")
 	}
-	c.mu.Lock()
-	if c.destroyed {
-		c.mu.Unlock()
-		return fmt.Errorf("ncclgo: Destroy: %w", ErrDestroyed)
-	}
-	c.destroyed = true
-	evs := c.events
-	c.events = nil
-	c.mu.Unlock()
-	handles := slices.Sorted(maps.Keys(evs))
-	comps := make([]residency.Completion, len(handles))
-	for i, h := range handles {
-		comps[i] = evs[h]
-	}
-	wait := orDefault(c.res.timeout, bootstrap.DefaultTimeout)
-	if c.aborted.Load() {
-		wait = min(wait, abortGrace)
-	}
-	var errs []error
-	pending, err := awaitEvents(comps, wait)
-	errs = append(errs, err)
-	if len(pending) > 0 {
-		streams := make([]string, len(pending))
-		for i, p := range pending {
-			streams[i] = fmt.Sprintf("%#x", handles[p])
-		}
-		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", strings.Join(streams, ", "), wait)
-		c.abortColocated()
-		left := make([]residency.Completion, len(pending))
-		for i, p := range pending {
-			left[i] = comps[p]
-		}
-		still, err := awaitEvents(left, abortGrace)
-		errs = append(errs, err)
-		if len(still) > 0 {
-			c.leaveResidency() // the ledger keeps counting the running kernels
-			return fmt.Errorf("ncclgo: rank %d: Destroy: %s, and %d still ran %v after the abort; the communicator's device memory, connections and events stay allocated: %w (%w)",
-				c.rank, what, len(still), abortGrace, context.DeadlineExceeded, ErrAborted)
-		}
-		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
-	}
-	// Off the ledger before the events it may query are destroyed, and
-	// under mu, as a Wait of another goroutine may be querying one (query).
-	c.leaveResidency()
-	c.mu.Lock()
-	for _, e := range evs {
-		errs = append(errs, e.Destroy())
-	}
-	c.mu.Unlock()
-	// Freeing device memory waits for every kernel of the device, other
-	// communicators' too: bound that wait as well.
-	freed := make(chan error, 1)
-	go func() { freed <- c.free() }()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case err := <-freed:
-		errs = append(errs, err)
-	case <-timer.C:
-		errs = append(errs, fmt.Errorf("freeing its memory waited %v: freeing device memory waits for every kernel of device %d, and some (of another communicator) do not finish; the release completes in the background once they do: %w",
-			wait, c.device, context.DeadlineExceeded))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", c.rank, err)
-	}
-	c.log.Info("communicator destroyed", config.SubsysInit.Attr())
-	return nil
-}
-
-// free releases what initRank acquired; it tolerates a partial init.
-func (c *Comm) free() error {
-	var errs []error
-	if c.watch != nil {
-		// First: the callback may still set the flags freed below.
-		errs = append(errs, c.watch.Close())
-		c.watch = nil
-	}
-	c.leaveResidency()
-	if c.launcher != nil {
-		errs = append(errs, c.launcher.Close())
-		c.launcher = nil
-	}
-	errs = append(errs, c.closeLane())
-	if c.conns != nil {
-		errs = append(errs, c.conns.Close())
-		c.conns = nil
-	}
-	if c.devMem != 0 {
-		errs = append(errs, c.cctx.MemFree(c.devMem))
-		c.devMem = 0
-	}
-	// Abort and Err may be reading the flags: take them away first.
-	c.flagsMu.Lock()
-	flags := c.flags
-	c.flags = nil
-	c.flagsMu.Unlock()
-	if flags != nil && c.cctx != nil {
-		errs = append(errs, c.cctx.MemFreeHost(flags))
-	}
-	// cctx and kset stay set: calls on other goroutines may be reading
-	// them (Context, a call's stream check, the planner's lookups) until
-	// they see that c is destroyed. free runs once.
-	if c.kset != nil {
-		errs = append(errs, c.kset.Release())
-	}
-	if c.net != nil {
-		errs = append(errs, closeNet(c.net)) // a view of Split, or a network views share (splitnet.go)
-	}
-	if c.peers != nil {
-		errs = append(errs, c.peers.Close())
-		c.peers = nil
-	}
-	if c.cctx != nil {
-		errs = append(errs, c.cctx.Release())
-	}
-	errs = append(errs, c.s.logCloser.release())
-	return errors.Join(errs...)
+	return c.engine().Destroy()
 }
 
 // usable checks that c can take calls.
@@ -648,81 +412,24 @@ func (c *Comm) usable(op string) error {
 	if c == nil {
 		return errNilComm(op)
 	}
-	c.mu.Lock()
-	d, f := c.destroyed, c.finalized
-	c.mu.Unlock()
+	d, f := c.engine().State()
 	if d {
 		return fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
 	}
+	rank := c.engine().Rank()
 	if f {
-		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, c.rank, ErrInvalidUsage)
+		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, rank, ErrInvalidUsage)
 	}
-	if err := c.lostErr(); err != nil {
-		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, err)
+	if l := c.engine().Lost(); l != nil {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, &PeerLostError{Rank: l.Rank, PID: l.PID, Host: l.Host})
 	}
-	if c.aborted.Load() {
-		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, c.rank, ErrAborted)
+	if c.engine().Aborted() {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, ErrAborted)
 	}
-	if code := c.errorCode(); code != 0 {
-		return fmt.Errorf("ncclgo: %s: %w", op, &DeviceError{Rank: c.rank, Code: code})
+	if code := c.engine().ErrorCode(); code != 0 {
+		return fmt.Errorf("ncclgo: %s: %w", op, &DeviceError{Rank: rank, Code: code})
 	}
 	return nil
-}
-
-// run queues a plan on stream and records the stream's completion event,
-// which it returns (nil when nothing was queued). A launch on another
-// stream than the rank's previous one first waits for that one, so that a
-// rank's kernels run one at a time (as NCCL's strong stream orders them);
-// the residency ledger counts on it.
-func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.destroyed {
-		return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, ErrDestroyed)
-	}
-	for _, d := range p.Decisions {
-		if !c.log.Enabled(context.Background(), slog.LevelInfo) {
-			break // skip formatting on the launch path when nobody listens
-		}
-		c.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
-			config.SubsysColl.Attr())
-	}
-	stream, err := c.laneFor(stream)
-	if err != nil {
-		return nil, err
-	}
-	h := stream.Handle()
-	ev := c.events[h]
-	if ev == nil {
-		var err error
-		if ev, err = c.cctx.NewEvent(true); err != nil {
-			return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
-		}
-		c.events[h] = ev
-	}
-	if last := c.res.last; last != nil && last != ev {
-		if err := stream.WaitEvent(last); err != nil {
-			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", c.rank, err)
-		}
-	}
-	runErr := c.launcher.Run(p, stream)
-	// Something may be queued even when Run failed: track it all the same.
-	c.res.seq++
-	if err := ev.Record(stream); err != nil {
-		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err))
-	}
-	c.res.last = ev
-	if runErr != nil {
-		return ev, fmt.Errorf("ncclgo: rank %d: %w", c.rank, runErr)
-	}
-	return ev, nil
-}
-
-func algoName(ch tune.Choice) string {
-	if ch.Algo < 0 {
-		return "P2P"
-	}
-	return ch.Algo.String()
 }
 
 // Context returns the CUDA context c runs in: its device's primary context,
@@ -732,5 +439,5 @@ func (c *Comm) Context() *cuda.Context {
 	if c == nil {
 		return nil
 	}
-	return c.cctx
+	return c.engine().Context()
 }

@@ -4,15 +4,23 @@
 //
 //	comms, err := ncclgo.InitAll(ctx, []int{0, 0, 0, 0}, nil) // 4 ranks on GPU 0
 //	...
+//	g := ncclgo.NewGroup() // one process drives every rank: launch them together
 //	for i, c := range comms {
-//		err = c.AllReduce(send[i], recv[i], n, ncclgo.Float32, ncclgo.Sum, streams[i])
+//		err = g.AllReduce(c, send[i], recv[i], n, ncclgo.Float32, ncclgo.Sum, streams[i])
 //	}
+//	err = g.End()
 //	for _, c := range comms {
 //		err = c.Wait(ctx) // or synchronize the streams, then c.Err()
 //	}
 //	for _, c := range comms {
 //		c.Destroy()
 //	}
+//
+// Outside a group each call launches at once; ranks of one process that
+// depend on each other must be launched together, through a Group as
+// above (and as ExampleInitAll does), or from separate goroutines, one
+// per rank, which may then call the Comm methods (c.AllReduce, ...)
+// directly.
 //
 // The operations, as methods of Comm (launch now) and of Group (launch at
 // the group's End), with NCCL's semantics: AllReduce, Broadcast, Reduce,

@@ -5,23 +5,28 @@ import (
 	"fmt"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/comm"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
-// Errors for errors.Is.
+// Errors for errors.Is. Every error of the package wraps one of them (or
+// a context's error) where the cause is one of these kinds; the sentinels
+// are those of the machinery underneath, so errors.Is matches either name.
 var (
 	// ErrInvalidArgument is wrapped by every *ArgError.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = comm.ErrInvalidArgument
 	// ErrInvalidUsage: a group misused (ended twice, used after End), a
 	// communicator used after Finalize, or Shrink's exclude lists
 	// disagreeing between ranks. (A communicator used after Destroy fails
 	// with ErrDestroyed.)
-	ErrInvalidUsage = errors.New("invalid usage")
+	ErrInvalidUsage = comm.ErrInvalidUsage
 	// ErrAborted: the communicator was aborted (Abort), or a kernel stopped
 	// because it was.
-	ErrAborted = errors.New("communicator aborted")
+	ErrAborted = comm.ErrAborted
 	// ErrDestroyed: the communicator was destroyed.
-	ErrDestroyed = errors.New("communicator destroyed")
+	ErrDestroyed = comm.ErrDestroyed
 	// ErrUnsupported: a kernel ran a function the device library does not
 	// implement.
 	ErrUnsupported = errors.New("operation not supported by the device library")
@@ -31,6 +36,49 @@ var (
 	// different hosts, or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE leave
 	// none); InitRank and InitAll wrap it.
 	ErrNoTransport = transport.ErrNoTransport
+	// ErrSharedGPUNeedsMPS is wrapped by InitRank's error when ranks of
+	// different processes share a GPU and the CUDA Multi-Process Service is
+	// not running: without MPS the kernels of different processes only
+	// time-slice, and the spin-waiting kernels of two ranks would never run
+	// together (a hang).
+	ErrSharedGPUNeedsMPS = comm.ErrSharedGPUNeedsMPS
+	// ErrNoDriver: no usable CUDA driver (InitAll, InitRank).
+	ErrNoDriver = cuda.ErrNoDriver
+)
+
+// Errors of the bootstrap, the TCP exchange by which ranks find each other
+// (InitRank, Split, Shrink, a Root).
+var (
+	// ErrTimeout: a bootstrap wait ran past the bootstrap timeout
+	// (Options.BootstrapTimeout, NCCL_BOOTSTRAP_TIMEOUT, 120 s by default);
+	// the error names what was waited for, and for a check-in the ranks that
+	// never arrived.
+	ErrTimeout = bootstrap.ErrTimeout
+	// ErrCollectiveBroken: a bootstrap exchange failed on some rank, which
+	// told the others; every later exchange of that communicator's
+	// bootstrap fails at once with it (after an Abort of a rank whose
+	// communicator has Split children, say).
+	ErrCollectiveBroken = bootstrap.ErrCollectiveBroken
+	// ErrPeerClosed: a rank's bootstrap connection ended (its process
+	// exited, or it destroyed or aborted its communicator) while this rank
+	// waited for it.
+	ErrPeerClosed = bootstrap.ErrPeerClosed
+	// ErrRejected: the root refused a rank's check-in (a duplicate rank, a
+	// rank out of range, a different number of ranks).
+	ErrRejected = bootstrap.ErrRejected
+	// ErrBadMagic: a connection presented another bootstrap's magic, or was
+	// not a bootstrap connection at all.
+	ErrBadMagic = bootstrap.ErrBadMagic
+	// ErrInvalidID: a UniqueID that does not decode (ParseUniqueID, InitRank).
+	ErrInvalidID = bootstrap.ErrInvalidID
+	// ErrClosed: a call on, or a wait ended by, a closed Root or the closed
+	// bootstrap of a communicator.
+	ErrClosed = bootstrap.ErrClosed
+	// ErrBootstrapAborted: a bootstrap wait ended because the network it
+	// waited on was aborted (this rank's communicator was aborted, or a
+	// peer's abort tore a connection down). The calls of an aborted
+	// communicator fail with ErrAborted.
+	ErrBootstrapAborted = bootstrap.ErrAborted
 )
 
 // ArgError reports a bad argument: which one, its value and what is valid.
@@ -83,3 +131,22 @@ func (e *DeviceError) Unwrap() error {
 	}
 	return ErrDevice
 }
+
+// PeerLostError reports that the process of another rank ended without
+// destroying the communicator (it crashed or was killed). The communicator
+// is aborted: its kernels leave through the abort flag, and its calls fail
+// with this error, which wraps ErrAborted.
+type PeerLostError struct {
+	Rank int    // the lost rank
+	PID  int    // its process
+	Host string // its host
+}
+
+// Error says which rank's process ended and that the communicator is
+// aborted.
+func (e *PeerLostError) Error() string {
+	return fmt.Sprintf("rank %d (pid %d on %s) exited without destroying the communicator: %v", e.Rank, e.PID, e.Host, ErrAborted)
+}
+
+// Unwrap returns ErrAborted.
+func (e *PeerLostError) Unwrap() error { return ErrAborted }

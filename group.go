@@ -1,10 +1,10 @@
 package ncclgo
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
@@ -124,27 +124,21 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 // launch plans every entry, then launches each as the residency ledger
 // admits it (in entry order unless one must wait for room on its GPU).
 func launch(entries []*groupEntry) error {
+	ls := make([]comm.Launch, len(entries))
 	plans := make([]enqueue.Plan, len(entries))
 	for i, e := range entries {
 		if err := e.comm.usable("Group.End"); err != nil {
 			return err
 		}
-		p, err := enqueue.Build(e.comm.plan, e.tasks, e.comm.tuner, lookupFor(e.comm))
+		p, err := e.comm.engine().Plan(e.tasks)
 		if err != nil {
-			return fmt.Errorf("ncclgo: rank %d: %w", e.comm.rank, err)
+			return err
 		}
 		plans[i] = p
+		ls[i] = comm.Launch{Engine: e.comm.engine(), Plan: &plans[i], Tasks: e.tasks, Stream: e.stream,
+			Usable: func() error { return e.comm.usable("Group.End") }}
 	}
-	err := admitAndRun(entries, plans)
-	return errors.Join(err, leaveLanes(entries))
-}
-
-// lookupFor resolves device functions through c's kernel set.
-func lookupFor(c *Comm) enqueue.FuncLookup {
-	if c.kset == nil {
-		return enqueue.GeneratedLookup
-	}
-	return c.kset.Resolve // the set's own ids, from its manifest
+	return comm.AdmitAndRun(ls)
 }
 
 // Group runs fn with a new group and ends it: every call fn makes on g

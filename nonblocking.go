@@ -62,17 +62,12 @@ func startPending[T any](ctx context.Context, init func(context.Context) (T, err
 // for a nil Pending, which has nothing to wait for).
 func (p *Pending[T]) Done() <-chan struct{} {
 	if p == nil {
-		return closedChan
+		c := make(chan struct{})
+		close(c)
+		return c
 	}
 	return p.done
 }
-
-// closedChan is the Done of a nil Pending.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // errNilPending is the error of a method called on a nil *Pending.
 func errNilPending(op string) error {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -40,7 +39,6 @@ func TestPendingLifecycle(t *testing.T) {
 	require.NoError(t, p.Err())
 	<-p.Done()
 	// Abort after success aborts the communicator.
-	want.net = bootstrap.NewInProcess(1)[0]
 	p.Abort()
 	require.ErrorIs(t, want.Err(), ErrAborted)
 }
@@ -94,9 +92,7 @@ func TestFinalize(t *testing.T) {
 
 	// A device error recorded by a kernel comes out of Finalize.
 	c = fakeComm(t, 1, 2)
-	var page [16]uint32
-	page[1] = 2 // the error word
-	c.flags = unsafePointer(&page[0])
+	c.e.Fault(2, nil) // what a kernel stores in the error flag
 	err = c.Finalize(context.Background())
 	var de *DeviceError
 	require.ErrorAs(t, err, &de)

@@ -2,18 +2,12 @@ package ncclgo
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
-	"github.com/ncclgo/ncclgo/runtime/kernels"
 )
 
 // Options configure a communicator. A nil *Options, and every field left
@@ -34,7 +28,7 @@ type Options struct {
 	Logger *slog.Logger
 	// KernelImage is the path of the kernel set (the file `ncclgen build`
 	// writes); empty searches $NCCLGO_FATBIN, the embedded image and
-	// build/ncclgo.fatbin (see kernels.FindImage).
+	// build/ncclgo.fatbin.
 	KernelImage string
 	// KernelImageBytes is the kernel set itself, for a program that
 	// embeds it:
@@ -59,62 +53,11 @@ type Options struct {
 	Contexts map[int]*cuda.Context
 }
 
-// settings is what the options resolve to.
-type settings struct {
-	cfg        config.Config
-	log        *slog.Logger
-	logCloser  *sharedCloser
-	bootstrap  bootstrap.Options
-	image      string
-	imageBytes []byte
-	p2pPerPeer int
-	contexts   map[int]*cuda.Context
-}
-
-// sharedCloser closes a log file when the last communicator using it is
-// destroyed, or, when none took it, once the caller is done with it
-// (closeUnused).
-type sharedCloser struct {
-	refs atomic.Int64
-	c    io.Closer
-	once sync.Once
-	err  error
-}
-
-func (s *sharedCloser) retain() *sharedCloser {
-	if s != nil {
-		s.refs.Add(1)
-	}
-	return s
-}
-
-func (s *sharedCloser) release() error {
-	if s == nil || s.refs.Add(-1) != 0 {
-		return nil
-	}
-	return s.close()
-}
-
-// closeUnused closes the file unless a communicator holds it: for the
-// settings of a call that failed before any communicator retained them,
-// and for a bootstrap root's, once the root stopped.
-func (s *sharedCloser) closeUnused() error {
-	if s == nil || s.refs.Load() > 0 {
-		return nil
-	}
-	return s.close()
-}
-
-func (s *sharedCloser) close() error {
-	s.once.Do(func() { s.err = s.c.Close() })
-	return s.err
-}
-
 // resolve reads the environment and applies o. The log file, if any, is
 // returned with no reference; each communicator retains it, and a caller
-// that ends up with none calls closeUnused.
-func (o *Options) resolve() (settings, error) {
-	var s settings
+// that ends up with none calls CloseUnused.
+func (o *Options) resolve() (comm.Settings, error) {
+	var s comm.Settings
 	cfg, err := config.Load()
 	if err != nil {
 		return s, err
@@ -123,14 +66,14 @@ func (o *Options) resolve() (settings, error) {
 		if cfg, err = cfg.Apply(o.Overrides); err != nil {
 			return s, err
 		}
-		s.bootstrap.Timeout = o.BootstrapTimeout
-		s.image = o.KernelImage
-		s.imageBytes = o.KernelImageBytes
-		s.p2pPerPeer = o.P2PChannelsPerPeer
+		s.Bootstrap.Timeout = o.BootstrapTimeout
+		s.Image = o.KernelImage
+		s.ImageBytes = o.KernelImageBytes
+		s.P2PPerPeer = o.P2PChannelsPerPeer
 		if o.P2PChannelsPerPeer < 0 {
 			return s, &ArgError{Arg: "Options.P2PChannelsPerPeer", Value: o.P2PChannelsPerPeer, Want: "0 (default) or a positive channel count"}
 		}
-		s.log = o.Logger
+		s.Log = o.Logger
 		for d, cx := range o.Contexts {
 			if cx == nil || cx.Handle() == 0 {
 				return s, &ArgError{Arg: fmt.Sprintf("Options.Contexts[%d]", d), Value: "nil", Want: "a live context from cuda.WrapContext or cuda.CurrentContext"}
@@ -139,51 +82,7 @@ func (o *Options) resolve() (settings, error) {
 				return s, &ArgError{Arg: fmt.Sprintf("Options.Contexts[%d]", d), Value: fmt.Sprintf("a context of device %d", int(cx.Device())), Want: fmt.Sprintf("a context of device %d", d)}
 			}
 		}
-		s.contexts = o.Contexts
+		s.Contexts = o.Contexts
 	}
-	if s.p2pPerPeer == 0 {
-		s.p2pPerPeer = 2
-	}
-	s.cfg = cfg
-	if cfg.SocketIfname.IsSet() {
-		s.bootstrap.Interface = cfg.SocketIfname.String()
-	}
-	s.bootstrap.Family = cfg.SocketFamily
-	if s.log == nil {
-		w, err := cfg.OpenDebugFile()
-		if err != nil {
-			return s, err
-		}
-		if w == nil {
-			w = nopWriteCloser{os.Stdout}
-		}
-		s.logCloser = &sharedCloser{c: w}
-		s.log = config.NewLogger(cfg, w)
-	}
-	s.bootstrap.Logger = s.log
-	return s, nil
-}
-
-// findImage returns the kernel set the settings name and where it came
-// from.
-func (s settings) findImage() ([]byte, string, error) {
-	if len(s.imageBytes) > 0 {
-		return kernels.FromBytes(s.imageBytes)
-	}
-	return kernels.FindImage(s.image)
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
-
-func hostID(cfg config.Config) string {
-	if cfg.HostID != "" {
-		return cfg.HostID
-	}
-	h, _ := os.Hostname()
-	if i := strings.IndexByte(h, '.'); i > 0 {
-		h = h[:i]
-	}
-	return h
+	return s, s.Complete(cfg)
 }

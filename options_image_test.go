@@ -19,18 +19,18 @@ func TestKernelImageBytesWins(t *testing.T) {
 	require.NoError(t, err)
 	st, err := (&Options{KernelImage: "/nonexistent/kernels.fatbin", KernelImageBytes: set}).resolve()
 	require.NoError(t, err)
-	img, src, err := st.findImage()
+	img, src, err := st.FindImage()
 	require.NoError(t, err)
 	assert.Equal(t, set, img)
 	assert.Equal(t, "image supplied by the program", src)
 
 	st, err = (&Options{KernelImageBytes: []byte("not a kernel set")}).resolve()
 	require.NoError(t, err)
-	_, _, err = st.findImage()
+	_, _, err = st.FindImage()
 	assert.ErrorIs(t, err, kernels.ErrNoImage)
 
 	st, err = (&Options{KernelImage: "/nonexistent/kernels.fatbin"}).resolve()
 	require.NoError(t, err)
-	_, _, err = st.findImage()
+	_, _, err = st.FindImage()
 	assert.ErrorContains(t, err, "/nonexistent/kernels.fatbin")
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // DataType is an element type, with nccl.h's ncclDataType_t values.
@@ -130,13 +130,14 @@ func scalarBits(v float64, t DataType) uint64 {
 		return uint64(int64(v)) & typeMask(t)
 	case Int8, Int32, Int64:
 		return uint64(int64(v)) & typeMask(t)
+	default:
+		if !t.valid() {
+			return 0
+		}
+		var b [8]byte
+		copy(b[:], numfmt.Encode(t.kspace(), []float64{v}))
+		return binary.LittleEndian.Uint64(b[:])
 	}
-	if !t.valid() {
-		return 0
-	}
-	var b [8]byte
-	copy(b[:], numfmt.Encode(t.kspace(), []float64{v}))
-	return binary.LittleEndian.Uint64(b[:])
 }
 
 func typeMask(t DataType) uint64 {

@@ -5,7 +5,6 @@ import (
 	"runtime/debug"
 
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
 // modulePath is this module's import path, for finding its version in the
@@ -66,15 +65,4 @@ func moduleVersion(bi *debug.BuildInfo) string {
 		return d.Version
 	}
 	return "devel"
-}
-
-// ParseUniqueID reads a UniqueID from the text form UniqueID.String
-// produces, as it travels between processes (an environment variable, a
-// command line, a file). It fails with an error naming what is wrong.
-func ParseUniqueID(s string) (UniqueID, error) {
-	id, err := bootstrap.ParseUniqueID(s)
-	if err != nil {
-		return UniqueID{}, fmt.Errorf("ncclgo: ParseUniqueID: %w", err)
-	}
-	return id, nil
 }

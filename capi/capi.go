@@ -22,9 +22,7 @@ import (
 
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/generated"
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
-	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
 // result is ncclResult_t.
@@ -92,17 +90,17 @@ func resultOf(err error) result {
 		return C.ncclSuccess
 	case errors.Is(err, errInitAborted): // before ErrAborted, which it may wrap
 		return C.ncclInternalError
-	case errors.Is(err, ncclgo.ErrInvalidArgument), errors.Is(err, bootstrap.ErrInvalidID):
+	case errors.Is(err, ncclgo.ErrInvalidArgument), errors.Is(err, ncclgo.ErrInvalidID):
 		return C.ncclInvalidArgument
 	case errors.Is(err, ncclgo.ErrInvalidUsage), errors.Is(err, ncclgo.ErrDestroyed),
-		errors.Is(err, errNotImplemented), errors.Is(err, transport.ErrNoTransport),
+		errors.Is(err, errNotImplemented), errors.Is(err, ncclgo.ErrNoTransport),
 		errors.Is(err, ncclgo.ErrSharedGPUNeedsMPS):
 		return C.ncclInvalidUsage
-	case errors.Is(err, cuda.ErrNoDriver), errors.As(err, &ce):
+	case errors.Is(err, ncclgo.ErrNoDriver), errors.As(err, &ce):
 		return C.ncclUnhandledCudaError
-	case errors.Is(err, bootstrap.ErrTimeout), errors.Is(err, bootstrap.ErrPeerClosed),
-		errors.Is(err, bootstrap.ErrRejected), errors.Is(err, bootstrap.ErrBadMagic),
-		errors.Is(err, bootstrap.ErrAborted), errors.Is(err, ncclgo.ErrAborted),
+	case errors.Is(err, ncclgo.ErrTimeout), errors.Is(err, ncclgo.ErrPeerClosed),
+		errors.Is(err, ncclgo.ErrRejected), errors.Is(err, ncclgo.ErrBadMagic),
+		errors.Is(err, ncclgo.ErrBootstrapAborted), errors.Is(err, ncclgo.ErrAborted),
 		errors.As(err, new(*ncclgo.PeerLostError)):
 		return C.ncclRemoteError
 	case errors.As(err, &ne), errors.As(err, &se), errors.As(err, &errno):

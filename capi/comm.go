@@ -305,7 +305,7 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	}
 	c := newComm(&comm{op: op, rank: int(rank), nRanks: int(nRanks), device: dev, blocking: conf.blocking})
 	return c.begin(out, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return ncclgo.InitRank(ctx, c.nRanks, u, c.rank, c.device, conf.opts)
+		return ncclgo.InitRank(ctx, c.nRanks, ncclgo.UniqueID(u), c.rank, c.device, conf.opts)
 	})
 }
 

@@ -19,10 +19,10 @@ import (
 	"text/template"
 
 	"github.com/ncclgo/ncclgo/gen/abi"
-	"github.com/ncclgo/ncclgo/kset"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/gen/nvbuild"
 	"github.com/ncclgo/ncclgo/gen/templates"
+	"github.com/ncclgo/ncclgo/kset"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // Header heads every generated file.

@@ -42,7 +42,6 @@ import (
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 	"github.com/ncclgo/ncclgo/runtime/topo"
@@ -369,7 +368,7 @@ func TestMultiProcessChild(t *testing.T) {
 	if role == "" {
 		t.Skip("only runs as a child of TestMultiProcess, TestMultiProcessKill or TestMultiProcessSharedGPURefused")
 	}
-	id, err := bootstrap.ParseUniqueID(os.Getenv(mpEnvID))
+	id, err := ncclgo.ParseUniqueID(os.Getenv(mpEnvID))
 	require.NoError(t, err)
 	first := envInt(t, mpEnvRank, -1)
 	n := envInt(t, mpEnvNRanks, -1)
@@ -750,7 +749,7 @@ func mpKill(t *testing.T, ranks []*mpRank, n, victim, dev int, bufBytes uint64) 
 		for {
 			b, err := os.ReadFile(idFile)
 			if err == nil {
-				id, err = bootstrap.ParseUniqueID(string(b))
+				id, err = ncclgo.ParseUniqueID(string(b))
 				require.NoError(t, err)
 				break
 			}

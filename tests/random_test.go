@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/pattern"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo"
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -61,7 +60,7 @@ func initRank(ctx context.Context, c *config, opts *ncclgo.Options) (*ncclgo.Com
 	if err != nil {
 		return nil, fmt.Errorf("sharing rank 0's unique id: %w", err)
 	}
-	id, err := bootstrap.ParseUniqueID(string(ids[0]))
+	id, err := ncclgo.ParseUniqueID(string(ids[0]))
 	if err != nil {
 		return nil, fmt.Errorf("rank 0's unique id: %w", err)
 	}

@@ -1,7 +1,7 @@
 // Package diag exposes diagnostics of ncclgo's internals to the module's
 // own tests, so that a hang shows where it sits. It is not an API: package
-// ncclgo fills in Connections when it is initialised, and both may change
-// at any time.
+// runtime/comm fills in Connections when it is initialised, and both may
+// change at any time.
 package diag
 
 import (
@@ -22,20 +22,21 @@ type Conn struct {
 	Head                int64  // steps the receiver has consumed
 }
 
-// Connections reads the connections of comm, a *ncclgo.Comm, while its
-// kernels may still run (the copies do not wait for its streams). Package
-// ncclgo sets it; it is nil in a program that does not link ncclgo.
+// Connections reads the connections of comm, a rank's engine (a
+// *comm.Engine of runtime/comm, which sets it), while its kernels may
+// still run (the copies do not wait for its streams). It is nil in a
+// program that does not link runtime/comm.
 var Connections func(comm any) ([]Conn, error)
 
 // Dump reads the connections of every rank of a communicator (comms[r] is
-// rank r, a *ncclgo.Comm) and formats them one line per connection and
+// rank r's engine) and formats them one line per connection and
 // channel: the sender's step, tail and head against the receiver's step.
 // On a connection that is idle the sender's and receiver's steps agree;
 // a hung group shows where they do not, or where a channel's steps lag
 // the others'.
 func Dump(comms []any) string {
 	if Connections == nil {
-		return "connection dump unavailable: package ncclgo is not linked"
+		return "connection dump unavailable: package runtime/comm is not linked"
 	}
 	type key struct{ ch, from, to int }
 	recvStep := map[key]int64{}

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 var floatTypes = []kspace.Type{kspace.F16, kspace.BF16, kspace.F32, kspace.F64, kspace.F8E4M3, kspace.F8E5M2}

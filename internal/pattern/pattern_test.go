@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 func TestSeed(t *testing.T) {

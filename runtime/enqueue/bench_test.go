@@ -3,8 +3,8 @@ package enqueue
 import (
 	"testing"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // BenchmarkSmallAllReduce measures the host cost of planning and packing

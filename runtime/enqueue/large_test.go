@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 	"github.com/stretchr/testify/assert"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 	"github.com/stretchr/testify/assert"

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 

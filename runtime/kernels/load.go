@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kset"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/generated"
 )
 
 // ErrABI is wrapped by the error that refuses a kernel set built for

@@ -27,9 +27,6 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
-// raceEnabled is set by leak_race_test.go under -race.
-var raceEnabled bool
-
 // leakCycles is NCCLGO_LEAK_CYCLES, or def (def/5 with -test.short or
 // -race).
 func leakCycles(t *testing.T, def int) int {
@@ -49,7 +46,9 @@ func leakCycles(t *testing.T, def int) int {
 // cpuLeakTolerance: goroutines and descriptors exactly back; a few idle
 // threads more than after the warm-up (the Go runtime keeps the threads a
 // busier moment started, and never ends them).
-var cpuLeakTolerance = leakcheck.Tolerance{Threads: 4, Settle: 5 * time.Second}
+func cpuLeakTolerance() leakcheck.Tolerance {
+	return leakcheck.Tolerance{Threads: 4, Settle: 5 * time.Second}
+}
 
 // loopback keeps the TCP bootstrap on 127.0.0.1, its logs discarded (the
 // failure paths warn).
@@ -139,8 +138,8 @@ func leakFaults(t *testing.T, ctx context.Context, i int) {
 	require.NoError(t, root.Close())
 	abortRecv(t, ctx, conns)
 
-	parents := fakeParents(t, 3, false)
-	parents[1].net.Abort() // rank 1 is dead
+	parents, nets := hostOnlyRanks(t, 3, false)
+	nets[1].Abort() // rank 1 is dead
 	kids, errs := onEveryRank(3, func(r int) (*Comm, error) {
 		if r == 1 {
 			return nil, nil
@@ -199,7 +198,6 @@ func TestLeakCPU(t *testing.T) {
 	if os.Getenv(leakEnvChild) != "" {
 		t.Skip("child process")
 	}
-	fakeChildren(t)
 	n := leakCycles(t, 1000)
 	ctx := context.Background()
 	// Warm-up: the runtime's lazily started threads and the poller.
@@ -213,7 +211,7 @@ func TestLeakCPU(t *testing.T) {
 	for i := range n {
 		leakCycle(t, i)
 	}
-	now, err := leakcheck.Settle(ctx, base, leakcheck.Probe{}, cpuLeakTolerance)
+	now, err := leakcheck.Settle(ctx, base, leakcheck.Probe{}, cpuLeakTolerance())
 	t.Logf("LEAK cycles=%d %s elapsed=%v (CPU: bootstrap in-process and TCP, Split, roots)", n, leakcheck.Figures(base, now), time.Since(start).Round(time.Millisecond))
 	require.NoError(t, err)
 }
@@ -271,7 +269,7 @@ func TestLeakMultiProcessCPU(t *testing.T) {
 	for i := range n {
 		cycle(i + 1)
 	}
-	now, err := leakcheck.Settle(context.Background(), base, leakcheck.Probe{}, cpuLeakTolerance)
+	now, err := leakcheck.Settle(context.Background(), base, leakcheck.Probe{}, cpuLeakTolerance())
 	t.Logf("LEAK cycles=%d %s elapsed=%v (CPU: roots of 2 processes' TCP bootstrap)", n, leakcheck.Figures(base, now), time.Since(start).Round(time.Millisecond))
 	require.NoError(t, err)
 }
@@ -298,7 +296,7 @@ func TestLeakChild(t *testing.T) {
 	require.Equal(t, [][]byte{{0}, {1}}, all)
 	require.NoError(t, c.Barrier(ctx))
 	require.NoError(t, c.Close())
-	now, err := leakcheck.Settle(ctx, base, leakcheck.Probe{}, cpuLeakTolerance)
+	now, err := leakcheck.Settle(ctx, base, leakcheck.Probe{}, cpuLeakTolerance())
 	require.NoError(t, err)
 	fmt.Printf("LEAKCHILD rank=%d ok %s\n", rank, leakcheck.Figures(base, now))
 }

@@ -1,10 +1,13 @@
-package ncclgo
+package comm
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/graph"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 	"github.com/stretchr/testify/assert"
@@ -64,17 +67,53 @@ func TestEnablePeersPerProcess(t *testing.T) {
 }
 
 func TestPeerLost(t *testing.T) {
-	c := &Comm{rank: 0, log: slog.New(slog.DiscardHandler)}
-	require.NoError(t, c.Err())
-	c.peerLost(&PeerLostError{Rank: 3, PID: 42, Host: "h"})
-	c.peerLost(&PeerLostError{Rank: 2, PID: 41, Host: "h"}) // the first one stays
-	err := c.Err()
-	require.ErrorIs(t, err, ErrAborted)
-	var pl *PeerLostError
-	require.ErrorAs(t, err, &pl)
-	assert.Equal(t, 3, pl.Rank)
-	assert.True(t, c.aborted.Load())
-	err = c.usable("AllReduce")
-	require.ErrorIs(t, err, ErrAborted)
-	assert.Contains(t, err.Error(), "rank 3 (pid 42 on h) exited without destroying the communicator")
+	c := &Engine{rank: 0, log: slog.New(slog.DiscardHandler)}
+	require.Nil(t, c.Lost())
+	c.peerLost(&PeerLost{Rank: 3, PID: 42, Host: "h"})
+	c.peerLost(&PeerLost{Rank: 2, PID: 41, Host: "h"}) // the first one stays
+	require.Equal(t, &PeerLost{Rank: 3, PID: 42, Host: "h"}, c.Lost())
+	assert.True(t, c.Aborted())
+}
+
+// Every connection one rank expects is expected by its peer too.
+func TestEdgesAgree(t *testing.T) {
+	for _, devs := range [][]int{{0, 0}, {0, 0, 0, 0}, {0, 1, 0, 1, 2}, {0, 0, 0, 0, 0, 0, 0, 0}} {
+		n := len(devs)
+		for _, nch := range []int{1, 3, 16} {
+			t.Run(fmt.Sprintf("%v/%dch", devs, nch), func(t *testing.T) {
+				l := topo.NewLayout(devs)
+				rings := graph.Rings(l, nch)
+				trees := graph.Trees(n, nch)
+				set := map[transport.Edge]int{}
+				for r := range n {
+					for _, e := range edges(enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}, rings, trees) {
+						set[e]++
+						assert.True(t, e.From == r || e.To == r)
+					}
+				}
+				for e, k := range set {
+					assert.Equal(t, 2, k, "edge %v is known to both ends", e)
+				}
+				// Every ring, tree and p2p neighbour is connected.
+				for r := range n {
+					for ch := range nch {
+						_, next, _, _ := graph.RingView(rings[ch], r)
+						if next != r {
+							assert.Contains(t, set, transport.Edge{Channel: ch, From: r, To: next})
+						}
+						if up := trees[ch].Up[r]; up >= 0 {
+							assert.Contains(t, set, transport.Edge{Channel: ch, From: up, To: r})
+							assert.Contains(t, set, transport.Edge{Channel: ch, From: r, To: up})
+						}
+					}
+					for d := 1; d < n; d++ {
+						pc := enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}
+						for j := range 4 {
+							assert.Contains(t, set, transport.Edge{Channel: enqueue.P2PChannel(pc, d, j), From: r, To: (r + d) % n})
+						}
+					}
+				}
+			})
+		}
+	}
 }

@@ -1,17 +1,16 @@
-package ncclgo
+package comm
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -40,16 +39,17 @@ type peerInfo struct {
 	BusID  string
 }
 
-// initRank sets rank net.Rank() up on device; on error it frees what it
-// acquired but leaves net to the caller.
-func initRank(ctx context.Context, net bootstrap.Network, device int, s settings) (_ *Comm, err error) {
+// Init sets rank net.Rank() of a communicator up on device; on error it
+// frees what it acquired but leaves net to the caller. It retains no
+// reference on s.LogFile: the caller retains one for the engine, which
+// Destroy releases.
+func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_ *Engine, err error) {
 	rank, n := net.Rank(), net.Size()
-	c := &Comm{rank: rank, nRanks: n, device: device, s: s, net: net,
-		events: map[uintptr]*cuda.Event{}, userOps: map[RedOp]devOp{}, userTypes: map[RedOp]DataType{}, nextOp: NumRedOps}
-	c.log = s.log.With("rank", rank)
-	fail := func(err error) (*Comm, error) {
+	c := &Engine{rank: rank, nRanks: n, device: device, s: s, net: net, events: map[uintptr]*cuda.Event{}}
+	c.log = s.Log.With("rank", rank)
+	fail := func(err error) (*Engine, error) {
 		c.net = nil // the caller closes it
-		c.s.logCloser = nil
+		c.s.LogFile = nil
 		_ = c.free()
 		return nil, fmt.Errorf("ncclgo: init of rank %d on device %d: %w", rank, device, err)
 	}
@@ -61,7 +61,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	// Who runs where.
-	me := peerInfo{PID: os.Getpid(), Host: hostID(s.cfg), Device: device, BusID: c.gpu.BusID}
+	me := peerInfo{PID: os.Getpid(), Host: hostID(s.Config), Device: device, BusID: c.gpu.BusID}
 	b, _ := json.Marshal(me)
 	all, err := net.AllGather(ctx, b)
 	if err != nil {
@@ -94,7 +94,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 			c.log.Info(fmt.Sprintf("NVLink counts unknown (the tuner assumes NVLink): %v", err), config.SubsysInit.Attr())
 		}
 	}
-	if cx := s.contexts[device]; cx != nil {
+	if cx := s.Contexts[device]; cx != nil {
 		// A wrapper of our own, so that Destroy's Release forgets only it.
 		c.cctx, err = cuda.WrapContext(cx.Handle())
 	} else {
@@ -108,7 +108,7 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	// Kernels.
-	image, src, err := s.findImage()
+	image, src, err := s.FindImage()
 	if err != nil {
 		return fail(err)
 	}
@@ -125,8 +125,8 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		return fail(err)
 	}
 	tp, changed, err := agreeTuning(ctx, net, tuningInputs{
-		Topology: tuneTopology(c.layout, gpu, blocksPerSM, s.cfg),
-		Settings: settingsOf(s.cfg, s.p2pPerPeer, c.kset.Filter()),
+		Topology: tuneTopology(c.layout, gpu, blocksPerSM, s.Config),
+		Settings: settingsOf(s.Config, s.P2PPerPeer, c.kset.Filter()),
 	})
 	if err != nil {
 		return fail(err)
@@ -134,14 +134,14 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	if changed {
 		c.log.Warn(fmt.Sprintf("this rank's view of the topology differs from rank 0's; tuning with rank 0's (%+v)", tp), config.SubsysInit.Attr())
 	}
-	c.tuner, err = tune.New(tp, s.cfg, c.kset.Available, tune.WithLogger(s.log.With("rank", rank)),
+	c.tuner, err = tune.New(tp, s.Config, c.kset.Available, tune.WithLogger(s.Log.With("rank", rank)),
 		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
 	if err != nil {
 		return fail(err)
 	}
 	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
 	c.rings, c.trees = buildGraphs(c.layout, c.nChannels)
-	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.p2pPerPeer}
+	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.P2PPerPeer}
 	if err := c.joinResidency(ctx, blocksPerSM); err != nil { // residency.go
 		return fail(err)
 	}
@@ -156,11 +156,11 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		c.log.Info(fmt.Sprintf("Trees [%d] %s->%d->%d", ch, joinInts(t.Down[rank]), rank, t.Up[rank]), config.SubsysInit.Attr())
 	}
 	// Connections.
-	pol, err := transport.PolicyFromEnv(s.cfg.P2PDisable, s.cfg.SHMDisable, os.Getenv)
+	pol, err := transport.PolicyFromEnv(s.Config.P2PDisable, s.Config.SHMDisable, os.Getenv)
 	if err != nil {
 		return fail(err)
 	}
-	sizes := transport.Sizes{uint32(s.cfg.LLBuffSize), uint32(s.cfg.LL128BuffSize), uint32(s.cfg.BuffSize)}
+	sizes := transport.Sizes{uint32(s.Config.LLBuffSize), uint32(s.Config.LL128BuffSize), uint32(s.Config.BuffSize)}
 	edges := edges(c.plan, c.rings, c.trees)
 	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
 		Log: func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) }}
@@ -173,8 +173,8 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		// device memory but not across PCIe into host memory (NCCL too
 		// keeps LL128 off such paths). Every rank sees the same answer.
 		avail := kernels.Available
-		c.tuner, err = tune.New(tp, s.cfg, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
-			tune.WithLogger(s.log.With("rank", rank)))
+		c.tuner, err = tune.New(tp, s.Config, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
+			tune.WithLogger(s.Log.With("rank", rank)))
 		if err != nil {
 			return fail(err)
 		}
@@ -183,16 +183,18 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 		}
 	}
 	// Flags and device structures.
-	if c.flags, err = c.cctx.MemAllocHost(64); err != nil {
+	flags, err := c.cctx.MemAllocHost(hostFlagsBytes)
+	if err != nil {
 		return fail(err)
 	}
-	clear(unsafe.Slice((*byte)(c.flags), 64))
-	if c.flagsDev, err = c.cctx.HostDevicePointer(c.flags); err != nil {
+	clear(unsafe.Slice((*byte)(flags), hostFlagsBytes))
+	c.flags = (*hostFlags)(flags)
+	if c.flagsDev, err = c.cctx.HostDevicePointer(flags); err != nil {
 		return fail(err)
 	}
 	dimg, err := transport.BuildImage(transport.ImageSpec{Rank: rank, NRanks: n, NChannels: c.nChannels,
 		Rings: c.rings, Trees: c.trees, Conns: c.conns,
-		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + 4, Sizes: sizes})
+		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + errorFlagOffset, Sizes: sizes})
 	if err != nil {
 		return fail(err)
 	}
@@ -229,14 +231,6 @@ func initRank(ctx context.Context, net bootstrap.Network, device int, s settings
 	}
 	return c, nil
 }
-
-// ErrSharedGPUNeedsMPS is wrapped by InitRank's error when ranks of
-// different processes share a GPU and the CUDA Multi-Process Service is
-// not running: without MPS the kernels of different processes only
-// time-slice, and the spin-waiting kernels of two ranks would never run
-// together (a hang).
-var ErrSharedGPUNeedsMPS = errors.New("ranks of different processes share a GPU, which needs MPS (CUDA Multi-Process Service: " +
-	"start it with nvidia-cuda-mps-control -d, or give each process its own GPU)")
 
 // checkSharedGPUs refuses ranks of different processes on one GPU unless
 // MPS runs. Every rank sees the same peers, so every rank refuses alike.

@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"context"
@@ -13,11 +13,10 @@ import (
 
 // splitParents makes n device-less parent ranks (TCP or in-process) and
 // one Split child of all of them, color 0.
-func splitParents(t *testing.T, n int, tcp bool) (parents, kids []*Comm) {
+func splitParents(t *testing.T, n int, tcp bool) (parents, kids []*Engine) {
 	t.Helper()
-	fakeChildren(t)
 	parents = fakeParents(t, n, tcp)
-	kids, errs := onEveryRank(n, func(r int) (*Comm, error) { return parents[r].Split(context.Background(), 0, 0, nil) })
+	kids, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(context.Background(), parents[r], 0, 0) })
 	require.NoError(t, errors.Join(errs...))
 	return parents, kids
 }
@@ -31,7 +30,7 @@ func TestAbortAfterDestroyKeepsChild(t *testing.T) {
 	parents, kids := splitParents(t, n, false)
 	destroyAll(t, parents...)
 	parents[0].Abort()
-	grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
+	grand, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
 	require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
 	destroyAll(t, grand...)
 	destroyAll(t, kids...)
@@ -47,7 +46,7 @@ func TestAbortWhilePeerSplits(t *testing.T) {
 		parents, kids := splitParents(t, n, true)
 		done := make(chan error, 1)
 		go func() {
-			_, err := parents[1].Split(ctx, 0, 0, nil)
+			_, err := split(ctx, parents[1], 0, 0)
 			done <- err
 		}()
 		time.Sleep(20 * time.Millisecond)
@@ -80,14 +79,11 @@ func TestAbortRacesDestroy(t *testing.T) {
 			return struct{}{}, nil
 		})
 		require.NoError(t, errors.Join(errs...))
-		grand, errs := onEveryRank(n, func(r int) (*Comm, error) { return kids[r].Split(ctx, 0, 0, nil) })
+		grand, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
 		require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
 		destroyAll(t, grand...)
 		destroyAll(t, kids...)
 		destroyAll(t, parents[1])
-		shared.Lock()
-		left := len(shared.refs)
-		shared.Unlock()
-		require.Zero(t, left, "shared networks left")
+		require.Zero(t, bootstrap.SharedNetworks(), "shared networks left")
 	}
 }

@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"context"
@@ -10,21 +10,15 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
-	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/residency"
 )
-
-// abortGrace bounds how long Destroy waits for kernels to react to the
-// abort flag.
-const abortGrace = 10 * time.Second
 
 // residencyState is a rank's part in the residency ledger (package
 // runtime/residency): the communicator's lease, how many launches the rank
@@ -47,10 +41,10 @@ type residencyState struct {
 // that nobody aborts a rank whose flags are gone.
 var colocated = struct {
 	sync.Mutex
-	m map[*residency.Lease][]*Comm
-}{m: map[*residency.Lease][]*Comm{}}
+	m map[*residency.Lease][]*Engine
+}{m: map[*residency.Lease][]*Engine{}}
 
-func (c *Comm) addColocated() {
+func (c *Engine) addColocated() {
 	colocated.Lock()
 	defer colocated.Unlock()
 	colocated.m[c.res.lease] = append(colocated.m[c.res.lease], c)
@@ -58,7 +52,7 @@ func (c *Comm) addColocated() {
 
 // leaveResidency takes c off the ledger and the colocated list; the
 // ledger keeps counting a launch of c that still runs.
-func (c *Comm) leaveResidency() {
+func (c *Engine) leaveResidency() {
 	c.mu.Lock() // request reads the lease under mu, from a Group.End
 	s := c.res.lease
 	c.res.lease = nil
@@ -67,7 +61,7 @@ func (c *Comm) leaveResidency() {
 		return
 	}
 	colocated.Lock()
-	l := slices.DeleteFunc(colocated.m[s], func(p *Comm) bool { return p == c })
+	l := slices.DeleteFunc(colocated.m[s], func(p *Engine) bool { return p == c })
 	if len(l) == 0 {
 		delete(colocated.m, s)
 	} else {
@@ -80,8 +74,8 @@ func (c *Comm) leaveResidency() {
 // abortColocated aborts every rank of c's communicator in this process
 // that is not being freed, c included: their kernels and their bootstrap
 // waits, but not a bootstrap network that Split children's views still
-// use (abortNet): those are other communicators.
-func (c *Comm) abortColocated() {
+// use (bootstrap.AbortShared): those are other communicators.
+func (c *Engine) abortColocated() {
 	c.Abort()
 	c.mu.Lock()
 	s := c.res.lease
@@ -90,7 +84,7 @@ func (c *Comm) abortColocated() {
 		return
 	}
 	colocated.Lock()
-	ranks := append([]*Comm(nil), colocated.m[s]...)
+	ranks := append([]*Engine(nil), colocated.m[s]...)
 	colocated.Unlock()
 	for _, p := range ranks { // Abort may talk to peers: not under the lock
 		if p != c {
@@ -112,11 +106,11 @@ type residencyInfo struct {
 // where it runs, rank 0's random key names the communicator, and each
 // counts the communicator's ranks in this process per GPU. blocksPerSM is
 // the occupancy of the widest kernel.
-func (c *Comm) joinResidency(ctx context.Context, blocksPerSM int) error {
-	c.res.timeout = commTimeout(c.s)
+func (c *Engine) joinResidency(ctx context.Context, blocksPerSM int) error {
+	c.res.timeout = c.s.Timeout()
 	var key [16]byte
 	_, _ = rand.Read(key[:])
-	me := residencyInfo{Key: hex.EncodeToString(key[:]), PID: os.Getpid(), Host: hostID(c.s.cfg), Device: c.device, BusID: c.gpu.BusID}
+	me := residencyInfo{Key: hex.EncodeToString(key[:]), PID: os.Getpid(), Host: hostID(c.s.Config), Device: c.device, BusID: c.gpu.BusID}
 	b, _ := json.Marshal(me)
 	all, err := c.net.AllGather(ctx, b)
 	if err != nil {
@@ -165,25 +159,11 @@ func gpuName(p residencyInfo) string {
 	return strconv.Itoa(p.Device)
 }
 
-// commTimeout is the communicator's timeout: the bootstrap timeout
-// (Options.BootstrapTimeout, else NCCL_BOOTSTRAP_TIMEOUT, else 120 s).
-func commTimeout(s settings) time.Duration {
-	if s.bootstrap.Timeout > 0 {
-		return s.bootstrap.Timeout
-	}
-	if v := strings.TrimSpace(os.Getenv("NCCL_BOOTSTRAP_TIMEOUT")); v != "" {
-		if d, err := config.ParseBootstrapTimeout(v); err == nil {
-			return d
-		}
-	}
-	return bootstrap.DefaultTimeout
-}
-
 // request is the ledger request for c's next launch of p: the most blocks
 // a kernel of p uses, or c's channel count when p holds point-to-point
 // work (whose blocks differ between ranks, while a lagging rank must fit
 // in the grant its peers took). ok is false when c is not on a ledger.
-func (c *Comm) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Request, ok bool) {
+func (c *Engine) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Request, ok bool) {
 	blocks := 0
 	for i := range p.Launches {
 		blocks = max(blocks, p.Launches[i].NBlocks())
@@ -196,31 +176,50 @@ func (c *Comm) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Reque
 	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil
 }
 
-// admitAndRun launches the plans of a group through the residency ledger:
+// Launch is one communicator's part of a group: its plan, on its stream.
+type Launch struct {
+	Engine *Engine
+	Plan   *enqueue.Plan
+	Tasks  []enqueue.Task // what the plan was built from
+	Stream *cuda.Stream
+	// Usable reports whether the communicator can still take calls; a
+	// wait for room on the GPU ends with its error.
+	Usable func() error
+}
+
+// AdmitAndRun launches the plans of a group through the residency ledger:
 // every communicator's launch runs as soon as it is admitted, lowest index
 // first, so a rank its peers already spin on is never held back behind
 // another communicator. Waits are bounded by the smallest timeout of the
-// group's communicators, and end when one of them is aborted or destroyed.
-func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
+// group's communicators, and end when one of them is no longer usable
+// (aborted or destroyed, say).
+func AdmitAndRun(ls []Launch) error {
+	err := admitAndRun(ls)
+	// After every rank of the group has entered its lane (run), so that no
+	// rank's Enter on a shared default stream comes after another's Leave.
+	return errors.Join(err, leaveLanes(ls))
+}
+
+func admitAndRun(ls []Launch) error {
 	var idx []int
 	var reqs []residency.Request
 	var errs []error
 	timeout := time.Duration(0)
-	for i, e := range entries {
-		if plans[i].Empty() {
+	for i, l := range ls {
+		if l.Plan.Empty() {
 			continue
 		}
-		r, ok := e.comm.request(&plans[i], e.tasks)
+		r, ok := l.Engine.request(l.Plan, l.Tasks)
 		if !ok {
 			// Not on a ledger (destroyed meanwhile): run reports it.
-			if _, err := e.comm.run(&plans[i], e.stream); err != nil {
+			if _, err := l.Engine.run(l.Plan, l.Stream); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
 		idx = append(idx, i)
 		reqs = append(reqs, r)
-		if t := e.comm.res.timeout; timeout == 0 || (t > 0 && t < timeout) {
+		if t := l.Engine.res.timeout; timeout == 0 || (t > 0 && t < timeout) {
 			timeout = t
 		}
 	}
@@ -229,8 +228,10 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 	}
 	tk, err := residency.Default().Acquire(reqs, func() error {
 		for _, i := range idx {
-			if err := entries[i].comm.usable("Group.End"); err != nil {
-				return err
+			if u := ls[i].Usable; u != nil {
+				if err := u(); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -239,6 +240,9 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 		return errors.Join(append(errs, fmt.Errorf("ncclgo: Group.End: %w", err))...)
 	}
 	defer tk.Close()
+	if timeout <= 0 {
+		timeout = bootstrap.DefaultTimeout
+	}
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
@@ -247,7 +251,7 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 		if !ok {
 			if ctx == nil {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(context.Background(), orDefault(timeout, bootstrap.DefaultTimeout))
+				ctx, cancel = context.WithTimeout(context.Background(), timeout)
 				defer cancel()
 			}
 			var err error
@@ -256,8 +260,8 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 				break
 			}
 		}
-		e := entries[idx[k]]
-		ev, err := e.comm.run(&plans[idx[k]], e.stream)
+		l := ls[idx[k]]
+		ev, err := l.Engine.run(l.Plan, l.Stream)
 		if ev != nil {
 			tk.Done(k, ev)
 		} else {
@@ -270,26 +274,18 @@ func admitAndRun(entries []*groupEntry, plans []enqueue.Plan) error {
 	return errors.Join(errs...)
 }
 
-// orDefault returns d, or def when d is not positive.
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // awaitEvents polls evs until every one has completed or d has passed, and
 // returns the indexes of those that had not completed. A failing query
 // counts as completed (the work is dead) and its error is returned.
 func awaitEvents(evs []residency.Completion, d time.Duration) (pending []int, err error) {
-	deadline := time.Now().Add(d)
-	delay := 10 * time.Microsecond
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	var errs []error
 	left := make([]int, len(evs))
 	for i := range left {
 		left[i] = i
 	}
-	for {
+	_ = poll(ctx, func() (bool, error) {
 		left = slices.DeleteFunc(left, func(i int) bool {
 			done, err := evs[i].Query()
 			if err != nil {
@@ -297,10 +293,29 @@ func awaitEvents(evs []residency.Completion, d time.Duration) (pending []int, er
 			}
 			return done || err != nil
 		})
-		if len(left) == 0 || !time.Now().Before(deadline) {
-			return left, errors.Join(errs...)
+		return len(left) == 0, nil
+	})
+	return left, errors.Join(errs...)
+}
+
+// poll calls step until it reports done or an error, or ctx ends (then it
+// returns ctx's cause), sleeping between calls from 10 µs, doubling up to
+// 1 ms: the one wait loop of the engine (Wait, Destroy).
+func poll(ctx context.Context, step func() (done bool, err error)) error {
+	delay := 10 * time.Microsecond
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		done, err := step()
+		if err != nil || done {
+			return err
 		}
-		time.Sleep(min(delay, time.Until(deadline)))
+		t.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
 		delay = min(2*delay, time.Millisecond)
 	}
 }

@@ -4,56 +4,28 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/diag"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
-	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
-// connDump reads, for every connection of every rank on the given
-// channels, the sender's and receiver's step words and the head and tail
-// counters: where a group that does not complete is stuck. It reads device
-// memory while kernels may still be spinning (the ranks' streams do not
-// block the copy).
+// connDump reads, for every connection of every rank, the sender's and
+// receiver's step words and the head and tail counters (internal/diag):
+// where a group that does not complete is stuck. It reads device memory
+// while kernels may still be spinning (the ranks' streams do not block
+// the copy). channels is kept for the callers; every channel is listed.
 func connDump(envs []*rankEnv, channels int) string {
-	read := func(e *rankEnv, p uint64) string {
-		if p == 0 {
-			return "-"
-		}
-		var v uint64
-		if err := e.ctx.MemcpyDtoH(unsafe.Pointer(&v), cuda.DevicePtr(p), 8); err != nil {
-			return "?"
-		}
-		return fmt.Sprint(v)
-	}
-	var lines []string
+	comms := make([]any, len(envs))
 	for r, e := range envs {
-		c := e.c
-		if c.conns == nil {
-			continue
-		}
-		for k, ci := range c.conns.Send {
-			if k.Channel >= channels {
-				continue
-			}
-			rc, ok := envs[k.Peer].c.conns.Recv[transport.Key{Channel: k.Channel, Peer: r}]
-			recvStep := "?"
-			if ok {
-				recvStep = read(envs[k.Peer], rc.Step)
-			}
-			lines = append(lines, fmt.Sprintf("ch%02d %d->%d: sender step %s, tail %s, head %s, receiver step %s",
-				k.Channel, r, k.Peer, read(e, ci.Step), read(e, ci.Tail), read(e, ci.Head), recvStep))
-		}
+		comms[r] = e.c.e
 	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return fmt.Sprintf("(%d channels in use)\n%s", channels, diag.Dump(comms))
 }
 
 // TestGPUGroupedUnevenPlacement is issue #15's case with a diagnosis: ranks

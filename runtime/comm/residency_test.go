@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/residency"
 )
@@ -41,14 +42,26 @@ func TestAwaitEvents(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// The communicator's timeout: the option, else NCCL_BOOTSTRAP_TIMEOUT as
+// runtime/config parses it (the one parser of the variable), else the
+// bootstrap's default.
 func TestCommTimeout(t *testing.T) {
+	load := func() Settings {
+		t.Helper()
+		cfg, err := config.Load()
+		require.NoError(t, err)
+		return Settings{Config: cfg}
+	}
 	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "")
-	assert.Equal(t, bootstrap.DefaultTimeout, commTimeout(settings{}))
+	assert.Equal(t, bootstrap.DefaultTimeout, load().Timeout())
 	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "2.5")
-	assert.Equal(t, 2500*time.Millisecond, commTimeout(settings{}))
-	var s settings
-	s.bootstrap.Timeout = time.Second
-	assert.Equal(t, time.Second, commTimeout(s), "the option wins")
+	assert.Equal(t, 2500*time.Millisecond, load().Timeout())
+	s := load()
+	s.Bootstrap.Timeout = time.Second
+	assert.Equal(t, time.Second, s.Timeout(), "the option wins")
+	t.Setenv("NCCL_BOOTSTRAP_TIMEOUT", "1e12")
+	_, err := config.Load()
+	require.Error(t, err, "out of bounds: refused where it is parsed, not ignored here")
 }
 
 // A launch asks for its widest kernel; point-to-point work asks for every
@@ -57,7 +70,7 @@ func TestResidencyRequest(t *testing.T) {
 	l := residency.New()
 	lease, err := l.Join("k", "0", 100, map[string]int{"0": 2}, 8)
 	require.NoError(t, err)
-	c := &Comm{rank: 1, nChannels: 8}
+	c := &Engine{rank: 1, nChannels: 8}
 	_, ok := c.request(&enqueue.Plan{}, nil)
 	assert.False(t, ok, "no lease")
 	c.res.lease, c.res.seq = lease, 5
@@ -93,7 +106,7 @@ func TestDestroyDuringRequest(t *testing.T) {
 		l := residency.New()
 		lease, err := l.Join("k", "0", 100, map[string]int{"0": 1}, 8)
 		require.NoError(t, err)
-		c := fakeComm(t, 0, 1)
+		c := fakeEngine(t, 0, 1)
 		c.res.lease = lease
 		c.addColocated()
 		p := &enqueue.Plan{Launches: []enqueue.Launch{{ChannelMask: 1}}}
@@ -136,14 +149,23 @@ func TestAdmissionWaitEnds(t *testing.T) {
 			tk.Done(k, running)
 			tk.Close()
 
-			c := fakeComm(t, 0, 1)
+			c := fakeEngine(t, 0, 1)
 			c.net = bootstrap.NewInProcess(1)[0]
 			c.res.timeout = 30 * time.Second
 			c.res.lease, err = l.Join(gpu+"/c", gpu, 4, map[string]int{gpu: 1}, 4)
 			require.NoError(t, err)
 			c.addColocated()
-			e := &groupEntry{comm: c, tasks: []enqueue.Task{{Coll: kspace.AllReduce}}}
-			plans := []enqueue.Plan{{Launches: []enqueue.Launch{{ChannelMask: 0b11}}}}
+			plan := enqueue.Plan{Launches: []enqueue.Launch{{ChannelMask: 0b11}}}
+			usable := func() error {
+				if d, _ := c.State(); d {
+					return ErrDestroyed
+				}
+				if c.Aborted() {
+					return ErrAborted
+				}
+				return nil
+			}
+			launch := Launch{Engine: c, Plan: &plan, Tasks: []enqueue.Task{{Coll: kspace.AllReduce}}, Usable: usable}
 			time.AfterFunc(50*time.Millisecond, func() {
 				if how == "Abort" {
 					c.Abort()
@@ -152,7 +174,7 @@ func TestAdmissionWaitEnds(t *testing.T) {
 				}
 			})
 			start := time.Now()
-			err = admitAndRun([]*groupEntry{e}, plans)
+			err = AdmitAndRun([]Launch{launch})
 			assert.Less(t, time.Since(start), 10*time.Second)
 			require.ErrorContains(t, err, "waiting for room on the GPU")
 			if how == "Abort" {

@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/graph"

@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"fmt"
@@ -9,14 +9,14 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// The module's tests read a communicator's connection counters through
+// The module's tests read a rank's connection counters through
 // internal/diag when a group does not complete; nothing else uses this.
 func init() { diag.Connections = debugConnections }
 
-// debugConnections reads the counters of every connection of comm (a
-// *Comm) with device-to-host copies that do not wait for its streams.
+// debugConnections reads the counters of every connection of comm (an
+// *Engine) with device-to-host copies that do not wait for its streams.
 func debugConnections(comm any) ([]diag.Conn, error) {
-	c, ok := comm.(*Comm)
+	c, ok := comm.(*Engine)
 	if !ok || c == nil {
 		return nil, fmt.Errorf("ncclgo: diag: %T %v is not a communicator", comm, comm)
 	}

@@ -4,51 +4,64 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
-	"reflect"
-	"runtime"
-	"runtime/debug"
-	"sync"
-	"testing"
-	"time"
-	"unsafe"
-
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/comm"
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/tune"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/ncclgo/ncclgo/runtime/bootstrap"
-	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"log/slog"
+	"net"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
 )
 
-// TestAbortErrDuringDestroy: Abort and Err used to read Comm.flags while
-// Destroy freed it (on a GPU, a read of freed pinned memory). Run with
-// -race: the flags here are Go memory standing in for the pinned page.
-func TestAbortErrDuringDestroy(t *testing.T) {
-	for range 20 {
-		c := fakeComm(t, 0, 1)
-		var page [16]uint32
-		c.flags = unsafe.Pointer(&page[0])
-		c.net = bootstrap.NewInProcess(1)[0]
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				<-start
-				for range 200 {
-					c.Abort()
-					_ = c.Err()
-				}
-			})
-		}
-		close(start)
-		require.NoError(t, c.Destroy())
-		wg.Wait()
-		assert.Nil(t, c.flags)
-		assert.ErrorIs(t, c.Err(), ErrAborted, "Err after Destroy still reports the abort")
+func TestInitAllWithoutDriver(t *testing.T) {
+	if cuda.Init() == nil {
+		t.Skip("a CUDA driver is present: this test covers machines without one")
 	}
+	_, err := InitAll(context.Background(), []int{0, 0}, nil)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, cuda.ErrNoDriver), "%v", err)
+	_, err = InitRank(context.Background(), 2, UniqueID{}, 0, 0, nil)
+	assert.True(t, errors.Is(err, cuda.ErrNoDriver), "%v", err)
+}
+
+func TestInitArgs(t *testing.T) {
+	_, err := InitAll(context.Background(), nil, nil)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = InitRank(context.Background(), 0, UniqueID{}, 0, 0, nil)
+	var ae *ArgError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, "nRanks", ae.Arg)
+	_, err = InitRank(context.Background(), 4, UniqueID{}, 4, 0, nil)
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, "rank", ae.Arg)
+	assert.Contains(t, err.Error(), "rank=4: want 0..3")
+	_, err = InitRank(context.Background(), 4, UniqueID{}, 1, -1, nil)
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, "device", ae.Arg)
+	_, err = InitAll(context.Background(), []int{0}, &Options{P2PChannelsPerPeer: -1})
+	if cuda.Init() == nil {
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+	}
+}
+
+// fakeComm is a communicator with no device, for validation and planning.
+func fakeComm(t *testing.T, rank, n int) *Comm {
+	t.Helper()
+	return newComm(comm.NewHostOnly(nil, rank, n, 0, comm.Settings{}, hostTuner(t, n)))
+}
+
+// hostTuner is a tuner for n ranks on one H200-like GPU.
+func hostTuner(t *testing.T, n int) *tune.Tuner {
+	t.Helper()
+	tn, err := tune.New(tune.Topology{NRanks: n, RanksPerGPU: n, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 8}, config.Default(), nil)
+	require.NoError(t, err)
+	return tn
 }
 
 // TestNilReceivers: methods on a nil *Comm, *Group, *Root or *Pending used
@@ -132,7 +145,7 @@ func TestRootLifetime(t *testing.T) {
 
 	r, err := StartRoot(context.Background(), quiet)
 	require.NoError(t, err)
-	addr := r.ID().Addr()
+	addr := bootstrap.UniqueID(r.ID()).Addr()
 	require.NoError(t, r.Close())
 	require.ErrorIs(t, r.Wait(context.Background()), bootstrap.ErrClosed)
 	_, err = net.Dial("tcp", addr)
@@ -154,12 +167,10 @@ func TestRootLifetime(t *testing.T) {
 	require.NoError(t, err)
 	cancel()
 	settle(t, before)
-	_, err = net.Dial("tcp", id.Addr())
+	_, err = net.Dial("tcp", bootstrap.UniqueID(id).Addr())
 	require.Error(t, err)
 	require.False(t, errors.Is(err, nil))
 }
-
-func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }
 
 // TestNilReceiversEveryMethod calls every exported method of *Comm,
 // *Group, *Root and *Pending on a nil receiver, with zero arguments: none
@@ -202,84 +213,4 @@ func TestNilReceiversEveryMethod(t *testing.T) {
 			})
 		}
 	}
-}
-
-// openFDs counts this process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	return len(ents)
-}
-
-// TestDebugFileClosed: the NCCL_DEBUG_FILE each resolution of the options
-// opens used to stay open when no communicator took it: after a root
-// stopped, and after a Split (with its own options) that failed before
-// building the child.
-func TestDebugFileClosed(t *testing.T) {
-	t.Setenv("NCCL_COMM_ID", "127.0.0.1:0")
-	t.Setenv("NCCL_DEBUG", "INFO")
-	t.Setenv("NCCL_DEBUG_FILE", filepath.Join(t.TempDir(), "nccl.%p.log"))
-	// No collection: the finalizer of an unreachable *os.File would close
-	// a leaked descriptor and hide the leak.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	fds := openFDs(t)
-	before := runtime.NumGoroutine()
-	settleFDs := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for openFDs(t) > fds && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		assert.LessOrEqual(t, openFDs(t), fds, what) // an earlier test's leftovers may close some meanwhile
-	}
-
-	r, err := StartRoot(context.Background(), nil)
-	require.NoError(t, err)
-	require.NoError(t, r.Close())
-	settleFDs("StartRoot, Close")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	_, err = GetUniqueID(ctx)
-	require.NoError(t, err)
-	cancel()
-	settleFDs("GetUniqueID, its context ended")
-	settle(t, before)
-
-	fakeChildren(t)
-	parents := fakeParents(t, 2, false)
-	_, errs := onEveryRank(2, func(r int) (*Comm, error) {
-		return parents[r].Split(context.Background(), []int{0, -5}[r], 0, &Options{})
-	})
-	require.ErrorIs(t, errs[0], ErrInvalidArgument)
-	require.ErrorIs(t, errs[1], ErrInvalidArgument)
-	settleFDs("Split with options, failed")
-	destroyAll(t, parents...)
-}
-
-// TestContextDuringDestroy: Destroy cleared Comm.cctx (and kset) while
-// Context, a call's stream check and the planner's kernel lookup could be
-// reading them on other goroutines (run with -race; the context here is a
-// stand-in whose release fails without a driver).
-func TestContextDuringDestroy(t *testing.T) {
-	c := fakeComm(t, 0, 1)
-	cx := &cuda.Context{}
-	c.cctx = cx
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		<-start
-		for range 1000 {
-			if got := c.Context(); got != cx {
-				t.Errorf("Context() = %p, want %p", got, cx)
-				return
-			}
-		}
-	})
-	close(start)
-	_ = c.Destroy() // the stand-in's release fails
-	wg.Wait()
-	assert.Same(t, cx, c.Context(), "the released context, still c's")
 }

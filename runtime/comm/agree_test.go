@@ -1,4 +1,4 @@
-package ncclgo
+package comm
 
 import (
 	"context"

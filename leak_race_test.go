@@ -1,5 +1,0 @@
-//go:build race
-
-package ncclgo
-
-func init() { raceEnabled = true }

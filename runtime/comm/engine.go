@@ -1,0 +1,471 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/graph"
+	"github.com/ncclgo/ncclgo/runtime/kernels"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+	"github.com/ncclgo/ncclgo/runtime/topo"
+	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+// Engine is one rank of a communicator. Its methods may be called from
+// any goroutine.
+type Engine struct {
+	rank, nRanks, device int
+	s                    Settings
+	log                  *slog.Logger
+	net                  bootstrap.Network
+	hostOnly             bool // NewHostOnly: no device
+
+	cctx      *cuda.Context
+	peers     *cudaPeers // peer contexts this rank enabled access to
+	kset      *kernels.Set
+	tuner     *tune.Tuner
+	layout    topo.Layout
+	gpu       topo.GPU
+	nChannels int
+	rings     [][]int
+	trees     []graph.Tree
+	conns     *transport.Set
+	devMem    cuda.DevicePtr // DevComm, channels, peers, ring user ranks
+	// flags is host-mapped memory the kernels read and write. Abort and
+	// ErrorCode may run while Destroy frees it: they read it under flagsMu
+	// (read-locked), Destroy clears it under the write lock first.
+	flags    *hostFlags
+	flagsMu  sync.RWMutex
+	flagsDev cuda.DevicePtr
+	launcher *enqueue.Launcher
+	plan     enqueue.Comm
+	watch    *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
+	lost     atomic.Pointer[PeerLost] // the first rank whose process died
+
+	mu        sync.Mutex
+	destroyed bool
+	finalized bool
+	aborted   atomic.Bool
+	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
+	events    map[uintptr]*cuda.Event // last launch per stream
+	res       residencyState          // guarded by mu (residency.go)
+	lanes     laneState               // guarded by mu (lane.go)
+	split     splitState              // Split and Shrink (split.go)
+}
+
+// hostFlags is the host-mapped memory shared with the kernels: the abort
+// flag the host sets (the device image's AbortFlag) and the error flag a
+// kernel sets, NG_DEV_ERR_* (ErrorFlag, at errorFlagOffset).
+type hostFlags struct {
+	abort atomic.Uint32
+	err   atomic.Uint32
+}
+
+const (
+	hostFlagsBytes  = 64 // allocated, zeroed
+	errorFlagOffset = uint64(unsafe.Offsetof(hostFlags{}.err))
+)
+
+// abortGrace bounds how long Destroy waits for kernels to react to the
+// abort flag.
+const abortGrace = 10 * time.Second
+
+// NewHostOnly returns an engine with no device, over net (which may be
+// nil), for tests of what lies above the device: argument checks, plans
+// (with tn; nil plans nothing), Split and Shrink (whose children are
+// host-only too, made once every rank of the child's network arrived) and
+// the lifetime of a communicator. Its flags are Go memory (see Fault). It
+// launches nothing.
+func NewHostOnly(net bootstrap.Network, rank, nRanks, device int, s Settings, tn *tune.Tuner) *Engine {
+	e := &Engine{rank: rank, nRanks: nRanks, device: device, s: s, net: net, hostOnly: true, tuner: tn,
+		events: map[uintptr]*cuda.Event{}, log: s.Log, flags: new(hostFlags)}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if tn != nil {
+		e.nChannels = tn.MaxChannels()
+	}
+	e.plan = enqueue.Comm{Rank: rank, NRanks: nRanks, NChannels: e.nChannels, P2PChannelsPerPeer: max(s.P2PPerPeer, 2)}
+	return e
+}
+
+// Rank returns the communicator rank.
+func (e *Engine) Rank() int { return e.rank }
+
+// Size returns the number of ranks.
+func (e *Engine) Size() int { return e.nRanks }
+
+// Device returns the CUDA device ordinal.
+func (e *Engine) Device() int { return e.device }
+
+// NChannels returns the number of channels set up.
+func (e *Engine) NChannels() int { return e.nChannels }
+
+// Layout returns how the communicator's ranks sit on GPUs.
+func (e *Engine) Layout() topo.Layout { return e.layout }
+
+// Context returns the CUDA context the rank runs in (nil for a host-only
+// engine). Destroy releases it.
+func (e *Engine) Context() *cuda.Context { return e.cctx }
+
+// Settings returns the settings the engine runs with.
+func (e *Engine) Settings() Settings { return e.s }
+
+// State reports whether Destroy and Finalize were called.
+func (e *Engine) State() (destroyed, finalized bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.destroyed, e.finalized
+}
+
+// Aborted reports whether the engine was aborted (Abort, a lost peer, or
+// Shrink's abort mode).
+func (e *Engine) Aborted() bool { return e.aborted.Load() }
+
+// Lost returns the first rank whose process ended without destroying the
+// communicator, or nil.
+func (e *Engine) Lost() *PeerLost { return e.lost.Load() }
+
+// Abort stops the engine: it sets the device abort flag, so that every
+// kernel stops waiting, and wakes every bootstrap waiter of it. A
+// bootstrap network that views of Split and Shrink children ride on stays
+// open for them (bootstrap.AbortShared).
+func (e *Engine) Abort() {
+	e.aborted.Store(true)
+	e.setAbortFlag()
+	e.life.end(ErrAborted)
+	bootstrap.AbortShared(e.net)
+}
+
+// setAbortFlag tells the kernels to stop waiting; it does nothing once
+// Destroy freed the flags.
+func (e *Engine) setAbortFlag() {
+	e.flagsMu.RLock()
+	defer e.flagsMu.RUnlock()
+	if e.flags != nil {
+		e.flags.abort.Store(1)
+	}
+}
+
+// ErrorCode reads the device error flag (NG_DEV_ERR_*; 0 once Destroy
+// freed it).
+func (e *Engine) ErrorCode() uint32 {
+	e.flagsMu.RLock()
+	defer e.flagsMu.RUnlock()
+	if e.flags == nil {
+		return 0
+	}
+	return e.flags.err.Load()
+}
+
+// Fault records on a host-only engine what a kernel or the liveness
+// watcher would: a device error code (0: none) in the error flag, and a
+// lost peer (nil: none), which aborts the engine. It is for tests of what
+// lies above the engine, and does nothing on an engine with a device.
+func (e *Engine) Fault(code uint32, lost *PeerLost) {
+	if !e.hostOnly {
+		return
+	}
+	e.flagsMu.RLock()
+	if e.flags != nil && code != 0 {
+		e.flags.err.Store(code)
+	}
+	e.flagsMu.RUnlock()
+	if lost != nil {
+		e.peerLost(lost)
+	}
+}
+
+// lifetime is a context that ends once, with a cause; its zero value is
+// ready to use (the context is made on first use).
+type lifetime struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (l *lifetime) init() {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithCancelCause(context.Background()) })
+}
+
+// end ends the lifetime with cause (the first call's cause stays).
+func (l *lifetime) end(cause error) {
+	l.init()
+	l.cancel(cause)
+}
+
+// bind returns ctx, ended also when the lifetime ends (with its cause),
+// and the function that releases it.
+func (l *lifetime) bind(ctx context.Context) (context.Context, func()) {
+	l.init()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// Wait waits until every operation the engine has launched so far is
+// done, or ctx is done, and then returns check's error (or ctx's cause).
+// It polls, calling check between polls, so that a deadlocked or aborted
+// kernel shows up as check's error. When another goroutine destroys the
+// engine meanwhile, Wait ends with an error matching ErrDestroyed.
+func (e *Engine) Wait(ctx context.Context, check func() error) error {
+	e.mu.Lock()
+	if e.destroyed {
+		e.mu.Unlock()
+		return fmt.Errorf("ncclgo: Wait: %w", ErrDestroyed)
+	}
+	evs := slices.Collect(maps.Values(e.events))
+	e.mu.Unlock()
+	err := poll(ctx, func() (bool, error) {
+		for len(evs) > 0 {
+			done, err := e.query(evs[0])
+			if err != nil {
+				return false, fmt.Errorf("ncclgo: rank %d: Wait: %w", e.rank, err)
+			}
+			if !done {
+				return false, check()
+			}
+			evs = evs[1:]
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	return check()
+}
+
+// query asks whether ev, one of the launch events, has completed. It runs
+// under mu: Destroy, which may be running meanwhile, destroys the events
+// under mu once it is done with them, and then the engine is destroyed.
+func (e *Engine) query(ev *cuda.Event) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return false, ErrDestroyed
+	}
+	return ev.Query()
+}
+
+// Finalize refuses later calls (package ncclgo then fails them with
+// ErrInvalidUsage); the caller then waits (Wait).
+func (e *Engine) Finalize() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
+	}
+	e.finalized = true
+	return nil
+}
+
+// Destroy waits for every operation launched, bounded by the
+// communicator's timeout (abortGrace after Abort), aborts this process's
+// ranks of the communicator when that runs out, then frees everything;
+// package ncclgo's Comm.Destroy documents the whole behaviour.
+func (e *Engine) Destroy() error {
+	e.mu.Lock()
+	if e.destroyed {
+		e.mu.Unlock()
+		return fmt.Errorf("ncclgo: Destroy: %w", ErrDestroyed)
+	}
+	e.destroyed = true
+	evs := e.events
+	e.events = nil
+	e.mu.Unlock()
+	handles := slices.Sorted(maps.Keys(evs))
+	comps := make([]residency.Completion, len(handles))
+	for i, h := range handles {
+		comps[i] = evs[h]
+	}
+	wait := e.res.timeout
+	if wait <= 0 {
+		wait = bootstrap.DefaultTimeout
+	}
+	if e.aborted.Load() {
+		wait = min(wait, abortGrace)
+	}
+	var errs []error
+	pending, err := awaitEvents(comps, wait)
+	errs = append(errs, err)
+	if len(pending) > 0 {
+		streams := make([]string, len(pending))
+		for i, p := range pending {
+			streams[i] = fmt.Sprintf("%#x", handles[p])
+		}
+		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", strings.Join(streams, ", "), wait)
+		e.abortColocated()
+		left := make([]residency.Completion, len(pending))
+		for i, p := range pending {
+			left[i] = comps[p]
+		}
+		still, err := awaitEvents(left, abortGrace)
+		errs = append(errs, err)
+		if len(still) > 0 {
+			e.leaveResidency() // the ledger keeps counting the running kernels
+			return fmt.Errorf("ncclgo: rank %d: Destroy: %s, and %d still ran %v after the abort; the communicator's device memory, connections and events stay allocated: %w (%w)",
+				e.rank, what, len(still), abortGrace, context.DeadlineExceeded, ErrAborted)
+		}
+		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
+	}
+	// Off the ledger before the events it may query are destroyed, and
+	// under mu, as a Wait of another goroutine may be querying one (query).
+	e.leaveResidency()
+	e.mu.Lock()
+	for _, ev := range evs {
+		errs = append(errs, ev.Destroy())
+	}
+	e.mu.Unlock()
+	// Freeing device memory waits for every kernel of the device, other
+	// communicators' too: bound that wait as well.
+	freed := make(chan error, 1)
+	go func() { freed <- e.free() }()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-freed:
+		errs = append(errs, err)
+	case <-timer.C:
+		errs = append(errs, fmt.Errorf("freeing its memory waited %v: freeing device memory waits for every kernel of device %d, and some (of another communicator) do not finish; the release completes in the background once they do: %w",
+			wait, e.device, context.DeadlineExceeded))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", e.rank, err)
+	}
+	e.log.Info("communicator destroyed", config.SubsysInit.Attr())
+	return nil
+}
+
+// free releases what Init acquired; it tolerates a partial init.
+func (e *Engine) free() error {
+	var errs []error
+	if e.watch != nil {
+		// First: the callback may still set the flags freed below.
+		errs = append(errs, e.watch.Close())
+		e.watch = nil
+	}
+	e.leaveResidency()
+	if e.launcher != nil {
+		errs = append(errs, e.launcher.Close())
+		e.launcher = nil
+	}
+	errs = append(errs, e.closeLane())
+	if e.conns != nil {
+		errs = append(errs, e.conns.Close())
+		e.conns = nil
+	}
+	if e.devMem != 0 {
+		errs = append(errs, e.cctx.MemFree(e.devMem))
+		e.devMem = 0
+	}
+	// Abort and ErrorCode may be reading the flags: take them away first.
+	e.flagsMu.Lock()
+	flags := e.flags
+	e.flags = nil
+	e.flagsMu.Unlock()
+	if flags != nil && e.cctx != nil && !e.hostOnly {
+		errs = append(errs, e.cctx.MemFreeHost(unsafe.Pointer(flags)))
+	}
+	// cctx and kset stay set: calls on other goroutines may be reading
+	// them (Context, a call's stream check, the planner's lookups) until
+	// they see that the engine is destroyed. free runs once.
+	if e.kset != nil {
+		errs = append(errs, e.kset.Release())
+	}
+	if e.net != nil {
+		errs = append(errs, bootstrap.CloseShared(e.net)) // a view of Split, or a network views share
+	}
+	if e.peers != nil {
+		errs = append(errs, e.peers.Close())
+		e.peers = nil
+	}
+	if e.cctx != nil {
+		errs = append(errs, e.cctx.Release())
+	}
+	errs = append(errs, e.s.LogFile.Release())
+	return errors.Join(errs...)
+}
+
+// Plan builds the launches of tasks, one group's calls of this rank.
+func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
+	lookup := enqueue.GeneratedLookup
+	if e.kset != nil {
+		lookup = e.kset.Resolve // the set's own ids, from its manifest
+	}
+	p, err := enqueue.Build(e.plan, tasks, e.tuner, lookup)
+	if err != nil {
+		return p, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+	}
+	return p, nil
+}
+
+// run queues a plan on stream and records the stream's completion event,
+// which it returns (nil when nothing was queued). A launch on another
+// stream than the rank's previous one first waits for that one, so that a
+// rank's kernels run one at a time (as NCCL's strong stream orders them);
+// the residency ledger counts on it.
+func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
+	}
+	for _, d := range p.Decisions {
+		if !e.log.Enabled(context.Background(), slog.LevelInfo) {
+			break // skip formatting on the launch path when nobody listens
+		}
+		e.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
+			config.SubsysColl.Attr())
+	}
+	stream, err := e.laneFor(stream)
+	if err != nil {
+		return nil, err
+	}
+	h := stream.Handle()
+	ev := e.events[h]
+	if ev == nil {
+		var err error
+		if ev, err = e.cctx.NewEvent(true); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		}
+		e.events[h] = ev
+	}
+	if last := e.res.last; last != nil && last != ev {
+		if err := stream.WaitEvent(last); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
+		}
+	}
+	runErr := e.launcher.Run(p, stream)
+	// Something may be queued even when Run failed: track it all the same.
+	e.res.seq++
+	if err := ev.Record(stream); err != nil {
+		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
+	}
+	e.res.last = ev
+	if runErr != nil {
+		return ev, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)
+	}
+	return ev, nil
+}
+
+func algoName(ch tune.Choice) string {
+	if ch.Algo < 0 {
+		return "P2P"
+	}
+	return ch.Algo.String()
+}

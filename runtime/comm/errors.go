@@ -1,0 +1,26 @@
+package comm
+
+import "errors"
+
+// Sentinel errors of the engine. Package ncclgo exports each under the
+// same name (the same value), with its documentation.
+var (
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidUsage    = errors.New("invalid usage")
+	ErrAborted         = errors.New("communicator aborted")
+	ErrDestroyed       = errors.New("communicator destroyed")
+	// ErrSharedGPUNeedsMPS: ranks of different processes share a GPU and
+	// the CUDA Multi-Process Service is not running: without MPS the
+	// kernels of different processes only time-slice, and the spin-waiting
+	// kernels of two ranks would never run together (a hang).
+	ErrSharedGPUNeedsMPS = errors.New("ranks of different processes share a GPU, which needs MPS (CUDA Multi-Process Service: " +
+		"start it with nvidia-cuda-mps-control -d, or give each process its own GPU)")
+)
+
+// PeerLost names a rank whose process ended without destroying the
+// communicator (it crashed or was killed); the engine aborted itself.
+type PeerLost struct {
+	Rank int    // the lost rank
+	PID  int    // its process
+	Host string // its host
+}

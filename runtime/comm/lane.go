@@ -1,0 +1,77 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+)
+
+// laneState is a rank's lane (runtime/enqueue.Lane): where a rank that
+// shares its GPU with another rank of this process launches what it is
+// handed on a default stream. Guarded by Engine.mu.
+type laneState struct {
+	shared  bool          // another rank of this process runs on this GPU
+	lane    *enqueue.Lane // made at the first launch that needs it
+	entered *cuda.Stream  // the caller's stream of an Enter not yet left
+}
+
+// laneFor returns the stream run launches on for the caller's stream: the
+// caller's own, or, for a default stream of a rank that shares its GPU
+// within the process, the rank's lane entered from it (left by leaveLanes
+// once every rank of the group has entered). e.mu is held.
+func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
+	if !e.lanes.shared || !stream.IsDefault() {
+		return stream, nil
+	}
+	if e.lanes.lane == nil {
+		l, err := enqueue.NewLane(e.cctx)
+		if err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		}
+		e.lanes.lane = l
+	}
+	s, err := e.lanes.lane.Enter(stream)
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+	}
+	e.lanes.entered = stream
+	return s, nil
+}
+
+// leaveLanes joins each launch's lane back to the caller's stream: after
+// every rank of the group has entered its lane, so that no rank's Enter
+// on a shared stream comes after another's Leave.
+func leaveLanes(ls []Launch) error {
+	var errs []error
+	for _, l := range ls {
+		e := l.Engine
+		e.mu.Lock()
+		if s := e.lanes.entered; s != nil {
+			e.lanes.entered = nil
+			if err := e.lanes.lane.Leave(s); err != nil {
+				errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
+			}
+		}
+		e.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// closeLane destroys the lane (free).
+func (e *Engine) closeLane() error {
+	l := e.lanes.lane
+	e.lanes.lane, e.lanes.entered = nil, nil
+	return l.Close()
+}
+
+// UsesLane reports whether the rank shares its GPU with another rank of
+// this process, and so launches work handed to it on a default stream on a
+// lane of its own, and whether that lane exists (made at the first such
+// launch) and has been left by every launch that entered it.
+func (e *Engine) UsesLane() (shared, made, left bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lanes.shared, e.lanes.lane != nil, e.lanes.entered == nil
+}

@@ -1,0 +1,53 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
+)
+
+// watchPeers starts rank's liveness watcher when some ranks run in other
+// processes (then every rank does: the decision is the same everywhere)
+// and connects it to the watchers of those ranks. It must run after the
+// flags are allocated: a report aborts the communicator at once.
+func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
+	rank := c.rank
+	multi := false
+	for _, p := range peers {
+		multi = multi || !p.SameProcess(peers[rank])
+	}
+	if !multi {
+		return nil
+	}
+	w, err := ipc.NewWatcher(rank, len(peers), func(r int) { c.peerLost(&PeerLost{Rank: r, PID: peers[r].PID, Host: peers[r].Host}) })
+	if err != nil {
+		return err
+	}
+	c.watch = w
+	names, err := c.net.AllGather(ctx, []byte(w.Addr()))
+	if err != nil {
+		return fmt.Errorf("exchanging liveness sockets: %w", err)
+	}
+	for p := rank + 1; p < len(peers); p++ {
+		if peers[p].SameProcess(peers[rank]) {
+			continue
+		}
+		if err := w.Dial(ctx, p, string(names[p])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// peerLost aborts c because a rank's process died.
+func (c *Engine) peerLost(e *PeerLost) {
+	if !c.lost.CompareAndSwap(nil, e) {
+		return
+	}
+	c.log.Warn(fmt.Sprintf("rank %d (pid %d on %s) exited without destroying the communicator; aborting", e.Rank, e.PID, e.Host), config.SubsysInit.Attr())
+	c.aborted.Store(true)
+	c.setAbortFlag()
+}
