@@ -673,7 +673,9 @@ func (c *Comm) usable(op string) error {
 // which it returns (nil when nothing was queued). A launch on another
 // stream than the rank's previous one first waits for that one, so that a
 // rank's kernels run one at a time (as NCCL's strong stream orders them);
-// the residency ledger counts on it.
+// the residency ledger counts on it. On a stream being captured into a
+// CUDA graph those events become the graph's external event nodes
+// (enqueue.Capture), so that every replay is ordered the same way.
 func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -691,6 +693,13 @@ func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	capture, err := enqueue.CaptureOf(stream)
+	if errors.Is(err, enqueue.ErrCaptureInvalidated) {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w", c.rank, ErrInvalidUsage, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err)
+	}
 	h := stream.Handle()
 	ev := c.events[h]
 	if ev == nil {
@@ -701,14 +710,14 @@ func (c *Comm) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 		c.events[h] = ev
 	}
 	if last := c.res.last; last != nil && last != ev {
-		if err := stream.WaitEvent(last); err != nil {
+		if err := capture.Wait(stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", c.rank, err)
 		}
 	}
-	runErr := c.launcher.Run(p, stream)
+	runErr := c.launcher.RunIn(p, stream, capture)
 	// Something may be queued even when Run failed: track it all the same.
 	c.res.seq++
-	if err := ev.Record(stream); err != nil {
+	if err := capture.Record(ev, stream); err != nil {
 		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", c.rank, err))
 	}
 	c.res.last = ev
