@@ -10,6 +10,14 @@
 #   tests           every bundle/tests/*.test (TESTFLAGS)
 #   suite           tests.test -test.short -run ${SUITE_RUN:-TestCollectives|TestSendRecv}
 #                   with NCCLGO_TEST_RANKS=${SUITE_RANKS:-1,2,4} (SUITE_DEVICES)
+#   graph           CUDA graph capture (issue 26.1): runtime_cuda.test TestGPUGraphCapture;
+#                   tests.test -run TestGraph (NCCLGO_GRAPH_RANKS=${GRAPH_RANKS:-1,2,4},
+#                   ${GRAPH_REPLAYS:-1000} replays, GRAPH_DEVICES); ncclperf -G 100 -b 8 -e 8
+#                   -n 100 -c 1 with -g 1 and (2 GPUs) -g 2; nccl-tests all_reduce_perf -G 100
+#                   on libnccl.so.2 (threads, -g ${GRAPH_NT_G:-2}; GRAPH_MPI=1 adds 2 processes
+#                   under mpirun); torch.cuda.graph (tests/torch/run.sh STEPS=graph,
+#                   LIBS=ncclgo, NPROC=${GRAPH_TORCH_NPROC:-2}). Target: at most 3 µs per
+#                   replayed 8 B AllReduce
 #   hang            the two-GPU first-collective hang (docs/notes/20261130-hang-2gpu.md): HANG_RUNS
 #                   (30) runs of examples/slim on devices 0,1 and UNEVEN_RUNS (6) of
 #                   TestGroupedUnevenPlacement, counted, for each of HANG_VARIANTS
@@ -225,7 +233,7 @@ fi
 
 # Steps that run kernels need the full set: build it once (no timings) when
 # the build step did not run and no earlier call on this machine left one.
-if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite mp stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
+if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite graph mp stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
   bt fatbin 300 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out "$NCCLGO_FATBIN"
   rc=$?; tail -2 "$L/fatbin.log"
   [[ -s $NCCLGO_FATBIN ]] && done_ fatbin PASS "built $NCCLGO_FATBIN (rc=$rc)" || done_ fatbin FAIL "no $NCCLGO_FATBIN (rc=$rc, fatbin.log)"
@@ -315,6 +323,64 @@ if has suite && begin suite; then
   gook suite $rc && done_ suite PASS "ranks ${SUITE_RANKS:-1,2,4}: $sub" || done_ suite FAIL "rc=$rc, ranks ${SUITE_RANKS:-1,2,4}: $sub"
 fi
 
+
+if has graph && begin graph; then
+  mkdir -p "$L/graph"
+  st=PASS
+  bt -C runtime/cuda graph/cuda 60 "$T/runtime_cuda.test" -test.run 'TestGPUGraphCapture' -test.v -test.count=1; rc=$?
+  gook graph/cuda $rc || st=FAIL
+  res="runtime/cuda: $(gocount graph/cuda)"
+  bt -C tests graph/tests ${GRAPH_TO:-240} env NCCLGO_GRAPH_RANKS=${GRAPH_RANKS:-1,2,4} NCCLGO_GRAPH_REPLAYS=${GRAPH_REPLAYS:-1000} \
+    NCCLGO_TEST_WAIT=20s NCCLGO_TEST_LARGE=0 ${GRAPH_DEVICES:+NCCLGO_TEST_DEVICES=$GRAPH_DEVICES} \
+    "$T/tests.test" -test.count=1 -test.v -test.run 'TestGraph' -test.timeout $(lim ${GRAPH_TO:-240})s; rc=$?
+  grep -E "^(--- |ok|FAIL|PASS)|^    --- FAIL|batch|per replay" "$L/graph/tests.log" | head -30
+  gook graph/tests $rc || st=FAIL
+  res="$res; tests: $(grep -c -- '--- PASS' "$L/graph/tests.log") subtests passed, $(grep -c -- '--- FAIL' "$L/graph/tests.log") failed, $(grep -c -- '--- SKIP' "$L/graph/tests.log") skipped"
+  # Time per replayed 8 B AllReduce: ncclperf -G prints one row per size (time in column 4).
+  for g in 1 2; do
+    ((g > NGPUS)) && continue
+    bt graph/ncclperf-g$g 90 $B/ncclperf -G 100 -b 8 -e 8 -n 100 -c 1 -g $g; rc=$?
+    cat "$L/graph/ncclperf-g$g.log"
+    row=$(awk '$1 == 8 {print "time " $4 " us, #wrong " $7}' "$L/graph/ncclperf-g$g.log")
+    ((rc)) && st=FAIL
+    [[ $row == *"#wrong 0" ]] || st=FAIL
+    res="$res; ncclperf -G 100 -g $g: ${row:-no row} (rc=$rc)"
+  done
+  SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
+  if [[ ! -f $SRC/src/common.cu ]]; then
+    res="$res; nccl-tests: skipped (no $SRC/src/common.cu: carry third_party/nccl-tests)"
+  else
+    sys=none; [[ -n $NCCL_LIB ]] && sys=$(dirname "$(readlink -f "$NCCL_LIB")")
+    ntg=${GRAPH_NT_G:-2}; ((ntg > NGPUS)) && ntg=$NGPUS
+    runs=("threads -g $ntg")
+    [[ ${GRAPH_MPI:-0} == 1 ]] && runs+=("mpi -g 1")
+    for run in "${runs[@]}"; do
+      mode=${run%% *} gargs=${run#* }
+      ntenv=(); [[ $mode == mpi ]] && ntenv=(MPI=1 NP=2)
+      rm -f "$SRC"/all_reduce_perf_*.log "$SRC"/all_reduce_ncclgo.log "$SRC"/all_reduce_nccl.log
+      bt graph/nccl-tests-$mode 240 env TESTS=all_reduce ARGS="-b 8 -e 8 -n 100 -w 5 -G 100 -c 1 $gargs" SYSTEM_NCCL_LIB="$sys" "${ntenv[@]}" \
+        bash capi/test/nccl-tests.sh "$SRC" bundle; rc=$?
+      for lib in ncclgo nccl; do
+        [[ -f $SRC/all_reduce_$lib.log ]] || continue
+        cp "$SRC/all_reduce_$lib.log" "$L/graph/nccl-tests-$mode-$lib.log"
+        # nccl-tests' 8-byte row: out-of-place time in column 6, #wrong in column 9.
+        row=$(awk '$1 == 8 && NF >= 9 {print "time " $6 " us, #wrong " $9; exit}' "$SRC/all_reduce_$lib.log")
+        res="$res; nccl-tests -G 100 ($mode $gargs) on $lib: ${row:-no row}"
+        [[ $lib == ncclgo && $row != *"#wrong 0" ]] && st=FAIL
+      done
+      ((rc)) && st=FAIL
+    done
+  fi
+  if [[ -x ${TORCH_VENV:-/opt/torch/.venv}/bin/python ]]; then
+    bt graph/torch 180 env STEPS=graph LIBS=ncclgo NPROC=${GRAPH_TORCH_NPROC:-2} OUT="$L/graph/torch" BUDGET=160 bash tests/torch/run.sh; rc=$?
+    grep -hE "TORCH-CHECKS|GRAPH-TIME|MISMATCH" "$L/graph/torch/"*.log 2>/dev/null | head -10
+    res="$res; torch.cuda.graph: $(grep -hE '^TORCH-CHECKS' "$L/graph/torch/"*.log 2>/dev/null | head -1 | cut -d' ' -f2-3) $(grep -hoE 'us_per_collective=[0-9.]+' "$L/graph/torch/"*.log 2>/dev/null | head -2 | tr '\n' ' ')(rc=$rc)"
+    ((rc)) && st=FAIL
+  else
+    res="$res; torch: skipped (no ${TORCH_VENV:-/opt/torch/.venv})"
+  fi
+  done_ graph $st "$res"
+fi
 
 if has hang && begin hang && { ((NGPUS >= 2)) || { done_ hang SKIP "needs 2 GPUs, found $NGPUS"; false; }; }; then
   # The two-GPU first-collective hang (docs/notes/20261130-hang-2gpu.md). slim's kernel set,

@@ -35,6 +35,7 @@ var longNames = map[string]string{
 	"t": "nthreads",
 	"a": "average",
 	"N": "run_cycles",
+	"G": "cudagraph",
 }
 
 // flagName is how errors name a flag: "-b/--minbytes", or "-coll".
@@ -113,6 +114,7 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 	fs.StringVar(&c.trace, "trace", "", "write a Go execution trace of the run to this `file` (go tool trace: where the issuing goroutine blocks or waits)")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
 	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
+	graphFlags(fs, c)
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, cli.ErrHelp) {
 			fmt.Fprint(stdout, usage(fs))

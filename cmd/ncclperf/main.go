@@ -168,6 +168,7 @@ type config struct {
 	devices         []int
 	iters, warmup   int
 	cycles          int // -N: sweeps after the warm-up
+	graphLaunches   int // -G: CUDA graph mode (graph.go)
 	check           bool
 	op              redOp
 	ops             []redOp // -o all: every op
@@ -327,6 +328,9 @@ func run(c *config, w io.Writer) error {
 	}
 	if c.devices == nil {
 		c.devices = placeRanks(c.nRanks, n)
+	}
+	if c.graphLaunches != 0 {
+		return c.measureGraph(w, c.devices)
 	}
 	return c.measure(w, c.devices)
 }

@@ -418,7 +418,9 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 // which it returns (nil when nothing was queued). A launch on another
 // stream than the rank's previous one first waits for that one, so that a
 // rank's kernels run one at a time (as NCCL's strong stream orders them);
-// the residency ledger counts on it.
+// the residency ledger counts on it. On a stream being captured into a
+// CUDA graph those events become the graph's external event nodes
+// (enqueue.Capture), so that every replay is ordered the same way.
 func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -436,6 +438,13 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	if err != nil {
 		return nil, err
 	}
+	capture, err := enqueue.CaptureOf(stream)
+	if errors.Is(err, enqueue.ErrCaptureInvalidated) {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w", e.rank, ErrInvalidUsage, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+	}
 	h := stream.Handle()
 	ev := e.events[h]
 	if ev == nil {
@@ -446,14 +455,14 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 		e.events[h] = ev
 	}
 	if last := e.res.last; last != nil && last != ev {
-		if err := stream.WaitEvent(last); err != nil {
+		if err := capture.Wait(stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
 		}
 	}
-	runErr := e.launcher.Run(p, stream)
+	runErr := e.launcher.RunIn(p, stream, capture)
 	// Something may be queued even when Run failed: track it all the same.
 	e.res.seq++
-	if err := ev.Record(stream); err != nil {
+	if err := capture.Record(ev, stream); err != nil {
 		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
 	}
 	e.res.last = ev

@@ -242,6 +242,13 @@ func checkAllEntryPointsFail(t *testing.T) {
 			nd("MemsetD8Async", s.MemsetD8Async(0, 0, 1))
 			nd("MemsetD32Async", s.MemsetD32Async(0, 0, 1))
 			nd("Launch", s.Launch(nil, Dim1(1), Dim1(1), 0, nil))
+			_, err = s.CaptureStatus()
+			nd("Stream.CaptureStatus", err)
+			nd("Stream.BeginCapture", s.BeginCapture(CaptureModeGlobal))
+			_, err = s.EndCapture()
+			nd("Stream.EndCapture", err)
+			nd("Stream.WaitEventExternal", s.WaitEventExternal(nil))
+			nd("MemcpyHtoDWait", s.MemcpyHtoDWait(0, nil, 1))
 		}
 	}
 	var e *Event
@@ -250,6 +257,16 @@ func checkAllEntryPointsFail(t *testing.T) {
 	_, err = e.Query()
 	nd("Event.Query", err)
 	nd("Event.Destroy", e.Destroy())
+	nd("Event.RecordExternal", e.RecordExternal(nil))
+	var g *Graph
+	_, err = g.NodeCount()
+	nd("Graph.NodeCount", err)
+	_, err = g.Instantiate()
+	nd("Graph.Instantiate", err)
+	nd("Graph.Destroy", g.Destroy())
+	var x *GraphExec
+	nd("GraphExec.Launch", x.Launch(nil))
+	nd("GraphExec.Destroy", x.Destroy())
 	_, err = ElapsedMillis(nil, nil)
 	nd("ElapsedMillis", err)
 

@@ -88,6 +88,17 @@
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 1, (CUdeviceptr p))                             \
   X(cuMemGetAddressRange, "cuMemGetAddressRange_v2", 1,                                        \
     (CUdeviceptr* base, size_t* n, CUdeviceptr p))                                              \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", 0, (CUstream s, int* status))                 \
+  X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", 0, (CUstream s, int mode))                 \
+  X(cuStreamEndCapture, "cuStreamEndCapture", 0, (CUstream s, CUgraph* g))                      \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 0, (int* mode))     \
+  X(cuEventRecordWithFlags, "cuEventRecordWithFlags", 0, (CUevent e, CUstream s, unsigned f))   \
+  X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0,                              \
+    (CUgraphExec* e, CUgraph g, unsigned long long flags))                                      \
+  X(cuGraphLaunch, "cuGraphLaunch", 0, (CUgraphExec e, CUstream s))                             \
+  X(cuGraphExecDestroy, "cuGraphExecDestroy", 0, (CUgraphExec e))                               \
+  X(cuGraphDestroy, "cuGraphDestroy", 0, (CUgraph g))                                           \
+  X(cuGraphGetNodes, "cuGraphGetNodes", 0, (CUgraph g, void** nodes, size_t* n))                \
   X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 0,                          \
     (size_t* g, const CUmemAllocationProp* prop, int option))                                   \
   X(cuMemCreate, "cuMemCreate", 0,                                                              \
@@ -162,6 +173,27 @@ CUresult ncu_error_string(CUresult r, const char** s) { return p_cuGetErrorStrin
     if (p == NULL) return NCU_ERROR_NOT_SUPPORTED;   \
   } while (0)
 
+/* RELAXED runs one driver call with the calling thread in relaxed stream
+   capture mode (CU_STREAM_CAPTURE_MODE_RELAXED), restoring the thread's
+   mode after it. While any thread captures a stream in global mode (what
+   torch.cuda.graph and nccl-tests -G use), calls CUDA deems potentially
+   unsafe (allocations, event and stream queries, module loads) fail and
+   invalidate that capture, unless the calling thread is relaxed. The calls
+   wrapped here touch no capturing stream, so they are safe; the launch
+   path makes them during a capture (a work FIFO for a captured launch, an
+   event for a new stream) and other goroutines make them meanwhile (the
+   residency ledger's completion queries, Comm.Wait). Drivers without the
+   entry point (before CUDA 10.1) run the call as it is. */
+#define RELAXED(call)                                                         \
+  do {                                                                        \
+    int _mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */                       \
+    int _ex = p_cuThreadExchangeStreamCaptureMode != NULL &&                  \
+              p_cuThreadExchangeStreamCaptureMode(&_mode) == NCU_SUCCESS;     \
+    CUresult _r = (call);                                                     \
+    if (_ex) p_cuThreadExchangeStreamCaptureMode(&_mode);                     \
+    return _r;                                                                \
+  } while (0)
+
 CUresult ncu_driver_version(int* v) { return p_cuDriverGetVersion(v); }
 CUresult ncu_device_count(int* n) { return p_cuDeviceGetCount(n); }
 CUresult ncu_device_get(CUdevice* d, int ordinal) { return p_cuDeviceGet(d, ordinal); }
@@ -213,7 +245,7 @@ CUresult ncu_ctx_synchronize(CUcontext c) {
 
 CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n) {
   SETCTX(c);
-  return p_cuMemAlloc(p, n);
+  RELAXED(p_cuMemAlloc(p, n));
 }
 CUresult ncu_mem_free(CUcontext c, CUdeviceptr p) {
   SETCTX(c);
@@ -221,7 +253,7 @@ CUresult ncu_mem_free(CUcontext c, CUdeviceptr p) {
 }
 CUresult ncu_mem_host_alloc(CUcontext c, void** p, size_t n, unsigned flags) {
   SETCTX(c);
-  return p_cuMemHostAlloc(p, n, flags);
+  RELAXED(p_cuMemHostAlloc(p, n, flags));
 }
 CUresult ncu_mem_free_host(CUcontext c, void* p) {
   SETCTX(c);
@@ -264,7 +296,7 @@ CUresult ncu_mem_get_info(CUcontext c, size_t* freeb, size_t* total) {
 
 CUresult ncu_stream_create(CUcontext c, CUstream* s, unsigned flags) {
   SETCTX(c);
-  return p_cuStreamCreate(s, flags);
+  RELAXED(p_cuStreamCreate(s, flags));
 }
 CUresult ncu_stream_destroy(CUcontext c, CUstream s) {
   SETCTX(c);
@@ -272,11 +304,11 @@ CUresult ncu_stream_destroy(CUcontext c, CUstream s) {
 }
 CUresult ncu_stream_synchronize(CUcontext c, CUstream s) {
   SETCTX(c);
-  return p_cuStreamSynchronize(s);
+  RELAXED(p_cuStreamSynchronize(s));
 }
 CUresult ncu_stream_query(CUcontext c, CUstream s) {
   SETCTX(c);
-  return p_cuStreamQuery(s);
+  RELAXED(p_cuStreamQuery(s));
 }
 CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e) {
   SETCTX(c);
@@ -321,7 +353,7 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
 
 CUresult ncu_event_create(CUcontext c, CUevent* e, unsigned flags) {
   SETCTX(c);
-  return p_cuEventCreate(e, flags);
+  RELAXED(p_cuEventCreate(e, flags));
 }
 CUresult ncu_event_record(CUcontext c, CUevent e, CUstream s) {
   SETCTX(c);
@@ -329,11 +361,11 @@ CUresult ncu_event_record(CUcontext c, CUevent e, CUstream s) {
 }
 CUresult ncu_event_synchronize(CUcontext c, CUevent e) {
   SETCTX(c);
-  return p_cuEventSynchronize(e);
+  RELAXED(p_cuEventSynchronize(e));
 }
 CUresult ncu_event_query(CUcontext c, CUevent e) {
   SETCTX(c);
-  return p_cuEventQuery(e);
+  RELAXED(p_cuEventQuery(e));
 }
 CUresult ncu_event_destroy(CUcontext c, CUevent e) {
   SETCTX(c);
@@ -348,9 +380,9 @@ CUresult ncu_module_load(CUcontext c, CUmodule* m, const void* image, char* log,
   SETCTX(c);
   int opts[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
   void* vals[2] = {log, (void*)(uintptr_t)loglen};
-  if (log == NULL || loglen == 0) return p_cuModuleLoadDataEx(m, image, 0, NULL, NULL);
+  if (log == NULL || loglen == 0) RELAXED(p_cuModuleLoadDataEx(m, image, 0, NULL, NULL));
   log[0] = 0;
-  return p_cuModuleLoadDataEx(m, image, 2, opts, vals);
+  RELAXED(p_cuModuleLoadDataEx(m, image, 2, opts, vals));
 }
 CUresult ncu_module_unload(CUcontext c, CUmodule m) {
   SETCTX(c);
@@ -366,7 +398,7 @@ CUresult ncu_module_global(CUcontext c, CUdeviceptr* p, size_t* n, CUmodule m, c
 }
 CUresult ncu_func_load(CUcontext c, CUfunction f) {
   SETCTX(c);
-  if (p_cuFuncLoad != NULL) return p_cuFuncLoad(f);
+  if (p_cuFuncLoad != NULL) RELAXED(p_cuFuncLoad(f));
   /* Before CUDA 12.4: querying an attribute loads a lazily loaded kernel. */
   int v;
   return p_cuFuncGetAttribute(&v, 4 /* CU_FUNC_ATTRIBUTE_NUM_REGS */, f);
@@ -470,4 +502,66 @@ CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd)
   NEED(p_cuMemImportFromShareableHandle);
   SETCTX(c);
   return p_cuMemImportFromShareableHandle(h, (void*)(uintptr_t)fd, 1 /* POSIX fd */);
+}
+
+// Stream capture and graphs.
+CUresult ncu_stream_is_capturing(CUcontext c, CUstream s, int* status) {
+  NEED(p_cuStreamIsCapturing);
+  SETCTX(c);
+  return p_cuStreamIsCapturing(s, status);
+}
+CUresult ncu_stream_begin_capture(CUcontext c, CUstream s, int mode) {
+  NEED(p_cuStreamBeginCapture);
+  SETCTX(c);
+  return p_cuStreamBeginCapture(s, mode);
+}
+CUresult ncu_stream_end_capture(CUcontext c, CUstream s, CUgraph* g) {
+  NEED(p_cuStreamEndCapture);
+  SETCTX(c);
+  return p_cuStreamEndCapture(s, g);
+}
+CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s) {
+  NEED(p_cuEventRecordWithFlags);
+  SETCTX(c);
+  return p_cuEventRecordWithFlags(e, s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
+}
+CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e) {
+  SETCTX(c);
+  return p_cuStreamWaitEvent(s, e, 0x1 /* CU_EVENT_WAIT_EXTERNAL */);
+}
+CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  SETCTX(c);
+  int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED, as RELAXED */
+  int ex = p_cuThreadExchangeStreamCaptureMode != NULL &&
+           p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
+  CUresult r = p_cuMemcpyHtoDAsync(dst, src, n, s);
+  if (r == NCU_SUCCESS) r = p_cuStreamSynchronize(s);
+  if (ex) p_cuThreadExchangeStreamCaptureMode(&mode);
+  return r;
+}
+CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g) {
+  NEED(p_cuGraphInstantiateWithFlags);
+  SETCTX(c);
+  return p_cuGraphInstantiateWithFlags(e, g, 0);
+}
+CUresult ncu_graph_launch(CUcontext c, CUgraphExec e, CUstream s) {
+  NEED(p_cuGraphLaunch);
+  SETCTX(c);
+  return p_cuGraphLaunch(e, s);
+}
+CUresult ncu_graph_exec_destroy(CUcontext c, CUgraphExec e) {
+  NEED(p_cuGraphExecDestroy);
+  SETCTX(c);
+  return p_cuGraphExecDestroy(e);
+}
+CUresult ncu_graph_destroy(CUcontext c, CUgraph g) {
+  NEED(p_cuGraphDestroy);
+  SETCTX(c);
+  return p_cuGraphDestroy(g);
+}
+CUresult ncu_graph_node_count(CUcontext c, CUgraph g, size_t* n) {
+  NEED(p_cuGraphGetNodes);
+  SETCTX(c);
+  *n = 0;
+  return p_cuGraphGetNodes(g, NULL, n);
 }

@@ -14,6 +14,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
@@ -145,6 +147,23 @@ CUresult ncu_mem_address_free(CUcontext c, CUdeviceptr p, size_t n);
 CUresult ncu_mem_release(CUcontext c, CUmemGenericAllocationHandle h);
 CUresult ncu_mem_export_fd(CUcontext c, int* fd, CUmemGenericAllocationHandle h);
 CUresult ncu_mem_import_fd(CUcontext c, CUmemGenericAllocationHandle* h, int fd);
+
+// Stream capture and graphs. ncu_stream_wait_event_external and
+// ncu_event_record_external make event wait and record nodes of a graph
+// being captured (CU_EVENT_WAIT_EXTERNAL, CU_EVENT_RECORD_EXTERNAL).
+// ncu_memcpy_htod_wait copies on s and waits for it, in relaxed capture
+// mode (s must not be capturing).
+CUresult ncu_stream_is_capturing(CUcontext c, CUstream s, int* status);
+CUresult ncu_stream_begin_capture(CUcontext c, CUstream s, int mode);
+CUresult ncu_stream_end_capture(CUcontext c, CUstream s, CUgraph* g);
+CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s);
+CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e);
+CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
+CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g);
+CUresult ncu_graph_launch(CUcontext c, CUgraphExec e, CUstream s);
+CUresult ncu_graph_exec_destroy(CUcontext c, CUgraphExec e);
+CUresult ncu_graph_destroy(CUcontext c, CUgraph g);
+CUresult ncu_graph_node_count(CUcontext c, CUgraph g, size_t* n);
 
 // Conversions between opaque handles and integers, done in C so that Go
 // never converts a uintptr to a pointer.

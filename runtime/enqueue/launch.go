@@ -15,16 +15,19 @@ import (
 type KernelSource func(f kspace.Func) (*cuda.Function, error)
 
 // Launcher runs plans of one rank on CUDA streams. It owns the work FIFOs
-// of launches whose works do not fit in the kernel arguments: a page-locked
-// staging buffer and a device buffer each, reused once an event recorded
-// after their launch has completed. It is safe for concurrent use.
+// of launches whose works do not fit in the kernel arguments: for eager
+// launches a page-locked staging buffer and a device buffer each, reused
+// once an event recorded after their launch has completed; for launches
+// captured into a CUDA graph device memory written at capture and kept
+// until Close (see Capture). It is safe for concurrent use.
 type Launcher struct {
 	ctx     *cuda.Context
 	comm    uint64
 	kernels KernelSource
 
-	mu   sync.Mutex
-	bufs []*workBuf
+	mu       sync.Mutex
+	bufs     []*workBuf
+	captured capturedFIFOs
 
 	argsMu sync.Mutex
 	args   *generated.KernelArgs // the kernel arguments of the launch being queued
@@ -45,29 +48,49 @@ func NewLauncher(ctx *cuda.Context, comm uint64, kernels KernelSource) *Launcher
 }
 
 // Run queues p on s: the copies, then every launch (with its work FIFO
-// copy when needed), in order. It returns once everything is queued.
+// copy when needed), in order. It returns once everything is queued. It
+// asks whether s is being captured (CaptureOf); RunIn takes the answer.
 func (l *Launcher) Run(p *Plan, s *cuda.Stream) error {
-	for _, c := range p.Copies {
-		if err := s.MemcpyDtoDAsync(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), c.Bytes); err != nil {
-			return fmt.Errorf("enqueue: copy of %d bytes: %w", c.Bytes, err)
+	c, err := CaptureOf(s)
+	if err != nil {
+		return err
+	}
+	return l.RunIn(p, s, c)
+}
+
+// RunIn is Run on a stream whose capture state c is known.
+func (l *Launcher) RunIn(p *Plan, s *cuda.Stream, c Capture) error {
+	for _, cp := range p.Copies {
+		if err := s.MemcpyDtoDAsync(cuda.DevicePtr(cp.Dst), cuda.DevicePtr(cp.Src), cp.Bytes); err != nil {
+			return fmt.Errorf("enqueue: %s copy of %d bytes: %w", c, cp.Bytes, err)
 		}
 	}
 	for i := range p.Launches {
-		if err := l.launch(&p.Launches[i], s); err != nil {
+		if err := l.launch(&p.Launches[i], s, c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
+func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 	fn, err := l.kernels(ln.Func)
 	if err != nil {
 		return fmt.Errorf("enqueue: kernel for %s: %w", ln.Func, err)
 	}
 	var wb *workBuf
 	var wbAddr uint64
-	if !ln.Inline() {
+	if !ln.Inline() && bool(c) {
+		// Under capture: no staging buffer (a replay would read it after
+		// its reuse) and no event (a captured one cannot be queried).
+		l.mu.Lock()
+		p, err := l.putCaptured(WorkBytes(ln.Works))
+		l.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("enqueue: captured launch of %s (%d works): %w", ln.Func, len(ln.Works), err)
+		}
+		wbAddr = uint64(p)
+	} else if !ln.Inline() {
 		b := WorkBytes(ln.Works)
 		if wb, err = l.acquire(uint64(len(b))); err != nil {
 			return err
@@ -95,8 +118,8 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream) error {
 			// The copy is queued; keep the buffer busy until it is done.
 			_ = wb.ev.Record(s)
 		}
-		return fmt.Errorf("enqueue: launch of %s (%d blocks × %d threads, %d works): %w",
-			ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
+		return fmt.Errorf("enqueue: %s launch of %s (%d blocks × %d threads, %d works): %w",
+			c, ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
 	}
 	if wb != nil {
 		if err := wb.ev.Record(s); err != nil {
@@ -151,8 +174,10 @@ func (l *Launcher) release(b *workBuf) {
 	l.mu.Unlock()
 }
 
-// Close waits for every work FIFO's last launch and frees them. The
-// launcher must not be used afterwards.
+// Close waits for every eager work FIFO's last launch and frees them, and
+// frees the work FIFOs of captured launches: no graph captured from this
+// launcher may be launched afterwards. The launcher must not be used
+// afterwards.
 func (l *Launcher) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,5 +189,6 @@ func (l *Launcher) Close() error {
 		errs = append(errs, b.ev.Destroy(), l.ctx.MemFree(b.dev), l.ctx.MemFreeHost(b.host))
 	}
 	l.bufs = nil
+	errs = append(errs, l.closeCaptured())
 	return errors.Join(errs...)
 }

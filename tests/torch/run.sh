@@ -21,7 +21,11 @@
 # rank exits without joining; the others must fail within the timeout
 # with ncclgo's text, NOJOIN_TEXT; step "nojoin", required for ncclgo
 # only) and latency.py (all_reduce per call, 8 B to 256 MiB, on torch's
-# default stream; step "latency", LAT_ITERS calls per size, T_LAT). Every step runs under `timeout`, and all steps
+# default stream; step "latency", LAT_ITERS calls per size, T_LAT). Step
+# "graph" (issue 26, not in the default STEPS): graph.py, a
+# torch.cuda.graph of collectives replayed in batches on changing inputs and
+# checked exactly, and the time per replayed 8-byte all_reduce. Every step
+# runs under `timeout`, and all steps
 # together stay within BUDGET seconds (default 570: one device call).
 #
 # How ncclgo's library gets in: torch's libtorch_cuda.so needs libnccl.so.2
@@ -151,7 +155,7 @@ step() {
   rc=$?
   ((rc == 124 || rc == 137)) && echo "TIMEOUT: killed after ${t}s" | tee -a "$log"
   reap "$name.$$" | tee -a "$log"
-  grep -E '^(TORCH-LAT|TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG|FSDP-COMPARE|FSDP-ERROR|NOJOIN)' "$log" | head -40
+  grep -E '^(TORCH-LAT|TORCH-CHECKS|TORCH-LIB|DDP-TRAIN|DDP-ERROR|LOSS-COMPARE|NCCL-PROBE|MISMATCH|WRONG|FSDP-COMPARE|FSDP-ERROR|NOJOIN|GRAPH-TIME)' "$log" | head -40
   local verdict=ok
   if ((rc != 0)); then
     verdict=FAIL
@@ -224,6 +228,11 @@ for lib in $LIBS; do
   if has latency; then
     torch_cmd "$lib" latency.py --iters "${LAT_ITERS:-200}"
     step "latency-$lib" "${T_LAT:-150}" 1 "${CMD[@]}"
+  fi
+  if has graph; then
+    # Not in the default STEPS: tests/gpu-verify.sh's graph step runs it.
+    torch_cmd "$lib" graph.py
+    step "graph-$lib" "$T_COLL" 1 "${CMD[@]}"
   fi
   if has nojoin && ((NPROC > 1)); then
     if [[ $lib == ncclgo ]]; then
