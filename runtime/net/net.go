@@ -133,3 +133,15 @@ func (e *PeerError) Error() string { return fmt.Sprintf("net: peer %s: %s: %v", 
 
 // Unwrap returns ErrPeer and the cause.
 func (e *PeerError) Unwrap() []error { return []error{ErrPeer, e.Err} }
+
+// FromEnv returns the network that NCCL's variables choose, read through
+// getenv: the socket backend, configured by NCCL_SOCKET_IFNAME,
+// NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
+func FromEnv(getenv func(string) string) (Net, error) {
+	o, err := SocketOptionsFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	o.Interface, o.Family = getenv("NCCL_SOCKET_IFNAME"), getenv("NCCL_SOCKET_FAMILY")
+	return NewSocket(o)
+}

@@ -486,10 +486,13 @@ type request struct {
 
 // Test implements Request.
 func (r *request) Test() (bool, int, error) {
+	// Completion first: a worker records a failure before it finishes its
+	// part, so a request seen complete here cannot hide that failure.
+	done := r.sizeSet.Load() && r.pending.Load() == 0
 	if err := r.c.failure(); err != nil {
 		return false, 0, err
 	}
-	if r.sizeSet.Load() && r.pending.Load() == 0 {
+	if done {
 		return true, r.size, nil
 	}
 	return false, 0, nil
@@ -581,11 +584,17 @@ func (c *comm) DeregMr(MemHandle) error { return nil }
 
 type sendComm struct {
 	*comm
-	ctrlQ chan []byte
+	ctrlQ chan ctrlMsg
+}
+
+// ctrlMsg is a message header and the request it belongs to.
+type ctrlMsg struct {
+	hdr []byte
+	req *request
 }
 
 func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) *sendComm {
-	s := &sendComm{comm: newComm(peer, ctrl, data, nThreads), ctrlQ: make(chan []byte, MaxRequests)}
+	s := &sendComm{comm: newComm(peer, ctrl, data, nThreads), ctrlQ: make(chan ctrlMsg, MaxRequests)}
 	s.ctrlWG.Add(1)
 	s.wg.Add(nThreads)
 	go s.ctrlWriter()
@@ -597,13 +606,13 @@ func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThrea
 
 func (s *sendComm) ctrlWriter() {
 	defer s.ctrlWG.Done()
-	for hdr := range s.ctrlQ {
-		if s.failure() != nil {
-			continue
+	for m := range s.ctrlQ {
+		if s.failure() == nil {
+			if _, err := s.ctrl.Write(m.hdr); err != nil {
+				s.fail("sending a message header", err)
+			}
 		}
-		if _, err := s.ctrl.Write(hdr); err != nil {
-			s.fail("sending a message header", err)
-		}
+		m.req.finish()
 	}
 }
 
@@ -645,8 +654,7 @@ func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
 	binary.LittleEndian.PutUint32(hdr[0:], msgMagic)
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(int32(tag)))
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(buf)))
-	s.ctrlQ <- hdr
-	r.finish() // the header is queued in order; the data follow
+	s.ctrlQ <- ctrlMsg{hdr: hdr, req: r}
 	for i := range count {
 		s.work[s.threadOf(i)] <- task{sock: i, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r}
 	}
