@@ -62,6 +62,11 @@ type Options struct {
 	// Log receives one line per connection this rank sends on, in NCCL's
 	// words ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"). May be nil.
 	Log func(line string)
+	// ProxyError is called, on the proxy's goroutine, when a connection
+	// that the proxy drives (NET) fails: its peer vanished or broke the
+	// protocol. The kernels that wait on it would wait forever: the caller
+	// aborts them. May be nil.
+	ProxyError func(err error)
 }
 
 // Set is one rank's connections. Send[k] is the ConnInfo of the sending
@@ -160,12 +165,8 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 	}
 
 	// The per-connection block: control words, then the FIFOs.
-	var fifo [3]uint64
-	total := roundUp(ctrlBytes, fifoAlign)
-	for p, n := range sizes {
-		fifo[p] = total
-		total = roundUp(total+uint64(n), fifoAlign)
-	}
+	fifo, total := blockLayout(sizes)
+	env.sizes, env.proxyError = sizes, opts.ProxyError
 	edges = slices.Clone(edges)
 	slices.SortFunc(edges, func(a, b Edge) int {
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
@@ -322,9 +323,18 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 			opts.Log(fmt.Sprintf("Channel %02d/0 : %d[%d] -> %d[%d] via %s", e.Channel, me, self.Device, e.To, peers[e.To].Device, via[e.To]))
 		}
 	}
+	// NET connections are up once the proxy completed their handshakes.
+	for _, r := range set.regions {
+		if nr, ok := r.(*netRegion); ok {
+			if err := nr.waitReady(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// Descriptors are handed out until every rank has mapped its peers'
-	// memory; then the servers close (the deferred closeServer).
-	if anyServer {
+	// memory; then the servers close (the deferred closeServer). NET
+	// connections of every rank are up.
+	if anyServer || set.used["NET"] {
 		if err := net.Barrier(ctx); err != nil {
 			return nil, fmt.Errorf("transport: waiting for the peers to map the buffers: %w", err)
 		}

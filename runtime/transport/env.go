@@ -52,6 +52,9 @@ type Env struct {
 	Self   Peer
 	Policy Policy
 
+	sizes      Sizes       // the FIFO sizes (NET lays its staging out alike)
+	proxyError func(error) // Options.ProxyError
+
 	mu      sync.Mutex
 	server  *ipc.Server
 	nextKey uint64

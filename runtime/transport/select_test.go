@@ -81,12 +81,12 @@ func TestSelect(t *testing.T) {
 		{"no peer access", level(PathSYS), a, b, noAccess, "SHM"},
 		{"NCCL_P2P_DISABLE", Policy{P2PDisable: true}, a, b, nvl, "SHM"},
 		{"same GPU, two processes", Policy{}, a, sameGPU, loc, "P2P"},
-		{"both disabled", Policy{P2PDisable: true, SHMDisable: true}, a, b, nvl, "disabled by NCCL_SHM_DISABLE"},
-		{"other host", Policy{}, a, far, pxb, "NET: not implemented yet"},
+		{"both disabled", Policy{P2PDisable: true, SHMDisable: true}, a, b, nvl, "NET"},
+		{"other host", Policy{}, a, far, pxb, "NET"},
 	}
 	for _, c := range cases {
 		tr, err := Select(Default(), c.pol, c.send, c.recv, c.link)
-		if c.want == "P2P" || c.want == "SHM" {
+		if c.want == "P2P" || c.want == "SHM" || c.want == "NET" {
 			require.NoError(t, err, c.name)
 			assert.Equal(t, c.want, tr.Name(), c.name)
 		} else {
@@ -94,6 +94,9 @@ func TestSelect(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want, c.name)
 		}
 	}
+	_, err := Select([]Transport{P2P{}, SHM{}}, Policy{P2PDisable: true}, a, far, pxb)
+	require.ErrorIs(t, err, ErrNoTransport)
+	assert.ErrorContains(t, err, "P2P: disabled by NCCL_P2P_DISABLE; SHM: different hosts")
 	assert.True(t, a.SameGPU(sameGPU), "bus ids decide, not ordinals")
 	assert.False(t, a.SameGPU(Peer{PID: 1, Host: "h", Device: 0, BusID: "0000:02:00.0"}))
 }

@@ -24,13 +24,14 @@
 // (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_SHM_DISABLE, NCCL_CUMEM_ENABLE),
 // and publishes its choice; the sender follows it. The receiver allocates
 // one region per sending rank and transport, holding all of that sender's
-// connections. NET does not exist yet: ranks on different hosts cannot
-// connect.
+// connections.
 //
-// No transport needs host-side progress yet (every byte is moved by the
-// kernels), so there is no proxy. When a transport needs one (SHM through
-// copy engines, NET), it implements Proxied and the proxy, one per process
-// as in NCCL, lives in runtime/proxy.
+//   - NET: ranks on different hosts (or anywhere, when P2P and SHM cannot):
+//     host-pinned staging blocks on both sides with the receiver's layout,
+//     the proxy (runtime/proxy) moving each step over the network
+//     (runtime/net: sockets, or an NCCL net plugin). See NET.
+//
+// P2P and SHM need no host-side progress: the kernels move every byte.
 package transport
 
 import (
@@ -198,17 +199,8 @@ type Region interface {
 	Close() error
 }
 
-// Proxied is implemented by transports that need host-side progress (a
-// proxy thread). None does yet; runtime/proxy will drive them.
-type Proxied interface {
-	Transport
-	// ProxyProgress advances the host side of region r; it reports whether
-	// there is more to do.
-	ProxyProgress(r Region) (busy bool, err error)
-}
-
 // Default lists the transports in NCCL's order of preference.
-func Default() []Transport { return []Transport{P2P{}, SHM{}} }
+func Default() []Transport { return []Transport{P2P{}, SHM{}, NET{}} }
 
 // Select returns the first of ts that connects send to recv, or an error
 // that says why none does.
@@ -221,6 +213,5 @@ func Select(ts []Transport, pol Policy, send, recv Peer, link Link) (Transport, 
 		}
 		why = append(why, t.Name()+": "+reason)
 	}
-	why = append(why, "NET: not implemented yet")
 	return nil, fmt.Errorf("transport: %s to %s: %w (%s)", send, recv, ErrNoTransport, strings.Join(why, "; "))
 }

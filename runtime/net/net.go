@@ -1,0 +1,147 @@
+// Package net is the network layer of the NET transport: an interface
+// shaped like NCCL's net plugin API (ncclNet_v8), a socket backend (NCCL's
+// "Socket" net) and a loader for existing NCCL net plugins
+// (libnccl-net-*.so).
+//
+// As in NCCL, a connection is one direction: the receiver listens and
+// publishes its Handle; the sender connects with it (Connect) and the
+// receiver accepts (Accept); both may need several calls (nil comm, nil
+// error: call again). Data moves in messages: Isend posts one, Irecv posts
+// one buffer to receive the next message into, Test polls either. Messages
+// are matched in the order posted; a message longer than the posted buffer
+// is an error (the receiver never writes past what it posted), as is a tag
+// that differs from the posted one. Buffers must stay untouched until their
+// request completes, and must not be Go heap memory when the backend is a
+// plugin (C code keeps them): the transport passes host-pinned staging
+// buffers.
+//
+// Every error that the peer causes (it closed the connection, sent bytes
+// that contradict the protocol) wraps ErrPeer and names the peer's address.
+package net
+
+import (
+	"errors"
+	"fmt"
+)
+
+// HandleSize is the size of a listen handle (NCCL_NET_HANDLE_MAXSIZE).
+const HandleSize = 128
+
+// Handle is what the receiver publishes for the sender to connect with.
+type Handle [HandleSize]byte
+
+// PtrType is the kind of memory a buffer is (NCCL_PTR_*).
+type PtrType int
+
+// The pointer types, as bits of Properties.PtrSupport.
+const (
+	PtrHost   PtrType = 1 // host memory
+	PtrCUDA   PtrType = 2 // device memory (GPUDirect RDMA)
+	PtrDMABuf PtrType = 4 // device memory through dma-buf
+)
+
+// Properties describe a network device (ncclNetProperties_v8_t).
+type Properties struct {
+	Name        string
+	PCIPath     string
+	GUID        uint64
+	PtrSupport  PtrType // bits: which memory Isend/Irecv accept
+	RegIsGlobal bool
+	Speed       int     // Mbit/s
+	Port        int     // port number, for devices with several
+	Latency     float64 // µs
+	MaxComms    int     // connections the device supports
+	MaxRecvs    int     // buffers one Irecv may group (1 here)
+}
+
+// Net is a network backend.
+type Net interface {
+	// Name is the backend's name in the logs ("Socket", a plugin's name).
+	Name() string
+	// Devices is the number of devices.
+	Devices() int
+	// Properties describes device dev.
+	Properties(dev int) (Properties, error)
+	// Listen starts listening on device dev.
+	Listen(dev int) (Handle, Listener, error)
+	// Connect connects to the listener whose handle h is; a nil comm and a
+	// nil error mean "not yet, call again".
+	Connect(dev int, h Handle) (SendComm, error)
+	// Accept accepts the next connection on l; a nil comm and a nil error
+	// mean "not yet, call again".
+	Accept(l Listener) (RecvComm, error)
+	// Close releases the backend; its comms must be closed.
+	Close() error
+}
+
+// Listener is a listening endpoint.
+type Listener interface {
+	Close() error
+}
+
+// MemHandle is a registration of a buffer with a comm.
+type MemHandle any
+
+// Request is a posted send or receive.
+type Request interface {
+	// Test reports whether the request completed and, when it did, the
+	// message's size. A failed request returns the comm's error.
+	Test() (done bool, size int, err error)
+}
+
+// SendComm is the sending side of a connection.
+type SendComm interface {
+	// RegMr registers buf (memory of type t) for Isend.
+	RegMr(buf []byte, t PtrType) (MemHandle, error)
+	DeregMr(MemHandle) error
+	// Isend posts buf as one message with tag; a nil request and a nil
+	// error mean "not now, call again".
+	Isend(buf []byte, tag int, mh MemHandle) (Request, error)
+	// Peer names the other side in errors and logs.
+	Peer() string
+	// Close closes the connection; pending requests fail.
+	Close() error
+}
+
+// RecvComm is the receiving side of a connection.
+type RecvComm interface {
+	RegMr(buf []byte, t PtrType) (MemHandle, error)
+	DeregMr(MemHandle) error
+	// Irecv posts buf for the next message, which must carry tag and be at
+	// most len(buf) bytes long; a nil request and a nil error mean "not
+	// now, call again".
+	Irecv(buf []byte, tag int, mh MemHandle) (Request, error)
+	Peer() string
+	Close() error
+}
+
+// ErrPeer is wrapped by the errors that the peer causes: it vanished, or
+// sent what contradicts the protocol or the posted receive.
+var ErrPeer = errors.New("net: peer failed")
+
+// ErrClosed is returned by the operations on a closed comm.
+var ErrClosed = errors.New("net: use of a closed connection")
+
+// PeerError is an error of the peer named Peer.
+type PeerError struct {
+	Peer string // the peer's address
+	Op   string // what this side was doing
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("net: peer %s: %s: %v", e.Peer, e.Op, e.Err) }
+
+// Unwrap returns ErrPeer and the cause.
+func (e *PeerError) Unwrap() []error { return []error{ErrPeer, e.Err} }
+
+// FromEnv returns the network that NCCL's variables choose, read through
+// getenv: the socket backend, configured by NCCL_SOCKET_IFNAME,
+// NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
+func FromEnv(getenv func(string) string) (Net, error) {
+	o, err := SocketOptionsFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	o.Interface, o.Family = getenv("NCCL_SOCKET_IFNAME"), getenv("NCCL_SOCKET_FAMILY")
+	return NewSocket(o)
+}

@@ -1,0 +1,799 @@
+package net
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	gonet "net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+)
+
+// Limits of the socket backend's settings (NCCL's).
+const (
+	MaxSocketThreads = 16 // NCCL_SOCKET_NTHREADS
+	MaxSockets       = 64 // NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD
+	maxInterfaces    = 16
+	// MaxRequests is how many requests a comm holds at once
+	// (NCCL_NET_MAX_REQUESTS); Isend and Irecv say "call again" beyond.
+	MaxRequests = 32
+	// minChunk is the smallest piece of a message given to one socket.
+	minChunk = 64 << 10
+	// DefaultHandshakeTimeout bounds a new connection's hello.
+	DefaultHandshakeTimeout = 30 * time.Second
+)
+
+// SocketOptions configure the socket backend.
+type SocketOptions struct {
+	// Interface selects the devices with NCCL_SOCKET_IFNAME's grammar;
+	// Family is "AF_INET", "AF_INET6" or "" (runtime/bootstrap's
+	// SelectInterfaces resolves both, empty meaning the environment).
+	Interface, Family string
+	// NThreads (NCCL_SOCKET_NTHREADS) goroutines per comm move the data,
+	// each over NSocksPerThread (NCCL_NSOCKS_PERTHREAD) sockets; 0 means 1.
+	NThreads, NSocksPerThread int
+	// HandshakeTimeout bounds a new connection's hello; 0 means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
+
+// SocketOptionsFromEnv reads NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD
+// through getenv (the interfaces and the family are read when the backend
+// starts).
+func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
+	var o SocketOptions
+	for _, v := range []struct {
+		name string
+		dst  *int
+		max  int
+	}{{"NCCL_SOCKET_NTHREADS", &o.NThreads, MaxSocketThreads}, {"NCCL_NSOCKS_PERTHREAD", &o.NSocksPerThread, MaxSockets}} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > v.max {
+			return o, fmt.Errorf("net: %s=%q: want an integer from 1 to %d", v.name, s, v.max)
+		}
+		*v.dst = n
+	}
+	return o, o.check()
+}
+
+func (o SocketOptions) threads() (nThreads, perThread int) {
+	return max(o.NThreads, 1), max(o.NSocksPerThread, 1)
+}
+
+func (o SocketOptions) check() error {
+	t, s := o.threads()
+	switch {
+	case t > MaxSocketThreads:
+		return fmt.Errorf("net: NCCL_SOCKET_NTHREADS=%d: want at most %d", t, MaxSocketThreads)
+	case t*s > MaxSockets:
+		return fmt.Errorf("net: NCCL_SOCKET_NTHREADS=%d × NCCL_NSOCKS_PERTHREAD=%d = %d sockets per connection: want at most %d", t, s, t*s, MaxSockets)
+	}
+	return nil
+}
+
+// Socket is the socket backend: one device per selected interface; every
+// connection is a control socket plus NThreads × NSocksPerThread data
+// sockets, each message split across the data sockets.
+type Socket struct {
+	opts SocketOptions
+	devs []bootstrap.Interface
+}
+
+var _ Net = (*Socket)(nil)
+
+// NewSocket selects the interfaces and returns the backend.
+func NewSocket(o SocketOptions) (*Socket, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	devs, err := bootstrap.SelectInterfaces(o.Interface, o.Family, maxInterfaces)
+	if err != nil {
+		return nil, fmt.Errorf("net: socket devices: %w", err)
+	}
+	return &Socket{opts: o, devs: devs}, nil
+}
+
+// Name implements Net.
+func (s *Socket) Name() string { return "Socket" }
+
+// Devices implements Net.
+func (s *Socket) Devices() int { return len(s.devs) }
+
+func (s *Socket) dev(d int) (bootstrap.Interface, error) {
+	if d < 0 || d >= len(s.devs) {
+		return bootstrap.Interface{}, fmt.Errorf("net: socket device %d: want 0..%d", d, len(s.devs)-1)
+	}
+	return s.devs[d], nil
+}
+
+// Properties implements Net: the speed is the interface's
+// (/sys/class/net/NAME/speed, 10 Gbit/s where unknown, as in NCCL).
+func (s *Socket) Properties(d int) (Properties, error) {
+	ifc, err := s.dev(d)
+	if err != nil {
+		return Properties{}, err
+	}
+	p := Properties{Name: ifc.Name, PtrSupport: PtrHost, Speed: 10000, MaxComms: 65536, MaxRecvs: 1}
+	if ifc.Name != "" {
+		if b, err := os.ReadFile(filepath.Join("/sys/class/net", ifc.Name, "speed")); err == nil {
+			if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && v > 0 {
+				p.Speed = v
+			}
+		}
+		if path, err := filepath.EvalSymlinks(filepath.Join("/sys/class/net", ifc.Name, "device")); err == nil {
+			p.PCIPath = path
+		}
+	}
+	return p, nil
+}
+
+// Close implements Net.
+func (s *Socket) Close() error { return nil }
+
+// The wire: a handle, a hello per socket, a header per message on the
+// control socket, a header per chunk on the data sockets; little-endian.
+const (
+	handleMagic = 0x4b53474e // "NGSK"
+	helloMagic  = 0x4853474e // "NGSH"
+	msgMagic    = 0x4d53474e // "NGSM"
+	chunkMagic  = 0x4353474e // "NGSC"
+	helloSize   = 32
+	msgSize     = 16
+	chunkSize   = 16
+)
+
+type handle struct {
+	nonce uint64
+	addr  netip.AddrPort
+}
+
+func (h handle) encode() Handle {
+	var out Handle
+	binary.LittleEndian.PutUint32(out[0:], handleMagic)
+	binary.LittleEndian.PutUint64(out[4:], h.nonce)
+	a := h.addr.String()
+	out[12] = byte(len(a))
+	copy(out[13:], a)
+	return out
+}
+
+func decodeHandle(b Handle) (handle, error) {
+	if binary.LittleEndian.Uint32(b[0:]) != handleMagic {
+		return handle{}, fmt.Errorf("net: socket handle with magic %#x: not a socket listener's handle (want %#x)", binary.LittleEndian.Uint32(b[0:]), handleMagic)
+	}
+	n := int(b[12])
+	if n > HandleSize-13 {
+		return handle{}, fmt.Errorf("net: socket handle with a %d-byte address: at most %d", n, HandleSize-13)
+	}
+	ap, err := netip.ParseAddrPort(string(b[13 : 13+n]))
+	if err != nil {
+		return handle{}, fmt.Errorf("net: socket handle: %w", err)
+	}
+	return handle{nonce: binary.LittleEndian.Uint64(b[4:]), addr: ap}, nil
+}
+
+type hello struct {
+	nonce, comm          uint64
+	index, nSocks, nThrd uint16
+}
+
+func (h hello) encode() []byte {
+	b := make([]byte, helloSize)
+	binary.LittleEndian.PutUint32(b[0:], helloMagic)
+	binary.LittleEndian.PutUint64(b[4:], h.nonce)
+	binary.LittleEndian.PutUint64(b[12:], h.comm)
+	binary.LittleEndian.PutUint16(b[20:], h.index)
+	binary.LittleEndian.PutUint16(b[22:], h.nSocks)
+	binary.LittleEndian.PutUint16(b[24:], h.nThrd)
+	return b
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// socketListener accepts the sockets of incoming comms and groups them.
+type socketListener struct {
+	s       *Socket
+	l       *gonet.TCPListener
+	nonce   uint64
+	timeout time.Duration
+
+	mu       sync.Mutex
+	groups   map[uint64]*pendingComm
+	ready    []*pendingComm
+	rejected []error // stray connections, for diagnostics
+	err      error
+	conns    map[gonet.Conn]bool // in their hello
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+type pendingComm struct {
+	nSocks, nThreads int
+	ctrl             *gonet.TCPConn
+	data             []*gonet.TCPConn
+	got              int
+}
+
+// Listen implements Net.
+func (s *Socket) Listen(d int) (Handle, Listener, error) {
+	ifc, err := s.dev(d)
+	if err != nil {
+		return Handle{}, nil, err
+	}
+	l, err := gonet.ListenTCP("tcp", gonet.TCPAddrFromAddrPort(netip.AddrPortFrom(ifc.Addr, 0)))
+	if err != nil {
+		return Handle{}, nil, fmt.Errorf("net: listening on %s (%s): %w", ifc.Addr, ifc.Name, err)
+	}
+	sl := &socketListener{s: s, l: l, nonce: randUint64(), groups: map[uint64]*pendingComm{}, conns: map[gonet.Conn]bool{},
+		timeout: s.opts.HandshakeTimeout}
+	if sl.timeout <= 0 {
+		sl.timeout = DefaultHandshakeTimeout
+	}
+	ap := l.Addr().(*gonet.TCPAddr).AddrPort()
+	ap = netip.AddrPortFrom(ifc.Addr, ap.Port()) // keep the zone of a link-local address
+	sl.wg.Add(1)
+	go sl.acceptLoop()
+	return handle{nonce: sl.nonce, addr: ap}.encode(), sl, nil
+}
+
+func (sl *socketListener) acceptLoop() {
+	defer sl.wg.Done()
+	for {
+		c, err := sl.l.AcceptTCP()
+		if err != nil {
+			sl.mu.Lock()
+			if !sl.closed {
+				sl.err = fmt.Errorf("net: accepting on %s: %w", sl.l.Addr(), err)
+			}
+			sl.mu.Unlock()
+			return
+		}
+		sl.mu.Lock()
+		if sl.closed {
+			sl.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		sl.conns[c] = true
+		sl.wg.Add(1)
+		sl.mu.Unlock()
+		go sl.handshake(c)
+	}
+}
+
+// handshake reads c's hello and files c under its comm.
+func (sl *socketListener) handshake(c *gonet.TCPConn) {
+	defer sl.wg.Done()
+	h, err := sl.readHello(c)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	delete(sl.conns, c)
+	if err != nil || sl.closed {
+		_ = c.Close()
+		if err != nil && !sl.closed {
+			sl.rejected = append(sl.rejected, err)
+		}
+		return
+	}
+	g := sl.groups[h.comm]
+	if g == nil {
+		g = &pendingComm{nSocks: int(h.nSocks), nThreads: int(h.nThrd), data: make([]*gonet.TCPConn, h.nSocks)}
+		sl.groups[h.comm] = g
+	}
+	slot := &g.ctrl
+	if h.index > 0 {
+		slot = &g.data[h.index-1]
+	}
+	if int(h.nSocks) != g.nSocks || int(h.nThrd) != g.nThreads || *slot != nil {
+		_ = c.Close()
+		sl.rejected = append(sl.rejected, &PeerError{Peer: c.RemoteAddr().String(), Op: "handshake",
+			Err: fmt.Errorf("socket %d of comm %#x contradicts the comm's earlier sockets", h.index, h.comm)})
+		return
+	}
+	*slot = c
+	if g.got++; g.got == g.nSocks+1 {
+		delete(sl.groups, h.comm)
+		sl.ready = append(sl.ready, g)
+	}
+}
+
+func (sl *socketListener) readHello(c *gonet.TCPConn) (hello, error) {
+	peer := c.RemoteAddr().String()
+	_ = c.SetReadDeadline(time.Now().Add(sl.timeout))
+	b := make([]byte, helloSize)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return hello{}, &PeerError{Peer: peer, Op: "reading the hello", Err: err}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	h := hello{nonce: binary.LittleEndian.Uint64(b[4:]), comm: binary.LittleEndian.Uint64(b[12:]),
+		index: binary.LittleEndian.Uint16(b[20:]), nSocks: binary.LittleEndian.Uint16(b[22:]), nThrd: binary.LittleEndian.Uint16(b[24:])}
+	bad := func(format string, a ...any) (hello, error) {
+		return hello{}, &PeerError{Peer: peer, Op: "handshake", Err: fmt.Errorf(format, a...)}
+	}
+	switch {
+	case binary.LittleEndian.Uint32(b) != helloMagic:
+		return bad("hello magic %#x, want %#x (not an ncclgo socket net peer)", binary.LittleEndian.Uint32(b), helloMagic)
+	case h.nonce != sl.nonce:
+		return bad("hello for another listener (nonce %#x)", h.nonce)
+	case h.nThrd < 1 || h.nThrd > MaxSocketThreads:
+		return bad("%d threads: want 1..%d", h.nThrd, MaxSocketThreads)
+	case h.nSocks < h.nThrd || h.nSocks > MaxSockets || h.nSocks%h.nThrd != 0:
+		return bad("%d sockets over %d threads: want a multiple of the threads, at most %d", h.nSocks, h.nThrd, MaxSockets)
+	case h.index > h.nSocks:
+		return bad("socket index %d of %d", h.index, h.nSocks)
+	}
+	return h, nil
+}
+
+// Close implements Listener: it stops accepting and closes the sockets of
+// the comms not accepted yet.
+func (sl *socketListener) Close() error {
+	sl.mu.Lock()
+	if sl.closed {
+		sl.mu.Unlock()
+		return nil
+	}
+	sl.closed = true
+	err := sl.l.Close()
+	for c := range sl.conns {
+		_ = c.Close()
+	}
+	var pend []*pendingComm
+	pend = append(pend, sl.ready...)
+	for _, g := range sl.groups {
+		pend = append(pend, g)
+	}
+	sl.ready, sl.groups = nil, nil
+	sl.mu.Unlock()
+	sl.wg.Wait()
+	for _, g := range pend {
+		g.close()
+	}
+	return err
+}
+
+func (g *pendingComm) close() {
+	if g.ctrl != nil {
+		_ = g.ctrl.Close()
+	}
+	for _, c := range g.data {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// Rejected returns the errors of the connections the listener refused
+// (stray or garbled hellos); they do not fail Accept.
+func (sl *socketListener) Rejected() []error {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return append([]error(nil), sl.rejected...)
+}
+
+// Accept implements Net.
+func (s *Socket) Accept(l Listener) (RecvComm, error) {
+	sl, ok := l.(*socketListener)
+	if !ok {
+		return nil, fmt.Errorf("net: socket Accept on a %T", l)
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	switch {
+	case sl.closed:
+		return nil, fmt.Errorf("net: Accept on %s: %w", sl.l.Addr(), ErrClosed)
+	case len(sl.ready) > 0:
+		g := sl.ready[0]
+		sl.ready = sl.ready[1:]
+		return newRecvComm(g), nil
+	case sl.err != nil:
+		return nil, sl.err
+	}
+	return nil, nil
+}
+
+// Connect implements Net. It dials every socket of the comm before it
+// returns (loopback and LAN connects are quick; a refused one is an error).
+func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
+	h, err := decodeHandle(hb)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.dev(d); err != nil {
+		return nil, err
+	}
+	nt, per := s.opts.threads()
+	n := nt * per
+	id := randUint64()
+	socks := make([]*gonet.TCPConn, 0, n+1)
+	fail := func(err error) (SendComm, error) {
+		for _, c := range socks {
+			_ = c.Close()
+		}
+		return nil, err
+	}
+	timeout := s.opts.HandshakeTimeout
+	if timeout <= 0 {
+		timeout = DefaultHandshakeTimeout
+	}
+	for i := 0; i <= n; i++ {
+		d := gonet.Dialer{Timeout: timeout}
+		c, err := d.Dial("tcp", h.addr.String())
+		if err != nil {
+			return fail(&PeerError{Peer: h.addr.String(), Op: "connecting", Err: err})
+		}
+		tc := c.(*gonet.TCPConn)
+		_ = tc.SetNoDelay(true)
+		socks = append(socks, tc)
+		_ = tc.SetWriteDeadline(time.Now().Add(timeout))
+		if _, err := tc.Write(hello{nonce: h.nonce, comm: id, index: uint16(i), nSocks: uint16(n), nThrd: uint16(nt)}.encode()); err != nil {
+			return fail(&PeerError{Peer: h.addr.String(), Op: "sending the hello", Err: err})
+		}
+		_ = tc.SetWriteDeadline(time.Time{})
+	}
+	return newSendComm(h.addr.String(), socks[0], socks[1:], nt), nil
+}
+
+// comm is what both sides share: sockets, worker goroutines, the first
+// error.
+type comm struct {
+	peer     string
+	ctrl     *gonet.TCPConn
+	data     []*gonet.TCPConn
+	nThreads int
+	work     []chan task    // per thread
+	ctrlWG   sync.WaitGroup // the control socket's goroutine
+	wg       sync.WaitGroup // the data sockets' goroutines
+	closed   atomic.Bool
+	mu       sync.Mutex
+	err      error
+	inflight atomic.Int32
+	seq      uint32
+}
+
+// task is one chunk of a message on one data socket.
+type task struct {
+	sock int
+	seq  uint32
+	buf  []byte
+	req  *request
+}
+
+type request struct {
+	c       *comm
+	pending atomic.Int32
+	size    int
+	sizeSet atomic.Bool
+}
+
+// Test implements Request.
+func (r *request) Test() (bool, int, error) {
+	// Completion first: a worker records a failure before it finishes its
+	// part, so a request seen complete here cannot hide that failure.
+	done := r.sizeSet.Load() && r.pending.Load() == 0
+	if err := r.c.failure(); err != nil {
+		return false, 0, err
+	}
+	if done {
+		return true, r.size, nil
+	}
+	return false, 0, nil
+}
+
+func (r *request) finish() {
+	if r.pending.Add(-1) == 0 {
+		r.c.inflight.Add(-1)
+	}
+}
+
+func (c *comm) failure() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *comm) fail(op string, err error) {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = &PeerError{Peer: c.peer, Op: op, Err: err}
+	}
+	c.mu.Unlock()
+	// Wake every worker: the comm is dead.
+	_ = c.ctrl.SetDeadline(time.Now())
+	for _, s := range c.data {
+		_ = s.SetDeadline(time.Now())
+	}
+}
+
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) *comm {
+	c := &comm{peer: peer, ctrl: ctrl, data: data, nThreads: nThreads, work: make([]chan task, nThreads)}
+	per := len(data) / nThreads
+	for t := range c.work {
+		c.work[t] = make(chan task, MaxRequests*per)
+	}
+	return c
+}
+
+// chunks splits a message of n bytes over the data sockets: at least
+// minChunk each (but one), as evenly as that allows.
+func (c *comm) chunks(n int) (size, count int) {
+	if n == 0 {
+		return 0, 0
+	}
+	size = max(minChunk, (n+len(c.data)-1)/len(c.data))
+	return size, (n + size - 1) / size
+}
+
+// threadOf is the goroutine that owns data socket i.
+func (c *comm) threadOf(i int) int { return i / (len(c.data) / c.nThreads) }
+
+// close closes the sockets, which wakes every goroutine; once the control
+// goroutine (the only one that feeds the data goroutines besides Isend)
+// returned, the work queues close and the data goroutines drain them.
+// The caller closed the control goroutine's queue.
+func (c *comm) close() error {
+	errs := []error{c.ctrl.Close()}
+	for _, s := range c.data {
+		errs = append(errs, s.Close())
+	}
+	c.ctrlWG.Wait()
+	for _, w := range c.work {
+		close(w)
+	}
+	c.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *comm) Peer() string { return c.peer }
+
+// socketMem is the socket backend's registration: none is needed.
+type socketMem struct{}
+
+func (c *comm) RegMr(buf []byte, t PtrType) (MemHandle, error) {
+	if t != PtrHost {
+		return nil, fmt.Errorf("net: socket connection to %s registering memory of type %d: only host memory (%d) is supported", c.peer, t, PtrHost)
+	}
+	return socketMem{}, nil
+}
+
+func (c *comm) DeregMr(MemHandle) error { return nil }
+
+type sendComm struct {
+	*comm
+	ctrlQ chan ctrlMsg
+}
+
+// ctrlMsg is a message header and the request it belongs to.
+type ctrlMsg struct {
+	hdr []byte
+	req *request
+}
+
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) *sendComm {
+	s := &sendComm{comm: newComm(peer, ctrl, data, nThreads), ctrlQ: make(chan ctrlMsg, MaxRequests)}
+	s.ctrlWG.Add(1)
+	s.wg.Add(nThreads)
+	go s.ctrlWriter()
+	for t := range nThreads {
+		go s.dataWriter(t)
+	}
+	return s
+}
+
+func (s *sendComm) ctrlWriter() {
+	defer s.ctrlWG.Done()
+	for m := range s.ctrlQ {
+		if s.failure() == nil {
+			if _, err := s.ctrl.Write(m.hdr); err != nil {
+				s.fail("sending a message header", err)
+			}
+		}
+		m.req.finish()
+	}
+}
+
+func (s *sendComm) dataWriter(t int) {
+	defer s.wg.Done()
+	hdr := make([]byte, chunkSize)
+	for tk := range s.work[t] {
+		if s.failure() == nil {
+			binary.LittleEndian.PutUint32(hdr[0:], chunkMagic)
+			binary.LittleEndian.PutUint32(hdr[4:], tk.seq)
+			binary.LittleEndian.PutUint64(hdr[8:], uint64(len(tk.buf)))
+			sock := s.data[tk.sock]
+			if _, err := sock.Write(hdr); err != nil {
+				s.fail(fmt.Sprintf("sending message %d on socket %d", tk.seq, tk.sock), err)
+			} else if _, err := sock.Write(tk.buf); err != nil {
+				s.fail(fmt.Sprintf("sending message %d on socket %d", tk.seq, tk.sock), err)
+			}
+		}
+		tk.req.finish()
+	}
+}
+
+// Isend implements SendComm.
+func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	if s.inflight.Load() >= MaxRequests {
+		return nil, nil
+	}
+	s.inflight.Add(1)
+	seq := s.seq
+	s.seq++
+	size, count := s.chunks(len(buf))
+	r := &request{c: s.comm, size: len(buf)}
+	r.sizeSet.Store(true)
+	r.pending.Store(int32(count + 1))
+	hdr := make([]byte, msgSize)
+	binary.LittleEndian.PutUint32(hdr[0:], msgMagic)
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(int32(tag)))
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(buf)))
+	s.ctrlQ <- ctrlMsg{hdr: hdr, req: r}
+	for i := range count {
+		s.work[s.threadOf(i)] <- task{sock: i, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r}
+	}
+	return r, nil
+}
+
+// Close implements SendComm.
+func (s *sendComm) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.ctrlQ)
+	return s.close()
+}
+
+type recvComm struct {
+	*comm
+	posted chan posted
+}
+
+type posted struct {
+	buf []byte
+	tag int
+	req *request
+}
+
+func newRecvComm(g *pendingComm) *recvComm {
+	r := &recvComm{comm: newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads), posted: make(chan posted, MaxRequests)}
+	for _, s := range g.data {
+		_ = s.SetNoDelay(true)
+	}
+	r.ctrlWG.Add(1)
+	r.wg.Add(g.nThreads)
+	go r.ctrlReader()
+	for t := range g.nThreads {
+		go r.dataReader(t)
+	}
+	return r
+}
+
+// ctrlReader matches each posted receive with the next message header,
+// checks it against the post, and hands the chunks to the data readers.
+func (r *recvComm) ctrlReader() {
+	defer r.ctrlWG.Done()
+	hdr := make([]byte, msgSize)
+	var seq uint32
+	for p := range r.posted {
+		if r.failure() != nil {
+			continue
+		}
+		if _, err := io.ReadFull(r.ctrl, hdr); err != nil {
+			r.fail("reading a message header", vanished(err))
+			continue
+		}
+		magic, tag, n := binary.LittleEndian.Uint32(hdr), int(int32(binary.LittleEndian.Uint32(hdr[4:]))), binary.LittleEndian.Uint64(hdr[8:])
+		switch {
+		case magic != msgMagic:
+			r.fail("reading a message header", fmt.Errorf("magic %#x, want %#x (garbage on the connection)", magic, msgMagic))
+			continue
+		case tag != p.tag:
+			r.fail("matching a message", fmt.Errorf("message %d has tag %d where the posted receive has tag %d", seq, tag, p.tag))
+			continue
+		case n > uint64(len(p.buf)):
+			r.fail("matching a message", fmt.Errorf("message %d of %d bytes for a posted receive of %d bytes", seq, n, len(p.buf)))
+			continue
+		}
+		size, count := r.chunks(int(n))
+		p.req.size = int(n)
+		p.req.pending.Store(int32(count + 1))
+		p.req.sizeSet.Store(true)
+		for i := range count {
+			r.work[r.threadOf(i)] <- task{sock: i, seq: seq, buf: p.buf[i*size : min(int(n), (i+1)*size)], req: p.req}
+		}
+		p.req.finish()
+		seq++
+	}
+}
+
+func (r *recvComm) dataReader(t int) {
+	defer r.wg.Done()
+	hdr := make([]byte, chunkSize)
+	for tk := range r.work[t] {
+		if r.failure() == nil {
+			if err := r.readChunk(tk, hdr); err != nil {
+				r.fail(fmt.Sprintf("receiving message %d on socket %d", tk.seq, tk.sock), err)
+			}
+		}
+		tk.req.finish()
+	}
+}
+
+func (r *recvComm) readChunk(tk task, hdr []byte) error {
+	sock := r.data[tk.sock]
+	if _, err := io.ReadFull(sock, hdr); err != nil {
+		return vanished(err)
+	}
+	magic, seq, n := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:]), binary.LittleEndian.Uint64(hdr[8:])
+	switch {
+	case magic != chunkMagic:
+		return fmt.Errorf("chunk magic %#x, want %#x (garbage on the connection)", magic, chunkMagic)
+	case seq != tk.seq:
+		return fmt.Errorf("a chunk of message %d where message %d's was due", seq, tk.seq)
+	case n != uint64(len(tk.buf)):
+		return fmt.Errorf("a chunk of %d bytes where %d were due", n, len(tk.buf))
+	}
+	if _, err := io.ReadFull(sock, tk.buf); err != nil {
+		return vanished(err)
+	}
+	return nil
+}
+
+// vanished names a connection that the peer closed.
+func vanished(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the peer closed the connection (exited or was killed?): %w", err)
+	}
+	return err
+}
+
+// Irecv implements RecvComm.
+func (r *recvComm) Irecv(buf []byte, tag int, _ MemHandle) (Request, error) {
+	if err := r.failure(); err != nil {
+		return nil, err
+	}
+	if r.inflight.Load() >= MaxRequests {
+		return nil, nil
+	}
+	r.inflight.Add(1)
+	req := &request{c: r.comm}
+	req.pending.Store(1)
+	r.posted <- posted{buf: buf, tag: tag, req: req}
+	return req, nil
+}
+
+// Close implements RecvComm.
+func (r *recvComm) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	close(r.posted)
+	return r.close()
+}

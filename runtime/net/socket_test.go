@@ -1,0 +1,317 @@
+package net
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	gonet "net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// loopback returns a socket backend on the loopback interface.
+func loopback(t *testing.T, threads, socks int) *Socket {
+	t.Helper()
+	s, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, HandshakeTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	return s
+}
+
+// pair connects a send comm to a recv comm over n.
+func pair(t *testing.T, n Net) (SendComm, RecvComm) {
+	t.Helper()
+	h, l, err := n.Listen(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	var sc SendComm
+	for sc == nil {
+		sc, err = n.Connect(0, h)
+		require.NoError(t, err)
+	}
+	rc := accept(t, n, l)
+	t.Cleanup(func() { _ = sc.Close(); _ = rc.Close() })
+	return sc, rc
+}
+
+func accept(t *testing.T, n Net, l Listener) RecvComm {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		rc, err := n.Accept(l)
+		require.NoError(t, err)
+		if rc != nil {
+			return rc
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("Accept: no connection within 5 s")
+	return nil
+}
+
+// wait polls r until it completes or fails (bounded).
+func wait(t *testing.T, r Request) (int, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		done, n, err := r.Test()
+		if err != nil || done {
+			return n, err
+		}
+		runtime.Gosched()
+	}
+	t.Fatal("request still pending after 10 s")
+	return 0, nil
+}
+
+func post[R any](t *testing.T, f func() (R, error)) R {
+	t.Helper()
+	for {
+		r, err := f()
+		require.NoError(t, err)
+		if any(r) != nil && !isNilRequest(r) {
+			return r
+		}
+		runtime.Gosched()
+	}
+}
+
+func isNilRequest(r any) bool { q, ok := r.(Request); return ok && q == nil }
+
+func TestSocketMessages(t *testing.T) {
+	for _, tc := range []struct{ threads, socks int }{{1, 1}, {2, 2}, {4, 1}} {
+		n := loopback(t, tc.threads, tc.socks)
+		sc, rc := pair(t, n)
+		sizes := []int{0, 1, 8, minChunk - 1, minChunk + 1, 3*minChunk + 17, 1 << 20}
+		var sends, recvs []Request
+		var want, got [][]byte
+		for i, sz := range sizes {
+			b := make([]byte, sz)
+			for j := range b {
+				b[j] = byte(i*31 + j*7)
+			}
+			want = append(want, b)
+			got = append(got, make([]byte, sz+100))
+			mh, err := sc.RegMr(b, PtrHost)
+			require.NoError(t, err)
+			sends = append(sends, post(t, func() (Request, error) { return sc.Isend(b, i, mh) }))
+			recvs = append(recvs, post(t, func() (Request, error) { return rc.Irecv(got[i], i, nil) }))
+		}
+		for i := range sizes {
+			m, err := wait(t, sends[i])
+			require.NoError(t, err)
+			assert.Equal(t, sizes[i], m)
+			m, err = wait(t, recvs[i])
+			require.NoError(t, err, "message %d", i)
+			require.Equal(t, sizes[i], m)
+			require.True(t, bytes.Equal(want[i], got[i][:m]), "message %d (%d bytes, %d×%d sockets) differs", i, m, tc.threads, tc.socks)
+			assert.True(t, bytes.Equal(make([]byte, 100), got[i][m:]), "bytes past the message were written")
+		}
+	}
+}
+
+func TestSocketRefusesOversizeAndWrongTag(t *testing.T) {
+	n := loopback(t, 1, 2)
+	sc, rc := pair(t, n)
+	_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 100), 7, nil) })
+	buf := make([]byte, 50)
+	_, err := wait(t, post(t, func() (Request, error) { return rc.Irecv(buf, 7, nil) }))
+	require.ErrorIs(t, err, ErrPeer)
+	require.ErrorContains(t, err, "message 0 of 100 bytes for a posted receive of 50 bytes")
+	require.ErrorContains(t, err, sc.(*sendComm).ctrl.LocalAddr().String(), "the error names the peer")
+	assert.Equal(t, make([]byte, 50), buf, "nothing written")
+
+	sc, rc = pair(t, n)
+	_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 10), 1, nil) })
+	_, err = wait(t, post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 2, nil) }))
+	require.ErrorContains(t, err, "tag 1 where the posted receive has tag 2")
+}
+
+// rawPeer connects to the listener with a valid hello for one data socket
+// and returns the raw sockets, so that a test can send anything.
+func rawPeer(t *testing.T, h Handle, badHello bool) (ctrl, data gonet.Conn) {
+	t.Helper()
+	hd, err := decodeHandle(h)
+	require.NoError(t, err)
+	var socks []gonet.Conn
+	for i := range 2 {
+		c, err := gonet.Dial("tcp", hd.addr.String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		hl := hello{nonce: hd.nonce, comm: 42, index: uint16(i), nSocks: 1, nThrd: 1}.encode()
+		if badHello {
+			hl = []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n.....")
+		}
+		_, err = c.Write(hl)
+		require.NoError(t, err)
+		socks = append(socks, c)
+	}
+	return socks[0], socks[1]
+}
+
+func TestSocketRejectsGarbage(t *testing.T) {
+	n := loopback(t, 1, 1)
+	h, l, err := n.Listen(0)
+	require.NoError(t, err)
+	defer l.Close()
+	// A stray client speaking another protocol is refused, and Accept
+	// keeps waiting for a real peer.
+	rawPeer(t, h, true)
+	require.Eventually(t, func() bool { return len(l.(*socketListener).Rejected()) == 2 }, 5*time.Second, time.Millisecond)
+	assert.ErrorContains(t, l.(*socketListener).Rejected()[0], "hello magic")
+	rc, err := n.Accept(l)
+	require.NoError(t, err)
+	require.Nil(t, rc)
+
+	// A peer that shakes hands and then sends garbage headers.
+	for _, tc := range []struct {
+		name       string
+		ctrl, data []byte
+		want       string
+	}{
+		{"header magic", []byte("this is no header"), nil, "garbage on the connection"},
+		{"chunk magic", msgHeader(0, 8), []byte("0123456789abcdef01234567"), "chunk magic"},
+		{"chunk length", msgHeader(0, 8), chunkHeader(0, 9), "a chunk of 9 bytes where 8 were due"},
+		{"chunk sequence", msgHeader(0, 8), chunkHeader(5, 8), "a chunk of message 5 where message 0's was due"},
+		{"vanished mid-message", msgHeader(0, 8), chunkHeader(0, 8)[:10], "the peer closed the connection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, l, err := n.Listen(0)
+			require.NoError(t, err)
+			defer l.Close()
+			ctrl, data := rawPeer(t, h, false)
+			rc := accept(t, n, l)
+			defer rc.Close()
+			buf := make([]byte, 64)
+			r := post(t, func() (Request, error) { return rc.Irecv(buf, 0, nil) })
+			_, _ = ctrl.Write(tc.ctrl)
+			if tc.data != nil {
+				_, _ = data.Write(tc.data)
+			}
+			_ = data.Close()
+			_, err = wait(t, r)
+			require.ErrorIs(t, err, ErrPeer)
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, ctrl.LocalAddr().String())
+			var pe *PeerError
+			require.True(t, errors.As(err, &pe))
+			assert.Equal(t, make([]byte, 56), buf[8:], "nothing written past the message")
+		})
+	}
+}
+
+func msgHeader(tag int32, n uint64) []byte {
+	b := make([]byte, msgSize)
+	binary.LittleEndian.PutUint32(b, msgMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(tag))
+	binary.LittleEndian.PutUint64(b[8:], n)
+	return b
+}
+
+func chunkHeader(seq uint32, n uint64) []byte {
+	b := make([]byte, chunkSize)
+	binary.LittleEndian.PutUint32(b, chunkMagic)
+	binary.LittleEndian.PutUint32(b[4:], seq)
+	binary.LittleEndian.PutUint64(b[8:], n)
+	return b
+}
+
+func TestSocketVanishedPeer(t *testing.T) {
+	n := loopback(t, 2, 1)
+	// The sender goes away: the posted receive fails naming it.
+	sc, rc := pair(t, n)
+	peer := sc.(*sendComm).ctrl.LocalAddr().String()
+	r := post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 0, nil) })
+	require.NoError(t, sc.Close())
+	_, err := wait(t, r)
+	require.ErrorIs(t, err, ErrPeer)
+	require.ErrorContains(t, err, peer)
+	require.ErrorContains(t, err, "closed the connection")
+
+	// The receiver goes away: sends fail (the kernel may buffer the first
+	// few), naming it.
+	sc, rc = pair(t, n)
+	require.NoError(t, rc.Close())
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	err = nil
+	for err == nil || !errors.Is(err, ErrPeer) {
+		require.True(t, time.Now().Before(deadline), "sends to a closed peer never failed")
+		var r Request
+		r, err = sc.Isend(buf, 0, nil)
+		if r != nil {
+			_, err = wait(t, r)
+		}
+	}
+	require.ErrorContains(t, err, sc.Peer())
+}
+
+func TestSocketCloseLeavesNoGoroutine(t *testing.T) {
+	before := runtime.NumGoroutine()
+	n := loopback(t, 4, 2)
+	h, l, err := n.Listen(0)
+	require.NoError(t, err)
+	sc, err := n.Connect(0, h)
+	require.NoError(t, err)
+	rc := accept(t, n, l)
+	// Pending requests on both sides when closing.
+	_ = post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 0, nil) })
+	_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 4<<20), 1, nil) })
+	require.NoError(t, sc.Close())
+	require.NoError(t, rc.Close())
+	require.NoError(t, l.Close())
+	_, err = rc.Irecv(make([]byte, 1), 0, nil)
+	require.ErrorIs(t, err, ErrClosed)
+	if !settles(before) {
+		b := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), b[:runtime.Stack(b, true)])
+	}
+}
+
+func TestSocketOptionsFromEnv(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	o, err := SocketOptionsFromEnv(env("NCCL_SOCKET_NTHREADS", "4", "NCCL_NSOCKS_PERTHREAD", "2"))
+	require.NoError(t, err)
+	assert.Equal(t, SocketOptions{NThreads: 4, NSocksPerThread: 2}, o)
+	_, err = SocketOptionsFromEnv(env("NCCL_SOCKET_NTHREADS", "17"))
+	require.ErrorContains(t, err, `NCCL_SOCKET_NTHREADS="17": want an integer from 1 to 16`)
+	_, err = SocketOptionsFromEnv(env("NCCL_NSOCKS_PERTHREAD", "x"))
+	require.ErrorContains(t, err, "NCCL_NSOCKS_PERTHREAD")
+	_, err = SocketOptionsFromEnv(env("NCCL_SOCKET_NTHREADS", "16", "NCCL_NSOCKS_PERTHREAD", "8"))
+	require.ErrorContains(t, err, "128 sockets per connection: want at most 64")
+	_, err = NewSocket(SocketOptions{Interface: "=no-such-if0"})
+	require.ErrorContains(t, err, "no-such-if0")
+	_, err = decodeHandle(Handle{1, 2, 3})
+	require.ErrorContains(t, err, "not a socket listener's handle")
+	h := handle{addr: netipMust("127.0.0.1:1")}.encode()
+	h[12] = 200
+	_, err = decodeHandle(h)
+	require.True(t, err != nil && strings.Contains(err.Error(), "200-byte address"))
+}
+
+func netipMust(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// settles reports whether the number of goroutines falls to at most n
+// within 5 s (polled here: assert.Eventually would add its own).
+func settles(n int) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if runtime.NumGoroutine() <= n {
+			return true
+		}
+	}
+	return false
+}

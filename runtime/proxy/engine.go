@@ -1,0 +1,266 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Conn is a connection that the engine drives.
+type Conn interface {
+	// Progress advances the connection without blocking; busy reports
+	// whether it did anything. An error takes the connection out of the
+	// engine. Progress runs on the engine's goroutine only, and must not
+	// call the engine's methods.
+	Progress() (busy bool, err error)
+}
+
+// MaxIdle is the longest the engine sleeps between passes when no
+// connection has work.
+const MaxIdle = time.Millisecond
+
+// spinPasses is how many idle passes the engine makes, yielding, before it
+// sleeps.
+const spinPasses = 1000
+
+// ErrStopped is returned by Add on an engine that was released.
+var ErrStopped = errors.New("proxy: engine stopped")
+
+// Engine drives connections; see the package documentation.
+type Engine struct {
+	mu      sync.Mutex
+	entries []*entry
+	refs    int
+	stopped bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	// pass is held for each pass over the connections: Remove takes it
+	// to wait for the pass that may still touch a removed connection.
+	pass sync.Mutex
+}
+
+type entry struct {
+	conn    Conn
+	owner   any
+	ctx     context.Context
+	onError func(error)
+	removed atomic.Bool
+	err     error // set on the engine's goroutine, read after removal
+	failed  bool
+}
+
+// New starts an engine of its own (tests, or a caller that wants one
+// apart from the process's); Release stops it.
+func New() *Engine {
+	e := &Engine{refs: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go e.run()
+	return e
+}
+
+var global struct {
+	mu sync.Mutex
+	e  *Engine
+}
+
+// Acquire returns the process's engine, starting it if no one holds it.
+// Every Acquire needs one Release.
+func Acquire() *Engine {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.e == nil {
+		global.e = New()
+		return global.e
+	}
+	global.e.mu.Lock()
+	global.e.refs++
+	global.e.mu.Unlock()
+	return global.e
+}
+
+// Running reports whether the process's engine runs.
+func Running() bool {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	return global.e != nil
+}
+
+// Release drops a reference; the last one stops the engine and returns
+// once its goroutine has exited (connections still added are no longer
+// touched).
+func (e *Engine) Release() {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	e.mu.Lock()
+	if e.refs == 0 {
+		e.mu.Unlock()
+		return
+	}
+	e.refs--
+	last := e.refs == 0
+	if last {
+		e.stopped = true
+		if global.e == e {
+			global.e = nil
+		}
+	}
+	e.mu.Unlock()
+	if last {
+		e.poke()
+		<-e.done
+	}
+}
+
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Add starts driving c on behalf of owner (any comparable value: the
+// communicator). When ctx is done, c leaves the engine with ctx's error.
+// onError (may be nil) is called once, on the engine's goroutine and
+// outside any pass, when c fails or its context ends; it may call Remove
+// or Detach.
+func (e *Engine) Add(ctx context.Context, owner any, c Conn, onError func(error)) error {
+	if c == nil {
+		return fmt.Errorf("proxy: Add of a nil connection")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return ErrStopped
+	}
+	for _, en := range e.entries {
+		if en.conn == c {
+			return fmt.Errorf("proxy: connection %v added twice", c)
+		}
+	}
+	e.entries = append(e.entries, &entry{conn: c, owner: owner, ctx: ctx, onError: onError})
+	e.poke()
+	return nil
+}
+
+// Len is the number of connections in the engine (failed ones included
+// until they are removed).
+func (e *Engine) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.entries)
+}
+
+// Remove takes c out of the engine and returns once the engine no longer
+// touches it, with the error that c failed with, if any. Removing a
+// connection that is not in the engine is a no-op. Never call it from
+// Progress.
+func (e *Engine) Remove(c Conn) error {
+	return e.remove(func(en *entry) bool { return en.conn == c })
+}
+
+// Detach removes every connection of owner, as Remove does, and returns
+// their errors joined.
+func (e *Engine) Detach(owner any) error {
+	return e.remove(func(en *entry) bool { return en.owner == owner })
+}
+
+func (e *Engine) remove(match func(*entry) bool) error {
+	e.mu.Lock()
+	var gone []*entry
+	kept := e.entries[:0]
+	for _, en := range e.entries {
+		if match(en) {
+			en.removed.Store(true)
+			gone = append(gone, en)
+		} else {
+			kept = append(kept, en)
+		}
+	}
+	clear(e.entries[len(kept):])
+	e.entries = kept
+	e.mu.Unlock()
+	if len(gone) == 0 {
+		return nil
+	}
+	// The pass in flight may hold one of them; the next ones will not.
+	e.pass.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting for the pass is the point
+	e.pass.Unlock()
+	var errs []error
+	for _, en := range gone {
+		errs = append(errs, en.err)
+	}
+	return errors.Join(errs...)
+}
+
+// run is the engine's goroutine.
+func (e *Engine) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(e.done)
+	var snapshot []*entry
+	var failed []*entry
+	idle := 0
+	for {
+		e.mu.Lock()
+		if e.stopped {
+			e.mu.Unlock()
+			return
+		}
+		snapshot = append(snapshot[:0], e.entries...)
+		e.mu.Unlock()
+		if len(snapshot) == 0 {
+			<-e.wake
+			continue
+		}
+		busy := false
+		e.pass.Lock()
+		for _, en := range snapshot {
+			if en.failed || en.removed.Load() {
+				continue
+			}
+			if en.ctx != nil {
+				if err := en.ctx.Err(); err != nil {
+					en.err, en.failed = fmt.Errorf("proxy: connection %v: %w", en.conn, context.Cause(en.ctx)), true
+					failed = append(failed, en)
+					continue
+				}
+			}
+			b, err := en.conn.Progress()
+			if err != nil {
+				en.err, en.failed = err, true
+				failed = append(failed, en)
+			}
+			busy = busy || b
+		}
+		e.pass.Unlock()
+		for _, en := range failed {
+			if en.onError != nil && !en.removed.Load() {
+				en.onError(en.err)
+			}
+		}
+		clear(snapshot)
+		failed = failed[:0]
+		if busy {
+			idle = 0
+			continue
+		}
+		idle++
+		if idle < spinPasses {
+			runtime.Gosched()
+			continue
+		}
+		d := min(MaxIdle, time.Duration(idle-spinPasses+1)*10*time.Microsecond)
+		t := time.NewTimer(d)
+		select {
+		case <-e.wake:
+			idle = 0
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}

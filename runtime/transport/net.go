@@ -1,0 +1,952 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
+	"github.com/ncclgo/ncclgo/runtime/proxy"
+)
+
+// NET connects ranks through a network (runtime/net: the socket backend,
+// or an NCCL net plugin), with the proxy (runtime/proxy) moving each step.
+//
+// Each side of a connection has a staging block in host memory,
+// page-locked and mapped for its GPU, with the layout of a receiver's block
+// (control words, then the FIFOs): the sending kernel writes its steps into
+// its own staging block exactly as it writes into an SHM receiver's (head,
+// tail, the LL flags), and the receiving kernel reads its own; the device
+// code is the SHM code. The proxy of the sending process ships every step
+// that the kernel posted (a SIMPLE step when tail passes it, whole slot;
+// LL lines as their flags turn valid) to the peer's proxy, which writes it
+// into the receiving staging block (SIMPLE: then tail), and returns the
+// receiving kernel's head to the sender's proxy as credits, which it
+// stores into the sending block's head. LL128 cannot go through host
+// memory (its 128-byte lines do not land whole), so communicators with NET
+// connections keep it off, as with SHM.
+//
+// Every message from the peer is checked: its kind, connection, step
+// (within the window that the receiver's head allows), offset and length
+// (within the slot); credits may only grow, and by at most a FIFO's depth.
+// Anything else fails the connection with an error naming the peer.
+type NET struct {
+	// Net is the network; nil means the process's default (DefaultNet).
+	Net ncclnet.Net
+	// Dev is the network device to use.
+	Dev int
+	// SetupTimeout bounds the handshake of a connection (the peer's
+	// accept and credit connection); 0 means DefaultNetSetupTimeout.
+	SetupTimeout time.Duration
+}
+
+// DefaultNetSetupTimeout bounds a NET connection's handshake.
+const DefaultNetSetupTimeout = 2 * time.Minute
+
+var defaultNet struct {
+	once sync.Once
+	net  ncclnet.Net
+	err  error
+}
+
+// DefaultNet is the process's network: an NCCL net plugin when
+// NCCL_NET_PLUGIN names one (see ncclnet.LoadPlugin), else the socket
+// backend configured by NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY,
+// NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD. It is made once.
+func DefaultNet() (ncclnet.Net, error) {
+	defaultNet.once.Do(func() { defaultNet.net, defaultNet.err = ncclnet.FromEnv(os.Getenv) })
+	return defaultNet.net, defaultNet.err
+}
+
+// Name implements Transport.
+func (NET) Name() string { return "NET" }
+
+// CanConnect implements Transport: NET connects any two ranks (it comes
+// last: P2P and SHM are preferred where they can).
+func (NET) CanConnect(Policy, Peer, Peer, Link) (bool, string) { return true, "" }
+
+// Flags implements Transport: the FIFOs are host memory.
+func (NET) Flags(send, recv Peer) uint32 { return 0 }
+
+func (t NET) net() (ncclnet.Net, error) {
+	if t.Net != nil {
+		return t.Net, nil
+	}
+	return DefaultNet()
+}
+
+func (t NET) setupTimeout() time.Duration {
+	if t.SetupTimeout > 0 {
+		return t.SetupTimeout
+	}
+	return DefaultNetSetupTimeout
+}
+
+// hostMemory is what NET needs of a rank's memory: page-locking host
+// memory for its GPU. *cuda.Context implements it.
+type hostMemory interface {
+	MemHostRegister(p unsafe.Pointer, n uint64) error
+	MemHostUnregister(p unsafe.Pointer) error
+	HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error)
+}
+
+// The NET connect info: the region's size, then the listen handle.
+const netInfoSize = 8 + ncclnet.HandleSize
+
+// SetupRecv implements Transport: the receiving staging block, a listener,
+// and the proxy connection that accepts the sender and then runs.
+func (t NET) SetupRecv(env *Env, send Peer, size uint64) (_ Region, err error) {
+	n, err := t.net()
+	if err != nil {
+		return nil, err
+	}
+	r, err := newNetRegion(env, t, n, size, fmt.Sprintf("rank %d receiving from %s", env.Rank, send))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = r.Close()
+		}
+	}()
+	h, l, err := n.Listen(t.Dev)
+	if err != nil {
+		return nil, fmt.Errorf("transport: NET listen on %s device %d: %w", n.Name(), t.Dev, err)
+	}
+	r.pc.listener = l
+	r.info = binary.LittleEndian.AppendUint64(nil, r.size)
+	r.info = append(r.info, h[:]...)
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ConnectSend implements Transport: the sending staging block, the
+// connection to the receiver, a listener for its credits, and the proxy
+// connection.
+func (t NET) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info []byte) (_ Region, err error) {
+	if len(info) != netInfoSize {
+		return nil, fmt.Errorf("transport: NET connect info from rank %d: %d bytes, want %d", recv, len(info), netInfoSize)
+	}
+	size := binary.LittleEndian.Uint64(info)
+	var h ncclnet.Handle
+	copy(h[:], info[8:])
+	n, err := t.net()
+	if err != nil {
+		return nil, err
+	}
+	if _, total := blockLayout(env.sizes); size == 0 || size%total != 0 || size/total > generated.MaxChannels {
+		return nil, fmt.Errorf("transport: NET connect info from rank %d: a region of %d bytes, want 1 to %d connections of %d bytes", recv, size, generated.MaxChannels, total)
+	}
+	r, err := newNetRegion(env, t, n, size, fmt.Sprintf("rank %d sending to rank %d (%s)", env.Rank, recv, peer))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = r.Close()
+		}
+	}()
+	pc := r.pc
+	pc.sender = true
+	for pc.send == nil {
+		if pc.send, err = n.Connect(t.Dev, h); err != nil {
+			return nil, fmt.Errorf("transport: NET connecting to rank %d: %w", recv, err)
+		}
+		if pc.send == nil {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("transport: NET connecting to rank %d: %w", recv, context.Cause(ctx))
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}
+	ch, l, err := n.Listen(t.Dev)
+	if err != nil {
+		return nil, fmt.Errorf("transport: NET listen for rank %d's credits: %w", recv, err)
+	}
+	pc.listener = l
+	copy(pc.scratch[scrHandle:], ch[:])
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// blockLayout is the layout of one connection's block: the FIFOs' offsets
+// and the block's size.
+func blockLayout(sizes Sizes) (fifo [3]uint64, total uint64) {
+	total = roundUp(ctrlBytes, fifoAlign)
+	for p, n := range sizes {
+		fifo[p] = total
+		total = roundUp(total+uint64(n), fifoAlign)
+	}
+	return fifo, total
+}
+
+// netRegion is one side of the NET connections between two ranks: the
+// staging blocks and the proxy connection that serves them.
+type netRegion struct {
+	mem    hostMemory
+	eng    *proxy.Engine
+	host   []byte // the staging blocks (mmap'd)
+	size   uint64
+	addr   cuda.DevicePtr
+	info   []byte
+	pinned bool
+	pc     *netConn
+}
+
+// Scratch memory of a proxy connection (mmap'd, so that plugins may keep
+// pointers into it): the credit listener's handle, the message headers,
+// the credits, then the LL bounce buffer.
+const (
+	scrHandle  = 0
+	scrHeaders = scrHandle + ncclnet.HandleSize
+	hdrSize    = 32
+	maxPairs   = ncclnet.MaxRequests / 2 // header+payload sends in flight
+	scrCredits = scrHeaders + maxPairs*hdrSize
+	creditSize = 16
+	maxCredits = 8
+	scrBye     = scrCredits + (1+maxCredits)*creditSize
+	scrBounce  = 4096
+)
+
+func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
+	m, ok := env.Mem.(hostMemory)
+	if !ok {
+		return nil, fmt.Errorf("transport: NET needs host memory registration, which %T lacks", env.Mem)
+	}
+	fifo, total := blockLayout(env.sizes)
+	if size == 0 || size%total != 0 {
+		return nil, fmt.Errorf("transport: NET region of %d bytes: not a whole number of %d-byte connections", size, total)
+	}
+	page := uint64(os.Getpagesize())
+	size = roundUp(size, page)
+	r := &netRegion{mem: m, size: size}
+	defer func() {
+		if err != nil {
+			_ = r.Close()
+		}
+	}()
+	if r.host, err = syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("transport: NET staging of %d bytes: %w", size, err)
+	}
+	if err := m.MemHostRegister(unsafe.Pointer(&r.host[0]), size); err != nil {
+		return nil, fmt.Errorf("transport: NET staging: %w", err)
+	}
+	r.pinned = true
+	if r.addr, err = m.HostDevicePointer(unsafe.Pointer(&r.host[0])); err != nil {
+		return nil, err
+	}
+	llSlot := uint64(env.sizes[0]) / generated.Steps
+	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("transport: NET scratch: %w", err)
+	}
+	r.pc = &netConn{name: name, net: n, dev: t.Dev, host: r.host, scratch: scratch, fifo: fifo, total: total,
+		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError}
+	r.pc.initState()
+	return r, nil
+}
+
+// start hands the connection to the process's proxy.
+func (r *netRegion) start() error {
+	r.eng = proxy.Acquire()
+	return r.eng.Add(context.Background(), r, r.pc, r.pc.onError)
+}
+
+func (r *netRegion) Addr() uint64       { return uint64(r.addr) }
+func (r *netRegion) Info() []byte       { return r.info }
+func (r *netRegion) Mode() string       { return r.pc.net.Name() }
+func (r *netRegion) mappedSize() uint64 { return r.size }
+
+// Close takes the connection out of the proxy (which then no longer
+// touches the staging), closes the network connections and frees the
+// memory. The kernels that use it must be done.
+func (r *netRegion) Close() error {
+	var errs []error
+	if r.eng != nil {
+		_ = r.eng.Remove(r.pc) // its error was reported through onError
+		r.eng.Release()
+		r.eng = nil
+	}
+	if r.pc != nil {
+		errs = append(errs, r.pc.close())
+		if r.pc.scratch != nil {
+			errs = append(errs, syscall.Munmap(r.pc.scratch))
+		}
+		r.pc = nil
+	}
+	if r.pinned {
+		errs = append(errs, r.mem.MemHostUnregister(unsafe.Pointer(&r.host[0])))
+		r.pinned = false
+	}
+	if r.host != nil {
+		errs = append(errs, syscall.Munmap(r.host))
+		r.host = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Message kinds of the proxy's protocol (in the header's kind byte).
+const (
+	kindSimple = 1          // a SIMPLE slot's bytes
+	kindLL     = 2          // LL lines
+	kindBye    = 3          // the sender closed its side: no more messages
+	byeCredit  = ^uint32(0) // a credit's connection: the receiver closed its side
+	byeWait    = 200 * time.Millisecond
+	netMagic   = 0x544e474e // "NGNT"
+	tagHandle  = 1
+	tagHeader  = 2
+	tagPayload = 3
+	tagCredit  = 4
+)
+
+// netConn is the proxy side of a netRegion.
+type netConn struct {
+	name     string
+	net      ncclnet.Net
+	dev      int
+	sender   bool
+	host     []byte // staging blocks
+	scratch  []byte
+	fifo     [3]uint64
+	total    uint64
+	nconn    int
+	sizes    Sizes
+	deadline time.Time // of the handshake
+	onErr    func(error)
+
+	listener ncclnet.Listener
+	send     ncclnet.SendComm // data (sender) or credits (receiver)
+	recv     ncclnet.RecvComm // credits (sender) or data (receiver)
+	mhSend   []ncclnet.MemHandle
+	mhRecv   []ncclnet.MemHandle
+	ready    bool                  // handshake done (the proxy's goroutine)
+	up       atomic.Bool           // ready, for other goroutines
+	failed   atomic.Pointer[error] // the error the proxy reported
+
+	// Sender.
+	handleReq  ncclnet.Request
+	handleSent bool
+	queue      []netMsg // built, not yet posted
+	inflight   []netMsg // posted, in order
+	freeHdr    []int
+	head       []uint64 // credited, per connection
+	simpleDone []uint64 // steps below are shipped or known LL
+	llStep     [][generated.Steps]uint64
+	llCursor   [][generated.Steps]int
+	llSeen     []map[uint64]bool
+	creditReq  ncclnet.Request
+
+	// Receiver.
+	recvHdrReq   ncclnet.Request
+	recvPayReq   ncclnet.Request
+	recvState    int // 0: waiting for a header, 1: posting its payload, 2: receiving it
+	recvHdr      netHeader
+	recvDst      []byte
+	credited     []uint64 // head sent back, per connection
+	creditsOut   []ncclnet.Request
+	creditNext   int // ring index of the next credit slot
+	handleRecvd  bool
+	gone         bool // the peer said goodbye
+	creditBroken bool // receiver: the credit connection failed
+	killed       bool // tests: close as a killed process would, without goodbye
+}
+
+// netMsg is a step's data (or part of it) on its way: a header, then the
+// payload.
+type netMsg struct {
+	h          netHeader
+	payload    []byte
+	slot       int // header slot in the scratch, -1 before posting
+	hreq, preq ncclnet.Request
+	posted     int // 0: nothing, 1: the header, 2: both
+}
+
+type netHeader struct {
+	kind   byte
+	conn   int
+	step   uint64
+	off, n uint64
+}
+
+func (h netHeader) encode(b []byte) {
+	clear(b[:hdrSize])
+	binary.LittleEndian.PutUint32(b, netMagic)
+	b[4] = h.kind
+	binary.LittleEndian.PutUint32(b[8:], uint32(h.conn))
+	binary.LittleEndian.PutUint64(b[12:], h.step)
+	binary.LittleEndian.PutUint32(b[20:], uint32(h.off))
+	binary.LittleEndian.PutUint32(b[24:], uint32(h.n))
+}
+
+func decodeHeader(b []byte) (netHeader, uint32) {
+	return netHeader{kind: b[4], conn: int(binary.LittleEndian.Uint32(b[8:])), step: binary.LittleEndian.Uint64(b[12:]),
+		off: uint64(binary.LittleEndian.Uint32(b[20:])), n: uint64(binary.LittleEndian.Uint32(b[24:]))}, binary.LittleEndian.Uint32(b)
+}
+
+func (c *netConn) initState() {
+	c.head = make([]uint64, c.nconn)
+	c.simpleDone = make([]uint64, c.nconn)
+	c.llStep = make([][generated.Steps]uint64, c.nconn)
+	c.llCursor = make([][generated.Steps]int, c.nconn)
+	c.llSeen = make([]map[uint64]bool, c.nconn)
+	for i := range c.llSeen {
+		c.llSeen[i] = map[uint64]bool{}
+		for s := range generated.Steps {
+			c.llStep[i][s] = uint64(s)
+		}
+	}
+	c.credited = make([]uint64, c.nconn)
+	for i := range maxPairs {
+		c.freeHdr = append(c.freeHdr, i)
+	}
+}
+
+func (c *netConn) String() string { return "NET " + c.name }
+
+func (c *netConn) onError(err error) {
+	c.failed.Store(&err)
+	if c.onErr != nil {
+		c.onErr(err)
+	}
+}
+
+func (c *netConn) fail(format string, a ...any) error {
+	return fmt.Errorf("transport: %s: %w", c.name, fmt.Errorf(format, a...))
+}
+
+func (c *netConn) peerErr(format string, a ...any) error {
+	peer := "?"
+	if c.recv != nil {
+		peer = c.recv.Peer()
+	} else if c.send != nil {
+		peer = c.send.Peer()
+	}
+	return fmt.Errorf("transport: %s: %w", c.name, &ncclnet.PeerError{Peer: peer, Op: "NET protocol", Err: fmt.Errorf(format, a...)})
+}
+
+// bye tells the peer, best-effort and briefly, that this side closes,
+// so that its proxy takes the end of the connection for what it is and not
+// for a vanished peer. The connection is out of the proxy.
+func (c *netConn) bye() {
+	if !c.ready || c.gone || c.killed || c.send == nil {
+		return
+	}
+	b := c.scratch[scrBye : scrBye+hdrSize]
+	tag := tagHeader
+	if c.sender {
+		netHeader{kind: kindBye}.encode(b)
+	} else {
+		b = b[:creditSize]
+		clear(b)
+		binary.LittleEndian.PutUint32(b, byeCredit)
+		tag = tagCredit
+	}
+	deadline := time.Now().Add(byeWait)
+	var r ncclnet.Request
+	for r == nil && time.Now().Before(deadline) {
+		var err error
+		if r, err = c.send.Isend(b, tag, c.mhSend[1]); err != nil {
+			return
+		}
+	}
+	for r != nil && time.Now().Before(deadline) {
+		if done, _, err := r.Test(); done || err != nil {
+			return
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
+func (c *netConn) close() error {
+	c.bye()
+	var errs []error
+	for i, mh := range c.mhSend {
+		if mh != nil {
+			errs = append(errs, c.send.DeregMr(c.mhSend[i]))
+		}
+	}
+	for i, mh := range c.mhRecv {
+		if mh != nil {
+			errs = append(errs, c.recv.DeregMr(c.mhRecv[i]))
+		}
+	}
+	c.mhSend, c.mhRecv = nil, nil
+	if c.send != nil {
+		errs = append(errs, c.send.Close())
+		c.send = nil
+	}
+	if c.recv != nil {
+		errs = append(errs, c.recv.Close())
+		c.recv = nil
+	}
+	if c.listener != nil {
+		errs = append(errs, c.listener.Close())
+		c.listener = nil
+	}
+	return errors.Join(errs...)
+}
+
+// word is the uint64 control word at byte off of the staging.
+func (c *netConn) word(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&c.host[off])) }
+
+func (c *netConn) slotBytes(p int) uint64 { return uint64(c.sizes[p]) / generated.Steps }
+
+// slot is the FIFO slot of protocol p for step s on connection i.
+func (c *netConn) slot(i, p int, s uint64) []byte {
+	sb := c.slotBytes(p)
+	off := uint64(i)*c.total + c.fifo[p] + (s%generated.Steps)*sb
+	return c.host[off : off+sb]
+}
+
+func (c *netConn) register(reg func([]byte, ncclnet.PtrType) (ncclnet.MemHandle, error)) ([]ncclnet.MemHandle, error) {
+	a, err := reg(c.host, ncclnet.PtrHost)
+	if err != nil {
+		return nil, c.fail("registering the staging memory: %w", err)
+	}
+	b, err := reg(c.scratch, ncclnet.PtrHost)
+	if err != nil {
+		return []ncclnet.MemHandle{a, nil}, c.fail("registering the scratch memory: %w", err)
+	}
+	return []ncclnet.MemHandle{a, b}, nil
+}
+
+// Progress implements proxy.Conn.
+func (c *netConn) Progress() (bool, error) {
+	if !c.ready {
+		busy, err := c.handshake()
+		if err == nil && !c.ready && time.Now().After(c.deadline) {
+			err = c.fail("the peer did not complete the connection before the setup deadline (it exited, or is stuck)")
+		}
+		return busy, err
+	}
+	if c.gone {
+		return false, nil
+	}
+	if c.sender {
+		return c.progressSend()
+	}
+	return c.progressRecv()
+}
+
+// handshake: the receiver accepts the data connection, reads the sender's
+// credit handle and connects back; the sender sends that handle and
+// accepts the credit connection.
+func (c *netConn) handshake() (bool, error) {
+	var err error
+	if c.sender {
+		if c.mhSend == nil {
+			if c.mhSend, err = c.register(c.send.RegMr); err != nil {
+				return false, err
+			}
+		}
+		if c.handleReq == nil {
+			if c.handleReq, err = c.send.Isend(c.scratch[scrHandle:scrHandle+ncclnet.HandleSize], tagHandle, c.mhSend[1]); err != nil || c.handleReq == nil {
+				return false, c.wrap(err)
+			}
+		}
+		if !c.handleSent {
+			done, _, err := c.handleReq.Test()
+			if err != nil || !done {
+				return false, c.wrap(err)
+			}
+			c.handleSent = true
+		}
+		if c.recv, err = c.net.Accept(c.listener); err != nil || c.recv == nil {
+			return false, c.wrap(err)
+		}
+		if c.mhRecv, err = c.register(c.recv.RegMr); err != nil {
+			return false, err
+		}
+		c.ready = true
+		c.up.Store(true)
+		return true, nil
+	}
+	if c.recv == nil {
+		if c.recv, err = c.net.Accept(c.listener); err != nil || c.recv == nil {
+			return false, c.wrap(err)
+		}
+		if c.mhRecv, err = c.register(c.recv.RegMr); err != nil {
+			return false, err
+		}
+	}
+	if !c.handleRecvd {
+		if c.recvHdrReq == nil {
+			if c.recvHdrReq, err = c.recv.Irecv(c.scratch[scrHandle:scrHandle+ncclnet.HandleSize], tagHandle, c.mhRecv[1]); err != nil || c.recvHdrReq == nil {
+				return false, c.wrap(err)
+			}
+		}
+		done, n, err := c.recvHdrReq.Test()
+		if err != nil || !done {
+			return false, c.wrap(err)
+		}
+		if n != ncclnet.HandleSize {
+			return false, c.peerErr("a %d-byte credit handle, want %d", n, ncclnet.HandleSize)
+		}
+		c.recvHdrReq, c.handleRecvd = nil, true
+	}
+	var h ncclnet.Handle
+	copy(h[:], c.scratch[scrHandle:])
+	if c.send, err = c.net.Connect(c.dev, h); err != nil || c.send == nil {
+		return false, c.wrap(err)
+	}
+	if c.mhSend, err = c.register(c.send.RegMr); err != nil {
+		return false, err
+	}
+	c.ready = true
+	c.up.Store(true)
+	return true, nil
+}
+
+// waitReady waits until the proxy has completed the connection's
+// handshake, so that a peer that closes right after setup (a Destroy right
+// after init) says goodbye on a connection that exists.
+func (r *netRegion) waitReady(ctx context.Context) error {
+	for !r.pc.up.Load() {
+		if p := r.pc.failed.Load(); p != nil {
+			return *p
+		}
+		if time.Now().After(r.pc.deadline) {
+			return r.pc.fail("the peer did not complete the connection before the setup deadline")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("transport: %s: %w", r.pc.name, context.Cause(ctx))
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	return nil
+}
+
+func (c *netConn) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("transport: %s: %w", c.name, err)
+}
+
+// llFlag is the flag of LL lines of step s (devicesrc/ng_prims.h).
+func llFlag(s uint64) uint32 { return uint32(s%0xFFFFFFFF) + 1 }
+
+// llReady reports whether the LL line at b (16 bytes) carries flag f in
+// both halves; each half is loaded whole.
+func llReady(b []byte, f uint32) bool {
+	lo := atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[0])))
+	hi := atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[8])))
+	return uint32(lo>>32) == f && uint32(hi>>32) == f
+}
+
+func (c *netConn) progressSend() (bool, error) {
+	busy := false
+	// Credits.
+	for {
+		if c.creditReq == nil {
+			r, err := c.recv.Irecv(c.scratch[scrCredits:scrCredits+creditSize], tagCredit, c.mhRecv[1])
+			if err != nil {
+				return busy, c.wrap(err)
+			}
+			if r == nil {
+				break
+			}
+			c.creditReq = r
+		}
+		done, n, err := c.creditReq.Test()
+		if err != nil {
+			return busy, c.wrap(err)
+		}
+		if !done {
+			break
+		}
+		c.creditReq = nil
+		if err := c.credit(n); err != nil {
+			return busy, err
+		}
+		if c.gone {
+			return true, nil
+		}
+		busy = true
+	}
+	// New steps.
+	for i := range c.nconn {
+		base := uint64(i) * c.total
+		tail := atomic.LoadUint64(c.word(base + offTail))
+		head := c.head[i]
+		for s := head; s < head+generated.Steps; s++ {
+			k := s % generated.Steps
+			if c.llStep[i][k] != s {
+				c.llStep[i][k], c.llCursor[i][k] = s, 0
+			}
+			slot := c.slot(i, 0, s)
+			f := llFlag(s)
+			cur := c.llCursor[i][k]
+			end := cur
+			for end*16 < len(slot) && llReady(slot[end*16:], f) {
+				end++
+			}
+			if end > cur {
+				c.queue = append(c.queue, netMsg{slot: -1, payload: slot[cur*16 : end*16],
+					h: netHeader{kind: kindLL, conn: i, step: s, off: uint64(cur * 16), n: uint64((end - cur) * 16)}})
+				c.llCursor[i][k] = end
+				if s >= c.simpleDone[i] {
+					c.llSeen[i][s] = true
+				}
+				busy = true
+			}
+		}
+		for s := c.simpleDone[i]; s < tail; s++ {
+			if c.llSeen[i][s] || s < c.head[i] {
+				delete(c.llSeen[i], s)
+				continue
+			}
+			sb := c.slot(i, 2, s)
+			c.queue = append(c.queue, netMsg{slot: -1, payload: sb, h: netHeader{kind: kindSimple, conn: i, step: s, n: uint64(len(sb))}})
+			busy = true
+		}
+		if tail > c.simpleDone[i] {
+			c.simpleDone[i] = tail
+		}
+	}
+	b, err := c.pump()
+	return busy || b, err
+}
+
+// pump posts the queued messages in order (as header slots and the
+// network allow) and retires the completed ones.
+func (c *netConn) pump() (bool, error) {
+	busy := false
+	for len(c.queue) > 0 {
+		m := &c.queue[0]
+		if m.posted == 0 {
+			if m.slot < 0 {
+				if len(c.freeHdr) == 0 {
+					break
+				}
+				m.slot = c.freeHdr[len(c.freeHdr)-1]
+				c.freeHdr = c.freeHdr[:len(c.freeHdr)-1]
+				m.h.encode(c.scratch[scrHeaders+m.slot*hdrSize:])
+			}
+			b := c.scratch[scrHeaders+m.slot*hdrSize : scrHeaders+(m.slot+1)*hdrSize]
+			r, err := c.send.Isend(b, tagHeader, c.mhSend[1])
+			if err != nil || r == nil {
+				return busy, c.wrap(err)
+			}
+			m.hreq, m.posted = r, 1
+		}
+		r, err := c.send.Isend(m.payload, tagPayload, c.mhSend[0])
+		if err != nil || r == nil {
+			return busy, c.wrap(err)
+		}
+		m.preq, m.posted = r, 2
+		c.inflight = append(c.inflight, *m)
+		c.queue = c.queue[1:]
+		busy = true
+	}
+	for len(c.inflight) > 0 {
+		m := &c.inflight[0]
+		for _, r := range []*ncclnet.Request{&m.hreq, &m.preq} {
+			if *r == nil {
+				continue
+			}
+			done, _, err := (*r).Test()
+			if err != nil {
+				return busy, c.wrap(err)
+			}
+			if done {
+				*r = nil
+			}
+		}
+		if m.hreq != nil || m.preq != nil {
+			break
+		}
+		c.freeHdr = append(c.freeHdr, m.slot)
+		c.inflight = c.inflight[1:]
+		busy = true
+	}
+	return busy, nil
+}
+
+func (c *netConn) progressRecv() (bool, error) {
+	busy := false
+	for {
+		switch c.recvState {
+		case 0:
+			if c.recvHdrReq == nil {
+				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
+				if err != nil || r == nil {
+					return busy, c.wrap(err)
+				}
+				c.recvHdrReq = r
+			}
+			done, n, err := c.recvHdrReq.Test()
+			if err != nil || !done {
+				if err == nil {
+					return c.sendCredits(busy)
+				}
+				return busy, c.wrap(err)
+			}
+			c.recvHdrReq = nil
+			if err := c.checkHeader(n); err != nil {
+				return busy, err
+			}
+			if c.gone {
+				return true, nil
+			}
+			c.recvState, busy = 1, true
+		case 1:
+			mh := c.mhRecv[0]
+			if c.recvHdr.kind == kindLL {
+				mh = c.mhRecv[1]
+			}
+			r, err := c.recv.Irecv(c.recvDst, tagPayload, mh)
+			if err != nil || r == nil {
+				return busy, c.wrap(err)
+			}
+			c.recvPayReq, c.recvState = r, 2
+		case 2:
+			done, n, err := c.recvPayReq.Test()
+			if err != nil {
+				return busy, c.wrap(err)
+			}
+			if !done {
+				return c.sendCredits(busy)
+			}
+			c.recvPayReq, c.recvState, busy = nil, 0, true
+			h := c.recvHdr
+			if uint64(n) != h.n {
+				return busy, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
+			}
+			if h.kind == kindSimple {
+				tail := c.word(uint64(h.conn)*c.total + offTail)
+				if atomic.LoadUint64(tail) < h.step+1 {
+					atomic.StoreUint64(tail, h.step+1)
+				}
+				continue
+			}
+			// LL lines land 8 bytes at a time, each half with its flag.
+			dst := c.slot(h.conn, 0, h.step)[h.off : h.off+h.n]
+			for o := 0; o < len(dst); o += 8 {
+				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(c.recvDst[o:]))
+			}
+		}
+	}
+}
+
+// checkHeader validates the header of n bytes just received and chooses
+// where its payload goes.
+func (c *netConn) checkHeader(n int) error {
+	b := c.scratch[scrHeaders : scrHeaders+hdrSize]
+	h, magic := decodeHeader(b)
+	if n != hdrSize || magic != netMagic {
+		return c.peerErr("a %d-byte message header with magic %#x: want %d bytes and %#x (garbage from the peer)", n, magic, hdrSize, netMagic)
+	}
+	if h.kind == kindBye {
+		c.gone = true
+		return nil
+	}
+	if h.kind != kindSimple && h.kind != kindLL {
+		return c.peerErr("message kind %d: want %d (SIMPLE) or %d (LL)", h.kind, kindSimple, kindLL)
+	}
+	if h.conn < 0 || h.conn >= c.nconn {
+		return c.peerErr("connection %d of %d", h.conn, c.nconn)
+	}
+	head := atomic.LoadUint64(c.word(uint64(h.conn)*c.total + offHead))
+	if h.step < head || h.step >= head+generated.Steps {
+		return c.peerErr("step %d on connection %d whose receiver consumed %d steps (want %d..%d)", h.step, h.conn, head, head, head+generated.Steps-1)
+	}
+	p, align := 2, uint64(1)
+	if h.kind == kindLL {
+		p, align = 0, 16
+	}
+	sb := c.slotBytes(p)
+	if h.n == 0 || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
+		return c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
+	}
+	c.recvHdr = h
+	if h.kind == kindSimple {
+		c.recvDst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
+	} else {
+		c.recvDst = c.scratch[scrBounce : scrBounce+h.n]
+	}
+	return nil
+}
+
+// sendCredits returns the receiving kernels' heads to the sender. A
+// failure here is not reported: the sender closed (its goodbye follows on
+// the data connection) or died (the data connection fails too, and that
+// is reported).
+func (c *netConn) sendCredits(busy bool) (bool, error) {
+	if c.creditBroken {
+		return busy, nil
+	}
+	for len(c.creditsOut) > 0 {
+		done, _, err := c.creditsOut[0].Test()
+		if err != nil {
+			c.creditBroken = true
+			return busy, nil
+		}
+		if !done {
+			break
+		}
+		c.creditsOut = c.creditsOut[1:]
+		c.creditNext = (c.creditNext + 1) % maxCredits
+	}
+	for i := range c.nconn {
+		if len(c.creditsOut) == maxCredits {
+			break
+		}
+		h := atomic.LoadUint64(c.word(uint64(i)*c.total + offHead))
+		if h <= c.credited[i] {
+			continue
+		}
+		k := (c.creditNext + len(c.creditsOut)) % maxCredits
+		b := c.scratch[scrCredits+(1+k)*creditSize : scrCredits+(2+k)*creditSize]
+		binary.LittleEndian.PutUint32(b, uint32(i))
+		binary.LittleEndian.PutUint32(b[4:], 0)
+		binary.LittleEndian.PutUint64(b[8:], h)
+		r, err := c.send.Isend(b, tagCredit, c.mhSend[1])
+		if err != nil {
+			c.creditBroken = true
+			return busy, nil
+		}
+		if r == nil {
+			return busy, nil
+		}
+		c.creditsOut = append(c.creditsOut, r)
+		c.credited[i], busy = h, true
+	}
+	return busy, nil
+}
+
+// credit applies a credit message of n bytes.
+func (c *netConn) credit(n int) error {
+	b := c.scratch[scrCredits : scrCredits+creditSize]
+	if n != creditSize {
+		return c.peerErr("a %d-byte credit, want %d", n, creditSize)
+	}
+	conn, head := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint64(b[8:])
+	switch {
+	case conn == byeCredit:
+		c.gone = true
+		return nil
+	case int(conn) >= c.nconn:
+		return c.peerErr("a credit for connection %d of %d", conn, c.nconn)
+	case head < c.head[conn] || head > c.head[conn]+generated.Steps:
+		return c.peerErr("a credit to step %d on connection %d whose head is %d (credits grow by at most %d)", head, conn, c.head[conn], generated.Steps)
+	}
+	c.head[conn] = head
+	atomic.StoreUint64(c.word(uint64(conn)*c.total+offHead), head)
+	return nil
+}

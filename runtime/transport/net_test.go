@@ -1,0 +1,412 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
+	"github.com/ncclgo/ncclgo/runtime/proxy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hostMem is a rank's memory on the CPU: registered host memory's "device
+// address" is its host address, so that a Go "kernel" can use the
+// ConnInfo that Connect builds (address lookups go through the registered
+// ranges, never through uintptr conversions).
+type hostMem struct {
+	*fakeMem
+	mu   sync.Mutex
+	regs map[uint64][]byte
+}
+
+func newHostMem() *hostMem { return &hostMem{fakeMem: newFakeMem(), regs: map[uint64][]byte{}} }
+
+func (m *hostMem) MemHostRegister(p unsafe.Pointer, n uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.regs[uint64(uintptr(p))] = unsafe.Slice((*byte)(p), n)
+	return nil
+}
+
+func (m *hostMem) MemHostUnregister(p unsafe.Pointer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.regs[uint64(uintptr(p))]; !ok {
+		return fmt.Errorf("unregistering %p, never registered", p)
+	}
+	delete(m.regs, uint64(uintptr(p)))
+	return nil
+}
+
+func (m *hostMem) HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error) {
+	return cuda.DevicePtr(uintptr(p)), nil
+}
+
+// at returns n bytes at device address a.
+func (m *hostMem) at(a, n uint64) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for base, b := range m.regs {
+		if a >= base && a+n <= base+uint64(len(b)) {
+			return b[a-base : a-base+n]
+		}
+	}
+	panic(fmt.Sprintf("address %#x+%d is not registered host memory", a, n))
+}
+
+func (m *hostMem) word(a uint64) *uint64 { return (*uint64)(unsafe.Pointer(&m.at(a, 8)[0])) }
+
+var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
+
+func loNet(t *testing.T, threads, socks int) ncclnet.Net {
+	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks})
+	require.NoError(t, err)
+	return n
+}
+
+// connectNET connects n ranks, each on its own host, through NET over n.
+func connectNET(t *testing.T, nt ncclnet.Net, n, nch int, onErr func(r int, err error)) ([]*Set, []*hostMem) {
+	t.Helper()
+	peers := make([]Peer, n)
+	mems := make([]*hostMem, n)
+	for r := range n {
+		peers[r] = Peer{PID: 1, Host: fmt.Sprintf("host%d", r)}
+		mems[r] = newHostMem()
+	}
+	nets := bootstrap.NewInProcess(n)
+	sets := make([]*Set, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			opts := Options{Transports: []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}},
+				ProxyError: func(err error) { onErr(r, err) }}
+			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), netSizes, opts)
+		})
+	}
+	wg.Wait()
+	for _, nt := range nets {
+		nt.Close()
+	}
+	for r := range n {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.True(t, sets[r].Uses("NET"))
+	}
+	return sets, mems
+}
+
+// The fake kernels' traffic: per step, its protocol and byte count.
+func stepPlan(ch int, s uint64) (proto int, n int) {
+	switch (s/5%3 + uint64(ch)) % 3 { // runs of 5 steps, protocols mixed
+	case 0:
+		return 2, int(netSizes[2]/generated.Steps) - int(s%7)*512 // SIMPLE, sometimes partial
+	case 1:
+		return 0, int(1 + (s*13)%64) // LL lines
+	}
+	return 2, 8
+}
+
+func stepByte(ch int, s uint64, i int) byte { return byte(int(s)*7 + i*13 + ch*101) }
+
+// deadline bounds the fake kernels' waits.
+func spin(t *testing.T, what string, cond func() bool) bool {
+	for d := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(d) {
+			t.Errorf("%s: waited 20 s", what)
+			return false
+		}
+		runtime.Gosched() // the CPU is shared with the proxy
+	}
+	return true
+}
+
+// sendKernel writes steps as the device code does (ng_prims.h).
+func sendKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps uint64, stop *atomic.Bool) {
+	head, tail := m.word(ci.Head), m.word(ci.Tail)
+	for s := uint64(0); s < steps && !stop.Load(); s++ {
+		if !spin(t, fmt.Sprintf("ch%d send step %d: head", ch, s), func() bool { return stop.Load() || atomic.LoadUint64(head)+generated.Steps > s }) {
+			return
+		}
+		proto, n := stepPlan(ch, s)
+		slot := uint64(ci.BuffSizes[proto]) / generated.Steps
+		buf := m.at(ci.Buffs[proto]+(s%generated.Steps)*slot, slot)
+		if proto == 2 {
+			for i := range n {
+				buf[i] = stepByte(ch, s, i)
+			}
+			atomic.StoreUint64(tail, s+1)
+			continue
+		}
+		f := uint64(llFlag(s))
+		for l := range n {
+			lo := uint64(stepByte(ch, s, 2*l)) | f<<32
+			hi := uint64(stepByte(ch, s, 2*l+1)) | f<<32
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l+8])), hi)
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l])), lo)
+		}
+	}
+}
+
+// recvKernel reads steps as the device code does and checks them.
+func recvKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps uint64, stop *atomic.Bool) {
+	head, tail := m.word(ci.Head), m.word(ci.Tail)
+	for s := uint64(0); s < steps && !stop.Load(); s++ {
+		proto, n := stepPlan(ch, s)
+		slot := uint64(ci.BuffSizes[proto]) / generated.Steps
+		buf := m.at(ci.Buffs[proto]+(s%generated.Steps)*slot, slot)
+		if proto == 2 {
+			if !spin(t, fmt.Sprintf("ch%d recv step %d: tail", ch, s), func() bool { return stop.Load() || atomic.LoadUint64(tail) > s }) || stop.Load() {
+				return
+			}
+			for i := range n {
+				if buf[i] != stepByte(ch, s, i) {
+					t.Errorf("ch%d step %d (SIMPLE) byte %d: %d, want %d", ch, s, i, buf[i], stepByte(ch, s, i))
+					return
+				}
+			}
+		} else {
+			f := llFlag(s)
+			for l := range n {
+				if !spin(t, fmt.Sprintf("ch%d recv step %d line %d", ch, s, l), func() bool { return stop.Load() || llReady(buf[16*l:], f) }) || stop.Load() {
+					return
+				}
+				if buf[16*l] != stepByte(ch, s, 2*l) || buf[16*l+8] != stepByte(ch, s, 2*l+1) {
+					t.Errorf("ch%d step %d (LL) line %d differs", ch, s, l)
+					return
+				}
+			}
+		}
+		atomic.StoreUint64(head, s+1)
+	}
+}
+
+func TestNETMovesSteps(t *testing.T) {
+	for _, tc := range []struct{ ranks, nch, threads, socks int }{{2, 2, 1, 1}, {3, 2, 2, 2}} {
+		t.Run(fmt.Sprintf("%dranks_%dx%dsockets", tc.ranks, tc.threads, tc.socks), func(t *testing.T) {
+			nt := loNet(t, tc.threads, tc.socks)
+			sets, mems := connectNET(t, nt, tc.ranks, tc.nch, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+			require.True(t, proxy.Running())
+			const steps = 120
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			for r := range tc.ranks {
+				next, prev := (r+1)%tc.ranks, (r+tc.ranks-1)%tc.ranks
+				for ch := range tc.nch {
+					assert.Equal(t, "NET/Socket", sets[r].Via[Key{ch, next}])
+					wg.Go(func() { sendKernel(t, mems[r], sets[r].Send[Key{ch, next}], ch, steps, &stop) })
+					wg.Go(func() { recvKernel(t, mems[r], sets[r].Recv[Key{ch, prev}], ch, steps, &stop) })
+				}
+			}
+			wg.Wait()
+			for r := range tc.ranks {
+				require.NoError(t, sets[r].Close())
+				assert.Empty(t, mems[r].regs, "every staging block unregistered")
+			}
+			assert.False(t, proxy.Running(), "the last region's Close stops the proxy")
+		})
+	}
+}
+
+func TestNETVanishedPeer(t *testing.T) {
+	nt := loNet(t, 1, 1)
+	errs := make(chan error, 8)
+	sets, mems := connectNET(t, nt, 2, 1, func(r int, err error) {
+		if r == 0 {
+			errs <- err
+		}
+	})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() { recvKernel(t, mems[0], sets[0].Recv[Key{0, 1}], 0, 1000, &stop) })
+	// Rank 1 goes away (its process is killed: its sockets close, with no
+	// goodbye).
+	for _, r := range sets[1].regions {
+		if nr, ok := r.(*netRegion); ok {
+			require.NoError(t, nr.eng.Remove(nr.pc))
+			nr.pc.killed = true
+		}
+	}
+	require.NoError(t, sets[1].Close())
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, ncclnet.ErrPeer)
+		require.ErrorContains(t, err, "rank 0")
+		require.ErrorContains(t, err, "127.0.0.1:", "names the peer's address")
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0's proxy did not report the vanished peer within 10 s")
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, sets[0].Close())
+	assert.False(t, proxy.Running())
+}
+
+func TestNETCleanCloseIsNoError(t *testing.T) {
+	nt := loNet(t, 1, 1)
+	errs := make(chan error, 8)
+	sets, _ := connectNET(t, nt, 2, 2, func(r int, err error) { errs <- err })
+	require.NoError(t, sets[1].Close()) // Destroy on rank 1 first: goodbyes
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, sets[0].Close())
+	select {
+	case err := <-errs:
+		t.Fatalf("a peer's Destroy reported as an error: %v", err)
+	default:
+	}
+}
+
+// fakeSender sets a receiving NET region up on its own and connects to it
+// as a peer that speaks the protocol by hand.
+type fakeSender struct {
+	sc      ncclnet.SendComm
+	credits ncclnet.RecvComm
+	region  Region
+	errs    chan error
+}
+
+func newFakeSender(t *testing.T, nt ncclnet.Net) *fakeSender {
+	f := &fakeSender{errs: make(chan error, 4)}
+	env := &Env{Mem: newHostMem(), Rank: 0, Self: Peer{PID: 1, Host: "a"}, sizes: netSizes, proxyError: func(err error) { f.errs <- err }}
+	_, total := blockLayout(netSizes)
+	r, err := NET{Net: nt}.SetupRecv(env, Peer{PID: 2, Host: "b"}, 2*total)
+	require.NoError(t, err)
+	f.region = r
+	var h ncclnet.Handle
+	copy(h[:], r.Info()[8:])
+	f.sc, err = nt.Connect(0, h)
+	require.NoError(t, err)
+	ch, l, err := nt.Listen(0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	hb := append([]byte(nil), ch[:]...)
+	f.send(t, hb, tagHandle)
+	require.Eventually(t, func() bool {
+		f.credits, err = nt.Accept(l)
+		require.NoError(t, err)
+		return f.credits != nil
+	}, 5*time.Second, time.Millisecond)
+	t.Cleanup(func() { _ = f.sc.Close(); _ = f.credits.Close(); _ = f.region.Close() })
+	return f
+}
+
+func (f *fakeSender) send(t *testing.T, b []byte, tag int) {
+	r, err := f.sc.Isend(b, tag, nil)
+	require.NoError(t, err)
+	require.NotNil(t, r)
+}
+
+func header(kind byte, conn int, step, off, n uint64) []byte {
+	b := make([]byte, hdrSize)
+	netHeader{kind: kind, conn: conn, step: step, off: off, n: n}.encode(b)
+	return b
+}
+
+func TestNETRejectsMalformedTraffic(t *testing.T) {
+	nt := loNet(t, 1, 1)
+	llSlot, simpleSlot := uint64(netSizes[0]/generated.Steps), uint64(netSizes[2]/generated.Steps)
+	garbage := header(kindSimple, 0, 0, 0, 8)
+	garbage[0] = 'X'
+	for _, tc := range []struct {
+		name    string
+		msgs    [][]byte
+		tags    []int
+		want    string
+		sizeErr bool
+	}{
+		{"bad magic", [][]byte{garbage}, []int{tagHeader}, "garbage from the peer", false},
+		{"short header", [][]byte{make([]byte, 7)}, []int{tagHeader}, "a 7-byte message header", false},
+		{"unknown kind", [][]byte{header(9, 0, 0, 0, 8)}, []int{tagHeader}, "message kind 9", false},
+		{"unknown connection", [][]byte{header(kindSimple, 2, 0, 0, 8)}, []int{tagHeader}, "connection 2 of 2", false},
+		{"step beyond the window", [][]byte{header(kindSimple, 0, generated.Steps, 0, 8)}, []int{tagHeader}, "step 8 on connection 0 whose receiver consumed 0 steps", false},
+		{"past the slot", [][]byte{header(kindSimple, 0, 0, simpleSlot-4, 8)}, []int{tagHeader}, fmt.Sprintf("8 bytes at offset %d of a %d-byte slot", simpleSlot-4, simpleSlot), false},
+		{"misaligned LL", [][]byte{header(kindLL, 1, 0, 8, 16)}, []int{tagHeader}, fmt.Sprintf("16 bytes at offset 8 of a %d-byte slot", llSlot), false},
+		{"more than announced", [][]byte{header(kindSimple, 0, 0, 0, 8), make([]byte, 9)}, []int{tagHeader, tagPayload}, "message 2 of 9 bytes for a posted receive of 8 bytes", true},
+		{"less than announced", [][]byte{header(kindLL, 0, 0, 0, 32), make([]byte, 16)}, []int{tagHeader, tagPayload}, "16 bytes where the header announced 32", false},
+		{"wrong tag", [][]byte{header(kindSimple, 0, 0, 0, 8)}, []int{tagCredit}, "tag 4 where the posted receive has tag 2", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeSender(t, nt)
+			for i, m := range tc.msgs {
+				f.send(t, m, tc.tags[i])
+			}
+			select {
+			case err := <-f.errs:
+				require.ErrorIs(t, err, ncclnet.ErrPeer)
+				require.ErrorContains(t, err, tc.want)
+				require.ErrorContains(t, err, "rank 0 receiving from pid 2 on b")
+				require.ErrorContains(t, err, "127.0.0.1:", "names the peer's address")
+			case <-time.After(10 * time.Second):
+				t.Fatal("no error within 10 s")
+			}
+			// Nothing landed in the staging.
+			r := f.region.(*netRegion)
+			for i, b := range r.host {
+				if b != 0 {
+					t.Fatalf("staging byte %d written: %d", i, b)
+				}
+			}
+		})
+	}
+}
+
+func TestNETRejectsBadCredits(t *testing.T) {
+	nt := loNet(t, 1, 1)
+	for _, tc := range []struct {
+		name   string
+		credit func(b []byte)
+		want   string
+	}{
+		{"beyond the window", func(b []byte) { binary.LittleEndian.PutUint64(b[8:], generated.Steps+1) }, "a credit to step 9 on connection 0 whose head is 0"},
+		{"unknown connection", func(b []byte) { binary.LittleEndian.PutUint32(b, 5) }, "a credit for connection 5 of 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make(chan error, 4)
+			_, total := blockLayout(netSizes)
+			mem := newHostMem()
+			// A receiver of our own, then the sender under test.
+			renv := &Env{Mem: newHostMem(), Rank: 1, sizes: netSizes, proxyError: func(error) {}}
+			rr, err := NET{Net: nt}.SetupRecv(renv, Peer{PID: 1, Host: "a"}, total)
+			require.NoError(t, err)
+			env := &Env{Mem: mem, Rank: 0, sizes: netSizes, proxyError: func(err error) { errs <- err }}
+			sr, err := NET{Net: nt}.ConnectSend(context.Background(), env, 1, Peer{PID: 2, Host: "b"}, rr.Info())
+			require.NoError(t, err)
+			defer func() { _ = sr.Close(); _ = rr.Close() }()
+			// Take the receiver out of the proxy once it is connected, and
+			// forge a credit on its credit connection.
+			reg := rr.(*netRegion)
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				require.True(t, time.Now().Before(deadline), "the receiver never connected")
+				time.Sleep(time.Millisecond)
+				require.NoError(t, reg.eng.Remove(reg.pc))
+				if reg.pc.ready {
+					break
+				}
+				require.NoError(t, reg.eng.Add(context.Background(), reg, reg.pc, nil))
+			}
+			buf := make([]byte, creditSize)
+			tc.credit(buf)
+			r, err := rr.(*netRegion).pc.send.Isend(buf, tagCredit, nil)
+			require.NoError(t, err)
+			require.NotNil(t, r)
+			select {
+			case err := <-errs:
+				require.ErrorIs(t, err, ncclnet.ErrPeer)
+				require.ErrorContains(t, err, tc.want)
+				require.ErrorContains(t, err, "rank 0 sending to rank 1")
+			case <-time.After(10 * time.Second):
+				t.Fatal("no error within 10 s")
+			}
+		})
+	}
+}
