@@ -325,6 +325,9 @@ func (c *Comm) Err() error {
 	if l := c.engine().Lost(); l != nil {
 		return &PeerLostError{Rank: l.Rank, PID: l.PID, Host: l.Host}
 	}
+	if err := c.engine().NetError(); err != nil {
+		return fmt.Errorf("ncclgo: %w: %w", ErrAborted, err)
+	}
 	if code := c.engine().ErrorCode(); code != 0 {
 		return &DeviceError{Rank: c.engine().Rank(), Code: code}
 	}
@@ -422,6 +425,9 @@ func (c *Comm) usable(op string) error {
 	}
 	if l := c.engine().Lost(); l != nil {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, &PeerLostError{Rank: l.Rank, PID: l.PID, Host: l.Host})
+	}
+	if err := c.engine().NetError(); err != nil {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w: %w", op, rank, ErrAborted, err)
 	}
 	if c.engine().Aborted() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, ErrAborted)

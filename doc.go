@@ -62,7 +62,10 @@
 // (device memory, exported between processes as VMM file descriptors or
 // CUDA IPC handles) or SHM (host shared memory) connect them, chosen per
 // connection under NCCL_P2P_DISABLE, NCCL_P2P_LEVEL and NCCL_SHM_DISABLE.
-// Ranks on different hosts cannot be connected yet (no NET transport).
+// Ranks on different hosts (or processes given distinct NCCL_HOSTID values)
+// connect through NET: TCP sockets (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY,
+// NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD) driven by one proxy
+// goroutine per process; LL128 is off on such communicators.
 //
 // The generator (gen/, cmd/ncclgen) emits the CUDA sources, tables and ABI
 // under generated/; the machinery lives in runtime/ subpackages. See

@@ -9,6 +9,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/graph"
 	"github.com/ncclgo/ncclgo/runtime/topo"
+	"github.com/ncclgo/ncclgo/runtime/transport"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
@@ -142,6 +143,17 @@ func tuneTopology(l topo.Layout, gpu topo.GPU, blocksPerSM int, cfg config.Confi
 	}
 	return tune.Topology{NRanks: l.NRanks, NNodes: 1, NGPUs: l.NGPUs, RanksPerGPU: l.RanksPerGPU,
 		SMCount: mpsSMs(gpu.SMCount), BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: intraLink(l), NChannels: ch}
+}
+
+// withNodes sets t's node count to the number of distinct hosts among
+// peers (NCCL_HOSTID makes processes of one machine distinct hosts).
+func withNodes(t tune.Topology, peers []transport.Peer) tune.Topology {
+	hosts := map[string]bool{}
+	for _, p := range peers {
+		hosts[p.Host] = true
+	}
+	t.NNodes = max(1, len(hosts))
+	return t
 }
 
 // buildGraphs returns the rings of every channel (graph.Rings: ranks

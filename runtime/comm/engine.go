@@ -56,6 +56,7 @@ type Engine struct {
 	plan     enqueue.Comm
 	watch    *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
 	lost     atomic.Pointer[PeerLost] // the first rank whose process died
+	netErr   atomic.Pointer[error]    // the first NET connection the proxy lost
 
 	mu        sync.Mutex
 	destroyed bool
@@ -140,6 +141,16 @@ func (e *Engine) Aborted() bool { return e.aborted.Load() }
 // Lost returns the first rank whose process ended without destroying the
 // communicator, or nil.
 func (e *Engine) Lost() *PeerLost { return e.lost.Load() }
+
+// NetError returns the error of the first NET connection the proxy lost
+// (a peer on another host vanished or misbehaved; it names the peer), or
+// nil. The engine is aborted when it is set.
+func (e *Engine) NetError() error {
+	if p := e.netErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Abort stops the engine: it sets the device abort flag, so that every
 // kernel stops waiting, and wakes every bootstrap waiter of it. A

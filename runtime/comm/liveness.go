@@ -15,9 +15,13 @@ import (
 // flags are allocated: a report aborts the communicator at once.
 func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 	rank := c.rank
+	// The watcher is a Unix socket: it reaches the processes of this host
+	// only. Ranks on other hosts are watched by their NET connections (the
+	// proxy reports a peer that vanishes: proxyFailed).
+	watched := func(p transport.Peer) bool { return p.Host == peers[rank].Host && !p.SameProcess(peers[rank]) }
 	multi := false
 	for _, p := range peers {
-		multi = multi || !p.SameProcess(peers[rank])
+		multi = multi || watched(p)
 	}
 	if !multi {
 		return nil
@@ -32,7 +36,7 @@ func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 		return fmt.Errorf("exchanging liveness sockets: %w", err)
 	}
 	for p := rank + 1; p < len(peers); p++ {
-		if peers[p].SameProcess(peers[rank]) {
+		if !watched(peers[p]) {
 			continue
 		}
 		if err := w.Dial(ctx, p, string(names[p])); err != nil {
@@ -40,6 +44,17 @@ func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 		}
 	}
 	return nil
+}
+
+// proxyFailed aborts c because the proxy lost a NET connection: its peer
+// vanished or sent what it must not (the error names it).
+func (c *Engine) proxyFailed(err error) {
+	if !c.netErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	c.log.Warn(fmt.Sprintf("%v; aborting", err), config.SubsysInit.Attr(), config.SubsysNet.Attr())
+	c.aborted.Store(true)
+	c.setAbortFlag()
 }
 
 // peerLost aborts c because a rank's process died.

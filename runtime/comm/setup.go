@@ -125,7 +125,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	tp, changed, err := agreeTuning(ctx, net, tuningInputs{
-		Topology: tuneTopology(c.layout, gpu, blocksPerSM, s.Config),
+		Topology: withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers),
 		Settings: settingsOf(s.Config, s.P2PPerPeer, c.kset.Filter()),
 	})
 	if err != nil {
@@ -163,15 +163,17 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	sizes := transport.Sizes{uint32(s.Config.LLBuffSize), uint32(s.Config.LL128BuffSize), uint32(s.Config.BuffSize)}
 	edges := edges(c.plan, c.rings, c.trees)
 	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
-		Log: func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) }}
+		Log:        func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) },
+		ProxyError: c.proxyFailed}
 	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, topts); err != nil {
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
-	if c.conns.Uses("SHM") {
+	if c.conns.Uses("SHM") || c.conns.Uses("NET") {
 		// LL128 relies on 128-byte stores landing whole, which holds in
 		// device memory but not across PCIe into host memory (NCCL too
-		// keeps LL128 off such paths). Every rank sees the same answer.
+		// keeps LL128 off such paths), and the proxy moves whole SIMPLE
+		// steps and LL lines only. Every rank sees the same answer.
 		avail := kernels.Available
 		c.tuner, err = tune.New(tp, s.Config, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
 			tune.WithLogger(s.Log.With("rank", rank)))
@@ -179,7 +181,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 			return fail(err)
 		}
 		if rank == 0 {
-			c.log.Info("LL128 off: some connections go through host memory (SHM)", config.SubsysInit.Attr())
+			c.log.Info("LL128 off: some connections go through host memory (SHM or NET)", config.SubsysInit.Attr())
 		}
 	}
 	// Flags and device structures.
