@@ -66,6 +66,7 @@ func newComm(c *comm) *comm {
 	commsMu.Lock()
 	comms[c.h] = c
 	commsMu.Unlock()
+	profileStart()
 	return c
 }
 
@@ -188,6 +189,7 @@ func (c *comm) free(abort bool) error {
 		_ = c.cctx.Release()
 	}
 	c.forget()
+	profileStop()
 	return err
 }
 

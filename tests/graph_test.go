@@ -331,10 +331,18 @@ func captureGroup(t *testing.T, w *world, g *groupRun, mode string) ([]*cuda.Gra
 		}
 	}
 	ended = true
-	var execs []*cuda.GraphExec
-	for _, s := range capturing {
+	// Every capture ends before any graph is instantiated: while one
+	// stream still captures in global mode, the driver refuses
+	// cuGraphInstantiate in the whole process.
+	graphs := make([]*cuda.Graph, len(capturing))
+	for i, s := range capturing {
 		gr, err := s.EndCapture()
 		require.NoError(t, err, "EndCapture of stream %#x", s.Handle())
+		graphs[i] = gr
+	}
+	var execs []*cuda.GraphExec
+	for i, gr := range graphs {
+		s := capturing[i]
 		nodes, err := gr.NodeCount()
 		require.NoError(t, err)
 		require.Positive(t, nodes, "the graph of stream %#x is empty", s.Handle())

@@ -29,9 +29,18 @@ ln -sfn "$lib" "$home/lib"
 
 pyinc() { python3 -c 'import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], "'"$1"'"))' 2>/dev/null || true; }
 dev=${NCCL_DEVICE_INCLUDE:-}
+# The device headers must come from a NCCL at least as new as the API
+# level ncclgo's nccl.h claims: nccl-tests compiles the device-API code of
+# that level (e.g. 2.28.7's GIN in alltoall.cu).
+code() { awk '/^#define NCCL_VERSION_CODE /{print $3; exit}' "$1" 2>/dev/null; }
+want=$(code "$home/include/nccl.h")
 if [ -z "$dev" ]; then
-  for d in /usr/include /usr/local/include /usr/local/cuda/include "$(pyinc include)"; do
-    if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then dev=$d; break; fi
+  for d in "$(pyinc include)" /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/include \
+           /usr/include /usr/local/include /usr/local/cuda/include; do
+    [ -n "$d" ] && [ -f "$d/nccl_device.h" ] || continue
+    have=$(code "$d/nccl.h")
+    if [ -n "$have" ] && [ -n "$want" ] && [ "$have" -ge "$want" ]; then dev=$d; break; fi
+    [ -n "$dev" ] || dev=$d # an older one only when no newer one exists
   done
 fi
 [ -n "$dev" ] || dev=$(dirname "$(find / -xdev -name nccl_device.h -path '*include*' 2>/dev/null | head -1)")

@@ -153,8 +153,16 @@ func withNodes(t tune.Topology, peers []transport.Peer) tune.Topology {
 		hosts[p.Host] = true
 	}
 	t.NNodes = max(1, len(hosts))
+	if t.NNodes > 1 && !(t.InterBW > 0) {
+		t.InterBW = socketBW
+	}
 	return t
 }
+
+// socketBW is the tuner's bandwidth between hosts, in GB/s: the socket
+// net's default device speed (10 Gbit/s, runtime/net), until the net's
+// measured figure replaces it.
+const socketBW = 10000.0 / 8000
 
 // buildGraphs returns the rings of every channel (graph.Rings: ranks
 // sharing a GPU adjacent, GPUs in an order of peer-connected neighbours)

@@ -287,3 +287,18 @@ func TestSetupOverSeveralGPUs(t *testing.T) {
 		})
 	}
 }
+
+// TestWithNodes: distinct hosts are nodes, and a topology of several nodes
+// gets a positive bandwidth between them, which the tuner requires.
+func TestWithNodes(t *testing.T) {
+	peers := []transport.Peer{{Host: "a"}, {Host: "a"}, {Host: "b"}}
+	tp := withNodes(tune.Topology{NRanks: 3}, peers)
+	assert.Equal(t, 2, tp.NNodes)
+	assert.Positive(t, tp.InterBW)
+	tp = withNodes(tune.Topology{NRanks: 2}, peers[:2])
+	assert.Equal(t, 1, tp.NNodes)
+	assert.Zero(t, tp.InterBW)
+	tp = withNodes(tuneTopology(topo.NewLayout([]int{0, 0}), h200GPU, 1, config.Default()), []transport.Peer{{Host: "a"}, {Host: "b"}})
+	_, err := tune.New(tp, config.Default(), nil)
+	assert.NoError(t, err, "a two-host topology must tune")
+}

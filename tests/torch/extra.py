@@ -221,7 +221,14 @@ def main():
     # destroy_process_group, then a second world: ncclCommFinalize/Destroy, a new id, a new init.
     def case_reinit():
         dist.destroy_process_group()
-        init()
+        # torch keeps the first group's unique id under the same store key,
+        # so a rank that reads it before rank 0 has written the new one
+        # dials a root that is gone: the stock NCCL fails so too
+        # ("connect ... returned Connection refused"). A store prefix of
+        # its own gives the second group fresh keys.
+        kw = {"device_id": dev} if (args.device_id and gpu) else {}
+        dist.init_process_group(args.backend, timeout=timeout, store=dist.PrefixStore("reinit", store),
+                                rank=rank, world_size=world, **kw)
         t = on_dev(small(rank, n), torch.float32)
         dist.all_reduce(t)
         c.compare("reinit/all_reduce", "float32", n, t, sum(small(r, n) for r in range(world)))
