@@ -356,10 +356,21 @@ if has graph && begin graph; then
     [[ ${GRAPH_MPI:-0} == 1 ]] && runs+=("mpi -g 1")
     for run in "${runs[@]}"; do
       mode=${run%% *} gargs=${run#* }
-      ntenv=(); [[ $mode == mpi ]] && ntenv=(MPI=1 NP=2)
+      ntenv=() gshared=0 gsys=$sys
+      if [[ $mode == mpi ]]; then
+        ntenv=(MPI=1 NP=2)
+        # Fewer GPUs than processes: they share GPU 0 under MPS, where the
+        # stock NCCL refuses to run (ncclgo only), as the capi step does.
+        if ((NGPUS < 2)); then
+          gshared=1 gsys=none
+          ntenv+=(NCCL_TESTS_DEVICE=0 CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+          mps_start || res="$res; MPS did not start"
+        fi
+      fi
       rm -f "$SRC"/all_reduce_perf_*.log "$SRC"/all_reduce_ncclgo.log "$SRC"/all_reduce_nccl.log
-      bt graph/nccl-tests-$mode 240 env TESTS=all_reduce ARGS="-b 8 -e 8 -n 100 -w 5 -G 100 -c 1 $gargs" SYSTEM_NCCL_LIB="$sys" "${ntenv[@]}" \
+      bt graph/nccl-tests-$mode 240 env TESTS=all_reduce ARGS="-b 8 -e 8 -n 100 -w 5 -G 100 -c 1 $gargs" SYSTEM_NCCL_LIB="$gsys" "${ntenv[@]}" \
         bash capi/test/nccl-tests.sh "$SRC" bundle; rc=$?
+      ((gshared)) && mps_stop
       for lib in ncclgo nccl; do
         [[ -f $SRC/all_reduce_$lib.log ]] || continue
         cp "$SRC/all_reduce_$lib.log" "$L/graph/nccl-tests-$mode-$lib.log"
@@ -372,7 +383,13 @@ if has graph && begin graph; then
     done
   fi
   if [[ -x ${TORCH_VENV:-/opt/torch/.venv}/bin/python ]]; then
-    bt graph/torch 180 env STEPS=graph LIBS=ncclgo NPROC=${GRAPH_TORCH_NPROC:-2} OUT="$L/graph/torch" BUDGET=160 bash tests/torch/run.sh; rc=$?
+    tnp=${GRAPH_TORCH_NPROC:-2} tenv=()
+    if ((NGPUS < tnp)); then
+      mps_start || res="$res; MPS did not start"
+      tenv=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+    fi
+    bt graph/torch 180 env "${tenv[@]}" STEPS=graph LIBS=ncclgo NPROC=$tnp OUT="$L/graph/torch" BUDGET=160 bash tests/torch/run.sh; rc=$?
+    ((NGPUS < tnp)) && mps_stop
     grep -hE "TORCH-CHECKS|GRAPH-TIME|MISMATCH" "$L/graph/torch/"*.log 2>/dev/null | head -10
     res="$res; torch.cuda.graph: $(grep -hE '^TORCH-CHECKS' "$L/graph/torch/"*.log 2>/dev/null | head -1 | cut -d' ' -f2-3) $(grep -hoE 'us_per_collective=[0-9.]+' "$L/graph/torch/"*.log 2>/dev/null | head -2 | tr '\n' ' ')(rc=$rc)"
     ((rc)) && st=FAIL
