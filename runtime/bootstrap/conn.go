@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -20,19 +21,23 @@ import (
 // concurrently with each other.
 type Conn struct {
 	opState
-	size   int
-	magic  uint64
-	addrs  []string // listen address of every rank
-	log    *slog.Logger
-	ln     net.Listener
-	box    *mailbox
-	out    []*peerOut
-	maxMsg int // largest message accepted from / sent to a peer
+	size    int
+	magic   uint64
+	self    string   // this rank's listen address
+	fingers []string // listen address of rank+2^k, k = 0, 1, ...
+	log     *slog.Logger
+	ln      net.Listener
+	box     *mailbox
+	maxMsg  int // largest message accepted from / sent to a peer
+	life    context.Context
+	endLife context.CancelFunc
 
 	socks   connSet        // every socket, to close on shutdown
-	mu      sync.Mutex     // guards inPeers
+	mu      sync.Mutex     // guards inPeers, out, known
 	inPeers map[int]bool   // peers with an incoming connection
-	wg      sync.WaitGroup // accept loop and readers
+	out     map[int]*peerOut
+	known   map[int]string // addresses learned beyond the fingers
+	wg      sync.WaitGroup // accept loop, readers, forwarders
 }
 
 // peerOut is this rank's outgoing connection to one peer. lock is a
@@ -54,20 +59,45 @@ const queryGrace = time.Second
 // Init joins the bootstrap network identified by id as rank of nRanks: it
 // listens on a port of its own (on the interface that Options.Interface /
 // NCCL_SOCKET_IFNAME selects, else on the address it uses to reach the
-// root), checks in with the root, and receives every rank's address. It
-// fails with a *TimeoutError naming the ranks that never checked in when the
+// root), checks in with the root, and receives the addresses of its
+// fingers, the ranks rank+2^k (see the package documentation). It fails
+// with a *TimeoutError naming the ranks that never checked in when the
 // check-in does not complete within the timeout.
 func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Conn, error) {
+	return JoinScalable(ctx, []UniqueID{id}, rank, nRanks, opts)
+}
+
+// JoinScalable is Init with several roots, NCCL's
+// ncclCommInitRankScalable: ids are the UniqueIDs of len(ids) roots, the
+// same list in the same order on every rank; root i serves the check-in of
+// ranks [RootSlice(i, len(ids), nRanks)), and the roots exchange their
+// slices among themselves, so that no root holds more than its slice's
+// connections. With one id it is Init.
+func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Options) (*Conn, error) {
 	if err := checkRanks(nRanks); err != nil {
 		return nil, err
 	}
 	if rank < 0 || rank >= nRanks {
 		return nil, fmt.Errorf("bootstrap: rank %d out of range for %d ranks (want 0..%d)", rank, nRanks, nRanks-1)
 	}
-	magic, rootAP, err := id.decode()
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+	if len(ids) < 1 || len(ids) > min(MaxRoots, nRanks) {
+		return nil, fmt.Errorf("bootstrap: rank %d: %d root ids for %d ranks: want 1..%d", rank, len(ids), nRanks, min(MaxRoots, nRanks))
 	}
+	roots := make([]rootRef, len(ids))
+	for i, id := range ids {
+		m, ap, err := id.decode()
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: rank %d: root id %d: %w", rank, i, err)
+		}
+		for j := range i {
+			if roots[j].magic == m {
+				return nil, fmt.Errorf("bootstrap: rank %d: root ids %d and %d are the same root: %w", rank, j, i, ErrInvalidID)
+			}
+		}
+		roots[i] = rootRef{magic: m, addr: ap.String()}
+	}
+	ri := RootOf(rank, len(ids), nRanks)
+	magic, rootMagic, rootAddr := roots[0].magic, roots[ri].magic, roots[ri].addr
 	timeout, err := opts.timeout()
 	if err != nil {
 		return nil, err
@@ -81,7 +111,6 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, err
 	}
 	log := opts.logger().With("rank", rank)
-	rootAddr := rootAP.String()
 	start := time.Now()
 	ictx, cancel := context.WithTimeoutCause(ctx, timeout, errInitTimeout)
 	defer cancel()
@@ -143,7 +172,10 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	// through its deadline.
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ictx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
-	h := hello{magic: magic, kind: helloCheckIn, rank: rank, nRanks: nRanks, addr: ln.Addr().String()}
+	h := hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, addr: ln.Addr().String()}
+	if len(roots) > 1 {
+		h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
+	}
 	br := bufio.NewReader(rc)
 	var reply []byte
 	if err = writeFrame(rc, h.encode()); err == nil {
@@ -167,10 +199,10 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, fmt.Errorf("bootstrap: rank %d: check-in with root at %s: %w", rank, rootAddr, err)
 	}
 
-	var addrs []string
+	var fingers []string
 	switch {
 	case len(reply) > 0 && reply[0] == msgTable:
-		if addrs, err = decodeTable(reply, nRanks); err != nil {
+		if fingers, err = decodeTable(reply, rounds(nRanks)); err != nil {
 			return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
 		}
 	case len(reply) > 0 && reply[0] == msgStatus:
@@ -199,14 +231,11 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
-		size:    nRanks, magic: magic, addrs: addrs,
+		size:    nRanks, magic: magic, self: h.addr, fingers: fingers,
 		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg,
-		out:     make([]*peerOut, nRanks),
-		inPeers: make(map[int]bool),
+		inPeers: make(map[int]bool), out: make(map[int]*peerOut), known: make(map[int]string),
 	}
-	for i := range c.out {
-		c.out[i] = &peerOut{lock: make(chan struct{}, 1)}
-	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.acceptLoop()
 	ok = true
@@ -244,13 +273,138 @@ func (c *Conn) Rank() int { return c.rank }
 // Size returns the number of ranks.
 func (c *Conn) Size() int { return c.size }
 
-// PeerAddr returns the listen address of rank peer, as received from the
-// root.
+// PeerAddr returns the listen address of rank peer when this rank knows
+// it: its own, a finger's (rank+2^k, from the root), or that of a peer it
+// has exchanged messages with; "" otherwise.
 func (c *Conn) PeerAddr(peer int) string {
-	if peer < 0 || peer >= c.size {
+	switch {
+	case peer < 0 || peer >= c.size:
 		return ""
+	case peer == c.rank:
+		return c.self
 	}
-	return c.addrs[peer]
+	if k, ok := c.fingerIndex(peer); ok {
+		return c.fingers[k]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.known[peer]
+}
+
+// fingerIndex returns k when peer is rank+2^k.
+func (c *Conn) fingerIndex(peer int) (int, bool) {
+	d := (peer - c.rank + c.size) % c.size
+	if d == 0 || d&(d-1) != 0 {
+		return 0, false
+	}
+	return bits.TrailingZeros(uint(d)), true
+}
+
+// nextHop returns the finger of this rank closest to target without
+// passing it: a lookup for target travels at most ⌈log2 n⌉ hops.
+func (c *Conn) nextHop(target int) int {
+	d := (target - c.rank + c.size) % c.size
+	return (c.rank + 1<<(bits.Len(uint(d))-1)) % c.size
+}
+
+// addrOf returns peer's listen address, looking it up through the
+// fingers when this rank does not know it.
+func (c *Conn) addrOf(ctx context.Context, peer int) (string, error) {
+	if a := c.PeerAddr(peer); a != "" {
+		return a, nil
+	}
+	req := binary.BigEndian.AppendUint32(nil, uint32(c.rank))
+	req = append(req, c.self...)
+	hop := c.nextHop(peer)
+	if err := c.sendMsg(ctx, hop, classLookup, int64(peer), req); err != nil {
+		return "", fmt.Errorf("looking up rank %d's address through rank %d: %w", peer, hop, err)
+	}
+	b, err := c.box.recv(ctx, msgKey{peer: peer, class: classFound, tag: int64(peer)})
+	if err != nil {
+		return "", fmt.Errorf("looking up rank %d's address: %w", peer, err)
+	}
+	c.learn(peer, string(b))
+	return string(b), nil
+}
+
+// learn records peer's address.
+func (c *Conn) learn(peer int, addr string) {
+	c.mu.Lock()
+	c.known[peer] = addr
+	c.mu.Unlock()
+}
+
+// background runs fn in a goroutine that Close waits for, with a context
+// bounded by the timeout and ended by Close or Abort.
+func (c *Conn) background(fn func(ctx context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.life, c.timeout)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// control handles a lookup, found or abandon message from peer; it
+// reports false for a malformed one.
+func (c *Conn) control(peer int, class byte, tag int64, body []byte) bool {
+	switch class {
+	case classAbandon:
+		if c.cs.peerAbandoned(peer, tag) {
+			// News here: pass it on, so that every rank hears of it.
+			c.background(func(ctx context.Context) {
+				for _, p := range c.abandonTargets() {
+					_ = c.sendMsg(ctx, p, classAbandon, tag, nil)
+				}
+			})
+		}
+		return true
+	case classFound:
+		if tag != int64(peer) || len(body) == 0 || len(body) > maxAddrLen {
+			return false
+		}
+		c.box.deliver(msgKey{peer: peer, class: classFound, tag: tag}, body)
+		return true
+	case classLookup:
+		if tag < 0 || tag >= int64(c.size) || len(body) < 5 || len(body) > 4+maxAddrLen {
+			return false
+		}
+		origin := int(binary.BigEndian.Uint32(body))
+		if origin >= c.size || origin == c.rank {
+			return false
+		}
+		target := int(tag)
+		if target == c.rank {
+			c.learn(origin, string(body[4:]))
+			c.background(func(ctx context.Context) {
+				if err := c.sendMsg(ctx, origin, classFound, tag, []byte(c.self)); err != nil {
+					c.log.Debug("bootstrap: answering a lookup", "origin", origin, "err", err)
+				}
+			})
+			return true
+		}
+		body = append([]byte{}, body...)
+		c.background(func(ctx context.Context) {
+			if err := c.sendMsg(ctx, c.nextHop(target), classLookup, tag, body); err != nil {
+				c.log.Debug("bootstrap: forwarding a lookup", "origin", origin, "target", target, "err", err)
+			}
+		})
+		return true
+	}
+	return false
+}
+
+func (c *Conn) maxMessage() int { return c.maxMsg }
+
+// abandonTargets: the fingers; each rank that hears of a failure first
+// tells its own fingers, which reaches every rank in ⌈log2 n⌉ hops.
+func (c *Conn) abandonTargets() []int {
+	t := make([]int, len(c.fingers))
+	for k := range t {
+		t[k] = (c.rank + 1<<k) % c.size
+	}
+	return t
 }
 
 func (c *Conn) acceptLoop() {
@@ -276,7 +430,7 @@ func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
 	defer c.socks.untrack(nc)
 	defer nc.Close()
-	br := bufio.NewReaderSize(nc, 64<<10)
+	br := bufio.NewReader(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	b, err := readFrame(br, maxHelloSize)
 	var h hello
@@ -334,8 +488,10 @@ func (c *Conn) readPeer(nc net.Conn) {
 		}
 		delivered = true
 		class, tag := b[0], int64(binary.BigEndian.Uint64(b[1:]))
-		if class == classAbandon {
-			c.cs.peerAbandoned(h.rank, tag)
+		if class > classColl {
+			if !c.control(h.rank, class, tag, b[msgHeader:]) && c.box.closedErr() == nil {
+				c.log.Warn("bootstrap: dropped a malformed message", "peer", h.rank, "class", class, "tag", tag, "len", len(b)-msgHeader)
+			}
 			continue
 		}
 		c.box.deliver(msgKey{peer: h.rank, class: class, tag: tag}, b[msgHeader:])
@@ -369,7 +525,19 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 		c.box.deliver(msgKey{peer: c.rank, class: class, tag: tag}, append([]byte{}, data...))
 		return nil
 	}
+	// Find the address first, holding no lock: answering the peer's own
+	// lookup of this rank may need the lock of the connection to it.
+	addr, err := c.addrOf(ctx, peer)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
 	po := c.out[peer]
+	if po == nil {
+		po = &peerOut{lock: make(chan struct{}, 1)}
+		c.out[peer] = po
+	}
+	c.mu.Unlock()
 	select {
 	case po.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -384,12 +552,12 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 	var frames [][]byte
 	if po.conn == nil {
 		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", c.addrs[peer])
+		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return fmt.Errorf("dial rank %d at %s: %w", peer, c.addrs[peer], err)
+			return fmt.Errorf("dial rank %d at %s: %w", peer, addr, err)
 		}
 		if !c.socks.track(nc) {
 			nc.Close()
@@ -401,7 +569,7 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 	var hdr [msgHeader]byte
 	hdr[0] = class
 	binary.BigEndian.PutUint64(hdr[1:], uint64(tag))
-	err := withConnCtx(ctx, po.conn, func() error {
+	err = withConnCtx(ctx, po.conn, func() error {
 		for _, f := range frames {
 			if err := writeFrame(po.conn, f); err != nil {
 				return err
@@ -428,15 +596,15 @@ func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]
 	return c.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }
 
-// AllGather implements Network over a ring of TCP connections.
+// AllGather implements Network: Bruck's algorithm over ⌈log2 n⌉ rounds
+// when every block is small, the ring otherwise.
 func (c *Conn) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
-	return ringAllGather(ctx, c, "allgather", mine)
+	return allGather(ctx, c, mine)
 }
 
-// Barrier implements Network (an AllGather of nothing).
+// Barrier implements Network: a dissemination barrier of ⌈log2 n⌉ rounds.
 func (c *Conn) Barrier(ctx context.Context) error {
-	_, err := ringAllGather(ctx, c, "barrier", nil)
-	return err
+	return barrier(ctx, c)
 }
 
 // Send implements Network. It returns once data is written to the socket.
@@ -473,6 +641,7 @@ func (c *Conn) shutdown(err error) {
 	if !c.box.shutdown(err) {
 		return
 	}
+	c.endLife()
 	c.socks.shut(func(nc net.Conn) { nc.Close() })
 	c.ln.Close()
 }

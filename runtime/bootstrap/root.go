@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -109,18 +110,41 @@ func (r *Root) Close() error {
 	return nil
 }
 
+// RootSlice returns the ranks [lo, hi) whose check-in root i of nRoots
+// serves in a bootstrap of nRanks ranks (JoinScalable): consecutive
+// slices, as even as can be.
+func RootSlice(i, nRoots, nRanks int) (lo, hi int) {
+	return i * nRanks / nRoots, (i + 1) * nRanks / nRoots
+}
+
+// RootOf returns the root (0..nRoots-1) that serves rank's check-in.
+func RootOf(rank, nRoots, nRanks int) int {
+	i := (rank*nRoots + nRoots - 1) / nRanks // a lower bound
+	for {
+		if _, hi := RootSlice(i, nRoots, nRanks); rank < hi {
+			return i
+		}
+		i++
+	}
+}
+
 type rootEventKind int
 
 const (
 	evHello rootEventKind = iota
 	evQuery
 	evGone
+	evSlice // another root's slice of the table
+	evPushed
 )
 
 type rootEvent struct {
-	kind rootEventKind
-	conn net.Conn
-	h    hello
+	kind  rootEventKind
+	conn  net.Conn
+	h     hello
+	lo    int      // evSlice
+	addrs []string // evSlice
+	err   error    // evPushed
 }
 
 func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
@@ -157,8 +181,19 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, r.magic)
-		if err == nil && h.kind != helloCheckIn {
+		if err == nil && h.kind != helloCheckIn && h.kind != helloCheckInRoots && h.kind != helloRootPeer {
 			err = fmt.Errorf("%w: hello kind %d sent to the root", ErrBadMagic, h.kind)
+		}
+		if err == nil && h.kind == helloRootPeer {
+			// Another root's slice follows at once.
+			if b, err = readFrame(br, sliceLimit(h.nRanks)); err == nil {
+				var ev = rootEvent{kind: evSlice, conn: c, h: h}
+				if ev.lo, ev.addrs, err = decodeSlice(b, h.nRanks); err == nil {
+					send(ev)
+					return
+				}
+			}
+			err = fmt.Errorf("%w: slice from root %d: %v", ErrBadMagic, h.rank, err)
 		}
 	} else if errors.Is(err, errFrameTooLong) {
 		err = fmt.Errorf("%w: %v", ErrBadMagic, err)
@@ -191,6 +226,41 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	}
 }
 
+// fingersOf returns the addresses of rank's fingers, ranks rank+2^k.
+func fingersOf(all []string, rank int) []string {
+	n := len(all)
+	f := make([]string, rounds(n))
+	for k := range f {
+		f[k] = all[(rank+1<<k)%n]
+	}
+	return f
+}
+
+// push hands this root's slice of the table to another root of the same
+// bootstrap, retrying while that root is not listening yet.
+func (r *Root) push(ctx context.Context, to rootRef, index, nRanks int, payload []byte, events chan<- rootEvent, quit <-chan struct{}) {
+	defer r.wg.Done()
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	err := func() error {
+		c, err := dialRetry(ctx, to.addr)
+		if err != nil {
+			return fmt.Errorf("dialing root at %s: %w", to.addr, err)
+		}
+		defer c.Close()
+		_ = c.SetWriteDeadline(time.Now().Add(r.timeout))
+		h := hello{magic: to.magic, kind: helloRootPeer, rank: index, nRanks: nRanks}
+		if err := writeFrame(c, h.encode()); err != nil {
+			return err
+		}
+		return writeFrame(c, payload)
+	}()
+	select {
+	case events <- rootEvent{kind: evPushed, err: err}:
+	case <-quit:
+	}
+}
+
 // serve runs the check-in state machine; it alone writes to rank
 // connections.
 func (r *Root) serve(ctx context.Context) {
@@ -205,13 +275,20 @@ func (r *Root) serve(ctx context.Context) {
 	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()
 	nRanks := 0
+	var roots []rootRef // several roots: all of them, from the first check-in
+	index, lo, hi := 0, 0, 0
 	arrived := map[int]net.Conn{}
-	addrs := map[int]string{}
+	addrs := map[int]string{} // every rank's address known so far
 	hungUp := map[int]bool{}
+	pushed := false
+	pctx, stopPushes := context.WithCancel(ctx)
+	defer stopPushes()
 	missing := func() []int {
 		m := []int{}
 		for i := 0; i < nRanks; i++ {
-			if _, ok := arrived[i]; !ok {
+			if _, ok := addrs[i]; !ok {
+				m = append(m, i)
+			} else if _, ok := arrived[i]; !ok && i >= lo && i < hi {
 				m = append(m, i)
 			}
 		}
@@ -226,18 +303,55 @@ func (r *Root) serve(ctx context.Context) {
 	graceful := false
 loop:
 	for {
+		if nRanks > 0 && len(arrived) == hi-lo && !pushed && len(roots) > 1 {
+			// Our slice is complete: hand it to the other roots.
+			pushed = true
+			mine := make([]string, hi-lo)
+			for i := range mine {
+				mine[i] = addrs[lo+i]
+			}
+			payload := encodeSlice(lo, mine)
+			for j, peer := range roots {
+				if j != index {
+					r.wg.Add(1)
+					go r.push(pctx, peer, index, nRanks, payload, events, quit)
+				}
+			}
+		}
+		if nRanks > 0 && len(arrived) == hi-lo && len(addrs) == nRanks {
+			all := make([]string, nRanks)
+			for i := range all {
+				all[i] = addrs[i]
+			}
+			for rank, c := range arrived {
+				write(c, encodeTable(fingersOf(all, rank)))
+			}
+			r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "slice", fmt.Sprintf("[%d,%d)", lo, hi), "elapsed", time.Since(start))
+			graceful = true
+			break loop
+		}
 		select {
 		case ev := <-events:
 			switch ev.kind {
 			case evHello:
 				h := ev.h
 				if nRanks == 0 {
-					nRanks = h.nRanks
+					nRanks, lo, hi = h.nRanks, 0, h.nRanks
+					if h.kind == helloCheckInRoots {
+						roots, index = h.roots, h.rootIndex
+						lo, hi = RootSlice(index, len(roots), nRanks)
+					}
 				}
 				var why string
 				switch {
 				case h.nRanks != nRanks:
 					why = fmt.Sprintf("rank %d says %d ranks, others said %d", h.rank, h.nRanks, nRanks)
+				case (h.kind == helloCheckInRoots) != (roots != nil) || h.rootIndex != index || !slices.Equal(h.roots, roots):
+					why = fmt.Sprintf("rank %d names %d roots with this one as root %d, others named %d with this one as root %d", h.rank, max(1, len(h.roots)), h.rootIndex, max(1, len(roots)), index)
+				case roots != nil && roots[index].magic != r.magic:
+					why = fmt.Sprintf("rank %d says this root is root %d, whose id is another root's", h.rank, index)
+				case h.rank < lo || h.rank >= hi:
+					why = fmt.Sprintf("rank %d checked in with root %d, which serves ranks %d..%d", h.rank, index, lo, hi-1)
 				case arrived[h.rank] != nil && !hungUp[h.rank]:
 					why = fmt.Sprintf("rank %d checked in twice", h.rank)
 				}
@@ -251,18 +365,21 @@ loop:
 				addrs[h.rank] = h.addr
 				delete(hungUp, h.rank)
 				r.log.Debug("bootstrap root: rank checked in", "rank", h.rank, "nranks", nRanks, "addr", h.addr)
-				if len(arrived) == nRanks {
-					table := make([]string, nRanks)
-					for i := range table {
-						table[i] = addrs[i]
-					}
-					payload := encodeTable(table)
-					for _, c := range arrived {
-						write(c, payload)
-					}
-					r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "elapsed", time.Since(start))
-					graceful = true
-					break loop
+			case evSlice:
+				if roots == nil || ev.h.nRanks != nRanks || ev.h.rank == index || ev.h.rank >= len(roots) {
+					r.log.Warn("bootstrap root: dropped a slice from an unexpected root", "root", ev.h.rank, "nranks", ev.h.nRanks)
+					continue
+				}
+				if l, h := RootSlice(ev.h.rank, len(roots), nRanks); ev.lo != l || len(ev.addrs) != h-l {
+					r.log.Warn("bootstrap root: dropped a malformed slice", "root", ev.h.rank, "lo", ev.lo, "count", len(ev.addrs))
+					continue
+				}
+				for i, a := range ev.addrs {
+					addrs[ev.lo+i] = a
+				}
+			case evPushed:
+				if ev.err != nil {
+					r.log.Warn("bootstrap root: could not hand this root's slice to another root", "err", ev.err)
 				}
 			case evQuery:
 				if arrived[ev.h.rank] == ev.conn {
@@ -305,13 +422,14 @@ loop:
 	// closed now; rank connections are half-closed so that the ranks read
 	// everything, and closed when they hang up or after a grace period.
 	close(quit)
+	stopPushes()
 	r.ln.Close()
+	ranks := make(map[net.Conn]bool, len(arrived))
+	for _, rc := range arrived {
+		ranks[rc] = true
+	}
 	r.socks.shut(func(c net.Conn) {
-		isRank := false
-		for _, rc := range arrived {
-			isRank = isRank || rc == c
-		}
-		if graceful && isRank {
+		if graceful && ranks[c] {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
 				return

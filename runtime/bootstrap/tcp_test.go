@@ -292,9 +292,10 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:9", c1.PeerAddr(0))
 	b, err = readFrame(raw, 1024)
 	require.NoError(t, err)
-	table, err := decodeTable(b, 2)
+	// Rank 0's fingers: rank 1.
+	table, err := decodeTable(b, 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"127.0.0.1:9", c1.PeerAddr(1)}, table)
+	assert.Equal(t, []string{c1.PeerAddr(1)}, table)
 }
 
 func TestCloseLeavesNoGoroutines(t *testing.T) {

@@ -13,16 +13,30 @@ import (
 const (
 	helloCheckIn = 1 // rank → root
 	helloPeer    = 2 // rank → rank
+	// helloCheckInRoots: rank → root i of several (JoinScalable); the
+	// check-in followed by the index of the root and every root's id.
+	helloCheckInRoots = 3
+	// helloRootPeer: root → root of one scalable bootstrap; followed by
+	// the sender's slice of the address table (msgSlice).
+	helloRootPeer = 4
 
 	msgQuery  = 'Q'
 	msgTable  = 'T'
 	msgStatus = 'S'
 	msgReject = 'R'
+	msgSlice  = 'P' // root → root: 'P' | lo u32 | count u32 | count × (len u16 | addr)
 
 	classUser = 0 // Send/Recv
 	classColl = 1 // AllGather/Barrier ring steps
 	// classAbandon: the sender's collective number tag failed; empty.
 	classAbandon = 2
+	// classLookup: "which address has rank tag?"; origin u32 | origin's
+	// address. Each rank forwards it to its finger closest to tag; rank
+	// tag answers the origin directly with classFound.
+	classLookup = 3
+	// classFound: the sender's (rank tag) listen address, answering a
+	// classLookup.
+	classFound = 4
 
 	// MaxMessageSize is the ceiling of Options.MaxMessageSize.
 	MaxMessageSize = 1 << 30
@@ -135,6 +149,15 @@ type hello struct {
 	rank   int
 	nRanks int
 	addr   string // check-in only: the rank's listen address
+	// helloCheckInRoots only: which root this is and every root.
+	rootIndex int
+	roots     []rootRef
+}
+
+// rootRef is one root of a scalable bootstrap, as its UniqueID names it.
+type rootRef struct {
+	magic uint64
+	addr  string
 }
 
 func (h hello) encode() []byte {
@@ -143,9 +166,18 @@ func (h hello) encode() []byte {
 	b = append(b, h.kind)
 	b = binary.BigEndian.AppendUint32(b, uint32(h.rank))
 	b = binary.BigEndian.AppendUint32(b, uint32(h.nRanks))
-	if h.kind == helloCheckIn {
+	if h.kind == helloCheckIn || h.kind == helloCheckInRoots {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(h.addr)))
 		b = append(b, h.addr...)
+	}
+	if h.kind == helloCheckInRoots {
+		b = binary.BigEndian.AppendUint16(b, uint16(h.rootIndex))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(h.roots)))
+		for _, r := range h.roots {
+			b = binary.BigEndian.AppendUint64(b, r.magic)
+			b = binary.BigEndian.AppendUint16(b, uint16(len(r.addr)))
+			b = append(b, r.addr...)
+		}
 	}
 	return b
 }
@@ -171,6 +203,15 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 			return h, fmt.Errorf("%w: check-in hello with a malformed address", ErrBadMagic)
 		}
 		h.addr = string(rest[2:])
+	case helloCheckInRoots:
+		var err error
+		if h.addr, h.rootIndex, h.roots, err = decodeRoots(rest); err != nil {
+			return h, fmt.Errorf("%w: check-in hello: %v", ErrBadMagic, err)
+		}
+	case helloRootPeer:
+		if len(rest) != 0 {
+			return h, fmt.Errorf("%w: root hello with %d trailing bytes", ErrBadMagic, len(rest))
+		}
 	case helloPeer:
 		if len(rest) != 0 {
 			return h, fmt.Errorf("%w: peer hello with %d trailing bytes", ErrBadMagic, len(rest))
@@ -178,14 +219,83 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	default:
 		return h, fmt.Errorf("%w: hello kind %d", ErrBadMagic, h.kind)
 	}
-	if h.kind == helloCheckIn && len(h.addr) > maxAddrLen {
+	if (h.kind == helloCheckIn || h.kind == helloCheckInRoots) && len(h.addr) > maxAddrLen {
 		return h, fmt.Errorf("%w: %d-byte address, limit %d", ErrBadMagic, len(h.addr), maxAddrLen)
+	}
+	if h.kind == helloRootPeer {
+		if h.nRanks < 1 || h.nRanks > MaxRanks || h.rank >= min(h.nRanks, MaxRoots) {
+			return h, fmt.Errorf("%w: root %d of a bootstrap of %d ranks", ErrBadMagic, h.rank, h.nRanks)
+		}
+		return h, nil
 	}
 	if h.nRanks < 1 || h.nRanks > MaxRanks || h.rank >= h.nRanks {
 		return h, fmt.Errorf("%w: rank %d of %d", ErrBadMagic, h.rank, h.nRanks)
 	}
 	return h, nil
 }
+
+// decodeRoots parses the tail of a helloCheckInRoots: the rank's address,
+// the root's index and the roots.
+func decodeRoots(b []byte) (addr string, index int, roots []rootRef, err error) {
+	str := func() (string, bool) {
+		if len(b) < 2 || len(b) < 2+int(binary.BigEndian.Uint16(b)) {
+			return "", false
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		s := string(b[2 : 2+l])
+		b = b[2+l:]
+		return s, l <= maxAddrLen
+	}
+	var ok bool
+	if addr, ok = str(); !ok || len(b) < 4 {
+		return "", 0, nil, errors.New("malformed address")
+	}
+	index, n := int(binary.BigEndian.Uint16(b)), int(binary.BigEndian.Uint16(b[2:]))
+	b = b[4:]
+	if n < 2 || n > MaxRoots || index >= n {
+		return "", 0, nil, fmt.Errorf("root %d of %d roots (want 2..%d roots)", index, n, MaxRoots)
+	}
+	roots = make([]rootRef, n)
+	for i := range roots {
+		if len(b) < 8 {
+			return "", 0, nil, errors.New("truncated root list")
+		}
+		roots[i].magic = binary.BigEndian.Uint64(b)
+		b = b[8:]
+		if roots[i].addr, ok = str(); !ok {
+			return "", 0, nil, errors.New("malformed root address")
+		}
+	}
+	if len(b) != 0 {
+		return "", 0, nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return addr, index, roots, nil
+}
+
+// encodeSlice encodes the addresses of ranks lo, lo+1, ... for another
+// root.
+func encodeSlice(lo int, addrs []string) []byte {
+	b := []byte{msgSlice}
+	b = binary.BigEndian.AppendUint32(b, uint32(lo))
+	t := encodeTable(addrs)
+	return append(b, t[1:]...)
+}
+
+// decodeSlice parses a slice from another root of a bootstrap of n ranks.
+func decodeSlice(b []byte, n int) (lo int, addrs []string, err error) {
+	if len(b) < 9 || b[0] != msgSlice {
+		return 0, nil, errors.New("bootstrap: malformed slice from a root")
+	}
+	lo, cnt := int(binary.BigEndian.Uint32(b[1:])), int(binary.BigEndian.Uint32(b[5:]))
+	if lo >= n || cnt > n-lo {
+		return 0, nil, fmt.Errorf("bootstrap: slice of %d ranks from rank %d, beyond %d ranks", cnt, lo, n)
+	}
+	addrs, err = decodeTable(append([]byte{msgTable}, b[5:]...), cnt)
+	return lo, addrs, err
+}
+
+// sliceLimit bounds a slice frame for a bootstrap of n ranks.
+func sliceLimit(n int) int { return 9 + n*(2+maxAddrLen) }
 
 func encodeTable(addrs []string) []byte {
 	b := []byte{msgTable}
