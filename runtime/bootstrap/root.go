@@ -119,7 +119,7 @@ func RootSlice(i, nRoots, nRanks int) (lo, hi int) {
 
 // RootOf returns the root (0..nRoots-1) that serves rank's check-in.
 func RootOf(rank, nRoots, nRanks int) int {
-	i := (rank*nRoots + nRoots - 1) / nRanks // a lower bound
+	i := rank * nRoots / nRanks // never past the answer
 	for {
 		if _, hi := RootSlice(i, nRoots, nRanks); rank < hi {
 			return i
@@ -281,6 +281,7 @@ func (r *Root) serve(ctx context.Context) {
 	addrs := map[int]string{} // every rank's address known so far
 	hungUp := map[int]bool{}
 	pushed := false
+	pushing := 0 // pushes under way: the root waits for them before it stops
 	pctx, stopPushes := context.WithCancel(ctx)
 	defer stopPushes()
 	missing := func() []int {
@@ -300,6 +301,20 @@ func (r *Root) serve(ctx context.Context) {
 			r.log.Debug("bootstrap root: write failed", "remote", c.RemoteAddr().String(), "err", err)
 		}
 	}
+	var pending []rootEvent // slices from other roots before our first rank
+	takeSlice := func(ev rootEvent) {
+		if roots == nil || ev.h.nRanks != nRanks || ev.h.rank == index || ev.h.rank >= len(roots) {
+			r.log.Warn("bootstrap root: dropped a slice from an unexpected root", "root", ev.h.rank, "nranks", ev.h.nRanks)
+			return
+		}
+		if l, h := RootSlice(ev.h.rank, len(roots), nRanks); ev.lo != l || len(ev.addrs) != h-l {
+			r.log.Warn("bootstrap root: dropped a malformed slice", "root", ev.h.rank, "lo", ev.lo, "count", len(ev.addrs))
+			return
+		}
+		for i, a := range ev.addrs {
+			addrs[ev.lo+i] = a
+		}
+	}
 	graceful := false
 loop:
 	for {
@@ -314,11 +329,12 @@ loop:
 			for j, peer := range roots {
 				if j != index {
 					r.wg.Add(1)
+					pushing++
 					go r.push(pctx, peer, index, nRanks, payload, events, quit)
 				}
 			}
 		}
-		if nRanks > 0 && len(arrived) == hi-lo && len(addrs) == nRanks {
+		if nRanks > 0 && len(arrived) == hi-lo && len(addrs) == nRanks && pushing == 0 {
 			all := make([]string, nRanks)
 			for i := range all {
 				all[i] = addrs[i]
@@ -363,21 +379,20 @@ loop:
 				}
 				arrived[h.rank] = ev.conn
 				addrs[h.rank] = h.addr
+				for _, ev := range pending {
+					takeSlice(ev)
+				}
+				pending = nil
 				delete(hungUp, h.rank)
 				r.log.Debug("bootstrap root: rank checked in", "rank", h.rank, "nranks", nRanks, "addr", h.addr)
 			case evSlice:
-				if roots == nil || ev.h.nRanks != nRanks || ev.h.rank == index || ev.h.rank >= len(roots) {
-					r.log.Warn("bootstrap root: dropped a slice from an unexpected root", "root", ev.h.rank, "nranks", ev.h.nRanks)
+				if nRanks == 0 {
+					pending = append(pending, ev) // before our first rank
 					continue
 				}
-				if l, h := RootSlice(ev.h.rank, len(roots), nRanks); ev.lo != l || len(ev.addrs) != h-l {
-					r.log.Warn("bootstrap root: dropped a malformed slice", "root", ev.h.rank, "lo", ev.lo, "count", len(ev.addrs))
-					continue
-				}
-				for i, a := range ev.addrs {
-					addrs[ev.lo+i] = a
-				}
+				takeSlice(ev)
 			case evPushed:
+				pushing--
 				if ev.err != nil {
 					r.log.Warn("bootstrap root: could not hand this root's slice to another root", "err", ev.err)
 				}
