@@ -32,9 +32,9 @@ type Conn struct {
 	life    context.Context
 	endLife context.CancelFunc
 
-	socks   connSet        // every socket, to close on shutdown
-	mu      sync.Mutex     // guards inPeers, out, known
-	inPeers map[int]bool   // peers with an incoming connection
+	socks   connSet      // every socket, to close on shutdown
+	mu      sync.Mutex   // guards inPeers, out, known
+	inPeers map[int]bool // peers with an incoming connection
 	out     map[int]*peerOut
 	known   map[int]string // addresses learned beyond the fingers
 	wg      sync.WaitGroup // accept loop, readers, forwarders

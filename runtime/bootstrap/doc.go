@@ -10,10 +10,24 @@
 // 64-bit magic. The id is handed to every rank (in process, or as text through
 // [UniqueID.String] and [ParseUniqueID], e.g. on a command line or in an
 // environment variable). Every rank calls [Init], which listens on a port of
-// its own, checks in with the root and receives the listen address of every
-// rank. The root exits once it has answered one complete check-in. From then
-// on the ranks talk to each other directly through the returned [*Conn]:
-// [Conn.AllGather], [Conn.Barrier], [Conn.Send] and [Conn.Recv].
+// its own, checks in with the root and receives the listen addresses of its
+// fingers, ranks rank+2^k (mod n) for 2^k < n. The root exits once it has
+// answered one complete check-in. From then on the ranks talk to each other
+// directly through the returned [*Conn]: [Conn.AllGather], [Conn.Barrier],
+// [Conn.Send] and [Conn.Recv]. A rank opens a connection only to a peer it
+// sends to, and learns the address of a peer that is not a finger by a
+// lookup routed through the fingers (at most ⌈log2 n⌉ hops), so that its
+// memory and descriptors grow with log n and the peers it talks to, not
+// with n.
+//
+// With several roots ([JoinScalable], NCCL's ncclCommInitRankScalable),
+// root i serves the check-in of the ranks [RootSlice] names; once its slice
+// is complete it hands it to the other roots, and it answers its ranks when
+// it knows every slice.
+//
+// Barrier is a dissemination barrier and AllGather Bruck's algorithm (the
+// ring when a block is large), both in ⌈log2 n⌉ rounds in which rank r
+// sends to r+2^k and receives from r-2^k.
 //
 // When one process drives every rank, [NewInProcess] gives the same
 // [Network] interface over channels and mutexes, without sockets.
@@ -28,7 +42,11 @@
 //
 //	hello      = magic u64 | kind u8 | rank u32 | nranks u32 [ | addrlen u16 | addr ]
 //	             kind 1 = check-in (rank → root, with the rank's listen
-//	             address as "host:port"), kind 2 = peer (rank → rank, no address)
+//	             address as "host:port"), kind 2 = peer (rank → rank, no address),
+//	             kind 3 = check-in with root i of several: after the address,
+//	             i u16 | nroots u16 | nroots × (magic u64 | len u16 | "host:port"),
+//	             kind 4 = root → root (rank is the sender's root index), followed
+//	             by one frame: 'P' | lo u32 | count u32 | count × (len u16 | addr)
 //
 // Rank → root, after the hello:
 //
@@ -37,7 +55,8 @@
 //
 // Root → rank:
 //
-//	table      = 'T' | n u32 | n × (len u16 | "host:port")   one per rank, in rank order
+//	table      = 'T' | k u32 | k × (len u16 | "host:port")   the rank's fingers,
+//	             ranks rank+1, rank+2, rank+4, ... (k = ⌈log2 nranks⌉)
 //	status     = 'S' | final u8 | after_ms u64 | nranks u32 | count u32 | count × rank u32
 //	             the ranks that have not checked in; final=1 when the root
 //	             itself timed out and gives up
@@ -54,13 +73,17 @@
 //
 //	message    = class u8 | tag i64 | data
 //
-// class 0 carries [Conn.Send] messages; class 1 carries the ring steps of
+// class 0 carries [Conn.Send] messages; class 1 carries the rounds of
 // [Conn.AllGather] and [Conn.Barrier], whose tag is a per-communicator
-// collective sequence number; class 2 (empty) says that the sender's
-// collective number tag failed (cancelled, timed out, a peer gone): from
-// then on every collective of that number or later fails with
-// [ErrCollectiveBroken] on every rank, so a leftover block is never taken
-// for a later call's. The receiver queues messages by (peer, class, tag);
+// collective sequence number (an AllGather round is flag u8, then when the
+// flag is 0 count u32 | count × len u32 | the blocks); class 2 (empty) says
+// that the sender's collective number tag failed (cancelled, timed out, a
+// peer gone), and is passed on to the fingers by every rank that hears of
+// it first: from then on every collective of that number or later fails
+// with [ErrCollectiveBroken] on every rank, so a leftover block is never
+// taken for a later call's. Class 3 asks for the address of rank tag
+// (origin u32 | origin's address) and travels finger to finger; rank tag
+// answers the origin directly with class 4 (its address). The receiver queues messages by (peer, class, tag);
 // TCP keeps the order of messages with the same key, and messages with
 // different keys may be received in any order.
 //
