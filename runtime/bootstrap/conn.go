@@ -497,11 +497,14 @@ func (c *Conn) abandonTargets() []int {
 func (c *Conn) acceptLoop() {
 	defer c.wg.Done()
 	acceptLoop(c.ln, c.box.done, c.log, func(nc net.Conn) bool {
+		if old := c.pending.add(nc, c.box.done); old != nil {
+			c.socks.untrack(old)
+		}
 		if !c.socks.track(nc) {
+			c.pending.done(nc)
 			nc.Close()
 			return false
 		}
-		c.pending.add(nc)
 		c.wg.Add(1)
 		go c.readPeer(nc)
 		return true

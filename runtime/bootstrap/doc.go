@@ -112,7 +112,8 @@
 //
 // A connection must send its hello within min(5 s, timeout) or it is
 // closed, and at most 64 connections of a root or a rank wait for their
-// hello (a new one closes the oldest). The bytes that one peer sent and
+// hello: a new one waits in the listen backlog until one of them said
+// hello or the oldest has waited 100 ms, which is then closed. The bytes that one peer sent and
 // nobody received are bounded by [Options].MaxQueuedBytes (twice the
 // message limit by default): past it the peer's connection is dropped and
 // receives from it fail with [ErrQueueFull]. A message frame may announce

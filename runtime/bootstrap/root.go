@@ -152,11 +152,14 @@ type rootEvent struct {
 func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
 	acceptLoop(r.ln, quit, r.log, func(c net.Conn) bool {
+		if old := r.pending.add(c, quit); old != nil {
+			r.socks.untrack(old)
+		}
 		if !r.socks.track(c) {
+			r.pending.done(c)
 			c.Close()
 			return false
 		}
-		r.pending.add(c)
 		r.wg.Add(1)
 		go r.handle(c, events, quit)
 		return true

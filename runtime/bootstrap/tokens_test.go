@@ -205,3 +205,17 @@ func TestScalableTokens(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "x", string(got))
 }
+
+// TestCheckInBurst: the hello cap used to close the oldest connection
+// awaiting its hello as soon as a new one came, so that 256 ranks
+// checking in at once with one root (ncclsim) had real ranks cut off
+// before the root read their hellos. A full set now makes new
+// connections wait in the backlog until the oldest has waited
+// minPendingAge. Here the cap is 4 and 32 ranks check in at once.
+func TestCheckInBurst(t *testing.T) {
+	old := maxPendingHellos
+	maxPendingHellos = 4
+	defer func() { maxPendingHellos = old }()
+	nets := initTCP(t, 32, loopbackOpts(10*time.Second))
+	onAll(t, nets, func(nw Network) error { return nw.Barrier(context.Background()) })
+}
