@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -21,23 +22,31 @@ import (
 // concurrently with each other.
 type Conn struct {
 	opState
-	size   int
-	magic  uint64
-	addrs  []string // listen address of every rank
-	tokens []uint64 // check-in token of every rank (see hello.token)
-	token  uint64   // this rank's
-	log    *slog.Logger
-	ln     net.Listener
-	box    *mailbox
-	out    []*peerOut
-	maxMsg int // largest message accepted from / sent to a peer
-	maxQ   int // most bytes queued unreceived from one peer
+	size    int
+	magic   uint64
+	self    string   // this rank's listen address
+	fingers []string // listen address of rank+2^k, k = 0, 1, ...
+	token   uint64   // this rank's check-in token (see hello.token)
+	log     *slog.Logger
+	ln      net.Listener
+	box     *mailbox
+	maxMsg  int // largest message accepted from / sent to a peer
+	maxQ    int // most bytes queued unreceived from one peer
+	life    context.Context
+	endLife context.CancelFunc
 
-	socks   connSet        // every socket, to close on shutdown
-	pending pendingSet     // accepted sockets that have not said hello
-	mu      sync.Mutex     // guards inPeers
-	inPeers map[int]bool   // peers with an incoming connection
-	wg      sync.WaitGroup // accept loop and readers
+	socks   connSet      // every socket, to close on shutdown
+	pending pendingSet   // accepted sockets that have not said hello
+	mu      sync.Mutex   // guards inPeers, out, known, tokens, looking
+	inPeers map[int]bool // peers with an incoming connection
+	out     map[int]*peerOut
+	known   map[int]string // addresses learned beyond the fingers
+	// tokens holds the check-in token of every rank whose hello this rank
+	// can check: its fingers and the ranks rank-2^k (from the root), and
+	// the ranks it looked up or that looked it up.
+	tokens  map[int]uint64
+	looking map[int]int    // lookups under way, by target rank
+	wg      sync.WaitGroup // accept loop, readers, forwarders
 }
 
 // peerOut is this rank's outgoing connection to one peer. lock is a
@@ -59,20 +68,45 @@ const queryGrace = time.Second
 // Init joins the bootstrap network identified by id as rank of nRanks: it
 // listens on a port of its own (on the interface that Options.Interface /
 // NCCL_SOCKET_IFNAME selects, else on the address it uses to reach the
-// root), checks in with the root, and receives every rank's address. It
-// fails with a *TimeoutError naming the ranks that never checked in when the
+// root), checks in with the root, and receives the addresses of its
+// fingers, the ranks rank+2^k (see the package documentation). It fails
+// with a *TimeoutError naming the ranks that never checked in when the
 // check-in does not complete within the timeout.
 func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Conn, error) {
+	return JoinScalable(ctx, []UniqueID{id}, rank, nRanks, opts)
+}
+
+// JoinScalable is Init with several roots, NCCL's
+// ncclCommInitRankScalable: ids are the UniqueIDs of len(ids) roots, the
+// same list in the same order on every rank; root i serves the check-in of
+// ranks [RootSlice(i, len(ids), nRanks)), and the roots exchange their
+// slices among themselves, so that no root holds more than its slice's
+// connections. With one id it is Init.
+func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Options) (*Conn, error) {
 	if err := checkRanks(nRanks); err != nil {
 		return nil, err
 	}
 	if rank < 0 || rank >= nRanks {
 		return nil, fmt.Errorf("bootstrap: rank %d out of range for %d ranks (want 0..%d)", rank, nRanks, nRanks-1)
 	}
-	magic, rootAP, err := id.decode()
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+	if len(ids) < 1 || len(ids) > min(MaxRoots, nRanks) {
+		return nil, fmt.Errorf("bootstrap: rank %d: %d root ids for %d ranks: want 1..%d", rank, len(ids), nRanks, min(MaxRoots, nRanks))
 	}
+	roots := make([]rootRef, len(ids))
+	for i, id := range ids {
+		m, ap, err := id.decode()
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: rank %d: root id %d: %w", rank, i, err)
+		}
+		for j := range i {
+			if roots[j].magic == m {
+				return nil, fmt.Errorf("bootstrap: rank %d: root ids %d and %d are the same root: %w", rank, j, i, ErrInvalidID)
+			}
+		}
+		roots[i] = rootRef{magic: m, addr: ap.String()}
+	}
+	ri := RootOfRank(rank, len(ids), nRanks)
+	magic, rootMagic, rootAddr := roots[0].magic, roots[ri].magic, roots[ri].addr
 	timeout, err := opts.timeout()
 	if err != nil {
 		return nil, err
@@ -93,7 +127,6 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	_, _ = rand.Read(tb[:]) // crypto/rand.Read does not fail (Go 1.24)
 	token := binary.BigEndian.Uint64(tb[:])
 	log := opts.logger().With("rank", rank)
-	rootAddr := rootAP.String()
 	start := time.Now()
 	ictx, cancel := context.WithTimeoutCause(ctx, timeout, errInitTimeout)
 	defer cancel()
@@ -155,7 +188,10 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	// through its deadline.
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ictx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
-	h := hello{magic: magic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
+	h := hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
+	if len(roots) > 1 {
+		h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
+	}
 	br := bufio.NewReader(rc)
 	var reply []byte
 	if err = writeFrame(rc, h.encode()); err == nil {
@@ -182,10 +218,10 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 	var table []tableEntry
 	switch {
 	case len(reply) > 0 && reply[0] == msgTable:
-		if table, err = decodeTable(reply, nRanks); err != nil {
+		if table, err = decodeTable(reply, tableLen(nRanks)); err != nil {
 			return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
 		}
-		if table[rank].token != token {
+		if table[0].token != token {
 			// The root gave this rank's slot to another claimant.
 			return nil, fmt.Errorf("bootstrap: rank %d: %w: the root's table holds another process's check-in for rank %d (is another process using this unique id?)", rank, ErrRejected, rank)
 		}
@@ -213,21 +249,22 @@ func Init(ctx context.Context, id UniqueID, rank, nRanks int, opts Options) (*Co
 		return nil, fmt.Errorf("bootstrap: rank %d: unexpected %d-byte reply from root at %s", rank, len(reply), rootAddr)
 	}
 
-	addrs := make([]string, nRanks)
-	tokens := make([]uint64, nRanks)
-	for i, e := range table {
-		addrs[i], tokens[i] = e.addr, e.token
-	}
+	// The table: this rank, its fingers, the ranks that dial it.
+	k := rounds(nRanks)
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
-		size:    nRanks, magic: magic, addrs: addrs, tokens: tokens, token: token,
+		size:    nRanks, magic: magic, self: h.addr, token: token,
 		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg, maxQ: maxQ,
-		out:     make([]*peerOut, nRanks),
-		inPeers: make(map[int]bool),
+		inPeers: make(map[int]bool), out: make(map[int]*peerOut), known: make(map[int]string),
+		tokens: make(map[int]uint64, 2*k), looking: make(map[int]int),
 	}
-	for i := range c.out {
-		c.out[i] = &peerOut{lock: make(chan struct{}, 1)}
+	for j := range k {
+		f := table[1+j]
+		c.fingers = append(c.fingers, f.addr)
+		c.tokens[(rank+1<<j)%nRanks] = f.token
+		c.tokens[((rank-1<<j)%nRanks+nRanks)%nRanks] = table[1+k+j].token
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.acceptLoop()
 	ok = true
@@ -265,23 +302,209 @@ func (c *Conn) Rank() int { return c.rank }
 // Size returns the number of ranks.
 func (c *Conn) Size() int { return c.size }
 
-// PeerAddr returns the listen address of rank peer, as received from the
-// root.
+// PeerAddr returns the listen address of rank peer when this rank knows
+// it: its own, a finger's (rank+2^k, from the root), or that of a peer it
+// has exchanged messages with; "" otherwise.
 func (c *Conn) PeerAddr(peer int) string {
-	if peer < 0 || peer >= c.size {
+	switch {
+	case peer < 0 || peer >= c.size:
 		return ""
+	case peer == c.rank:
+		return c.self
 	}
-	return c.addrs[peer]
+	if k, ok := c.fingerIndex(peer); ok {
+		return c.fingers[k]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.known[peer]
+}
+
+// fingerIndex returns k when peer is rank+2^k.
+func (c *Conn) fingerIndex(peer int) (int, bool) {
+	d := (peer - c.rank + c.size) % c.size
+	if d == 0 || d&(d-1) != 0 {
+		return 0, false
+	}
+	return bits.TrailingZeros(uint(d)), true
+}
+
+// nextHop returns the finger of this rank closest to target without
+// passing it: a lookup for target travels at most ⌈log2 n⌉ hops.
+func (c *Conn) nextHop(target int) int {
+	d := (target - c.rank + c.size) % c.size
+	return (c.rank + 1<<(bits.Len(uint(d))-1)) % c.size
+}
+
+// addrOf returns peer's listen address, looking it up through the
+// fingers when this rank does not know it. The lookup carries this rank's
+// address and token to peer; peer's answer echoes the token (the proof
+// that it comes from the rank the lookup reached) and the hello of the
+// connection it comes by carries peer's token, which this rank learns.
+func (c *Conn) addrOf(ctx context.Context, peer int) (string, error) {
+	if a := c.PeerAddr(peer); a != "" {
+		return a, nil
+	}
+	req := binary.BigEndian.AppendUint32(nil, uint32(c.rank))
+	req = binary.BigEndian.AppendUint64(req, c.token)
+	req = append(req, c.self...)
+	c.mu.Lock()
+	c.looking[peer]++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.looking[peer]--; c.looking[peer] <= 0 {
+			delete(c.looking, peer)
+		}
+		c.mu.Unlock()
+	}()
+	hop := c.nextHop(peer)
+	if err := c.sendMsg(ctx, hop, classLookup, int64(peer), req); err != nil {
+		return "", fmt.Errorf("looking up rank %d's address through rank %d: %w", peer, hop, err)
+	}
+	b, err := c.box.recv(ctx, msgKey{peer: peer, class: classFound, tag: int64(peer)})
+	if err != nil {
+		return "", fmt.Errorf("looking up rank %d's address: %w", peer, err)
+	}
+	return string(b), nil
+}
+
+// learnToken records peer's check-in token; it reports false when this
+// rank already holds another one for peer (which it keeps).
+func (c *Conn) learnToken(peer int, token uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.tokens[peer]; ok {
+		return t == token
+	}
+	c.tokens[peer] = token
+	return true
+}
+
+// learnAddr records peer's address.
+func (c *Conn) learnAddr(peer int, addr string) {
+	if _, ok := c.fingerIndex(peer); ok {
+		return
+	}
+	c.mu.Lock()
+	c.known[peer] = addr
+	c.mu.Unlock()
+}
+
+// tokenOf returns peer's check-in token when this rank knows it, and
+// whether a lookup of peer is under way.
+func (c *Conn) tokenOf(peer int) (token uint64, ok, looking bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	token, ok = c.tokens[peer]
+	return token, ok, c.looking[peer] > 0
+}
+
+// background runs fn in a goroutine that Close waits for, with a context
+// bounded by the timeout and ended by Close or Abort.
+func (c *Conn) background(fn func(ctx context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.life, c.timeout)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// control handles a lookup, found or abandon message from peer, whose
+// hello carried token; it reports false for a malformed one.
+func (c *Conn) control(peer int, token uint64, class byte, tag int64, body []byte) bool {
+	switch class {
+	case classAbandon:
+		if c.cs.peerAbandoned(peer, tag) {
+			// News here: pass it on, so that every rank hears of it.
+			c.background(func(ctx context.Context) {
+				for _, p := range c.abandonTargets() {
+					_ = c.sendMsg(ctx, p, classAbandon, tag, nil)
+				}
+			})
+		}
+		return true
+	case classFound:
+		// echo u64 | address: the answer to this rank's lookup of peer.
+		if tag != int64(peer) || len(body) <= 8 || len(body) > 8+maxAddrLen || binary.BigEndian.Uint64(body) != c.token {
+			return false
+		}
+		if !c.learnToken(peer, token) {
+			return false
+		}
+		addr := string(body[8:])
+		c.learnAddr(peer, addr)
+		if _, _, looking := c.tokenOf(peer); looking {
+			c.box.deliver(msgKey{peer: peer, class: classFound, tag: tag}, []byte(addr))
+		}
+		return true
+	case classLookup:
+		// origin u32 | origin's token u64 | origin's address. It came
+		// finger to finger, each hop over a connection whose sender's
+		// token was checked: the origin's entry is as good as the root's.
+		if tag < 0 || tag >= int64(c.size) || len(body) <= 12 || len(body) > 12+maxAddrLen {
+			return false
+		}
+		origin := int(binary.BigEndian.Uint32(body))
+		if origin >= c.size || origin == c.rank {
+			return false
+		}
+		target := int(tag)
+		if target == c.rank {
+			addr := string(body[12:])
+			if !c.learnToken(origin, binary.BigEndian.Uint64(body[4:])) {
+				return false
+			}
+			ans := binary.BigEndian.AppendUint64(nil, binary.BigEndian.Uint64(body[4:]))
+			ans = append(ans, c.self...)
+			c.background(func(ctx context.Context) {
+				// The answer goes first on the connection to the origin,
+				// which knows this rank's token only from it: the
+				// origin's address is published (for this rank's own
+				// sends) only once the connection's lock is held.
+				err := c.sendTo(ctx, origin, addr, func() { c.learnAddr(origin, addr) }, classFound, tag, ans)
+				if err != nil {
+					c.log.Debug("bootstrap: answering a lookup", "origin", origin, "err", err)
+				}
+			})
+			return true
+		}
+		body = append([]byte{}, body...)
+		c.background(func(ctx context.Context) {
+			if err := c.sendMsg(ctx, c.nextHop(target), classLookup, tag, body); err != nil {
+				c.log.Debug("bootstrap: forwarding a lookup", "origin", origin, "target", target, "err", err)
+			}
+		})
+		return true
+	}
+	return false
+}
+
+func (c *Conn) maxMessage() int { return c.maxMsg }
+
+// abandonTargets: the fingers; each rank that hears of a failure first
+// tells its own fingers, which reaches every rank in ⌈log2 n⌉ hops.
+func (c *Conn) abandonTargets() []int {
+	t := make([]int, len(c.fingers))
+	for k := range t {
+		t[k] = (c.rank + 1<<k) % c.size
+	}
+	return t
 }
 
 func (c *Conn) acceptLoop() {
 	defer c.wg.Done()
 	acceptLoop(c.ln, c.box.done, c.log, func(nc net.Conn) bool {
+		if old := c.pending.add(nc, c.box.done); old != nil {
+			c.socks.untrack(old)
+		}
 		if !c.socks.track(nc) {
+			c.pending.done(nc)
 			nc.Close()
 			return false
 		}
-		c.pending.add(nc)
 		c.wg.Add(1)
 		go c.readPeer(nc)
 		return true
@@ -289,16 +512,18 @@ func (c *Conn) acceptLoop() {
 }
 
 // readPeer checks an incoming connection's hello (which must come within
-// min(5 s, timeout)), then delivers its messages until it ends. A frame
-// longer than the message limit, or whose body does not follow its length
-// within the timeout, ends the connection; if it had delivered nothing
-// yet, its rank may connect again (the real rank, after a forger that
-// knew the id).
+// min(5 s, timeout)) and its token, then delivers its messages until it
+// ends. A hello from a rank whose token this rank has not learned is
+// refused, unless this rank is looking that rank up: then the first frame
+// must be the answer, echoing this rank's token. A frame longer than the
+// message limit, or whose body does not follow its length within the
+// timeout, ends the connection; if it had delivered nothing yet, its rank
+// may connect again (the real rank, after a forger that knew the id).
 func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
 	defer c.socks.untrack(nc)
 	defer nc.Close()
-	br := bufio.NewReaderSize(nc, 64<<10)
+	br := bufio.NewReader(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	b, err := readFrame(br, maxHelloSize)
 	c.pending.done(nc)
@@ -314,10 +539,8 @@ func (c *Conn) readPeer(nc net.Conn) {
 			err = fmt.Errorf("%w: hello kind %d sent to a rank", ErrBadMagic, h.kind)
 		case h.nRanks != c.size || h.rank == c.rank:
 			err = fmt.Errorf("%w: peer says rank %d of %d, this is rank %d of %d", ErrBadMagic, h.rank, h.nRanks, c.rank, c.size)
-		case h.token != c.tokens[h.rank]:
-			// It knows the id but did not check in as that rank: an
-			// impostor, refused before it can deliver anything.
-			err = fmt.Errorf("%w: a connection claims rank %d without its check-in token (another process holding the unique id?)", ErrBadMagic, h.rank)
+		default:
+			err = c.checkToken(nc, br, h)
 		}
 	}
 	if err == nil {
@@ -376,12 +599,41 @@ func (c *Conn) readPeer(nc net.Conn) {
 		}
 		delivered = true
 		class, tag := b[0], int64(binary.BigEndian.Uint64(b[1:]))
-		if class == classAbandon {
-			c.cs.peerAbandoned(h.rank, tag)
+		if class > classColl {
+			if !c.control(h.rank, h.token, class, tag, b[msgHeader:]) && c.box.closedErr() == nil {
+				c.log.Warn("bootstrap: dropped a malformed message", "peer", h.rank, "class", class, "tag", tag, "len", len(b)-msgHeader)
+			}
 			continue
 		}
 		c.box.deliver(msgKey{peer: h.rank, class: class, tag: tag}, b[msgHeader:])
 	}
+}
+
+// checkToken checks the token of peer hello h, which arrived on nc: it
+// must be the one this rank holds for h.rank. When this rank holds none
+// but is looking h.rank up, the connection's first frame must be the
+// answer (see addrOf); checkToken reads and handles it.
+func (c *Conn) checkToken(nc net.Conn, br *bufio.Reader, h hello) error {
+	want, ok, looking := c.tokenOf(h.rank)
+	switch {
+	case ok && h.token != want:
+		// It knows the id but did not check in as that rank: an
+		// impostor, refused before it can deliver anything.
+		return fmt.Errorf("%w: a connection claims rank %d without its check-in token (another process holding the unique id?)", ErrBadMagic, h.rank)
+	case ok:
+		return nil
+	case !looking:
+		return fmt.Errorf("%w: a connection claims rank %d, whose check-in token this rank has not learned (another process holding the unique id?)", ErrBadMagic, h.rank)
+	}
+	// The hello and the answer come together: the hello's deadline holds.
+	b, err := readFrame(br, msgHeader+8+maxAddrLen)
+	if err != nil {
+		return fmt.Errorf("%w: rank %d's answer to a lookup: %v", ErrBadMagic, h.rank, err)
+	}
+	if len(b) < msgHeader || b[0] != classFound || !c.control(h.rank, h.token, b[0], int64(binary.BigEndian.Uint64(b[1:])), b[msgHeader:]) {
+		return fmt.Errorf("%w: a connection claims rank %d without its check-in token, and its first message is no answer to this rank's lookup (another process holding the unique id?)", ErrBadMagic, h.rank)
+	}
+	return nil
 }
 
 // withConnCtx runs fn with conn's deadlines following ctx.
@@ -411,7 +663,26 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 		c.box.deliver(msgKey{peer: c.rank, class: class, tag: tag}, append([]byte{}, data...))
 		return nil
 	}
+	// Find the address first, holding no lock: answering the peer's own
+	// lookup of this rank may need the lock of the connection to it.
+	addr, err := c.addrOf(ctx, peer)
+	if err != nil {
+		return err
+	}
+	return c.sendTo(ctx, peer, addr, nil, class, tag, data)
+}
+
+// sendTo sends a message to peer, which listens at addr, dialing it if
+// this rank has no connection to it yet; locked, if not nil, runs once
+// the connection is this call's, before anything is written.
+func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(), class byte, tag int64, data []byte) error {
+	c.mu.Lock()
 	po := c.out[peer]
+	if po == nil {
+		po = &peerOut{lock: make(chan struct{}, 1)}
+		c.out[peer] = po
+	}
+	c.mu.Unlock()
 	select {
 	case po.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -420,18 +691,21 @@ func (c *Conn) sendMsg(ctx context.Context, peer int, class byte, tag int64, dat
 		return c.box.closedErr()
 	}
 	defer func() { <-po.lock }()
+	if locked != nil {
+		locked()
+	}
 	if po.err != nil {
 		return po.err
 	}
 	var frames [][]byte
 	if po.conn == nil {
 		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", c.addrs[peer])
+		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return fmt.Errorf("dial rank %d at %s: %w", peer, c.addrs[peer], err)
+			return fmt.Errorf("dial rank %d at %s: %w", peer, addr, err)
 		}
 		if !c.socks.track(nc) {
 			nc.Close()
@@ -470,15 +744,15 @@ func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]
 	return c.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }
 
-// AllGather implements Network over a ring of TCP connections.
+// AllGather implements Network: Bruck's algorithm over ⌈log2 n⌉ rounds
+// when every block is small, the ring otherwise.
 func (c *Conn) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
-	return ringAllGather(ctx, c, "allgather", mine)
+	return allGather(ctx, c, mine)
 }
 
-// Barrier implements Network (an AllGather of nothing).
+// Barrier implements Network: a dissemination barrier of ⌈log2 n⌉ rounds.
 func (c *Conn) Barrier(ctx context.Context) error {
-	_, err := ringAllGather(ctx, c, "barrier", nil)
-	return err
+	return barrier(ctx, c)
 }
 
 // Send implements Network. It returns once data is written to the socket.
@@ -515,6 +789,7 @@ func (c *Conn) shutdown(err error) {
 	if !c.box.shutdown(err) {
 		return
 	}
+	c.endLife()
 	c.socks.shut(func(nc net.Conn) { nc.Close() })
 	c.ln.Close()
 }

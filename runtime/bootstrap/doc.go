@@ -10,10 +10,24 @@
 // 64-bit magic. The id is handed to every rank (in process, or as text through
 // [UniqueID.String] and [ParseUniqueID], e.g. on a command line or in an
 // environment variable). Every rank calls [Init], which listens on a port of
-// its own, checks in with the root and receives the listen address of every
-// rank. The root exits once it has answered one complete check-in. From then
-// on the ranks talk to each other directly through the returned [*Conn]:
-// [Conn.AllGather], [Conn.Barrier], [Conn.Send] and [Conn.Recv].
+// its own, checks in with the root and receives the listen addresses of its
+// fingers, ranks rank+2^k (mod n) for 2^k < n. The root exits once it has
+// answered one complete check-in. From then on the ranks talk to each other
+// directly through the returned [*Conn]: [Conn.AllGather], [Conn.Barrier],
+// [Conn.Send] and [Conn.Recv]. A rank opens a connection only to a peer it
+// sends to, and learns the address of a peer that is not a finger by a
+// lookup routed through the fingers (at most ⌈log2 n⌉ hops), so that its
+// memory and descriptors grow with log n and the peers it talks to, not
+// with n.
+//
+// With several roots ([JoinScalable], NCCL's ncclCommInitRankScalable),
+// root i serves the check-in of the ranks [RootSlice] names; once its slice
+// is complete it hands it to the other roots, and it answers its ranks when
+// it knows every slice.
+//
+// Barrier is a dissemination barrier and AllGather Bruck's algorithm (the
+// ring when a block is large), both in ⌈log2 n⌉ rounds in which rank r
+// sends to r+2^k and receives from r-2^k.
 //
 // When one process drives every rank, [NewInProcess] gives the same
 // [Network] interface over channels and mutexes, without sockets.
@@ -28,9 +42,14 @@
 //
 //	hello      = magic u64 | kind u8 | rank u32 | nranks u32 | token u64 [ | addrlen u16 | addr ]
 //	             kind 1 = check-in (rank → root, with the rank's listen
-//	             address as "host:port"), kind 2 = peer (rank → rank, no address)
+//	             address as "host:port"), kind 2 = peer (rank → rank, no address),
+//	             kind 3 = check-in with root i of several: after the address,
+//	             i u16 | nroots u16 | nroots × (magic u64 | len u16 | "host:port"),
+//	             kind 4 = root → root (rank is the sender's root index, token
+//	             0), followed by one frame:
+//	             'P' | lo u32 | count u32 | count × (len u16 | addr | token u64)
 //	             token: the rank's random check-in token; a peer hello must
-//	             carry the token the root's table holds for its rank, so a
+//	             carry the token that the receiver holds for its rank, so a
 //	             process that knows only the id cannot speak for a rank
 //
 // Rank → root, after the hello:
@@ -40,7 +59,11 @@
 //
 // Root → rank:
 //
-//	table      = 'T' | n u32 | n × (len u16 | "host:port" | token u64)   one per rank, in rank order
+//	table      = 'T' | k u32 | k × (len u16 | "host:port" | token u64)
+//	             the rank's own entry, then its fingers, ranks rank+1,
+//	             rank+2, rank+4, ... (2^j < nranks), then the ranks rank-1,
+//	             rank-2, rank-4, ... with an empty address: the tokens of the
+//	             ranks that dial it in the collectives (k = 1 + 2⌈log2 nranks⌉)
 //	status     = 'S' | final u8 | after_ms u64 | nranks u32 | missing u32 | count u32 | count × rank u32
 //	             how many ranks have not checked in, and the first of them
 //	             (count ≤ 64); final=1 when the root itself timed out and
@@ -58,27 +81,48 @@
 //
 //	message    = class u8 | tag i64 | data
 //
-// class 0 carries [Conn.Send] messages; class 1 carries the ring steps of
+// class 0 carries [Conn.Send] messages; class 1 carries the rounds of
 // [Conn.AllGather] and [Conn.Barrier], whose tag is a per-communicator
-// collective sequence number; class 2 (empty) says that the sender's
-// collective number tag failed (cancelled, timed out, a peer gone): from
-// then on every collective of that number or later fails with
-// [ErrCollectiveBroken] on every rank, so a leftover block is never taken
-// for a later call's. The receiver queues messages by (peer, class, tag);
+// collective sequence number (an AllGather round is flag u8, then when the
+// flag is 0 count u32 | count × len u32 | the blocks); class 2 (empty) says
+// that the sender's collective number tag failed (cancelled, timed out, a
+// peer gone), and is passed on to the fingers by every rank that hears of
+// it first: from then on every collective of that number or later fails
+// with [ErrCollectiveBroken] on every rank, so a leftover block is never
+// taken for a later call's. Class 3 asks for the address of rank tag
+// (origin u32 | origin's token u64 | origin's address) and travels finger
+// to finger; rank tag learns the origin's address and token, and answers
+// the origin directly with class 4 (the origin's token u64, echoed | its
+// own address), as the first frame of its connection to the origin when
+// it opens one for it. The receiver queues messages by (peer, class, tag);
 // TCP keeps the order of messages with the same key, and messages with
 // different keys may be received in any order.
+//
+// A rank accepts a peer hello only with the token it holds for that rank:
+// the root gives it those of its fingers and of the ranks rank-2^k (every
+// collective step and every hop of a lookup goes from a rank to one of its
+// fingers); a lookup gives the target the origin's token; the answer's
+// connection gives the origin the target's, accepted because the answer
+// echoes the origin's token, which only the ranks the lookup passed hold.
+// Roots hand each other their slices with the tokens in them. A hello
+// with an unknown or wrong token is refused before the connection can
+// deliver anything.
 //
 // # Limits
 //
 // A connection must send its hello within min(5 s, timeout) or it is
 // closed, and at most 64 connections of a root or a rank wait for their
-// hello (a new one closes the oldest). The bytes that one peer sent and
+// hello: a new one waits in the listen backlog until one of them said
+// hello or the oldest has waited 100 ms, which is then closed. The bytes that one peer sent and
 // nobody received are bounded by [Options].MaxQueuedBytes (twice the
 // message limit by default): past it the peer's connection is dropped and
-// receives from it fail with [ErrQueueFull]. A message frame may announce at most [Options].MaxMessageSize
-// (default [DefaultMaxMessageSize], at most [MaxMessageSize]) plus its
-// header, and its body must follow its length within the timeout; a root
-// reply at most what a table of nranks addresses needs. Longer frames are
+// receives from it fail with [ErrQueueFull]. A message frame may announce
+// at most [Options].MaxMessageSize (default [DefaultMaxMessageSize], at
+// most [MaxMessageSize]) plus its header, and its body must follow its
+// length within the timeout; a root reply at most what a table of
+// 1+2⌈log2 nranks⌉ entries needs, a slice from another root what nranks
+// entries need. A root takes the first slice of each other root and drops
+// later ones with a warning. Longer frames are
 // refused at the length prefix, before any allocation, and the connection
 // is dropped with a warning naming the peer and the length. nranks is at
 // most [MaxRanks]. The accept loops survive failed accepts (EMFILE,

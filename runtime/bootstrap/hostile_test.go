@@ -114,7 +114,8 @@ func TestRootPoisonBounded(t *testing.T) {
 // TestIdleStrangersBounded: connections that never say hello used to
 // hold a descriptor and a goroutine each for 5 s; 300 of them kept a real
 // check-in from finishing within its timeout when descriptors were short.
-// At most maxPendingHellos wait now (a new one closes the oldest).
+// At most maxPendingHellos wait now (a new one closes the oldest once it
+// has waited minPendingAge).
 func TestIdleStrangersBounded(t *testing.T) {
 	ctx := context.Background()
 	opts := loopbackOpts(10 * time.Second)

@@ -82,15 +82,25 @@ func (r *inProcRank) recvMsg(ctx context.Context, peer int, class byte, tag int6
 	return r.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }
 
+func (r *inProcRank) maxMessage() int { return r.maxMsg }
+
+// abandonTargets: every peer, directly (no sockets to open).
+func (r *inProcRank) abandonTargets() []int {
+	all := make([]int, r.Size())
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
 // AllGather implements Network.
 func (r *inProcRank) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
-	return ringAllGather(ctx, r, "allgather", mine)
+	return allGather(ctx, r, mine)
 }
 
 // Barrier implements Network.
 func (r *inProcRank) Barrier(ctx context.Context) error {
-	_, err := ringAllGather(ctx, r, "barrier", nil)
-	return err
+	return barrier(ctx, r)
 }
 
 // Send implements Network.

@@ -2,10 +2,8 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // msgKey identifies a queue of messages: who sent them, on which class and
@@ -196,85 +194,6 @@ func (m *mailbox) recv(ctx context.Context, k msgKey) ([]byte, error) {
 	default:
 	}
 	return nil, why
-}
-
-// transport is what the shared collective code needs from a network.
-type transport interface {
-	Rank() int
-	Size() int
-	sendMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error
-	recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error)
-	coll() *collState
-	opContext(ctx context.Context, op string) (context.Context, context.CancelFunc)
-	wrapErr(ctx context.Context, op string, err error) error
-	timeoutValue() time.Duration
-}
-
-// ringAllGather gathers mine from every rank over a ring: in step s a rank
-// sends block (rank-s) to rank+1 and receives block (rank-s-1) from rank-1.
-// Blocks may have any size, including zero. Every block travels under the
-// collective's sequence number; when the collective fails on this rank, the
-// sequence is declared broken here and on every peer (see
-// ErrCollectiveBroken), so that its leftover blocks are never taken for a
-// later call's.
-func ringAllGather(ctx context.Context, t transport, op string, mine []byte) ([][]byte, error) {
-	n, r := t.Size(), t.Rank()
-	ctx, cancel := t.opContext(ctx, op)
-	defer cancel()
-	cs := t.coll()
-	seq, ctx, end, err := cs.begin(ctx)
-	defer end()
-	op = fmt.Sprintf("%s #%d", op, seq)
-	if err != nil {
-		return nil, t.wrapErr(ctx, op, err)
-	}
-	fail := func(what string, err error) ([][]byte, error) {
-		err = t.wrapErr(ctx, op+": "+what, err)
-		if !errors.Is(err, ErrCollectiveBroken) {
-			cs.fail(seq, fmt.Errorf("%w: collective #%d failed on rank %d: %v", ErrCollectiveBroken, seq, r, err))
-			if !errors.Is(err, ErrAborted) && !errors.Is(err, ErrClosed) {
-				abandon(t, seq)
-			}
-		}
-		return nil, err
-	}
-	// A call whose context has already ended fails here, on every
-	// transport alike, rather than by whichever of its sends or receives
-	// notices first (a queued block could let it succeed).
-	if ctx.Err() != nil {
-		return fail("before step 0", context.Cause(ctx))
-	}
-	out := make([][]byte, n)
-	out[r] = append([]byte{}, mine...)
-	next, prev := (r+1)%n, (r-1+n)%n
-	for s := 0; s < n-1; s++ {
-		sendIdx := ((r-s)%n + n) % n
-		recvIdx := ((r-s-1)%n + n) % n
-		if err := t.sendMsg(ctx, next, classColl, seq, out[sendIdx]); err != nil {
-			return fail(fmt.Sprintf("step %d: send to rank %d", s, next), err)
-		}
-		d, err := t.recvMsg(ctx, prev, classColl, seq)
-		if err == nil {
-			err = cs.broken(seq)
-		}
-		if err != nil {
-			return fail(fmt.Sprintf("step %d: recv from rank %d", s, prev), err)
-		}
-		out[recvIdx] = d
-	}
-	return out, nil
-}
-
-// abandon tells every peer, best effort and briefly, that collective seq
-// failed on this rank.
-func abandon(t transport, seq int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, t.timeoutValue()))
-	defer cancel()
-	for p := range t.Size() {
-		if p != t.Rank() {
-			_ = t.sendMsg(ctx, p, classAbandon, seq, nil)
-		}
-	}
 }
 
 // checkPeer validates a peer rank.

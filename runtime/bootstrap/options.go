@@ -25,6 +25,10 @@ const (
 // the root's reply limit, and no real job comes near it.
 const MaxRanks = 1 << 20
 
+// MaxRoots is the largest number of roots of one bootstrap (JoinScalable):
+// every rank's check-in carries the list of roots.
+const MaxRoots = 32
+
 // DefaultMaxMessageSize is the largest Send / AllGather block a rank
 // accepts from a peer when Options.MaxMessageSize is zero.
 const DefaultMaxMessageSize = 64 << 20

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Root serves the check-in of one communicator: it collects the listen
-// address of every rank and, once all have arrived, sends each of them the
-// full table. It runs in its own goroutines from NewRoot until the check-in
+// address and check-in token of every rank and, once all have arrived,
+// sends each of them its table (its fingers and the ranks that dial it). It runs in its own goroutines from NewRoot until the check-in
 // is served, it times out, its context ends, or Close is called.
 type Root struct {
 	ln      net.Listener
@@ -110,28 +111,55 @@ func (r *Root) Close() error {
 	return nil
 }
 
+// RootSlice returns the ranks [lo, hi) whose check-in root i of nRoots
+// serves in a bootstrap of nRanks ranks (JoinScalable): consecutive
+// slices, as even as can be.
+func RootSlice(i, nRoots, nRanks int) (lo, hi int) {
+	return i * nRanks / nRoots, (i + 1) * nRanks / nRoots
+}
+
+// RootOfRank returns the root (0..nRoots-1) that serves rank's check-in
+// (RootOf is the root network under a View).
+func RootOfRank(rank, nRoots, nRanks int) int {
+	i := rank * nRoots / nRanks // never past the answer
+	for {
+		if _, hi := RootSlice(i, nRoots, nRanks); rank < hi {
+			return i
+		}
+		i++
+	}
+}
+
 type rootEventKind int
 
 const (
 	evHello rootEventKind = iota
 	evQuery
 	evGone
+	evSlice // another root's slice of the table
+	evPushed
 )
 
 type rootEvent struct {
-	kind rootEventKind
-	conn net.Conn
-	h    hello
+	kind    rootEventKind
+	conn    net.Conn
+	h       hello
+	lo      int          // evSlice
+	entries []tableEntry // evSlice
+	err     error        // evPushed
 }
 
 func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
 	acceptLoop(r.ln, quit, r.log, func(c net.Conn) bool {
+		if old := r.pending.add(c, quit); old != nil {
+			r.socks.untrack(old)
+		}
 		if !r.socks.track(c) {
+			r.pending.done(c)
 			c.Close()
 			return false
 		}
-		r.pending.add(c)
 		r.wg.Add(1)
 		go r.handle(c, events, quit)
 		return true
@@ -161,8 +189,19 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, r.magic)
-		if err == nil && h.kind != helloCheckIn {
+		if err == nil && h.kind != helloCheckIn && h.kind != helloCheckInRoots && h.kind != helloRootPeer {
 			err = fmt.Errorf("%w: hello kind %d sent to the root", ErrBadMagic, h.kind)
+		}
+		if err == nil && h.kind == helloRootPeer {
+			// Another root's slice follows at once.
+			if b, err = readFrame(br, sliceLimit(h.nRanks)); err == nil {
+				var ev = rootEvent{kind: evSlice, conn: c, h: h}
+				if ev.lo, ev.entries, err = decodeSlice(b, h.nRanks); err == nil {
+					send(ev)
+					return
+				}
+			}
+			err = fmt.Errorf("%w: slice from root %d: %v", ErrBadMagic, h.rank, err)
 		}
 	} else if errors.Is(err, errFrameTooLong) {
 		err = fmt.Errorf("%w: %v", ErrBadMagic, err)
@@ -195,6 +234,48 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	}
 }
 
+// tableFor returns rank's table (see tableLen): its own entry, its
+// fingers' (ranks rank+2^k), and the tokens of the ranks rank-2^k, which
+// dial it in the collectives and whose lookups it forwards.
+func tableFor(all []tableEntry, rank int) []tableEntry {
+	n := len(all)
+	k := rounds(n)
+	t := make([]tableEntry, 0, tableLen(n))
+	t = append(t, all[rank])
+	for j := range k {
+		t = append(t, all[(rank+1<<j)%n])
+	}
+	for j := range k {
+		t = append(t, tableEntry{token: all[((rank-1<<j)%n+n)%n].token})
+	}
+	return t
+}
+
+// push hands this root's slice of the table to another root of the same
+// bootstrap, retrying while that root is not listening yet.
+func (r *Root) push(ctx context.Context, to rootRef, index, nRanks int, payload []byte, events chan<- rootEvent, quit <-chan struct{}) {
+	defer r.wg.Done()
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	err := func() error {
+		c, err := dialRetry(ctx, to.addr)
+		if err != nil {
+			return fmt.Errorf("dialing root at %s: %w", to.addr, err)
+		}
+		defer c.Close()
+		_ = c.SetWriteDeadline(time.Now().Add(r.timeout))
+		h := hello{magic: to.magic, kind: helloRootPeer, rank: index, nRanks: nRanks}
+		if err := writeFrame(c, h.encode()); err != nil {
+			return err
+		}
+		return writeFrame(c, payload)
+	}()
+	select {
+	case events <- rootEvent{kind: evPushed, err: err}:
+	case <-quit:
+	}
+}
+
 // serve runs the check-in state machine; it alone writes to rank
 // connections.
 func (r *Root) serve(ctx context.Context) {
@@ -209,19 +290,27 @@ func (r *Root) serve(ctx context.Context) {
 	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()
 	nRanks := 0
+	var roots []rootRef // several roots: all of them, from the first check-in
+	index, lo, hi := 0, 0, 0
 	arrived := map[int]net.Conn{}
-	entries := map[int]tableEntry{}
+	entries := map[int]tableEntry{} // every rank's entry known so far
 	hungUp := map[int]bool{}
+	pushed := false
+	pushing := 0 // pushes under way: the root waits for them before it stops
+	pctx, stopPushes := context.WithCancel(ctx)
+	defer stopPushes()
 	// missing lists the first missing ranks and counts them all: its cost
-	// does not grow with the nRanks that a check-in claimed.
+	// does not grow with the nRanks that a check-in claimed. A rank is
+	// missing until some root has its entry (this one through its
+	// check-in, another through that root's slice).
 	missing := func() (listed []int, n int) {
 		listed = []int{}
 		for i := 0; i < nRanks && len(listed) < maxListedMissing; i++ {
-			if _, ok := arrived[i]; !ok {
+			if _, ok := entries[i]; !ok {
 				listed = append(listed, i)
 			}
 		}
-		return listed, nRanks - len(arrived)
+		return listed, nRanks - len(entries)
 	}
 	statusNow := func(final bool, afterMS uint64) status {
 		m, n := missing()
@@ -233,21 +322,83 @@ func (r *Root) serve(ctx context.Context) {
 			r.log.Debug("bootstrap root: write failed", "remote", c.RemoteAddr().String(), "err", err)
 		}
 	}
+	// Slices from other roots before our first rank, at most one per root
+	// index (decodeHello bounds it by MaxRoots): the first one of each.
+	early := map[int]rootEvent{}
+	took := map[int]bool{} // root indexes whose slice we hold
+	takeSlice := func(ev rootEvent) {
+		if roots == nil || ev.h.nRanks != nRanks || ev.h.rank == index || ev.h.rank >= len(roots) {
+			r.log.Warn("bootstrap root: dropped a slice from an unexpected root", "root", ev.h.rank, "nranks", ev.h.nRanks)
+			return
+		}
+		if l, h := RootSlice(ev.h.rank, len(roots), nRanks); ev.lo != l || len(ev.entries) != h-l {
+			r.log.Warn("bootstrap root: dropped a malformed slice", "root", ev.h.rank, "lo", ev.lo, "count", len(ev.entries))
+			return
+		}
+		if took[ev.h.rank] {
+			// The first slice of a root stands: a second one comes from
+			// a stranger that holds the ids (or the first did).
+			r.log.Warn("bootstrap root: dropped a second slice from a root (is another process using these unique ids?)", "root", ev.h.rank)
+			return
+		}
+		took[ev.h.rank] = true
+		for i, e := range ev.entries {
+			entries[ev.lo+i] = e
+		}
+	}
 	graceful := false
 loop:
 	for {
+		if nRanks > 0 && len(arrived) == hi-lo && !pushed && len(roots) > 1 {
+			// Our slice is complete: hand it to the other roots.
+			pushed = true
+			mine := make([]tableEntry, hi-lo)
+			for i := range mine {
+				mine[i] = entries[lo+i]
+			}
+			payload := encodeSlice(lo, mine)
+			for j, peer := range roots {
+				if j != index {
+					r.wg.Add(1)
+					pushing++
+					go r.push(pctx, peer, index, nRanks, payload, events, quit)
+				}
+			}
+		}
+		if nRanks > 0 && len(arrived) == hi-lo && len(entries) == nRanks && pushing == 0 {
+			all := make([]tableEntry, nRanks)
+			for i := range all {
+				all[i] = entries[i]
+			}
+			for rank, c := range arrived {
+				write(c, encodeTable(tableFor(all, rank)))
+			}
+			r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "slice", fmt.Sprintf("[%d,%d)", lo, hi), "elapsed", time.Since(start))
+			graceful = true
+			break loop
+		}
 		select {
 		case ev := <-events:
 			switch ev.kind {
 			case evHello:
 				h := ev.h
 				if nRanks == 0 {
-					nRanks = h.nRanks
+					nRanks, lo, hi = h.nRanks, 0, h.nRanks
+					if h.kind == helloCheckInRoots {
+						roots, index = h.roots, h.rootIndex
+						lo, hi = RootSlice(index, len(roots), nRanks)
+					}
 				}
 				var why string
 				switch {
 				case h.nRanks != nRanks:
 					why = fmt.Sprintf("rank %d says %d ranks, others said %d (is another process using this unique id?)", h.rank, h.nRanks, nRanks)
+				case (h.kind == helloCheckInRoots) != (roots != nil) || h.rootIndex != index || !slices.Equal(h.roots, roots):
+					why = fmt.Sprintf("rank %d names %d roots with this one as root %d, others named %d with this one as root %d", h.rank, max(1, len(h.roots)), h.rootIndex, max(1, len(roots)), index)
+				case roots != nil && roots[index].magic != r.magic:
+					why = fmt.Sprintf("rank %d says this root is root %d, whose id is another root's", h.rank, index)
+				case h.rank < lo || h.rank >= hi:
+					why = fmt.Sprintf("rank %d checked in with root %d, which serves ranks %d..%d", h.rank, index, lo, hi-1)
 				case arrived[h.rank] != nil && !hungUp[h.rank]:
 					why = fmt.Sprintf("rank %d checked in twice", h.rank)
 				}
@@ -259,20 +410,24 @@ loop:
 				}
 				arrived[h.rank] = ev.conn
 				entries[h.rank] = tableEntry{addr: h.addr, token: h.token}
+				for _, ev := range early {
+					takeSlice(ev)
+				}
+				clear(early)
 				delete(hungUp, h.rank)
 				r.log.Debug("bootstrap root: rank checked in", "rank", h.rank, "nranks", nRanks, "addr", h.addr)
-				if len(arrived) == nRanks {
-					table := make([]tableEntry, nRanks)
-					for i := range table {
-						table[i] = entries[i]
+			case evSlice:
+				if nRanks == 0 {
+					if _, dup := early[ev.h.rank]; !dup {
+						early[ev.h.rank] = ev // before our first rank
 					}
-					payload := encodeTable(table)
-					for _, c := range arrived {
-						write(c, payload)
-					}
-					r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "elapsed", time.Since(start))
-					graceful = true
-					break loop
+					continue
+				}
+				takeSlice(ev)
+			case evPushed:
+				pushing--
+				if ev.err != nil {
+					r.log.Warn("bootstrap root: could not hand this root's slice to another root", "err", ev.err)
 				}
 			case evQuery:
 				if arrived[ev.h.rank] == ev.conn {
@@ -316,13 +471,14 @@ loop:
 	// closed now; rank connections are half-closed so that the ranks read
 	// everything, and closed when they hang up or after a grace period.
 	close(quit)
+	stopPushes()
 	r.ln.Close()
+	ranks := make(map[net.Conn]bool, len(arrived))
+	for _, rc := range arrived {
+		ranks[rc] = true
+	}
 	r.socks.shut(func(c net.Conn) {
-		isRank := false
-		for _, rc := range arrived {
-			isRank = isRank || rc == c
-		}
-		if graceful && isRank {
+		if graceful && ranks[c] {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
 				return

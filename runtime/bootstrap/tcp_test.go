@@ -292,9 +292,11 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:9", c1.PeerAddr(0))
 	b, err = readFrame(raw, 1024)
 	require.NoError(t, err)
-	table, err := decodeTable(b, 2)
+	// Rank 0's table: itself, its finger rank 1, and rank 1 again (0-1):
+	// the rank that dials it, token only.
+	table, err := decodeTable(b, tableLen(2))
 	require.NoError(t, err)
-	assert.Equal(t, []tableEntry{{addr: "127.0.0.1:9"}, {addr: c1.PeerAddr(1), token: c1.token}}, table)
+	assert.Equal(t, []tableEntry{{addr: "127.0.0.1:9"}, {addr: c1.PeerAddr(1), token: c1.token}, {token: c1.token}}, table)
 }
 
 func TestCloseLeavesNoGoroutines(t *testing.T) {

@@ -13,16 +13,30 @@ import (
 const (
 	helloCheckIn = 1 // rank → root
 	helloPeer    = 2 // rank → rank
+	// helloCheckInRoots: rank → root i of several (JoinScalable); the
+	// check-in followed by the index of the root and every root's id.
+	helloCheckInRoots = 3
+	// helloRootPeer: root → root of one scalable bootstrap; followed by
+	// the sender's slice of the address table (msgSlice).
+	helloRootPeer = 4
 
 	msgQuery  = 'Q'
 	msgTable  = 'T'
 	msgStatus = 'S'
 	msgReject = 'R'
+	msgSlice  = 'P' // root → root: 'P' | lo u32 | count u32 | count × (len u16 | addr)
 
 	classUser = 0 // Send/Recv
 	classColl = 1 // AllGather/Barrier ring steps
 	// classAbandon: the sender's collective number tag failed; empty.
 	classAbandon = 2
+	// classLookup: "which address has rank tag?"; origin u32 | origin's
+	// address. Each rank forwards it to its finger closest to tag; rank
+	// tag answers the origin directly with classFound.
+	classLookup = 3
+	// classFound: the sender's (rank tag) listen address, answering a
+	// classLookup.
+	classFound = 4
 
 	// MaxMessageSize is the ceiling of Options.MaxMessageSize.
 	MaxMessageSize = 1 << 30
@@ -118,11 +132,12 @@ func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration, a
 	return b, err
 }
 
-// rootReplyLimit is the largest reply the root sends to a communicator of
-// nRanks ranks: its address table (each address at most maxAddrLen bytes)
-// or its status (4 bytes per listed missing rank), whichever is larger.
+// rootReplyLimit is the largest reply the root sends to a rank of a
+// communicator of nRanks ranks: its table (tableLen entries, each address
+// at most maxAddrLen bytes) or its status (4 bytes per listed missing
+// rank), whichever is larger.
 func rootReplyLimit(nRanks int) int {
-	return max(5+nRanks*(2+maxAddrLen+8), 22+4*maxListedMissing, 1+maxRejectLen)
+	return max(5+tableLen(nRanks)*tableEntryLimit, 22+4*maxListedMissing, 1+maxRejectLen)
 }
 
 // Limits of the check-in: an address is "[ipv6%zone]:port"; a rejection
@@ -138,11 +153,21 @@ type hello struct {
 	kind   byte
 	rank   int
 	nRanks int
-	// token is the rank's random check-in token: the root hands every
-	// rank the table of tokens, and a peer hello must carry the sender's,
-	// so that a process that holds only the id cannot speak for a rank.
+	// token is the rank's random check-in token: the root hands each
+	// rank the tokens of the ranks that may dial it, and a peer hello must
+	// carry the sender's, so that a process that holds only the id cannot
+	// speak for a rank. Zero in a root → root hello.
 	token uint64
 	addr  string // check-in only: the rank's listen address
+	// helloCheckInRoots only: which root this is and every root.
+	rootIndex int
+	roots     []rootRef
+}
+
+// rootRef is one root of a scalable bootstrap, as its UniqueID names it.
+type rootRef struct {
+	magic uint64
+	addr  string
 }
 
 // helloHeader is the size of a hello without its address.
@@ -155,9 +180,18 @@ func (h hello) encode() []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(h.rank))
 	b = binary.BigEndian.AppendUint32(b, uint32(h.nRanks))
 	b = binary.BigEndian.AppendUint64(b, h.token)
-	if h.kind == helloCheckIn {
+	if h.kind == helloCheckIn || h.kind == helloCheckInRoots {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(h.addr)))
 		b = append(b, h.addr...)
+	}
+	if h.kind == helloCheckInRoots {
+		b = binary.BigEndian.AppendUint16(b, uint16(h.rootIndex))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(h.roots)))
+		for _, r := range h.roots {
+			b = binary.BigEndian.AppendUint64(b, r.magic)
+			b = binary.BigEndian.AppendUint16(b, uint16(len(r.addr)))
+			b = append(b, r.addr...)
+		}
 	}
 	return b
 }
@@ -184,6 +218,15 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 			return h, fmt.Errorf("%w: check-in hello with a malformed address", ErrBadMagic)
 		}
 		h.addr = string(rest[2:])
+	case helloCheckInRoots:
+		var err error
+		if h.addr, h.rootIndex, h.roots, err = decodeRoots(rest); err != nil {
+			return h, fmt.Errorf("%w: check-in hello: %v", ErrBadMagic, err)
+		}
+	case helloRootPeer:
+		if len(rest) != 0 {
+			return h, fmt.Errorf("%w: root hello with %d trailing bytes", ErrBadMagic, len(rest))
+		}
 	case helloPeer:
 		if len(rest) != 0 {
 			return h, fmt.Errorf("%w: peer hello with %d trailing bytes", ErrBadMagic, len(rest))
@@ -191,8 +234,14 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	default:
 		return h, fmt.Errorf("%w: hello kind %d", ErrBadMagic, h.kind)
 	}
-	if h.kind == helloCheckIn && len(h.addr) > maxAddrLen {
+	if (h.kind == helloCheckIn || h.kind == helloCheckInRoots) && len(h.addr) > maxAddrLen {
 		return h, fmt.Errorf("%w: %d-byte address, limit %d", ErrBadMagic, len(h.addr), maxAddrLen)
+	}
+	if h.kind == helloRootPeer {
+		if h.nRanks < 1 || h.nRanks > MaxRanks || h.rank >= min(h.nRanks, MaxRoots) {
+			return h, fmt.Errorf("%w: root %d of a bootstrap of %d ranks", ErrBadMagic, h.rank, h.nRanks)
+		}
+		return h, nil
 	}
 	if h.nRanks < 1 || h.nRanks > MaxRanks || h.rank >= h.nRanks {
 		return h, fmt.Errorf("%w: rank %d of %d", ErrBadMagic, h.rank, h.nRanks)
@@ -200,11 +249,85 @@ func decodeHello(b []byte, magic uint64) (hello, error) {
 	return h, nil
 }
 
-// tableEntry is one rank's line of the root's table.
+// tableEntry is one rank's line of the root's table: its listen address
+// ("" when the receiver is only to check the rank's hellos) and its
+// check-in token.
 type tableEntry struct {
 	addr  string
 	token uint64
 }
+
+// tableEntryLimit bounds the encoding of one tableEntry.
+const tableEntryLimit = 2 + maxAddrLen + 8
+
+// tableLen is the number of entries of the table the root sends each rank
+// of a bootstrap of n ranks: the rank's own, then those of its k =
+// ⌈log2 n⌉ fingers (rank+2^j, with addresses), then those of the k ranks
+// that dial it in the collectives (rank-2^j, tokens only).
+func tableLen(n int) int { return 1 + 2*rounds(n) }
+
+// decodeRoots parses the tail of a helloCheckInRoots: the rank's address,
+// the root's index and the roots.
+func decodeRoots(b []byte) (addr string, index int, roots []rootRef, err error) {
+	str := func() (string, bool) {
+		if len(b) < 2 || len(b) < 2+int(binary.BigEndian.Uint16(b)) {
+			return "", false
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		s := string(b[2 : 2+l])
+		b = b[2+l:]
+		return s, l <= maxAddrLen
+	}
+	var ok bool
+	if addr, ok = str(); !ok || len(b) < 4 {
+		return "", 0, nil, errors.New("malformed address")
+	}
+	index, n := int(binary.BigEndian.Uint16(b)), int(binary.BigEndian.Uint16(b[2:]))
+	b = b[4:]
+	if n < 2 || n > MaxRoots || index >= n {
+		return "", 0, nil, fmt.Errorf("root %d of %d roots (want 2..%d roots)", index, n, MaxRoots)
+	}
+	roots = make([]rootRef, n)
+	for i := range roots {
+		if len(b) < 8 {
+			return "", 0, nil, errors.New("truncated root list")
+		}
+		roots[i].magic = binary.BigEndian.Uint64(b)
+		b = b[8:]
+		if roots[i].addr, ok = str(); !ok {
+			return "", 0, nil, errors.New("malformed root address")
+		}
+	}
+	if len(b) != 0 {
+		return "", 0, nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return addr, index, roots, nil
+}
+
+// encodeSlice encodes the entries (address and token) of ranks lo, lo+1,
+// ... for another root.
+func encodeSlice(lo int, entries []tableEntry) []byte {
+	b := []byte{msgSlice}
+	b = binary.BigEndian.AppendUint32(b, uint32(lo))
+	t := encodeTable(entries)
+	return append(b, t[1:]...)
+}
+
+// decodeSlice parses a slice from another root of a bootstrap of n ranks.
+func decodeSlice(b []byte, n int) (lo int, entries []tableEntry, err error) {
+	if len(b) < 9 || b[0] != msgSlice {
+		return 0, nil, errors.New("bootstrap: malformed slice from a root")
+	}
+	lo, cnt := int(binary.BigEndian.Uint32(b[1:])), int(binary.BigEndian.Uint32(b[5:]))
+	if lo >= n || cnt > n-lo {
+		return 0, nil, fmt.Errorf("bootstrap: slice of %d ranks from rank %d, beyond %d ranks", cnt, lo, n)
+	}
+	entries, err = decodeTable(append([]byte{msgTable}, b[5:]...), cnt)
+	return lo, entries, err
+}
+
+// sliceLimit bounds a slice frame for a bootstrap of n ranks.
+func sliceLimit(n int) int { return 9 + n*tableEntryLimit }
 
 func encodeTable(t []tableEntry) []byte {
 	b := []byte{msgTable}
@@ -228,12 +351,18 @@ func decodeTable(b []byte, n int) ([]tableEntry, error) {
 		return bad(fmt.Sprintf("%d entries for %d ranks", got, n))
 	}
 	b = b[5:]
+	if len(b) < n*(2+8) {
+		return bad("truncated") // before allocating for n entries
+	}
 	out := make([]tableEntry, n)
 	for i := range out {
 		if len(b) < 2 {
 			return bad("truncated")
 		}
 		l := int(binary.BigEndian.Uint16(b))
+		if l > maxAddrLen {
+			return bad(fmt.Sprintf("%d-byte address, limit %d", l, maxAddrLen))
+		}
 		if len(b) < 2+l+8 {
 			return bad("truncated")
 		}
