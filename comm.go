@@ -169,27 +169,48 @@ func errNilRoot(op string) error {
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id
 // names. Every rank must call it, concurrently (ranks may be goroutines of
-// one process, or processes of one host). Ranks of different processes
-// sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
-// hosts cannot be connected yet (ErrNoTransport).
+// one process, or processes of one or several hosts). Ranks of different
+// processes sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on
+// different hosts (or given distinct NCCL_HOSTID values) connect over the
+// network.
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
+	return initRank(ctx, "InitRank", nRanks, []UniqueID{id}, rank, device, opts)
+}
+
+// InitRankScalable is InitRank with several bootstrap roots, as NCCL's
+// ncclCommInitRankScalable: ids[i] (from GetUniqueID or StartRoot, each in
+// some process of the job) serves a slice of the ranks, so that no root
+// answers them all. Every rank passes the same ids in the same order;
+// len(ids) must be 1..min(32, nRanks).
+func InitRankScalable(ctx context.Context, nRanks int, ids []UniqueID, rank, device int, opts *Options) (*Comm, error) {
+	return initRank(ctx, "InitRankScalable", nRanks, ids, rank, device, opts)
+}
+
+func initRank(ctx context.Context, op string, nRanks int, ids []UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
-		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
+		return nil, &ArgError{Op: op, Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
 	}
 	if rank < 0 || rank >= nRanks {
-		return nil, &ArgError{Op: "InitRank", Arg: "rank", Value: rank, Want: fmt.Sprintf("0..%d", nRanks-1)}
+		return nil, &ArgError{Op: op, Arg: "rank", Value: rank, Want: fmt.Sprintf("0..%d", nRanks-1)}
 	}
-	if err := checkDevice("InitRank", "device", device); err != nil {
+	if maxIDs := min(bootstrap.MaxRoots, nRanks); len(ids) < 1 || len(ids) > maxIDs {
+		return nil, &ArgError{Op: op, Arg: "len(ids)", Value: len(ids), Want: fmt.Sprintf("1..%d unique ids", maxIDs)}
+	}
+	if err := checkDevice(op, "device", device); err != nil {
 		return nil, err
 	}
 	s, err := opts.resolve()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bootstrap.Init(ctx, bootstrap.UniqueID(id), rank, nRanks, s.Bootstrap)
+	bids := make([]bootstrap.UniqueID, len(ids))
+	for i, id := range ids {
+		bids[i] = bootstrap.UniqueID(id)
+	}
+	conn, err := bootstrap.JoinScalable(ctx, bids, rank, nRanks, s.Bootstrap)
 	if err != nil {
 		_ = s.LogFile.CloseUnused()
-		return nil, fmt.Errorf("ncclgo: InitRank: rank %d: %w", rank, err)
+		return nil, fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, err)
 	}
 	s.LogFile.Retain()
 	e, err := comm.Init(ctx, conn, device, s)

@@ -122,6 +122,19 @@ func TestInitRankRanksBounded(t *testing.T) {
 	}
 }
 
+// TestInitRankScalableIDsBounded: InitRankScalable takes 1..min(32,
+// nRanks) root ids, and names the argument otherwise.
+func TestInitRankScalableIDsBounded(t *testing.T) {
+	for _, c := range []struct{ nRanks, ids int }{{4, 0}, {4, 5}, {64, bootstrap.MaxRoots + 1}} {
+		_, err := InitRankScalable(context.Background(), c.nRanks, make([]UniqueID, c.ids), 0, 0, nil)
+		var ae *ArgError
+		require.ErrorAs(t, err, &ae, "%d ids for %d ranks", c.ids, c.nRanks)
+		assert.Equal(t, "len(ids)", ae.Arg)
+		assert.Equal(t, "InitRankScalable", ae.Op)
+		assert.Contains(t, err.Error(), fmt.Sprintf("1..%d unique ids", min(bootstrap.MaxRoots, c.nRanks)))
+	}
+}
+
 // settle waits for the goroutine count to come back to before.
 func settle(t *testing.T, before int) {
 	t.Helper()

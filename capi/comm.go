@@ -283,6 +283,12 @@ func currentDevice(op string) (int, result) {
 
 // initRank starts (in a group: queues) the init of one rank.
 func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
+	return initRanks(op, out, nRanks, unsafe.Slice(id, 1), rank, cfg)
+}
+
+// initRanks is initRank with the unique ids of several bootstrap roots
+// (ncclCommInitRankScalable).
+func initRanks(op string, out *C.ncclComm_t, nRanks C.int, ids []C.ncclUniqueId, rank C.int, cfg *C.ncclConfig_t) result {
 	if out == nil {
 		return argError(op, "comm", "NULL", "a pointer to an ncclComm_t")
 	}
@@ -293,9 +299,13 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	if rank < 0 || rank >= nRanks {
 		return argError(op, "rank", int(rank), fmt.Sprintf("0..%d", nRanks-1))
 	}
-	u, r := checkID(op, id)
-	if r != C.ncclSuccess {
-		return r
+	us := make([]ncclgo.UniqueID, len(ids))
+	for i := range ids {
+		u, r := checkID(op, &ids[i])
+		if r != C.ncclSuccess {
+			return r
+		}
+		us[i] = ncclgo.UniqueID(u)
 	}
 	conf, r := readConfig(op, cfg)
 	if r != C.ncclSuccess {
@@ -307,7 +317,7 @@ func initRank(op string, out *C.ncclComm_t, nRanks C.int, id *C.ncclUniqueId, ra
 	}
 	c := newComm(&comm{op: op, rank: int(rank), nRanks: int(nRanks), device: dev, blocking: conf.blocking})
 	return c.begin(out, func(ctx context.Context) (*ncclgo.Comm, error) {
-		return ncclgo.InitRank(ctx, c.nRanks, ncclgo.UniqueID(u), c.rank, c.device, conf.opts)
+		return ncclgo.InitRankScalable(ctx, c.nRanks, us, c.rank, c.device, conf.opts)
 	})
 }
 
@@ -391,10 +401,10 @@ func ncclCommInitRankScalable(out *C.ncclComm_t, nRanks, rank, nID C.int, ids *C
 	if nID < 1 || nID > nRanks {
 		return argError(op, "nId", int(nID), "1..nranks")
 	}
-	if nID > 1 {
-		return notImplemented(op, "more than one unique id (nId > 1)")
+	if maxIDs := min(C.int(bootstrap.MaxRoots), nRanks); nID > maxIDs {
+		return argError(op, "nId", int(nID), fmt.Sprintf("1..%d (at most %d roots)", maxIDs, bootstrap.MaxRoots))
 	}
-	return initRank(op, out, nRanks, ids, rank, cfg)
+	return initRanks(op, out, nRanks, unsafe.Slice(ids, nID), rank, cfg)
 }
 
 //export ncclCommInitAll
