@@ -169,9 +169,9 @@ func errNilRoot(op string) error {
 // InitRank creates rank `rank` of a communicator of nRanks ranks on CUDA
 // device `device`, joining the others through the bootstrap root that id
 // names. Every rank must call it, concurrently (ranks may be goroutines of
-// one process, or processes of one host). Ranks of different processes
-// sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on different
-// hosts cannot be connected yet (ErrNoTransport).
+// one process, or processes of one or several hosts). Ranks of different
+// processes sharing a GPU need MPS (see ErrSharedGPUNeedsMPS); ranks on
+// different hosts connect through NET (see the package documentation).
 func InitRank(ctx context.Context, nRanks int, id UniqueID, rank, device int, opts *Options) (*Comm, error) {
 	if nRanks < 1 || nRanks > bootstrap.MaxRanks {
 		return nil, &ArgError{Op: "InitRank", Arg: "nRanks", Value: nRanks, Want: fmt.Sprintf("1..%d", bootstrap.MaxRanks)}
