@@ -32,9 +32,9 @@ var (
 	ErrUnsupported = errors.New("operation not supported by the device library")
 	// ErrDevice: the device reported an error (see DeviceError).
 	ErrDevice = errors.New("device error")
-	// ErrNoTransport: no transport connects two ranks (they run on
-	// different hosts, or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE leave
-	// none); InitRank and InitAll wrap it.
+	// ErrNoTransport: no transport connects two ranks; InitRank and
+	// InitAll would wrap it. NET, the last transport tried, connects any
+	// two ranks, so ncclgo's transports always find one.
 	ErrNoTransport = transport.ErrNoTransport
 	// ErrSharedGPUNeedsMPS is wrapped by InitRank's error when ranks of
 	// different processes share a GPU and the CUDA Multi-Process Service is

@@ -15,7 +15,8 @@ const modulePath = "github.com/ncclgo/ncclgo"
 // this is.
 type VersionInfo struct {
 	// NCCLMajor, NCCLMinor and NCCLPatch are the NCCL API level that ncclgo
-	// implements (what ncclGetVersion of its C ABI reports).
+	// implements. The C ABI's nccl.h and ncclGetVersion carry the level
+	// that the generator writes into the header, which can differ.
 	NCCLMajor, NCCLMinor, NCCLPatch int
 	// Module is ncclgo's own version: the module version the program was
 	// built with ("v0.4.0", a pseudo-version), or "devel" when ncclgo is the

@@ -39,7 +39,7 @@
 // NCCL accepts (what NCCL refuses is ncclInvalidArgument naming the
 // field). blocking, minCTAs and maxCTAs take effect (minCTAs and maxCTAs
 // capped at 64, as in NCCL); what each other field does in ncclgo, mostly
-// nothing since ncclgo has no network transport, CollNet, NVLS or
+// nothing since ncclgo has no network plugins, CollNet, NVLS or
 // thread-block clusters, is listed in configFields (config.go).
 //
 // ncclMemAlloc is cuMemAlloc on the calling thread's device, not NCCL's

@@ -1,8 +1,9 @@
 package kspace
 
 // NCCLAPI is the level of NCCL's API that ncclgo implements: the public Go
-// package reports it (ncclgo.Version), and the C ABI's nccl.h and
-// ncclGetVersion carry it, so that clients enable what that level offers.
+// package reports it (ncclgo.Version). The C ABI's nccl.h and
+// ncclGetVersion carry gen's NCCLMajor, NCCLMinor and NCCLPatch instead,
+// so that clients enable what that level offers.
 var NCCLAPI = APIVersion{Major: 2, Minor: 28, Patch: 3}
 
 // APIVersion is an NCCL version.

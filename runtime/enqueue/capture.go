@@ -41,10 +41,11 @@ import (
 //     nor invalidate the caller's capture.
 //
 // A stream whose capture was invalidated is refused (CaptureOf). Nothing
-// per call runs on the host besides the launch itself: no transport of
-// ncclgo needs host progress (runtime/proxy), so nothing is refused for
-// that; a transport that does will have to drive its proxy from device
-// state, or refuse captured launches here.
+// per call runs on the host besides the launch itself: the one transport
+// that needs host progress, NET, has its proxy (runtime/proxy) follow the
+// steps that kernels post in host-pinned staging memory, not the calls, so
+// a replay drives it as an eager launch does, and nothing is refused for
+// it.
 //
 // A graph uses the communicator's device memory and connections: it must
 // not be launched after the communicator is destroyed, as in NCCL.

@@ -1,7 +1,7 @@
 // Package net is the network layer of the NET transport: an interface
-// shaped like NCCL's net plugin API (ncclNet_v8), a socket backend (NCCL's
-// "Socket" net) and a loader for existing NCCL net plugins
-// (libnccl-net-*.so).
+// shaped like NCCL's net plugin API (ncclNet_v8) and a socket backend
+// (NCCL's "Socket" net). There is no loader for NCCL's net plugins
+// (libnccl-net-*.so) yet.
 //
 // As in NCCL, a connection is one direction: the receiver listens and
 // publishes its Handle; the sender connects with it (Connect) and the

@@ -95,8 +95,8 @@ func (s *Set) Uses(name string) bool { return s.used[name] }
 func (s *Set) Bytes() uint64 { return s.bytes }
 
 // ErrNoTransport is wrapped by Connect's error when no transport joins two
-// ranks (today: ranks on different hosts, as NET does not exist yet, or
-// P2P and SHM both disabled).
+// ranks: only with Options.Transports that leave NET out, as NET connects
+// any two ranks.
 var ErrNoTransport = errors.New("no transport connects these ranks")
 
 // wireRegion is what a receiver publishes about the connections from one

@@ -18,8 +18,8 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/proxy"
 )
 
-// NET connects ranks through a network (runtime/net: the socket backend,
-// or an NCCL net plugin), with the proxy (runtime/proxy) moving each step.
+// NET connects ranks through a network (runtime/net: the socket backend),
+// with the proxy (runtime/proxy) moving each step.
 //
 // Each side of a connection has a staging block in host memory,
 // page-locked and mapped for its GPU, with the layout of a receiver's block
@@ -58,10 +58,9 @@ var defaultNet struct {
 	err  error
 }
 
-// DefaultNet is the process's network: an NCCL net plugin when
-// NCCL_NET_PLUGIN names one (see ncclnet.LoadPlugin), else the socket
-// backend configured by NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY,
-// NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD. It is made once.
+// DefaultNet is the process's network: the socket backend configured by
+// NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and
+// NCCL_NSOCKS_PERTHREAD (ncclnet.FromEnv). It is made once.
 func DefaultNet() (ncclnet.Net, error) {
 	defaultNet.once.Do(func() { defaultNet.net, defaultNet.err = ncclnet.FromEnv(os.Getenv) })
 	return defaultNet.net, defaultNet.err

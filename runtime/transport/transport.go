@@ -29,7 +29,7 @@
 //   - NET: ranks on different hosts (or anywhere, when P2P and SHM cannot):
 //     host-pinned staging blocks on both sides with the receiver's layout,
 //     the proxy (runtime/proxy) moving each step over the network
-//     (runtime/net: sockets, or an NCCL net plugin). See NET.
+//     (runtime/net: TCP sockets). See NET.
 //
 // P2P and SHM need no host-side progress: the kernels move every byte.
 package transport
