@@ -43,15 +43,15 @@ var configFields = []struct {
 	{"cgaClusterSize", 21700, "checked (>= 0), no effect: ncclgo does not launch its kernels as thread-block clusters"},
 	{"minCTAs", 21700, "implemented: the least channels (ncclgo.Options.MinNChannels); above 64 it is 64, as in NCCL"},
 	{"maxCTAs", 21700, "implemented: the most channels (ncclgo.Options.MaxNChannels); above 64 it is 64, as in NCCL"},
-	{"netName", 21700, "read, no effect: ncclgo has no network plugins (its transports are within one node)"},
+	{"netName", 21700, "read, no effect: ncclgo's one network is its socket transport (NET), so there is no other to name"},
 	{"splitShare", 21800, "checked (0 or 1), no effect: a split communicator never shares its parent's resources"},
-	{"trafficClass", 22500, "no effect: ncclgo has no network transport to tag"},
+	{"trafficClass", 22500, "no effect: the socket transport sets no traffic class"},
 	{"commName", 21900, "read, no effect: ncclgo's logs and errors name ranks, not communicators"},
 	{"collnetEnable", 22700, "checked (0 or 1): ncclgo has no CollNet, so 1 runs as NCCL does without a CollNet plugin"},
 	{"CTAPolicy", 22700, "checked (NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY or _ZERO), no effect: ncclgo's tuner picks the channels"},
 	{"shrinkShare", 22700, "checked (0 or 1), no effect: a shrunk communicator never shares its parent's resources"},
 	{"nvlsCTAs", 22700, "checked (> 0), no effect: ncclgo has no NVLS algorithms"},
-	{"nChannelsPerNetPeer", 22800, "checked (1..64), no effect: ncclgo has no network transport"},
+	{"nChannelsPerNetPeer", 22800, "checked (1..64), no effect: NET uses a communicator's channels, not a per-peer count"},
 	{"nvlinkCentricSched", 22800, "checked (0 or 1), no effect"},
 }
 

@@ -12,15 +12,13 @@ import (
 
 // The NCCL API level that the C ABI (capi, libnccl.so.2) implements: the
 // nccl.h it emits declares this version, and ncclGetVersion returns its
-// code. It is 2.28.7, the first release whose nccl.h declares
-// ncclCommRevoke and NCCL_REVOKE_DEFAULT (NCCL's nccl.h is the same
-// through 2.28.9; ncclConfig_t is the same from 2.28.3 on). The version
-// must match the declarations: ncclSince says which release introduced
-// the newest of them.
-const (
-	NCCLMajor = 2
-	NCCLMinor = 28
-	NCCLPatch = 7
+// code. It is kspace.NCCLAPI, the one place that says it. The version must
+// match the declarations: ncclSince says which release introduced the
+// newest of them.
+var (
+	NCCLMajor = kspace.NCCLAPI.Major
+	NCCLMinor = kspace.NCCLAPI.Minor
+	NCCLPatch = kspace.NCCLAPI.Patch
 )
 
 // ncclSince gives, for the functions of NCCLFuncs that NCCL added within
@@ -31,7 +29,7 @@ var ncclSince = map[string]int{
 }
 
 // NCCLVersionCode is NCCL_VERSION(NCCLMajor, NCCLMinor, NCCLPatch).
-const NCCLVersionCode = NCCLMajor*10000 + NCCLMinor*100 + NCCLPatch
+var NCCLVersionCode = kspace.NCCLAPI.Code()
 
 // CEnum is one value of a C enum of nccl.h.
 type CEnum struct {

@@ -1,10 +1,11 @@
 package kspace
 
-// NCCLAPI is the level of NCCL's API that ncclgo implements: the public Go
-// package reports it (ncclgo.Version). The C ABI's nccl.h and
-// ncclGetVersion carry gen's NCCLMajor, NCCLMinor and NCCLPatch instead,
-// so that clients enable what that level offers.
-var NCCLAPI = APIVersion{Major: 2, Minor: 28, Patch: 3}
+// NCCLAPI is the level of NCCL's API that ncclgo implements, the one fact
+// behind the public Go package's ncclgo.Version, the C ABI's nccl.h
+// (gen's NCCLMajor, NCCLMinor, NCCLPatch) and ncclGetVersion. It is 2.28.7,
+// the first release whose nccl.h declares ncclCommRevoke and
+// NCCL_REVOKE_DEFAULT (NCCL's nccl.h is the same through 2.28.9).
+var NCCLAPI = APIVersion{Major: 2, Minor: 28, Patch: 7}
 
 // APIVersion is an NCCL version.
 type APIVersion struct{ Major, Minor, Patch int }
