@@ -87,7 +87,22 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	}
 	c.layout = topo.NewLayout(devs)
 	if c.layout.NGPUs > 1 {
-		if err := c.layout.ProbePeers(topo.CUDAPeers); err != nil {
+		// Only this host's ordinals can be asked about: another host's
+		// may not exist here (ranks of several hosts share one ordinal
+		// table), and no GPU here reaches it by peer access anyway.
+		here := map[int]bool{}
+		for _, p := range tpeers {
+			if p.Host == self.Host {
+				here[p.Device] = true
+			}
+		}
+		probe := func(a, b int) (bool, error) {
+			if !here[a] || !here[b] {
+				return false, nil
+			}
+			return topo.CUDAPeers(a, b)
+		}
+		if err := c.layout.ProbePeers(probe); err != nil {
 			return fail(err)
 		}
 		if err := c.layout.ProbeNVLinks(busIDsByGPU(c.layout, peers), topo.NVML); err != nil && rank == 0 {
