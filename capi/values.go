@@ -32,3 +32,6 @@ const (
 
 // commHandle is ncclComm_t, for the tests.
 type commHandle = C.ncclComm_t
+
+// sizeT is size_t, for the tests.
+type sizeT = C.size_t
