@@ -31,7 +31,17 @@
 // finalizes in the background, reported by ncclCommGetAsyncError.
 // ncclCommAbort from another thread ends an init (or split, or shrink)
 // still running: the init returns ncclInternalError, as NCCL's does, and
-// ncclGetLastError says the abort ended it.
+// ncclGetLastError says the abort ended it. It stops the communicator's
+// kernels and frees it, as NCCL's does, so a later ncclCommDestroy of it
+// is ncclInvalidArgument. A thread polling ncclCommGetAsyncError
+// meanwhile (torch's watchdog) is never blocked by it and sees an error:
+// the abort's (ncclRemoteError, or ncclInternalError for an init it
+// ended) until the communicator is freed, then ncclInvalidArgument. An
+// ncclCommAbort while another thread's ncclCommDestroy (or ncclCommAbort)
+// of the communicator runs aborts what that call waits for (an init, or
+// kernels waiting on a peer), so that it ends, and returns ncclSuccess.
+// ncclCommGetAsyncError's message names the rank and, for a failed init,
+// the call that made it.
 //
 // An ncclConfig_t is read as NCCL 2.28 reads it: its first size bytes
 // over NCCL_CONFIG_INITIALIZER's defaults, the fields newer than its

@@ -33,5 +33,8 @@ const (
 // commHandle is ncclComm_t, for the tests.
 type commHandle = C.ncclComm_t
 
+// uniqueID is ncclUniqueId, for the tests.
+type uniqueID = C.ncclUniqueId
+
 // sizeT is size_t, for the tests.
 type sizeT = C.size_t
