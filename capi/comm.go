@@ -154,6 +154,12 @@ func (c *comm) free(abort bool) error {
 	c.mu.Lock()
 	if c.destroying {
 		c.mu.Unlock()
+		if abort {
+			// Another thread destroys (or aborts) c: stop what it may be
+			// waiting for, as a watchdog's abort means to.
+			c.abortRunning()
+			return nil
+		}
 		return fmt.Errorf("%w: the communicator is already being destroyed", ncclgo.ErrInvalidUsage)
 	}
 	c.destroying = true
@@ -191,6 +197,21 @@ func (c *comm) free(abort bool) error {
 	c.forget()
 	profileStop()
 	return err
+}
+
+// abortRunning ends c's init if it runs, or aborts its Go communicator
+// (its kernels stop waiting; Destroy then waits only for them to react).
+func (c *comm) abortRunning() {
+	if c.cancel != nil {
+		c.cancel(errInitAborted)
+	}
+	select {
+	case <-c.done:
+		if c.c != nil {
+			c.c.Abort()
+		}
+	default:
+	}
 }
 
 //export ncclGetUniqueId
@@ -587,6 +608,11 @@ func ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res result) {
 		}
 	}
 	if err != nil {
+		if c.initErr != nil {
+			err = fmt.Errorf("%s: its nccl%s failed: %w", c.who(), c.op, err)
+		} else {
+			err = fmt.Errorf("%s: %w", c.who(), err)
+		}
 		*out = fail(op, err)
 	} else {
 		*out = C.ncclSuccess

@@ -62,26 +62,6 @@ func TestNonblockingInitKeepsHandle(t *testing.T) {
 	assert.EqualValues(t, cInvalidArgument, ncclCommDestroy(out))
 }
 
-// TestDestroyDropsRegistrations: ncclCommDestroy frees the registration
-// handles the client did not deregister; they are no longer accepted.
-func TestDestroyDropsRegistrations(t *testing.T) {
-	c := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
-	h := c.h
-	var buf [8]byte
-	handles := make([]unsafe.Pointer, 3)
-	for i := range handles {
-		assert.EqualValues(t, cSuccess, ncclCommRegister(h, unsafe.Pointer(&buf[0]), 8, &handles[i]))
-	}
-	assert.EqualValues(t, cSuccess, ncclCommDeregister(h, handles[0]))
-	assert.EqualValues(t, cSuccess, ncclCommDestroy(h)) // an init that never started: destroyed at once
-	regsMu.Lock()
-	for _, p := range handles[1:] {
-		_, ok := regs[p]
-		assert.False(t, ok, "registration %p outlived its communicator", p)
-	}
-	regsMu.Unlock()
-}
-
 // TestStaleHandle: a destroyed communicator's handle is never handed out
 // again, so a call with it stays an invalid argument even after later
 // communicators were made.

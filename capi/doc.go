@@ -31,7 +31,17 @@
 // finalizes in the background, reported by ncclCommGetAsyncError.
 // ncclCommAbort from another thread ends an init (or split, or shrink)
 // still running: the init returns ncclInternalError, as NCCL's does, and
-// ncclGetLastError says the abort ended it.
+// ncclGetLastError says the abort ended it. It stops the communicator's
+// kernels and frees it, as NCCL's does, so a later ncclCommDestroy of it
+// is ncclInvalidArgument. A thread polling ncclCommGetAsyncError
+// meanwhile (torch's watchdog) is never blocked by it and sees an error:
+// the abort's (ncclRemoteError, or ncclInternalError for an init it
+// ended) until the communicator is freed, then ncclInvalidArgument. An
+// ncclCommAbort while another thread's ncclCommDestroy (or ncclCommAbort)
+// of the communicator runs aborts what that call waits for (an init, or
+// kernels waiting on a peer), so that it ends, and returns ncclSuccess.
+// ncclCommGetAsyncError's message names the rank and, for a failed init,
+// the call that made it.
 //
 // An ncclConfig_t is read as NCCL 2.28 reads it: its first size bytes
 // over NCCL_CONFIG_INITIALIZER's defaults, the fields newer than its
@@ -42,12 +52,38 @@
 // nothing since ncclgo has no network plugins, CollNet, NVLS or
 // thread-block clusters, is listed in configFields (config.go).
 //
-// ncclMemAlloc is cuMemAlloc on the calling thread's device, not NCCL's
-// exportable VMM allocation, and ncclCommRegister only hands out a handle:
-// ncclgo's kernels never read a user buffer from another GPU or process
-// (they copy through the communicator's own buffers, set up at init), so
-// registration would gain nothing. Both are enough for torch's NCCL memory
-// pool.
+// ncclMemAlloc allocates as NCCL does: on the calling thread's device, a
+// VMM allocation (cuMemCreate) exportable as a POSIX file descriptor, and
+// also as a fabric handle where the device supports them (the allocation
+// is made again without when the system refuses them: no IMEX), GPUDirect
+// RDMA capable where the driver allows it, its size rounded up to the
+// recommended granularity, mapped at an address aligned to it, and
+// readable and writable by the device and every device with peer access to
+// it; cuMemAlloc where the device has no VMM or NCCL_CUMEM_ENABLE=0.
+// ncclMemFree unmaps and releases exactly that; a pointer ncclMemAlloc did
+// not return (one inside an allocation, one freed already) is
+// ncclInvalidArgument naming it.
+//
+// Registration is optional for correctness in NCCL, and changes nothing in
+// ncclgo yet: its kernels never read a user buffer from another GPU or
+// process (they copy through the communicator's own buffers, set up at
+// init), so nothing is faster for it. ncclCommRegister and
+// ncclCommWindowRegister check the buffer all the same: on a communicator
+// whose init succeeded, buff..buff+size must be memory CUDA knows (it may
+// span adjacent allocations, as an allocator's expandable segment does),
+// and device memory must be the communicator's device's
+// (ncclInvalidArgument naming buff or size otherwise). Page-locked host
+// memory is not registered: ncclCommRegister gives a NULL handle, as NCCL
+// does, and ncclCommDeregister takes NULL. Each call gives a new handle;
+// one deregisters once, on its own communicator and with its own call
+// (ncclCommDeregister for handles, ncclCommWindowDeregister for windows):
+// a second deregister, another communicator's handle or a pointer that is
+// no handle is ncclInvalidUsage (NCCL's code for a handle it does not
+// find) saying which. ncclCommDestroy and ncclCommAbort forget the
+// communicator's handles. Windows take NCCL_WIN_DEFAULT or
+// NCCL_WIN_COLL_SYMMETRIC and never host memory; ncclgo has no symmetric
+// kernels, so a window changes nothing either, and no window call
+// synchronizes the ranks.
 //
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every
@@ -68,7 +104,7 @@
 // what is valid. Handles are never reused: a call with a destroyed
 // communicator is ncclInvalidArgument, also after others were made. A panic inside the library (a bug) is caught where it
 // entered, or in the init goroutine it happened in, and returns
-// ncclInternalError naming the panic and its place. What ncclgo does not implement yet (windows, the device
+// ncclInternalError naming the panic and its place. What ncclgo does not implement yet (the device
 // API, ncclGroupSimulateEnd, ncclCommRevoke, ncclCommInitRankScalable with
 // several ids) returns ncclInvalidUsage and says so.
 //

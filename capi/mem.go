@@ -8,21 +8,175 @@ import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
-// allocs are ncclMemAlloc's allocations and the contexts that own them.
+// vmm is what ncclMemAlloc and ncclMemFree ask of the driver: a device's
+// primary context (*cuda.Context), or a fake in tests.
+type vmm interface {
+	MemGranularityFor(prop cuda.AllocProp, recommended bool) (uint64, error)
+	MemCreateWith(size uint64, prop cuda.AllocProp) (cuda.MemHandle, error)
+	MemAddressReserve(size, alignment uint64) (cuda.DevicePtr, error)
+	MemMap(p cuda.DevicePtr, size uint64, mh cuda.MemHandle) error
+	MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.Device) error
+	MemUnmap(p cuda.DevicePtr, size uint64) error
+	MemAddressFree(p cuda.DevicePtr, size uint64) error
+	MemRelease(mh cuda.MemHandle) error
+	MemAlloc(size uint64) (cuda.DevicePtr, error)
+	MemFree(p cuda.DevicePtr) error
+	Release() error
+}
+
+// allocPlan is how ncclMemAlloc allocates on a device.
+type allocPlan struct {
+	vmm    bool           // cuMemCreate and friends; false: cuMemAlloc
+	device cuda.Device    // the device the memory is on
+	prop   cuda.AllocProp // the handle types and flags to ask for
+	peers  []cuda.Device  // other devices that get read-write access
+}
+
+// allocation is what ncclMemAlloc made, so that ncclMemFree undoes exactly
+// that.
+type allocation struct {
+	ctx   vmm            // holds a reference on the primary context until freed
+	vmm   bool           // mapped VMM memory; false: cuMemAlloc's
+	size  uint64         // bytes mapped (the request rounded up to the granularity), or cuMemAlloc's
+	mem   cuda.MemHandle // the physical allocation (vmm)
+	asked uint64         // the bytes the caller asked for
+}
+
+// allocs are ncclMemAlloc's allocations by their address.
 var (
 	allocsMu sync.Mutex
-	allocs   = map[uintptr]*cuda.Context{}
+	allocs   = map[uintptr]*allocation{}
 )
 
+// planAlloc decides how to allocate on device d, as NCCL does: a VMM
+// allocation exportable as a POSIX file descriptor, and as a fabric handle
+// where the device supports them, GPUDirect RDMA capable where the driver
+// allows it, readable and writable by every device with peer access to d;
+// cuMemAlloc where the device has no VMM or NCCL_CUMEM_ENABLE=0.
+func planAlloc(d cuda.Device) (allocPlan, error) {
+	plan := allocPlan{device: d}
+	pol, err := transport.PolicyFromEnv(false, false, func(k string) string {
+		if k == "NCCL_CUMEM_ENABLE" {
+			return os.Getenv(k)
+		}
+		return ""
+	})
+	if err != nil {
+		return plan, fmt.Errorf("%w: %w", ncclgo.ErrInvalidUsage, err)
+	}
+	if v, err := d.Attribute(cuda.DevAttrVirtualMemoryManagementSupported); err != nil || v == 0 || pol.NoCuMem {
+		return plan, err
+	}
+	plan.vmm = true
+	plan.prop.HandleTypes = cuda.MemHandlePOSIXFD
+	if v, err := d.Attribute(cuda.DevAttrHandleTypeFabricSupported); err == nil && v != 0 {
+		plan.prop.HandleTypes |= cuda.MemHandleFabric
+	}
+	if v, err := d.Attribute(cuda.DevAttrGPUDirectRDMAWithCUDAVMMSupported); err == nil && v != 0 {
+		plan.prop.GPUDirectRDMA = true
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return plan, err
+	}
+	for i := range n {
+		if p := cuda.Device(i); p != d {
+			if ok, err := p.CanAccessPeer(d); err == nil && ok {
+				plan.peers = append(plan.peers, p)
+			}
+		}
+	}
+	return plan, nil
+}
+
+// memAlloc allocates size bytes with ctx as plan says. A VMM allocation is
+// rounded up to the recommended granularity, its address range aligned to
+// it; a failed step undoes the ones before it.
+func memAlloc(ctx vmm, plan allocPlan, size uint64) (cuda.DevicePtr, *allocation, error) {
+	if !plan.vmm {
+		p, err := ctx.MemAlloc(size)
+		if err != nil {
+			return 0, nil, err
+		}
+		return p, &allocation{ctx: ctx, size: size, asked: size}, nil
+	}
+	props := []cuda.AllocProp{plan.prop}
+	if plan.prop.HandleTypes&cuda.MemHandleFabric != 0 {
+		// A system without IMEX channels refuses fabric handles: POSIX fd only then.
+		noFabric := plan.prop
+		noFabric.HandleTypes &^= cuda.MemHandleFabric
+		props = append(props, noFabric)
+	}
+	// create makes the physical allocation with prop: n bytes, size
+	// rounded up to the granularity gran.
+	create := func(prop cuda.AllocProp) (mh cuda.MemHandle, gran, n uint64, err error) {
+		if gran, err = ctx.MemGranularityFor(prop, true); err != nil {
+			return 0, 0, 0, err
+		}
+		if gran == 0 || size > math.MaxUint64-(gran-1) {
+			return 0, 0, 0, &ncclgo.ArgError{Arg: "size", Value: size, Want: fmt.Sprintf("a size that rounds up to a multiple of %d bytes", gran)}
+		}
+		n = (size + gran - 1) / gran * gran
+		mh, err = ctx.MemCreateWith(n, prop)
+		return mh, gran, n, err
+	}
+	var (
+		mh      cuda.MemHandle
+		gran, n uint64
+		err     error
+	)
+	for i, prop := range props {
+		mh, gran, n, err = create(prop)
+		refused := errors.Is(err, cuda.ErrNotSupported) || errors.Is(err, &cuda.Error{Code: cuda.ResultNotPermitted})
+		if err == nil || !refused || i == len(props)-1 {
+			break
+		}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	p, err := ctx.MemAddressReserve(n, gran)
+	if err != nil {
+		return 0, nil, errors.Join(err, ctx.MemRelease(mh))
+	}
+	if err := ctx.MemMap(p, n, mh); err != nil {
+		return 0, nil, errors.Join(err, ctx.MemAddressFree(p, n), ctx.MemRelease(mh))
+	}
+	if err := ctx.MemSetAccess(p, n, append([]cuda.Device{plan.device}, plan.peers...)...); err != nil {
+		return 0, nil, errors.Join(err, ctx.MemUnmap(p, n), ctx.MemAddressFree(p, n), ctx.MemRelease(mh))
+	}
+	return p, &allocation{ctx: ctx, vmm: true, size: n, mem: mh, asked: size}, nil
+}
+
+// free undoes memAlloc: unmaps, releases the physical memory, frees the
+// address range (or cuMemFree), then drops the context reference. It
+// goes on after a failed step, so that what can be freed is.
+func (a *allocation) free(p cuda.DevicePtr) error {
+	var err error
+	if !a.vmm {
+		err = a.ctx.MemFree(p)
+	} else {
+		err = errors.Join(a.ctx.MemUnmap(p, a.size), a.ctx.MemRelease(a.mem), a.ctx.MemAddressFree(p, a.size))
+	}
+	return errors.Join(err, a.ctx.Release())
+}
+
+// ncclMemAlloc allocates device memory on the calling thread's device as
+// NCCL does (see planAlloc): memory that can be exported to other
+// processes and registered. Free it with ncclMemFree.
+//
 //export ncclMemAlloc
 func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) (res result) {
 	defer guard("MemAlloc", &res)
@@ -43,23 +197,30 @@ func ncclMemAlloc(out *unsafe.Pointer, size C.size_t) (res result) {
 		if err != nil {
 			return fail(op, err)
 		}
+		plan, err := planAlloc(d)
+		if err != nil {
+			return fail(op, fmt.Errorf("device %d: %w", dev, err))
+		}
 		ctx, err := d.PrimaryContext()
 		if err != nil {
 			return fail(op, err)
 		}
-		p, err := ctx.MemAlloc(uint64(size))
+		p, a, err := memAlloc(ctx, plan, uint64(size))
 		if err != nil {
 			_ = ctx.Release()
 			return fail(op, fmt.Errorf("%d bytes on device %d: %w", uint64(size), dev, err))
 		}
 		allocsMu.Lock()
-		allocs[uintptr(p)] = ctx
+		allocs[uintptr(p)] = a
 		allocsMu.Unlock()
 		*(*uintptr)(unsafe.Pointer(out)) = uintptr(p) // a device address, never dereferenced by Go
 		return C.ncclSuccess
 	})
 }
 
+// ncclMemFree frees memory from ncclMemAlloc: exactly what that call
+// mapped and allocated. Any other pointer is an invalid argument.
+//
 //export ncclMemFree
 func ncclMemFree(p unsafe.Pointer) (res result) {
 	defer guard("MemFree", &res)
@@ -67,97 +228,31 @@ func ncclMemFree(p unsafe.Pointer) (res result) {
 	if p == nil {
 		return C.ncclSuccess
 	}
+	addr := uintptr(p)
 	allocsMu.Lock()
-	ctx := allocs[uintptr(p)]
-	delete(allocs, uintptr(p))
+	a := allocs[addr]
+	delete(allocs, addr)
+	var inside uintptr // the allocation p points into, if any
+	if a == nil {
+		for base, o := range allocs {
+			if addr > base && uint64(addr-base) < o.asked {
+				inside = base
+			}
+		}
+	}
 	allocsMu.Unlock()
-	if ctx == nil {
-		return argError(op, "ptr", fmt.Sprintf("%p", p), "a pointer from ncclMemAlloc that is not yet freed")
+	switch {
+	case inside != 0:
+		return argError(op, "ptr", fmt.Sprintf("%#x", addr), fmt.Sprintf("the address ncclMemAlloc returned (this one is inside the allocation at %#x)", inside))
+	case a == nil:
+		return argError(op, "ptr", fmt.Sprintf("%#x", addr), "a pointer from ncclMemAlloc that is not yet freed")
 	}
 	return keepContext(func() result {
-		err := ctx.MemFree(cuda.DevicePtr(uintptr(p)))
-		if rerr := ctx.Release(); err == nil {
-			err = rerr
+		if err := a.free(cuda.DevicePtr(addr)); err != nil {
+			return fail(op, fmt.Errorf("%#x (%d bytes): %w", addr, a.size, err))
 		}
-		return fail(op, err)
+		return C.ncclSuccess
 	})
-}
-
-// registrations are ncclCommRegister's handles (registration is a no-op).
-var (
-	regsMu sync.Mutex
-	regs   = map[unsafe.Pointer]C.ncclComm_t{}
-)
-
-//export ncclCommRegister
-func ncclCommRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, handle *unsafe.Pointer) (res result) {
-	defer guard("CommRegister", &res)
-	const op = "CommRegister"
-	if _, r := lookupFor(op, h, "handle", unsafe.Pointer(handle), "a pointer to a void*"); r != C.ncclSuccess {
-		return r
-	}
-	*handle = nil
-	if buf == nil && size > 0 {
-		return argError(op, "buff", "NULL", "a device buffer of size bytes")
-	}
-	// ncclgo needs no registration: the handle only marks the call.
-	t := newHandle()
-	regsMu.Lock()
-	regs[t] = h
-	regsMu.Unlock()
-	*handle = t
-	return C.ncclSuccess
-}
-
-// dropRegistrations forgets the registration handles of communicator h.
-func dropRegistrations(h C.ncclComm_t) {
-	regsMu.Lock()
-	defer regsMu.Unlock()
-	for t, owner := range regs {
-		if owner == h {
-			delete(regs, t)
-		}
-	}
-}
-
-//export ncclCommDeregister
-func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
-	defer guard("CommDeregister", &res)
-	const op = "CommDeregister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
-		return r
-	}
-	regsMu.Lock()
-	owner, ok := regs[handle]
-	if ok && owner == h {
-		delete(regs, handle)
-	}
-	regsMu.Unlock()
-	if !ok || owner != h {
-		return argError(op, "handle", fmt.Sprintf("%p", handle), "a handle from ncclCommRegister on this communicator")
-	}
-	return C.ncclSuccess
-}
-
-//export ncclCommWindowRegister
-func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) (res result) {
-	defer guard("CommWindowRegister", &res)
-	const op = "CommWindowRegister"
-	if _, r := lookupFor(op, h, "win", unsafe.Pointer(win), "a pointer to an ncclWindow_t"); r != C.ncclSuccess {
-		return r
-	}
-	*win = nil
-	return notImplemented(op, "memory windows (symmetric registration)")
-}
-
-//export ncclCommWindowDeregister
-func ncclCommWindowDeregister(h C.ncclComm_t, win unsafe.Pointer) (res result) {
-	defer guard("CommWindowDeregister", &res)
-	const op = "CommWindowDeregister"
-	if _, r := lookup(op, h); r != C.ncclSuccess {
-		return r
-	}
-	return argError(op, "win", fmt.Sprintf("%p", win), "a window from ncclCommWindowRegister (ncclgo makes none)")
 }
 
 // The device API of nccl_device.h (NCCL 2.28): its structs are the

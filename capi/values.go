@@ -32,3 +32,9 @@ const (
 
 // commHandle is ncclComm_t, for the tests.
 type commHandle = C.ncclComm_t
+
+// uniqueID is ncclUniqueId, for the tests.
+type uniqueID = C.ncclUniqueId
+
+// sizeT is size_t, for the tests.
+type sizeT = C.size_t

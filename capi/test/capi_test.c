@@ -259,6 +259,7 @@ static struct {
   CUresult (*streamSynchronize)(CUstream);
   CUresult (*memcpyHtoD)(unsigned long long, const void*, size_t);
   CUresult (*memcpyDtoH)(void*, unsigned long long, size_t);
+  CUresult (*pointerGetAttribute)(void*, int, unsigned long long);
 } cu;
 
 static int loadDriver(void) {
@@ -269,7 +270,7 @@ static int loadDriver(void) {
   SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain") SYM(ctxSetCurrent, "cuCtxSetCurrent")
   SYM(ctxGetCurrent, "cuCtxGetCurrent") SYM(streamCreate, "cuStreamCreate")
   SYM(streamSynchronize, "cuStreamSynchronize") SYM(memcpyHtoD, "cuMemcpyHtoD_v2")
-  SYM(memcpyDtoH, "cuMemcpyDtoH_v2")
+  SYM(memcpyDtoH, "cuMemcpyDtoH_v2") SYM(pointerGetAttribute, "cuPointerGetAttribute")
 #undef SYM
   return cu.init(0) == 0;
 }
@@ -305,6 +306,40 @@ static void expectAll(void* p, float v, int line) {
   }
 }
 
+// memoryChecks: p, from ncclMemAlloc, is exportable VMM memory (as
+// NCCL's, so that it can be shared with other processes); registration
+// and windows check their buffer and refuse a second deregister;
+// ncclMemFree takes only what ncclMemAlloc returned.
+static void memoryChecks(ncclComm_t comm, void* p) {
+  unsigned long long types = 0;
+  void *h1 = NULL, *h2 = (void*)1;
+  ncclWindow_t w = NULL;
+  ncclResult_t r;
+  CU(cu.pointerGetAttribute(&types, 14 /* CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES */,
+                            (unsigned long long)(uintptr_t)p));
+  CHECK(types & 1); // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+  EXPECT(ncclCommRegister(comm, p, sizeof(host), &h1), ncclSuccess);
+  CHECK(h1 != NULL);
+  EXPECT(ncclCommRegister(comm, (char*)p + 64, 64, &h2), ncclSuccess);
+  EXPECT(ncclCommDeregister(comm, h2), ncclSuccess);
+  EXPECT(ncclCommRegister(comm, p, (size_t)1 << 40, &h2), INV); // runs past the memory
+  lastErrorSays("buff=", __LINE__);
+  CHECK(h2 == NULL);
+  // Plain host memory: unknown to CUDA, or (with HMM) host memory, which
+  // NCCL leaves unregistered.
+  h2 = (void*)1;
+  r = ncclCommRegister(comm, host, 64, &h2);
+  CHECK(r == INV || (r == ncclSuccess && h2 == NULL));
+  EXPECT(ncclCommWindowRegister(comm, p, sizeof(host), &w, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  CHECK(w != NULL);
+  EXPECT(ncclCommDeregister(comm, h1), ncclSuccess);
+  EXPECT(ncclCommDeregister(comm, h1), ncclInvalidUsage);
+  lastErrorSays("deregistered already", __LINE__);
+  EXPECT(ncclCommWindowDeregister(comm, w), ncclSuccess);
+  EXPECT(ncclMemFree((char*)p + 8), INV);
+  lastErrorSays("inside the allocation", __LINE__);
+}
+
 // gpuOneRank: one rank on the legacy default stream, a nonblocking init,
 // and teardown.
 static void gpuOneRank(void) {
@@ -327,6 +362,7 @@ static void gpuOneRank(void) {
   EXPECT(ncclCommUserRank(comm, &v), ncclSuccess);
   CHECK(v == 0);
   EXPECT(ncclMemAlloc(&p, sizeof(host)), ncclSuccess);
+  memoryChecks(comm, p);
   fill(p, 3);
   EXPECT(ncclAllReduce(p, p, N, ncclFloat32, ncclSum, comm, NULL), ncclSuccess);
   EXPECT(ncclAllReduce(p, p, 1, (ncclDataType_t)12, ncclSum, comm, NULL), INV);

@@ -52,7 +52,9 @@ const (
 	DevAttrVirtualMemoryManagementSupported  DeviceAttribute = 102
 	DevAttrHandleTypePosixFDSupported        DeviceAttribute = 103
 	DevAttrMaxBlocksPerMultiprocessor        DeviceAttribute = 106
+	DevAttrGPUDirectRDMAWithCUDAVMMSupported DeviceAttribute = 110
 	DevAttrGPUDirectRDMASupported            DeviceAttribute = 116
+	DevAttrHandleTypeFabricSupported         DeviceAttribute = 128
 )
 
 // DeviceCount returns the number of CUDA devices visible to the process.

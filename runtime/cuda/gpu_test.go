@@ -554,6 +554,57 @@ func TestGPUVirtualMemory(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidValue)
 }
 
+// TestGPUMemCreateWith: an allocation with the handle types ncclMemAlloc
+// asks for (POSIX fd, and fabric where the device has it) maps, reads as
+// device memory of its device (PointerInfo) and exports as a POSIX fd.
+func TestGPUMemCreateWith(t *testing.T) {
+	c := gpu(t)
+	if ok, err := c.Device().Attribute(DevAttrVirtualMemoryManagementSupported); err != nil || ok == 0 {
+		t.Skip("no virtual memory management on this device")
+	}
+	prop := AllocProp{HandleTypes: MemHandlePOSIXFD}
+	if ok, err := c.Device().Attribute(DevAttrHandleTypeFabricSupported); err == nil && ok != 0 {
+		prop.HandleTypes |= MemHandleFabric
+	}
+	if ok, err := c.Device().Attribute(DevAttrGPUDirectRDMAWithCUDAVMMSupported); err == nil && ok != 0 {
+		prop.GPUDirectRDMA = true
+	}
+	gran, err := c.MemGranularityFor(prop, true)
+	require.NoError(t, err)
+	h, err := c.MemCreateWith(gran, prop)
+	if err != nil && prop.HandleTypes&MemHandleFabric != 0 && (isCode(err, ResultNotPermitted) || isCode(err, ResultNotSupported)) {
+		t.Logf("fabric handles refused (%v): POSIX fd only", err)
+		prop.HandleTypes = MemHandlePOSIXFD
+		h, err = c.MemCreateWith(gran, prop)
+	}
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.MemRelease(h)) }()
+	fd, err := c.MemExportToShareableHandle(h)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Close(fd))
+	va, err := c.MemAddressReserve(gran, gran)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.MemAddressFree(va, gran)) }()
+	require.NoError(t, c.MemMap(va, gran, h))
+	defer func() { assert.NoError(t, c.MemUnmap(va, gran)) }()
+	require.NoError(t, c.MemSetAccess(va, gran))
+	info, err := c.PointerInfo(va + 100)
+	require.NoError(t, err)
+	assert.Equal(t, PointerInfo{Type: MemoryTypeDevice, Device: c.Device()}, info)
+	base, n, err := c.MemGetAddressRange(va + 100)
+	require.NoError(t, err)
+	assert.Equal(t, va, base)
+	assert.Equal(t, gran, n)
+
+	var host [8]byte
+	info, err = c.PointerInfo(DevicePtr(uintptr(unsafe.Pointer(&host[0]))))
+	if err == nil { // with HMM the driver may know pageable memory
+		assert.Equal(t, MemoryTypeHost, info.Type, "plain host memory")
+	} else {
+		assert.ErrorIs(t, err, ErrInvalidValue, "plain host memory is unknown to CUDA")
+	}
+}
+
 func isCode(err error, r Result) bool { return errors.Is(err, &Error{Code: r}) }
 
 const ipcEnv = "NCCLGO_CUDA_TEST_IPC_HANDLE"

@@ -117,7 +117,8 @@
   X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 0,                            \
     (void* out, CUmemGenericAllocationHandle h, int type, unsigned long long flags))            \
   X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 0,                        \
-    (CUmemGenericAllocationHandle* h, void* os, int type))
+    (CUmemGenericAllocationHandle* h, void* os, int type))                                      \
+  X(cuPointerGetAttribute, "cuPointerGetAttribute", 0, (void* v, int attr, CUdeviceptr p))
 
 #define NCU_DECLARE(name, sym, req, params) static CUresult(CUAPI* p_##name) params;
 NCU_SYMBOLS(NCU_DECLARE)
@@ -434,27 +435,34 @@ CUresult ncu_mem_range(CUcontext c, CUdeviceptr p, CUdeviceptr* base, size_t* n)
   return p_cuMemGetAddressRange(base, n, p);
 }
 
-static void ncu_fill_prop(CUmemAllocationProp* prop, CUdevice d) {
+static void ncu_fill_prop(CUmemAllocationProp* prop, CUdevice d, int handle_types, int gdr) {
   memset(prop, 0, sizeof(*prop));
-  prop->type = 1;                 // CU_MEM_ALLOCATION_TYPE_PINNED
-  prop->requestedHandleTypes = 1; // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-  prop->location.type = 1;        // CU_MEM_LOCATION_TYPE_DEVICE
+  prop->type = 1;                            // CU_MEM_ALLOCATION_TYPE_PINNED
+  prop->requestedHandleTypes = handle_types; // CUmemAllocationHandleType bits
+  prop->location.type = 1;                   // CU_MEM_LOCATION_TYPE_DEVICE
   prop->location.id = d;
+  prop->allocFlags.gpuDirectRDMACapable = gdr ? 1 : 0;
 }
 
-CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int recommended) {
+CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int handle_types, int gdr, int recommended) {
   NEED(p_cuMemGetAllocationGranularity);
   SETCTX(c);
   CUmemAllocationProp prop;
-  ncu_fill_prop(&prop, d);
+  ncu_fill_prop(&prop, d, handle_types, gdr);
   return p_cuMemGetAllocationGranularity(g, &prop, recommended ? 1 : 0);
 }
-CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d) {
+CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d, int handle_types,
+                        int gdr) {
   NEED(p_cuMemCreate);
   SETCTX(c);
   CUmemAllocationProp prop;
-  ncu_fill_prop(&prop, d);
+  ncu_fill_prop(&prop, d, handle_types, gdr);
   return p_cuMemCreate(h, n, &prop, 0);
+}
+CUresult ncu_pointer_attribute(CUcontext c, void* v, int attr, CUdeviceptr p) {
+  NEED(p_cuPointerGetAttribute);
+  SETCTX(c);
+  return p_cuPointerGetAttribute(v, attr, p);
 }
 CUresult ncu_mem_address_reserve(CUcontext c, CUdeviceptr* p, size_t n, size_t align) {
   NEED(p_cuMemAddressReserve);

@@ -137,8 +137,10 @@ CUresult ncu_ipc_close(CUcontext c, CUdeviceptr p);
 CUresult ncu_mem_range(CUcontext c, CUdeviceptr p, CUdeviceptr* base, size_t* n);
 
 // Virtual memory management.
-CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int recommended);
-CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d);
+CUresult ncu_mem_granularity(CUcontext c, size_t* g, CUdevice d, int handle_types, int gdr, int recommended);
+CUresult ncu_mem_create(CUcontext c, CUmemGenericAllocationHandle* h, size_t n, CUdevice d, int handle_types,
+                        int gdr);
+CUresult ncu_pointer_attribute(CUcontext c, void* v, int attr, CUdeviceptr p);
 CUresult ncu_mem_address_reserve(CUcontext c, CUdeviceptr* p, size_t n, size_t align);
 CUresult ncu_mem_map(CUcontext c, CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h);
 CUresult ncu_mem_set_access(CUcontext c, CUdeviceptr p, size_t n, const int* devs, size_t ndev);

@@ -83,12 +83,49 @@ func (c *Context) IpcCloseMemHandle(p DevicePtr) error {
 	return c.wrap(fmt.Sprintf("IpcCloseMemHandle(%#x)", uint64(p)), check("cuIpcCloseMemHandle", Result(C.ncu_ipc_close(h, C.CUdeviceptr(p)))))
 }
 
+// MemHandleType is a set of ways a MemCreate allocation can be exported
+// (CUmemAllocationHandleType bits).
+type MemHandleType int
+
+// The handle types ncclgo exports allocations as.
+const (
+	MemHandlePOSIXFD MemHandleType = 0x1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	MemHandleFabric  MemHandleType = 0x8 // CU_MEM_HANDLE_TYPE_FABRIC (multi-node NVLink, IMEX)
+)
+
+// AllocProp is what MemCreateWith asks of a physical allocation beyond
+// pinned memory on the context's device (CUmemAllocationProp).
+type AllocProp struct {
+	HandleTypes   MemHandleType // how it can be exported; 0 means MemHandlePOSIXFD
+	GPUDirectRDMA bool          // allocFlags.gpuDirectRDMACapable: NICs may read and write it
+}
+
+func (p AllocProp) c() (types, gdr C.int) {
+	if p.HandleTypes == 0 {
+		p.HandleTypes = MemHandlePOSIXFD
+	}
+	if p.GPUDirectRDMA {
+		gdr = 1
+	}
+	return C.int(p.HandleTypes), gdr
+}
+
 // MemGetAllocationGranularity returns the minimum (or, with recommended,
 // the recommended) granularity of MemCreate allocations on the context's
 // device, for pinned device memory shareable as a POSIX file descriptor
 // (cuMemGetAllocationGranularity).
 func (c *Context) MemGetAllocationGranularity(recommended bool) (uint64, error) {
-	h, err := c.ctx("MemGetAllocationGranularity")
+	return c.granularity("MemGetAllocationGranularity", AllocProp{}, recommended)
+}
+
+// MemGranularityFor is MemGetAllocationGranularity for allocations of
+// MemCreateWith with prop.
+func (c *Context) MemGranularityFor(prop AllocProp, recommended bool) (uint64, error) {
+	return c.granularity("MemGranularityFor", prop, recommended)
+}
+
+func (c *Context) granularity(op string, prop AllocProp, recommended bool) (uint64, error) {
+	h, err := c.ctx(op)
 	if err != nil {
 		return 0, err
 	}
@@ -97,8 +134,9 @@ func (c *Context) MemGetAllocationGranularity(recommended bool) (uint64, error) 
 	if recommended {
 		rec = 1
 	}
-	if err := check("cuMemGetAllocationGranularity", Result(C.ncu_mem_granularity(h, &g, C.CUdevice(c.dev), rec))); err != nil {
-		return 0, c.wrap("MemGetAllocationGranularity", err)
+	types, gdr := prop.c()
+	if err := check("cuMemGetAllocationGranularity", Result(C.ncu_mem_granularity(h, &g, C.CUdevice(c.dev), types, gdr, rec))); err != nil {
+		return 0, c.wrap(fmt.Sprintf("%s(%+v)", op, prop), err)
 	}
 	return uint64(g), nil
 }
@@ -108,18 +146,71 @@ func (c *Context) MemGetAllocationGranularity(recommended bool) (uint64, error) 
 // size must be a multiple of MemGetAllocationGranularity. Map it with
 // MemAddressReserve, MemMap and MemSetAccess; free it with MemRelease.
 func (c *Context) MemCreate(size uint64) (MemHandle, error) {
-	h, err := c.ctx("MemCreate")
+	return c.create("MemCreate", size, AllocProp{})
+}
+
+// MemCreateWith is MemCreate with the handle types and flags of prop; size
+// must be a multiple of MemGranularityFor(prop). A driver or system that
+// cannot make such handles (fabric handles without IMEX, say) fails with
+// CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED.
+func (c *Context) MemCreateWith(size uint64, prop AllocProp) (MemHandle, error) {
+	return c.create("MemCreateWith", size, prop)
+}
+
+func (c *Context) create(op string, size uint64, prop AllocProp) (MemHandle, error) {
+	h, err := c.ctx(op)
 	if err != nil {
 		return 0, err
 	}
 	if size == 0 {
-		return 0, badArg("MemCreate", "size is 0")
+		return 0, badArg(op, "size is 0")
 	}
 	var mh C.CUmemGenericAllocationHandle
-	if err := check("cuMemCreate", Result(C.ncu_mem_create(h, &mh, C.size_t(size), C.CUdevice(c.dev)))); err != nil {
-		return 0, c.wrap(fmt.Sprintf("MemCreate(%d bytes)", size), err)
+	types, gdr := prop.c()
+	if err := check("cuMemCreate", Result(C.ncu_mem_create(h, &mh, C.size_t(size), C.CUdevice(c.dev), types, gdr))); err != nil {
+		return 0, c.wrap(fmt.Sprintf("%s(%d bytes, %+v)", op, size, prop), err)
 	}
 	return MemHandle(mh), nil
+}
+
+// MemoryType is the kind of memory an address refers to (CUmemorytype).
+type MemoryType int
+
+// The memory types of PointerInfo.
+const (
+	MemoryTypeHost    MemoryType = 1 // page-locked host memory the device can address
+	MemoryTypeDevice  MemoryType = 2
+	MemoryTypeArray   MemoryType = 3
+	MemoryTypeUnified MemoryType = 4
+)
+
+// PointerInfo is what the driver knows of an address: the kind of memory
+// and the device it was allocated on or registered with.
+type PointerInfo struct {
+	Type   MemoryType
+	Device Device
+}
+
+// PointerInfo returns what the driver knows of p (cuPointerGetAttribute,
+// CU_POINTER_ATTRIBUTE_MEMORY_TYPE and _DEVICE_ORDINAL). An address CUDA
+// does not know (plain host memory, say) fails with
+// CUDA_ERROR_INVALID_VALUE.
+func (c *Context) PointerInfo(p DevicePtr) (PointerInfo, error) {
+	var out PointerInfo
+	h, err := c.ctx("PointerInfo")
+	if err != nil {
+		return out, err
+	}
+	var typ C.uint
+	var dev C.int
+	err = check("cuPointerGetAttribute", Result(C.ncu_pointer_attribute(h, unsafe.Pointer(&typ), 2 /* MEMORY_TYPE */, C.CUdeviceptr(p))))
+	if err == nil {
+		err = check("cuPointerGetAttribute", Result(C.ncu_pointer_attribute(h, unsafe.Pointer(&dev), 9 /* DEVICE_ORDINAL */, C.CUdeviceptr(p))))
+	}
+	if err != nil {
+		return out, c.wrap(fmt.Sprintf("PointerInfo(%#x)", uint64(p)), err)
+	}
+	return PointerInfo{Type: MemoryType(typ), Device: Device(dev)}, nil
 }
 
 // MemAddressReserve reserves size bytes of device virtual address space
