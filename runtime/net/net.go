@@ -1,7 +1,8 @@
 // Package net is the network layer of the NET transport: an interface
 // shaped like NCCL's net plugin API (ncclNet_v8), a socket backend (NCCL's
 // "Socket" net) and a loader for existing NCCL net plugins
-// (libnccl-net-*.so).
+// (libnccl-net-*.so exporting ncclNetPlugin_v8, v9 or v10: LoadPlugin,
+// Plugin).
 //
 // As in NCCL, a connection is one direction: the receiver listens and
 // publishes its Handle; the sender connects with it (Connect) and the
@@ -15,8 +16,16 @@
 // plugin (C code keeps them): the transport passes host-pinned staging
 // buffers.
 //
+// A request may make progress only while it is tested (plugins such as
+// NCCL's InfiniBand one move data in test): poll every pending request,
+// sends included.
+//
 // Every error that the peer causes (it closed the connection, sent bytes
-// that contradict the protocol) wraps ErrPeer and names the peer's address.
+// that contradict the protocol) wraps ErrPeer and names the peer: its
+// address for the socket backend; for a plugin, which knows no addresses,
+// the connection (the plugin's ncclRemoteError). Whether a plugin checks
+// tags and sizes is up to it; the loader checks that no request reports
+// more bytes than were posted.
 package net
 
 import (
