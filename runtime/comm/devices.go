@@ -164,11 +164,26 @@ func withNodes(t tune.Topology, peers []transport.Peer) tune.Topology {
 // measured figure replaces it.
 const socketBW = 10000.0 / 8000
 
-// buildGraphs returns the rings of every channel (graph.Rings: ranks
-// sharing a GPU adjacent, GPUs in an order of peer-connected neighbours)
-// and NCCL's double binary trees over the ranks.
-func buildGraphs(l topo.Layout, nChannels int) ([][]int, []graph.Tree) {
-	return graph.Rings(l, nChannels), graph.Trees(l.NRanks, nChannels)
+// buildGraphs returns the rings of every channel and the trees. With the
+// ranks on one host (peers all on one Host, or nil): graph.Rings over l
+// (ranks sharing a GPU adjacent, GPUs in an order of peer-connected
+// neighbours) and NCCL's double binary trees over the ranks. Across hosts,
+// from the peers' hosts and devices alone: rings that leave each host once
+// and double binary trees over hosts with a chain inside each
+// (graph.RingsAcrossHosts, graph.TreesAcrossHosts).
+func buildGraphs(l topo.Layout, peers []transport.Peer, nChannels int) ([][]int, []graph.Tree) {
+	ids := map[string]int{}
+	hostOf, devs := make([]int, len(peers)), make([]int, len(peers))
+	for r, p := range peers {
+		if _, ok := ids[p.Host]; !ok {
+			ids[p.Host] = len(ids)
+		}
+		hostOf[r], devs[r] = ids[p.Host], p.Device
+	}
+	if len(ids) <= 1 {
+		return graph.Rings(l, nChannels), graph.Trees(l.NRanks, nChannels)
+	}
+	return graph.RingsAcrossHosts(hostOf, devs, nChannels), graph.TreesAcrossHosts(hostOf, devs, nChannels)
 }
 
 // busIDsByGPU gives the PCI bus id of each GPU index of l, from the ranks'

@@ -209,7 +209,7 @@ func TestSetupOverSeveralGPUs(t *testing.T) {
 			tu, err := tune.New(tuneTopology(l, h200GPU, 1, config.Default()), config.Default(), nil)
 			require.NoError(t, err)
 			nch := min(tu.MaxChannels(), generated.MaxChannels)
-			rings, trees := buildGraphs(l, nch)
+			rings, trees := buildGraphs(l, nil, nch)
 			require.Len(t, rings, nch)
 			require.Len(t, trees, nch)
 			for ch := range nch {

@@ -167,7 +167,7 @@ func planGroup(t *testing.T, devs []int, env map[string]string, tasks func(r int
 		tu, err := tune.New(tuneTopology(l, h200GPU, 1, cfg), cfg, kernels.Available)
 		require.NoError(t, err)
 		nch := min(tu.MaxChannels(), generated.MaxChannels)
-		rings, trees := buildGraphs(l, nch)
+		rings, trees := buildGraphs(l, nil, nch)
 		p, err := enqueue.Build(enqueue.Comm{Rank: r, NRanks: n, NChannels: nch, P2PChannelsPerPeer: 2}, tasks(r), tu, nil)
 		require.NoError(t, err, "rank %d", r)
 		plans[r] = p

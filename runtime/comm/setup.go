@@ -155,7 +155,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
-	c.rings, c.trees = buildGraphs(c.layout, c.nChannels)
+	c.rings, c.trees = buildGraphs(c.layout, tpeers, c.nChannels)
 	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.P2PPerPeer}
 	if err := c.joinResidency(ctx, blocksPerSM); err != nil { // residency.go
 		return fail(err)

@@ -1,5 +1,6 @@
-// Package graph builds the communication graphs of one node: the ring of
-// every channel and NCCL's double binary trees.
+// Package graph builds the communication graphs: the ring of every channel
+// and NCCL's double binary trees, over the GPUs of one host (Rings, Trees)
+// or over several hosts (RingsAcrossHosts, TreesAcrossHosts).
 //
 // Graphs are pure data over rank numbers; they are computed identically on
 // every rank, so ranks agree on them without exchanging anything beyond the

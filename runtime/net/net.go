@@ -1,7 +1,8 @@
 // Package net is the network layer of the NET transport: an interface
-// shaped like NCCL's net plugin API (ncclNet_v8) and a socket backend
-// (NCCL's "Socket" net). There is no loader for NCCL's net plugins
-// (libnccl-net-*.so) yet.
+// shaped like NCCL's net plugin API (ncclNet_v8), a socket backend (NCCL's
+// "Socket" net) and a loader for existing NCCL net plugins
+// (libnccl-net-*.so exporting ncclNetPlugin_v8, v9 or v10: LoadPlugin,
+// Plugin).
 //
 // As in NCCL, a connection is one direction: the receiver listens and
 // publishes its Handle; the sender connects with it (Connect) and the
@@ -15,13 +16,26 @@
 // plugin (C code keeps them): the transport passes host-pinned staging
 // buffers.
 //
+// A request may make progress only while it is tested (plugins such as
+// NCCL's InfiniBand one move data in test): poll every pending request,
+// sends included.
+//
 // Every error that the peer causes (it closed the connection, sent bytes
-// that contradict the protocol) wraps ErrPeer and names the peer's address.
+// that contradict the protocol) wraps ErrPeer and names the peer: its
+// address for the socket backend; for a plugin, which knows no addresses,
+// the connection (the plugin's ncclRemoteError). Whether a plugin checks
+// tags and sizes is up to it; the loader checks that no request reports
+// more bytes than were posted.
 package net
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // HandleSize is the size of a listen handle (NCCL_NET_HANDLE_MAXSIZE).
@@ -135,13 +149,64 @@ func (e *PeerError) Error() string { return fmt.Sprintf("net: peer %s: %s: %v", 
 func (e *PeerError) Unwrap() []error { return []error{ErrPeer, e.Err} }
 
 // FromEnv returns the network that NCCL's variables choose, read through
-// getenv: the socket backend, configured by NCCL_SOCKET_IFNAME,
-// NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
+// getenv, as NCCL does:
+//
+//   - NCCL_NET_PLUGIN: "none" loads no plugin; unset tries libnccl-net.so
+//     and, when it cannot be opened or used, falls back to the socket
+//     backend (logged); a name loads that plugin (LoadPlugin), and any
+//     failure to is an error.
+//   - NCCL_NET: "Socket" forces the socket backend; another name must be
+//     the loaded plugin's name (case-insensitive).
+//   - The socket backend is configured by NCCL_SOCKET_IFNAME,
+//     NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
+//
+// A plugin's log lines go to stderr through NCCL_DEBUG and
+// NCCL_DEBUG_SUBSYS's filter.
 func FromEnv(getenv func(string) string) (Net, error) {
+	want := getenv("NCCL_NET")
+	if !strings.EqualFold(want, "Socket") {
+		name, set := getenv("NCCL_NET_PLUGIN"), getenv("NCCL_NET_PLUGIN") != ""
+		if !strings.EqualFold(name, "none") {
+			log := envLogger(getenv)
+			p, err := LoadPlugin(name, PluginOptions{Logger: log})
+			switch {
+			case err == nil && p.Devices() == 0:
+				err = fmt.Errorf("net: plugin %s (%s) has no devices", p.Path(), p.Name())
+			case err == nil && want != "" && !strings.EqualFold(want, p.Name()):
+				err = fmt.Errorf("net: NCCL_NET=%q: the plugin %s is %q; want its name or Socket", want, p.Path(), p.Name())
+			}
+			if err == nil {
+				return p, nil
+			}
+			if set || want != "" && !errors.Is(err, ErrNoPlugin) {
+				return nil, err
+			}
+			if !errors.Is(err, ErrNoPlugin) {
+				log.Warn("net plugin unusable, using the socket backend", "err", err, config.SubsysNet.Attr())
+			}
+		}
+		if want != "" {
+			return nil, fmt.Errorf("net: NCCL_NET=%q: no plugin of that name loaded (NCCL_NET_PLUGIN=%q); want Socket", want, name)
+		}
+	}
 	o, err := SocketOptionsFromEnv(getenv)
 	if err != nil {
 		return nil, err
 	}
 	o.Interface, o.Family = getenv("NCCL_SOCKET_IFNAME"), getenv("NCCL_SOCKET_FAMILY")
 	return NewSocket(o)
+}
+
+// envLogger is a logger to stderr filtered by NCCL_DEBUG and
+// NCCL_DEBUG_SUBSYS (ill-formed values leave the defaults: the comm's
+// configuration reports them).
+func envLogger(getenv func(string) string) *slog.Logger {
+	cfg := config.Default()
+	if l, err := config.ParseDebugLevel(getenv("NCCL_DEBUG")); err == nil && getenv("NCCL_DEBUG") != "" {
+		cfg.Debug = l
+	}
+	if s, err := config.ParseSubsys(getenv("NCCL_DEBUG_SUBSYS")); err == nil && getenv("NCCL_DEBUG_SUBSYS") != "" {
+		cfg.DebugSubsys = s
+	}
+	return config.NewLogger(cfg, os.Stderr)
 }

@@ -1,9 +1,9 @@
 package net
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	gonet "net"
 	"net/netip"
 	"runtime"
@@ -30,7 +30,8 @@ func pair(t *testing.T, n Net) (SendComm, RecvComm) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	var sc SendComm
-	for sc == nil {
+	for deadline := time.Now().Add(5 * time.Second); sc == nil; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "Connect: no connection within 5 s")
 		sc, err = n.Connect(0, h)
 		require.NoError(t, err)
 	}
@@ -85,51 +86,16 @@ func isNilRequest(r any) bool { q, ok := r.(Request); return ok && q == nil }
 
 func TestSocketMessages(t *testing.T) {
 	for _, tc := range []struct{ threads, socks int }{{1, 1}, {2, 2}, {4, 1}} {
-		n := loopback(t, tc.threads, tc.socks)
-		sc, rc := pair(t, n)
-		sizes := []int{0, 1, 8, minChunk - 1, minChunk + 1, 3*minChunk + 17, 1 << 20}
-		var sends, recvs []Request
-		var want, got [][]byte
-		for i, sz := range sizes {
-			b := make([]byte, sz)
-			for j := range b {
-				b[j] = byte(i*31 + j*7)
-			}
-			want = append(want, b)
-			got = append(got, make([]byte, sz+100))
-			mh, err := sc.RegMr(b, PtrHost)
-			require.NoError(t, err)
-			sends = append(sends, post(t, func() (Request, error) { return sc.Isend(b, i, mh) }))
-			recvs = append(recvs, post(t, func() (Request, error) { return rc.Irecv(got[i], i, nil) }))
-		}
-		for i := range sizes {
-			m, err := wait(t, sends[i])
-			require.NoError(t, err)
-			assert.Equal(t, sizes[i], m)
-			m, err = wait(t, recvs[i])
-			require.NoError(t, err, "message %d", i)
-			require.Equal(t, sizes[i], m)
-			require.True(t, bytes.Equal(want[i], got[i][:m]), "message %d (%d bytes, %d×%d sockets) differs", i, m, tc.threads, tc.socks)
-			assert.True(t, bytes.Equal(make([]byte, 100), got[i][m:]), "bytes past the message were written")
-		}
+		t.Run(fmt.Sprintf("%dx%d", tc.threads, tc.socks), func(t *testing.T) {
+			testMessages(t, loopback(t, tc.threads, tc.socks), goMem)
+		})
 	}
 }
 
 func TestSocketRefusesOversizeAndWrongTag(t *testing.T) {
 	n := loopback(t, 1, 2)
-	sc, rc := pair(t, n)
-	_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 100), 7, nil) })
-	buf := make([]byte, 50)
-	_, err := wait(t, post(t, func() (Request, error) { return rc.Irecv(buf, 7, nil) }))
-	require.ErrorIs(t, err, ErrPeer)
-	require.ErrorContains(t, err, "message 0 of 100 bytes for a posted receive of 50 bytes")
-	require.ErrorContains(t, err, sc.(*sendComm).ctrl.LocalAddr().String(), "the error names the peer")
-	assert.Equal(t, make([]byte, 50), buf, "nothing written")
-
-	sc, rc = pair(t, n)
-	_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 10), 1, nil) })
-	_, err = wait(t, post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 2, nil) }))
-	require.ErrorContains(t, err, "tag 1 where the posted receive has tag 2")
+	r := testRefusals(t, n, goMem)
+	require.ErrorContains(t, r.err, "message 0 of 100 bytes", "the socket backend numbers messages")
 }
 
 // rawPeer connects to the listener with a valid hello for one data socket
@@ -224,31 +190,10 @@ func chunkHeader(seq uint32, n uint64) []byte {
 func TestSocketVanishedPeer(t *testing.T) {
 	n := loopback(t, 2, 1)
 	// The sender goes away: the posted receive fails naming it.
-	sc, rc := pair(t, n)
-	peer := sc.(*sendComm).ctrl.LocalAddr().String()
-	r := post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 0, nil) })
-	require.NoError(t, sc.Close())
-	_, err := wait(t, r)
-	require.ErrorIs(t, err, ErrPeer)
-	require.ErrorContains(t, err, peer)
-	require.ErrorContains(t, err, "closed the connection")
+	testVanishedSender(t, n, goMem)
 
-	// The receiver goes away: sends fail (the kernel may buffer the first
-	// few), naming it.
-	sc, rc = pair(t, n)
-	require.NoError(t, rc.Close())
-	buf := make([]byte, 1<<20)
-	deadline := time.Now().Add(10 * time.Second)
-	err = nil
-	for err == nil || !errors.Is(err, ErrPeer) {
-		require.True(t, time.Now().Before(deadline), "sends to a closed peer never failed")
-		var r Request
-		r, err = sc.Isend(buf, 0, nil)
-		if r != nil {
-			_, err = wait(t, r)
-		}
-	}
-	require.ErrorContains(t, err, sc.Peer())
+	// The receiver goes away: sends fail, naming it.
+	testVanishedReceiver(t, n, goMem)
 }
 
 func TestSocketCloseLeavesNoGoroutine(t *testing.T) {

@@ -58,9 +58,9 @@ var defaultNet struct {
 	err  error
 }
 
-// DefaultNet is the process's network: the socket backend configured by
-// NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY, NCCL_SOCKET_NTHREADS and
-// NCCL_NSOCKS_PERTHREAD (ncclnet.FromEnv). It is made once.
+// DefaultNet is the process's network, as ncclnet.FromEnv chooses it from
+// the environment: an NCCL net plugin (NCCL_NET_PLUGIN; unset tries
+// libnccl-net.so) or the socket backend. It is made once.
 func DefaultNet() (ncclnet.Net, error) {
 	defaultNet.once.Do(func() { defaultNet.net, defaultNet.err = ncclnet.FromEnv(os.Getenv) })
 	return defaultNet.net, defaultNet.err

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
+	"github.com/ncclgo/ncclgo/runtime/net/nettest"
 	"github.com/ncclgo/ncclgo/runtime/proxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -194,28 +195,43 @@ func recvKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 func TestNETMovesSteps(t *testing.T) {
 	for _, tc := range []struct{ ranks, nch, threads, socks int }{{2, 2, 1, 1}, {3, 2, 2, 2}} {
 		t.Run(fmt.Sprintf("%dranks_%dx%dsockets", tc.ranks, tc.threads, tc.socks), func(t *testing.T) {
-			nt := loNet(t, tc.threads, tc.socks)
-			sets, mems := connectNET(t, nt, tc.ranks, tc.nch, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
-			require.True(t, proxy.Running())
-			const steps = 120
-			var stop atomic.Bool
-			var wg sync.WaitGroup
-			for r := range tc.ranks {
-				next, prev := (r+1)%tc.ranks, (r+tc.ranks-1)%tc.ranks
-				for ch := range tc.nch {
-					assert.Equal(t, "NET/Socket", sets[r].Via[Key{ch, next}])
-					wg.Go(func() { sendKernel(t, mems[r], sets[r].Send[Key{ch, next}], ch, steps, &stop) })
-					wg.Go(func() { recvKernel(t, mems[r], sets[r].Recv[Key{ch, prev}], ch, steps, &stop) })
-				}
-			}
-			wg.Wait()
-			for r := range tc.ranks {
-				require.NoError(t, sets[r].Close())
-				assert.Empty(t, mems[r].regs, "every staging block unregistered")
-			}
-			assert.False(t, proxy.Running(), "the last region's Close stops the proxy")
+			moveSteps(t, loNet(t, tc.threads, tc.socks), tc.ranks, tc.nch)
 		})
 	}
+}
+
+// TestNETOverPlugin runs NET over an NCCL net plugin: runtime/net's test
+// plugin, loaded with dlopen as NCCL_NET_PLUGIN would.
+func TestNETOverPlugin(t *testing.T) {
+	p, err := ncclnet.LoadPlugin(nettest.BuildPlugin(t, "transport"), ncclnet.PluginOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	moveSteps(t, p, 3, 2)
+}
+
+// moveSteps connects ranks ranks on their own hosts through NET over nt
+// and moves 120 steps of mixed protocols on nch channels of a ring.
+func moveSteps(t *testing.T, nt ncclnet.Net, ranks, nch int) {
+	t.Helper()
+	sets, mems := connectNET(t, nt, ranks, nch, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+	require.True(t, proxy.Running())
+	const steps = 120
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for r := range ranks {
+		next, prev := (r+1)%ranks, (r+ranks-1)%ranks
+		for ch := range nch {
+			assert.Equal(t, "NET/"+nt.Name(), sets[r].Via[Key{ch, next}])
+			wg.Go(func() { sendKernel(t, mems[r], sets[r].Send[Key{ch, next}], ch, steps, &stop) })
+			wg.Go(func() { recvKernel(t, mems[r], sets[r].Recv[Key{ch, prev}], ch, steps, &stop) })
+		}
+	}
+	wg.Wait()
+	for r := range ranks {
+		require.NoError(t, sets[r].Close())
+		assert.Empty(t, mems[r].regs, "every staging block unregistered")
+	}
+	assert.False(t, proxy.Running(), "the last region's Close stops the proxy")
 }
 
 func TestNETVanishedPeer(t *testing.T) {
