@@ -15,15 +15,17 @@ around the whole loop. The per-call time is the loop's time over --iters;
 busbw uses nccl-tests' AllReduce factor 2(n-1)/n. Before timing, one call
 checks its result exactly (integers in float32). Rank 0 prints
 
-    TORCH-LAT bytes=8 us=... algbw_GBs=... busbw_GBs=...
+    TORCH-LAT bytes=8 us=... host_us=... algbw_GBs=... busbw_GBs=...
 
 per size (the slowest rank's time, gathered after the timed loop by a max
-all_reduce) and TORCH-LAT-DONE sizes=N at the end. Exit 1 on a wrong result.
+all_reduce; host_us is the time the loop took to issue one call, which is
+the per-call time whenever the host is the bottleneck) and TORCH-LAT-DONE sizes=N at the end. Exit 1 on a wrong result.
 """
 
 import argparse
 import os
 import sys
+import time
 
 import ncclinfo
 
@@ -85,19 +87,21 @@ def main():
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
+        h0 = time.perf_counter()
         for _ in range(args.iters):
             dist.all_reduce(x)
+        host = (time.perf_counter() - h0) * 1e6 / args.iters
         end.record()
         end.synchronize()
         us = start.elapsed_time(end) * 1000.0 / args.iters
-        t = torch.tensor([us], dtype=torch.float64, device=dev)
+        t = torch.tensor([us, host], dtype=torch.float64, device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        us = t.item()
+        us, host = t[0].item(), t[1].item()
         if rank == 0:
             b = count * 4
             algbw = b / us / 1e3
             busbw = algbw * 2 * (n - 1) / n
-            print(f"TORCH-LAT bytes={b} us={us:.2f} algbw_GBs={algbw:.2f} busbw_GBs={busbw:.2f}", flush=True)
+            print(f"TORCH-LAT bytes={b} us={us:.2f} host_us={host:.2f} algbw_GBs={algbw:.2f} busbw_GBs={busbw:.2f}", flush=True)
     if rank == 0:
         print(f"TORCH-LAT-DONE sizes={len(sizes(args.min, args.max))} wrong={bad}", flush=True)
     dist.destroy_process_group()
