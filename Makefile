@@ -78,7 +78,7 @@ bench:
 ## bundle: what the GPU machine (no Go there) needs: test binaries and tools,
 ## built here; sources (generated/, devicesrc/) travel with the tree.
 # GPU_PKGS are the packages whose tests touch the GPU.
-GPU_PKGS ?= . ./runtime/cuda ./runtime/kernels ./runtime/transport ./tests
+GPU_PKGS ?= . ./capi ./runtime/cuda ./runtime/kernels ./runtime/transport ./tests
 STRIP    = -ldflags=-s\ -w
 
 bundle:
