@@ -126,6 +126,9 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 func launch(entries []*groupEntry) error {
 	if len(entries) == 1 {
 		e := entries[0]
+		if err := e.comm.usable("Group.End"); err != nil {
+			return err
+		}
 		return e.comm.runNow(e.stream, e.tasks...)
 	}
 	ls := make([]comm.Launch, len(entries))
@@ -144,14 +147,12 @@ func launch(entries []*groupEntry) error {
 	return comm.AdmitAndRun(ls)
 }
 
-// runNow plans and launches the tasks of c on stream: what the End of a
-// group holding only them does, without the group (a call outside any
-// group, Comm.AllReduce say, takes this path). It allocates nothing on its
-// own when the plan needs no kernel (a one-rank call).
+// runNow plans and launches the tasks of c on stream, c having just been
+// found usable: what the End of a group holding only them does, without
+// the group (a call outside any group, Comm.AllReduce say, takes this
+// path, its validation having checked c). It allocates nothing on its own
+// when the plan needs no kernel (a one-rank call).
 func (c *Comm) runNow(stream *cuda.Stream, tasks ...enqueue.Task) error {
-	if err := c.usable("Group.End"); err != nil {
-		return err
-	}
 	e := c.engine()
 	p, err := e.Plan(tasks)
 	if err != nil {
