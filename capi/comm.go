@@ -28,10 +28,10 @@ type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
 	blocking             bool
-	cancel               context.CancelCauseFunc // cancels the init (errInitAborted: ncclCommAbort)
-	done                 chan struct{}           // closed when the init has ended
-	c                    *ncclgo.Comm            // set when done and the init succeeded
-	cctx                 *cuda.Context           // the device's primary context, for the caller's streams
+	cancel               context.CancelCauseFunc     // cancels the init (errInitAborted: ncclCommAbort)
+	done                 chan struct{}               // closed when the init has ended
+	c                    *ncclgo.Comm                // set when done and the init succeeded
+	cctx                 *cuda.Context               // the device's primary context, for the caller's streams
 	stream               atomic.Pointer[cuda.Stream] // the stream of the latest call, reused while callers pass the same (wrap)
 	initErr              error
 	mu                   sync.Mutex
