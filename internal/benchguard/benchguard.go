@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,9 +106,6 @@ func perOp(r testing.BenchmarkResult) float64 {
 	return float64(r.T.Nanoseconds()) / float64(max(r.N, 1))
 }
 
-// calSink keeps the calibration's work from being optimized away.
-var calSink uint64
-
 // Calibrate is the reference workload: what a call's host path is made
 // of (a lock, map lookups, arithmetic over a small struct array), a few
 // hundred nanoseconds a call, fixed forever (changing it invalidates
@@ -131,7 +129,8 @@ func Calibrate(b *testing.B) {
 		}
 		mu.Unlock()
 	}
-	calSink = k + a[0].y
+	runtime.KeepAlive(&a) // the work must not be optimized away
+	runtime.KeepAlive(k)
 }
 
 // Check measures bench and fails t when it is slower than Factor times
