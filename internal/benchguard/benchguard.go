@@ -2,9 +2,9 @@
 // slower than Factor times its committed baseline (baseline.txt, measured
 // on the machine it names), or more allocations per call than the
 // baseline. Machines differ and shared ones are noisy, so each benchmark
-// runs Runs times, the fastest run counts, and its time is compared
-// relative to a fixed calibration workload measured alongside (Calibrate):
-// a machine twice as slow, or twice as busy, runs both twice as slow.
+// runs Runs times, the fastest run counts, and the limit grows with a
+// fixed calibration workload measured alongside (Calibrate): a machine
+// twice as slow, or twice as busy, as the baseline's gets twice the time.
 package benchguard
 
 import (
@@ -157,9 +157,9 @@ func Check(t *testing.T, name string, bench func(b *testing.B)) {
 		t.Logf("baseline line: %s %.0f %d %.0f", name, got.NsPerOp, got.AllocsPerOp, got.CalNsPerOp)
 		return
 	}
-	// The limit scales with the calibration: this machine, now, against
-	// the baseline's.
-	scale := got.CalNsPerOp / want.CalNsPerOp
+	// The limit grows with the calibration: this machine, now, against
+	// the baseline's, when slower (a faster one keeps the baseline's).
+	scale := max(1, got.CalNsPerOp/want.CalNsPerOp)
 	limit := Factor * want.NsPerOp * scale
 	if got.NsPerOp > limit {
 		// A busy spell can hit the benchmark's runs and not the
@@ -167,7 +167,7 @@ func Check(t *testing.T, name string, bench func(b *testing.B)) {
 		again := Measure(bench)
 		if again.NsPerOp/again.CalNsPerOp < got.NsPerOp/got.CalNsPerOp {
 			got = again
-			scale = got.CalNsPerOp / want.CalNsPerOp
+			scale = max(1, got.CalNsPerOp/want.CalNsPerOp)
 			limit = Factor * want.NsPerOp * scale
 		}
 	}
