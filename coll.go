@@ -115,12 +115,13 @@ func (k *checker) redOp(op RedOp, dt DataType) devOp {
 	return d
 }
 
-// begin starts validating a call of c.
-func begin(op string, c *Comm) (*checker, error) {
+// begin starts validating a call of c. The checker is a value, so that a
+// call's validation allocates nothing unless it fails.
+func begin(op string, c *Comm) (checker, error) {
 	if err := c.usable(op); err != nil {
-		return nil, err
+		return checker{}, err
 	}
-	return &checker{op: op, c: c}, nil
+	return checker{op: op, c: c}, nil
 }
 
 // NewPreMulSum creates a reduction op that multiplies every input by
@@ -227,15 +228,20 @@ func (g *Group) Reduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTyp
 // ReduceScatter queues a reduce-scatter: send holds nRanks × recvCount
 // elements, recv gets this rank's reduced block of recvCount.
 func (g *Group) ReduceScatter(c *Comm, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	mult := 1
-	if c != nil {
-		mult = c.nRanks
-	}
-	t, err := reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream, mult)
+	t, err := reduceScatterTask(c, send, recv, recvCount, dt, op, stream)
 	if err != nil {
 		return err
 	}
 	return g.add("ReduceScatter", c, stream, t)
+}
+
+// reduceScatterTask validates a ReduceScatter: send holds nRanks blocks.
+func reduceScatterTask(c *Comm, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) (enqueue.Task, error) {
+	mult := 1
+	if c != nil {
+		mult = c.nRanks
+	}
+	return reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream, mult)
 }
 
 // checkEvery validates an AllGather or an AllToAll: every rank's send and
@@ -265,9 +271,18 @@ func (g *Group) AllGather(c *Comm, send, recv cuda.DevicePtr, sendCount int, dt 
 // Broadcast queues a broadcast of count elements from root's send to every
 // rank's recv.
 func (g *Group) Broadcast(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	k, err := begin("Broadcast", c)
+	t, err := broadcastTask(c, send, recv, count, dt, root, stream)
 	if err != nil {
 		return err
+	}
+	return g.add("Broadcast", c, stream, t)
+}
+
+// broadcastTask validates a Broadcast.
+func broadcastTask(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) (enqueue.Task, error) {
+	k, err := begin("Broadcast", c)
+	if err != nil {
+		return enqueue.Task{}, err
 	}
 	k.count("count", count, dt, 1)
 	k.dtype(dt)
@@ -278,9 +293,9 @@ func (g *Group) Broadcast(c *Comm, send, recv cuda.DevicePtr, count int, dt Data
 	k.buf("recvbuff", recv, count)
 	k.stream(stream)
 	if k.err != nil {
-		return k.err
+		return enqueue.Task{}, k.err
 	}
-	return g.add("Broadcast", c, stream, collTask(kspace.Broadcast, send, recv, count, dt, devOp{}, root))
+	return collTask(kspace.Broadcast, send, recv, count, dt, devOp{}, root), nil
 }
 
 // p2pTask is the task of a send (or receive) of count elements of dt.
@@ -305,10 +320,11 @@ func blockTasks(send bool, buf cuda.DevicePtr, count int, dt DataType, nRanks in
 	return ts
 }
 
-func (g *Group) p2p(op string, send bool, c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+// checkP2P validates a Send or a Recv and returns its task.
+func checkP2P(op string, send bool, c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) (enqueue.Task, error) {
 	k, err := begin(op, c)
 	if err != nil {
-		return err
+		return enqueue.Task{}, err
 	}
 	k.count("count", count, dt, 1)
 	k.dtype(dt)
@@ -316,9 +332,17 @@ func (g *Group) p2p(op string, send bool, c *Comm, buf cuda.DevicePtr, count int
 	k.rank("peer", peer)
 	k.stream(stream)
 	if k.err != nil {
-		return k.err
+		return enqueue.Task{}, k.err
 	}
-	return g.add(op, c, stream, p2pTask(send, buf, count, dt, peer))
+	return p2pTask(send, buf, count, dt, peer), nil
+}
+
+func (g *Group) p2p(op string, send bool, c *Comm, buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
+	t, err := checkP2P(op, send, c, buf, count, dt, peer, stream)
+	if err != nil {
+		return err
+	}
+	return g.add(op, c, stream, t)
 }
 
 // Send queues sending count elements of buf to peer, which must post a
@@ -396,41 +420,72 @@ func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTy
 	return g.add("Scatter", c, stream, ts...)
 }
 
+// The Comm methods below run one call outside any group: they validate it
+// as the Group method does, then plan and launch it as a group of that one
+// call would at End (runNow), without making the group.
+
 // AllReduce runs an all-reduce now (see Group.AllReduce): asynchronous on
 // stream.
 func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.group("AllReduce", func(g *Group) error { return g.AllReduce(c, send, recv, count, dt, op, stream) })
+	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream, 1)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // Reduce runs a reduction into root now (see Group.Reduce).
 func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
-	return c.group("Reduce", func(g *Group) error { return g.Reduce(c, send, recv, count, dt, op, root, stream) })
+	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream, 1)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // ReduceScatter runs a reduce-scatter now (see Group.ReduceScatter).
 func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	return c.group("ReduceScatter", func(g *Group) error { return g.ReduceScatter(c, send, recv, recvCount, dt, op, stream) })
+	t, err := reduceScatterTask(c, send, recv, recvCount, dt, op, stream)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // AllGather runs an all-gather now (see Group.AllGather).
 func (c *Comm) AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, stream *cuda.Stream) error {
-	return c.group("AllGather", func(g *Group) error { return g.AllGather(c, send, recv, sendCount, dt, stream) })
+	if err := checkEvery("AllGather", "sendcount", c, send, recv, sendCount, dt, stream); err != nil {
+		return err
+	}
+	return c.runNow(stream, collTask(kspace.AllGather, send, recv, sendCount, dt, devOp{}, 0))
 }
 
 // Broadcast runs a broadcast from root now (see Group.Broadcast).
 func (c *Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt DataType, root int, stream *cuda.Stream) error {
-	return c.group("Broadcast", func(g *Group) error { return g.Broadcast(c, send, recv, count, dt, root, stream) })
+	t, err := broadcastTask(c, send, recv, count, dt, root, stream)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // Send sends now (see Group.Send). Outside a group a send to another rank
 // only completes once that rank's matching Recv runs.
 func (c *Comm) Send(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.group("Send", func(g *Group) error { return g.Send(c, buf, count, dt, peer, stream) })
+	t, err := checkP2P("Send", true, c, buf, count, dt, peer, stream)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // Recv receives now (see Group.Recv).
 func (c *Comm) Recv(buf cuda.DevicePtr, count int, dt DataType, peer int, stream *cuda.Stream) error {
-	return c.group("Recv", func(g *Group) error { return g.Recv(c, buf, count, dt, peer, stream) })
+	t, err := checkP2P("Recv", false, c, buf, count, dt, peer, stream)
+	if err != nil {
+		return err
+	}
+	return c.runNow(stream, t)
 }
 
 // AllToAll runs an all-to-all now (see Group.AllToAll).

@@ -33,12 +33,16 @@ type Comm struct {
 	userOps   map[RedOp]devOp
 	userTypes map[RedOp]DataType
 	nextOp    RedOp
+
+	endUsable func() error // usableAtEnd's answer, made once by newComm
 }
 
 // newComm wraps a rank's engine.
 func newComm(e *comm.Engine) *Comm {
-	return &Comm{e: e, rank: e.Rank(), nRanks: e.Size(), device: e.Device(), cctx: e.Context(), layout: e.Layout(),
+	c := &Comm{e: e, rank: e.Rank(), nRanks: e.Size(), device: e.Device(), cctx: e.Context(), layout: e.Layout(),
 		userOps: map[RedOp]devOp{}, userTypes: map[RedOp]DataType{}, nextOp: NumRedOps}
+	c.endUsable = func() error { return c.usable("Group.End") }
+	return c
 }
 
 // engine returns c's engine. The zero Comm gets one of no ranks and no

@@ -51,13 +51,13 @@ func TestInitArgs(t *testing.T) {
 }
 
 // fakeComm is a communicator with no device, for validation and planning.
-func fakeComm(t *testing.T, rank, n int) *Comm {
+func fakeComm(t testing.TB, rank, n int) *Comm {
 	t.Helper()
 	return newComm(comm.NewHostOnly(nil, rank, n, 0, comm.Settings{}, hostTuner(t, n)))
 }
 
 // hostTuner is a tuner for n ranks on one H200-like GPU.
-func hostTuner(t *testing.T, n int) *tune.Tuner {
+func hostTuner(t testing.TB, n int) *tune.Tuner {
 	t.Helper()
 	tn, err := tune.New(tune.Topology{NRanks: n, RanksPerGPU: n, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 8}, config.Default(), nil)
 	require.NoError(t, err)

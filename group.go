@@ -124,6 +124,13 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 // launch plans every entry, then launches each as the residency ledger
 // admits it (in entry order unless one must wait for room on its GPU).
 func launch(entries []*groupEntry) error {
+	if len(entries) == 1 {
+		e := entries[0]
+		if err := e.comm.usable("Group.End"); err != nil {
+			return err
+		}
+		return e.comm.runNow(e.stream, e.tasks...)
+	}
 	ls := make([]comm.Launch, len(entries))
 	plans := make([]enqueue.Plan, len(entries))
 	for i, e := range entries {
@@ -135,10 +142,32 @@ func launch(entries []*groupEntry) error {
 			return err
 		}
 		plans[i] = p
-		ls[i] = comm.Launch{Engine: e.comm.engine(), Plan: &plans[i], Tasks: e.tasks, Stream: e.stream,
-			Usable: func() error { return e.comm.usable("Group.End") }}
+		ls[i] = comm.Launch{Engine: e.comm.engine(), Plan: &plans[i], Tasks: e.tasks, Stream: e.stream, Usable: e.comm.usableAtEnd()}
 	}
 	return comm.AdmitAndRun(ls)
+}
+
+// runNow plans and launches the tasks of c on stream, c having just been
+// found usable: what the End of a group holding only them does, without
+// the group (a call outside any group, Comm.AllReduce say, takes this
+// path, its validation having checked c). It allocates nothing on its own
+// when the plan needs no kernel (a one-rank call).
+func (c *Comm) runNow(stream *cuda.Stream, tasks ...enqueue.Task) error {
+	e := c.engine()
+	p, err := e.Plan(tasks)
+	if err != nil {
+		return err
+	}
+	return comm.AdmitAndRunOne(e, &p, tasks, stream, c.usableAtEnd())
+}
+
+// usableAtEnd is the Launch.Usable of c's launches: c.usable for
+// Group.End. Communicators from newComm keep one, made once.
+func (c *Comm) usableAtEnd() func() error {
+	if c.endUsable != nil {
+		return c.endUsable
+	}
+	return func() error { return c.usable("Group.End") }
 }
 
 // Group runs fn with a new group and ends it: every call fn makes on g

@@ -157,9 +157,14 @@ func ncclGetVersion(version *C.int) (res result) {
 // current CUDA context, which the driver binding switches per call: the
 // host (cudart's current device) must not see it change.
 // It restores the context also when fn panics (guard then recovers).
-func keepContext(fn func() result) result {
+func keepContext(fn func() result) result { return keepContextOf(nil, fn) }
+
+// keepContextOf is keepContext for a call that makes no context but ctx
+// current: when ctx is current already, nothing can change, and the check
+// after fn is skipped.
+func keepContextOf(ctx *cuda.Context, fn func() result) result {
 	prev, err := cuda.CurrentContextHandle()
-	if err != nil {
+	if err != nil || ctx != nil && prev != 0 && prev == ctx.Handle() {
 		return fn()
 	}
 	defer func() {

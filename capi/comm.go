@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -27,10 +28,11 @@ type comm struct {
 	h                    C.ncclComm_t
 	rank, nRanks, device int
 	blocking             bool
-	cancel               context.CancelCauseFunc // cancels the init (errInitAborted: ncclCommAbort)
-	done                 chan struct{}           // closed when the init has ended
-	c                    *ncclgo.Comm            // set when done and the init succeeded
-	cctx                 *cuda.Context           // the device's primary context, for the caller's streams
+	cancel               context.CancelCauseFunc     // cancels the init (errInitAborted: ncclCommAbort)
+	done                 chan struct{}               // closed when the init has ended
+	c                    *ncclgo.Comm                // set when done and the init succeeded
+	cctx                 *cuda.Context               // the device's primary context, for the caller's streams
+	stream               atomic.Pointer[cuda.Stream] // the stream of the latest call, reused while callers pass the same (wrap)
 	initErr              error
 	mu                   sync.Mutex
 	destroying           bool
@@ -53,19 +55,17 @@ func (c *comm) who() string {
 	return fmt.Sprintf("rank %d", c.rank)
 }
 
-var (
-	commsMu sync.Mutex
-	comms   = map[C.ncclComm_t]*comm{}
-)
+// comms maps the live handles to their comms (C.ncclComm_t → *comm): a
+// sync.Map, since every call looks its handle up and handles are written
+// once and then read many times.
+var comms sync.Map
 
 // newComm registers c under a new handle: c is complete, since another
 // thread may look the handle up from now on.
 func newComm(c *comm) *comm {
 	c.h = C.ncclComm_t(newHandle())
 	c.done = make(chan struct{})
-	commsMu.Lock()
-	comms[c.h] = c
-	commsMu.Unlock()
+	comms.Store(c.h, c)
 	profileStart()
 	return c
 }
@@ -73,9 +73,7 @@ func newComm(c *comm) *comm {
 // forget unregisters c and the ncclCommRegister handles the client did not
 // deregister (handles are never reused: there is nothing to free).
 func (c *comm) forget() {
-	commsMu.Lock()
-	delete(comms, c.h)
-	commsMu.Unlock()
+	comms.Delete(c.h)
 	dropRegistrations(c.h)
 }
 
@@ -84,9 +82,8 @@ func lookup(op string, h C.ncclComm_t) (*comm, result) {
 	if h == nil {
 		return nil, argError(op, "comm", "NULL", "a communicator from ncclCommInitRank, ncclCommInitRankConfig or ncclCommInitAll")
 	}
-	commsMu.Lock()
-	c := comms[h]
-	commsMu.Unlock()
+	v, _ := comms.Load(h)
+	c, _ := v.(*comm)
 	if c == nil {
 		return nil, argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a live communicator (this one was never created or is destroyed)")
 	}

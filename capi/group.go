@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo"
@@ -29,12 +30,18 @@ type pendingInit struct {
 var (
 	groupsMu sync.Mutex
 	groups   = map[uint64]*tgroup{} // by threadID
+	// nGroups is len(groups), kept apart so that a call finds without a
+	// lock that no thread has a group open (the common case).
+	nGroups atomic.Int64
 )
 
 // threadGroup returns the calling thread's open group, nil if none (and
 // create is false). The goroutine of a cgo callback is locked to the
 // calling C thread, so the thread is the same for the whole call.
 func threadGroup(create bool) *tgroup {
+	if !create && nGroups.Load() == 0 {
+		return nil
+	}
 	tid := threadID()
 	groupsMu.Lock()
 	defer groupsMu.Unlock()
@@ -42,6 +49,7 @@ func threadGroup(create bool) *tgroup {
 	if g == nil && create {
 		g = &tgroup{g: ncclgo.NewGroup()}
 		groups[tid] = g
+		nGroups.Store(int64(len(groups)))
 	}
 	return g
 }
@@ -49,6 +57,7 @@ func threadGroup(create bool) *tgroup {
 func endThreadGroup() {
 	groupsMu.Lock()
 	delete(groups, threadID())
+	nGroups.Store(int64(len(groups)))
 	groupsMu.Unlock()
 }
 
@@ -104,7 +113,8 @@ func ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res result) {
 }
 
 // call is one collective or point-to-point call, converted: the group it
-// joins, its communicator and stream, and its count and type.
+// joins (nil outside a group: it runs at once, through the Comm method),
+// its communicator and stream, and its count and type.
 type call struct {
 	group  *ncclgo.Group
 	comm   *ncclgo.Comm
@@ -114,8 +124,8 @@ type call struct {
 }
 
 // collective runs one call of count elements of dt (checked here first):
-// add queues it into the thread's open group, or into a group of its own
-// that is launched at once.
+// add queues it into the thread's open group, or, outside a group, runs it
+// at once (k.group is nil then).
 func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
@@ -125,19 +135,23 @@ func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t
 	if r != C.ncclSuccess {
 		return r
 	}
-	k := call{comm: gc, stream: cuda.WrapStream(c.cctx, uintptr(stream)), n: n, t: t}
+	k := call{comm: gc, stream: c.wrap(uintptr(stream)), n: n, t: t}
 	if tg := threadGroup(false); tg != nil {
 		k.group = tg.g
 		return fail(op, add(k))
 	}
-	return keepContext(func() result {
-		k.group = ncclgo.NewGroup()
-		if err := add(k); err != nil {
-			k.group.Discard()
-			return fail(op, err)
-		}
-		return fail(op, k.group.End())
-	})
+	return keepContextOf(gc.Context(), func() result { return fail(op, add(k)) })
+}
+
+// wrap returns the caller's stream h of c: the one of c's latest call when
+// it is the same, so that a stream is made once per stream, not per call.
+func (c *comm) wrap(h uintptr) *cuda.Stream {
+	if s := c.stream.Load(); s != nil && s.Handle() == h {
+		return s
+	}
+	s := cuda.WrapStream(c.cctx, h)
+	c.stream.Store(s)
+	return s
 }
 
 func ptr(p unsafe.Pointer) cuda.DevicePtr { return cuda.DevicePtr(uintptr(p)) }
@@ -160,6 +174,9 @@ func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllReduce", &res)
 	return collective("AllReduce", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllReduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		}
 		return k.group.AllReduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
@@ -168,6 +185,9 @@ func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Reduce", &res)
 	return collective("Reduce", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Reduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
+		}
 		return k.group.Reduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 	})
 }
@@ -176,6 +196,9 @@ func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("ReduceScatter", &res)
 	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.ReduceScatter(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		}
 		return k.group.ReduceScatter(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
@@ -184,6 +207,9 @@ func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllGather", &res)
 	return collective("AllGather", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllGather(ptr(send), ptr(recv), k.n, k.t, k.stream)
+		}
 		return k.group.AllGather(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
@@ -192,6 +218,9 @@ func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Broadcast", &res)
 	return collective("Broadcast", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Broadcast(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
 		return k.group.Broadcast(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
@@ -206,6 +235,9 @@ func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.i
 func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AlltoAll", &res)
 	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllToAll(ptr(send), ptr(recv), k.n, k.t, k.stream)
+		}
 		return k.group.AllToAll(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
@@ -214,6 +246,9 @@ func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t
 func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Gather", &res)
 	return collective("Gather", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Gather(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
 		return k.group.Gather(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
@@ -222,6 +257,9 @@ func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Scatter", &res)
 	return collective("Scatter", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Scatter(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
 		return k.group.Scatter(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
@@ -230,6 +268,9 @@ func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t,
 func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Send", &res)
 	return collective("Send", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Send(ptr(send), k.n, k.t, int(peer), k.stream)
+		}
 		return k.group.Send(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
 	})
 }
@@ -238,6 +279,9 @@ func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.i
 func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Recv", &res)
 	return collective("Recv", h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Recv(ptr(recv), k.n, k.t, int(peer), k.stream)
+		}
 		return k.group.Recv(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
 	})
 }

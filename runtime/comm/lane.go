@@ -46,17 +46,23 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 func leaveLanes(ls []Launch) error {
 	var errs []error
 	for _, l := range ls {
-		e := l.Engine
-		e.mu.Lock()
-		if s := e.lanes.entered; s != nil {
-			e.lanes.entered = nil
-			if err := e.lanes.lane.Leave(s); err != nil {
-				errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
-			}
-		}
-		e.mu.Unlock()
+		errs = append(errs, l.Engine.leaveLane())
 	}
 	return errors.Join(errs...)
+}
+
+// leaveLane joins e's lane back to the stream it was entered from, if a
+// launch entered it.
+func (e *Engine) leaveLane() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s := e.lanes.entered; s != nil {
+		e.lanes.entered = nil
+		if err := e.lanes.lane.Leave(s); err != nil {
+			return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		}
+	}
+	return nil
 }
 
 // closeLane destroys the lane (free).

@@ -200,6 +200,25 @@ func AdmitAndRun(ls []Launch) error {
 	return errors.Join(err, leaveLanes(ls))
 }
 
+// AdmitAndRunOne is AdmitAndRun of a group of one launch, {e, p, tasks,
+// stream, usable} (a call outside any group; separate arguments, so that
+// the plan may live on the caller's stack). A plan that launches no
+// kernel (the copy of a one-rank call) asks the ledger for no room, so it
+// runs at once, without a ticket.
+func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cuda.Stream, usable func() error) error {
+	if p.Empty() {
+		return nil
+	}
+	if r, ok := e.request(p, tasks); ok && r.Blocks > 0 {
+		pc := *p
+		return AdmitAndRun([]Launch{{Engine: e, Plan: &pc, Tasks: slices.Clone(tasks), Stream: stream, Usable: usable}})
+	}
+	// Not on a ledger (destroyed meanwhile: run reports it), or admitted
+	// at once: a request for no blocks always is (residency.Ledger).
+	_, err := e.run(p, stream)
+	return errors.Join(err, e.leaveLane())
+}
+
 func admitAndRun(ls []Launch) error {
 	var idx []int
 	var reqs []residency.Request
@@ -226,9 +245,15 @@ func admitAndRun(ls []Launch) error {
 	if len(reqs) == 0 {
 		return errors.Join(errs...)
 	}
+	// The ticket keeps the interruption check: it holds the launches'
+	// Usable functions, not ls.
+	usable := make([]func() error, len(idx))
+	for j, i := range idx {
+		usable[j] = ls[i].Usable
+	}
 	tk, err := residency.Default().Acquire(reqs, func() error {
-		for _, i := range idx {
-			if u := ls[i].Usable; u != nil {
+		for _, u := range usable {
+			if u != nil {
 				if err := u(); err != nil {
 					return err
 				}

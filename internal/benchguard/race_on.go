@@ -1,0 +1,5 @@
+//go:build race
+
+package benchguard
+
+const raceEnabled = true
