@@ -39,8 +39,13 @@ kernels:
 ## generated/ matches its generator.
 test: vet lint unit check-generated
 
+# HOSTCOMM_TAG builds the one hook that lets capi's host-cost benchmark wrap
+# a device-less engine (hostcomm.go); libraries and programs never carry it.
+HOSTCOMM_TAG = -tags ncclgo_hostcomm
+
 vet:
 	$(GO) vet ./...
+	$(GO) vet $(HOSTCOMM_TAG) . ./capi
 
 ## lint: staticcheck (pinned in go.mod's tool directive) and enumswitch (a
 ## switch over a vocabulary enum names every value or has a default).
@@ -54,6 +59,7 @@ enumswitch:
 
 unit:
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $(HOSTCOMM_TAG) -run TestHostCost ./capi
 
 # GENERATED are the trees `go generate ./...` writes.
 GENERATED = generated tests/devharness/gen

@@ -1,3 +1,5 @@
+//go:build ncclgo_hostcomm
+
 package main
 
 import (
