@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,7 @@ type flags struct {
 	perHost  int
 	channels int
 	timeout  time.Duration
+	cpuprof  string
 }
 
 func parse(args []string) (flags, error) {
@@ -82,6 +84,7 @@ func parse(args []string) (flags, error) {
 	fs.IntVar(&f.perHost, "per-host", 8, "ranks per fake host")
 	fs.IntVar(&f.channels, "channels", 2, "channels of rings and trees to build and check")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "bootstrap timeout")
+	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write a CPU profile of the ranks to this file (with several processes, one file per process: FILE.LO, LO its first rank)")
 	fs.IntVar(&f.procs, "procs", 0, "processes to run the ranks in (0: enough to stay below 15000 descriptors each)")
 	fs.BoolVar(&f.child, "child", false, "internal: run ranks -lo..-hi of -n, roots -ids")
 	fs.IntVar(&f.n, "n", 0, "internal (-child)")
@@ -363,6 +366,13 @@ func simulate(w io.Writer, f flags, n int) error {
 	}
 	var t0 time.Time
 	if procs == 1 {
+		if f.cpuprof != "" {
+			stop, err := startProfile(f.cpuprof)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		base := measure(true)
 		start := make(chan struct{})
 		t0 = time.Now()
@@ -447,7 +457,7 @@ func runChildren(f flags, ids []bootstrap.UniqueID, n, procs int, emit func(reco
 		lo, hi := p*n/procs, (p+1)*n/procs
 		cmd := exec.Command(exe, "-child", "-n", strconv.Itoa(n), "-lo", strconv.Itoa(lo), "-hi", strconv.Itoa(hi),
 			"-ids", strings.Join(hex, ","), "-per-host", strconv.Itoa(f.perHost), "-channels", strconv.Itoa(f.channels),
-			"-timeout", f.timeout.String())
+			"-timeout", f.timeout.String(), "-cpuprofile", f.cpuprof)
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -525,6 +535,13 @@ func childMain(f flags) error {
 		defer mu.Unlock()
 		_ = enc.Encode(r)
 	}
+	if f.cpuprof != "" {
+		stop, err := startProfile(fmt.Sprintf("%s.%d", f.cpuprof, f.lo))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	fmt.Println("ready")
 	start := make(chan struct{})
 	go func() {
@@ -532,6 +549,19 @@ func childMain(f flags) error {
 		close(start)
 	}()
 	return runRanks(f, ids, f.n, f.lo, f.hi, base, start, emit)
+}
+
+// startProfile starts a CPU profile written to path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	fp, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fp); err != nil {
+		fp.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); fp.Close() }, nil
 }
 
 func algo(c tune.Choice) string {

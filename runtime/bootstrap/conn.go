@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/bits"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -128,6 +130,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	token := binary.BigEndian.Uint64(tb[:])
 	log := opts.logger().With("rank", rank)
 	start := time.Now()
+	ok := false
 	ictx, cancel := context.WithTimeoutCause(ctx, timeout, errInitTimeout)
 	defer cancel()
 	timedOut := func() bool {
@@ -146,72 +149,60 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 		return fmt.Errorf("bootstrap: rank %d: %s: %w", rank, what, context.Cause(ictx))
 	}
 
-	rc, err := dialRetry(ictx, rootAddr)
-	if err != nil {
-		if ictx.Err() != nil {
-			return nil, ctxErr("connecting to root at "+rootAddr, err)
-		}
-		return nil, fmt.Errorf("bootstrap: rank %d: connecting to root at %s: %w", rank, rootAddr, err)
-	}
-	defer rc.Close()
-
-	// Listen where the others can reach us.
-	var ip netip.Addr
-	if spec := opts.ifaceSpec(); spec != "" {
-		ifs, err := systemInterfaces()
-		if err != nil {
-			return nil, err
-		}
-		if ip, _, err = pickAddr(ifs, spec, fam); err != nil {
-			return nil, err
-		}
-	} else {
-		lap, err := netip.ParseAddrPort(rc.LocalAddr().String())
-		if err != nil {
-			return nil, fmt.Errorf("bootstrap: rank %d: local address %s: %w", rank, rc.LocalAddr(), err)
-		}
-		ip = lap.Addr()
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ictx, "tcp", netip.AddrPortFrom(ip, 0).String())
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: rank %d: listen on %s: %w", rank, ip, err)
-	}
-	ok := false
+	// Check in, then wait for the table. A check-in whose connection
+	// breaks before the root answered (reset, EOF: a root starved of CPU
+	// may close a connection whose hello it has not read in time) is
+	// made again, with the same listener and token, after a backoff.
+	var (
+		ln    net.Listener
+		h     hello
+		reply []byte
+	)
 	defer func() {
-		if !ok {
+		if ln != nil && !ok {
 			ln.Close()
 		}
 	}()
-
-	// Check in, then wait for the table. A context end interrupts the socket
-	// through its deadline.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ictx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
-	h := hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
-	if len(roots) > 1 {
-		h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
-	}
-	br := bufio.NewReader(rc)
-	var reply []byte
-	if err = writeFrame(rc, h.encode()); err == nil {
-		reply, err = readFrame(br, rootReplyLimit(nRanks))
-	}
-	if !stop() {
-		<-fired
-	}
-	if err != nil && ictx.Err() != nil && timedOut() {
-		// Ask the root who is missing; it may also still send the table.
-		_ = rc.SetDeadline(time.Now().Add(queryGrace))
-		if werr := writeFrame(rc, []byte{msgQuery}); werr == nil {
-			reply, err = readFrame(br, rootReplyLimit(nRanks))
-		}
+	backoff := checkInBackoffMin
+	for {
+		var rc net.Conn
+		rc, err = dialRetry(ictx, rootAddr)
 		if err != nil {
-			return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
+			if ictx.Err() != nil {
+				return nil, ctxErr("connecting to root at "+rootAddr, err)
+			}
+			return nil, fmt.Errorf("bootstrap: rank %d: connecting to root at %s: %w", rank, rootAddr, err)
 		}
-	} else if err != nil && ictx.Err() != nil {
+		if ln == nil {
+			if ln, err = listenNear(ictx, rc, opts, fam); err != nil {
+				rc.Close()
+				return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+			}
+			h = hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
+			if len(roots) > 1 {
+				h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
+			}
+		}
+		reply, err = checkIn(ictx, rc, h, timedOut)
+		rc.Close()
+		if err == nil || ictx.Err() != nil || !connLost(err) {
+			break
+		}
+		log.Debug("bootstrap: check-in connection lost, checking in again", "root", rootAddr, "err", err, "retry_in", backoff)
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-ictx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, checkInBackoffMax)
+	}
+	switch {
+	case err != nil && ictx.Err() != nil && timedOut() && reply == nil:
+		return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
+	case err != nil && ictx.Err() != nil:
 		return nil, ctxErr("check-in with root at "+rootAddr, err)
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("bootstrap: rank %d: check-in with root at %s: %w", rank, rootAddr, err)
 	}
 
@@ -270,6 +261,83 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	ok = true
 	log.Debug("bootstrap: rank initialised", "nranks", nRanks, "addr", h.addr, "elapsed", time.Since(start))
 	return c, nil
+}
+
+// Backoff between check-ins of one rank whose connection to the root
+// broke: doubling, with jitter, so that thousands of ranks cut off at
+// once do not come back at once.
+const (
+	checkInBackoffMin = 10 * time.Millisecond
+	checkInBackoffMax = time.Second
+)
+
+// jitter returns a duration in [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+// connLost reports whether err says that a connection broke or was
+// refused before an answer came: worth a new check-in.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// listenNear listens where the other ranks can reach this one: on the
+// interface that Options.Interface / NCCL_SOCKET_IFNAME selects, else on
+// the address that rc, the connection to the root, goes out from.
+func listenNear(ctx context.Context, rc net.Conn, opts Options, fam int) (net.Listener, error) {
+	var ip netip.Addr
+	if spec := opts.ifaceSpec(); spec != "" {
+		ifs, err := systemInterfaces()
+		if err != nil {
+			return nil, err
+		}
+		if ip, _, err = pickAddr(ifs, spec, fam); err != nil {
+			return nil, err
+		}
+	} else {
+		lap, err := netip.ParseAddrPort(rc.LocalAddr().String())
+		if err != nil {
+			return nil, fmt.Errorf("local address %s: %w", rc.LocalAddr(), err)
+		}
+		ip = lap.Addr()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", ip, err)
+	}
+	return ln, nil
+}
+
+// checkIn sends hello h to the root over rc and reads its reply. The end
+// of ctx interrupts the socket; when it ended by the rank's own timeout
+// (timedOut), the rank asks the root which ranks are missing and returns
+// that answer (a status) with the error.
+func checkIn(ctx context.Context, rc net.Conn, h hello, timedOut func() bool) ([]byte, error) {
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
+	br := bufio.NewReader(rc)
+	var reply []byte
+	err := writeFrame(rc, h.encode())
+	if err == nil {
+		reply, err = readFrame(br, rootReplyLimit(h.nRanks))
+	}
+	if !stop() {
+		<-fired
+	}
+	if err != nil && ctx.Err() != nil && timedOut() {
+		// Ask the root who is missing; it may also still send the table.
+		_ = rc.SetDeadline(time.Now().Add(queryGrace))
+		if werr := writeFrame(rc, []byte{msgQuery}); werr == nil {
+			if r, rerr := readFrame(br, rootReplyLimit(h.nRanks)); rerr == nil {
+				return r, nil
+			}
+		}
+	}
+	return reply, err
 }
 
 // dialRetry dials addr until it succeeds or ctx ends, retrying refused
@@ -525,6 +593,7 @@ func (c *Conn) readPeer(nc net.Conn) {
 	defer nc.Close()
 	br := bufio.NewReader(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
+	c.pending.reading(nc)
 	b, err := readFrame(br, maxHelloSize)
 	c.pending.done(nc)
 	var h hello
