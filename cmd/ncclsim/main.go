@@ -2,7 +2,9 @@
 // runs N ranks as goroutines of this process over loopback TCP, on fake
 // hosts of -per-host ranks each, and reports time and memory per phase:
 //
-//   - init: the roots (-roots, by default one per 2048 ranks) and every
+//   - init: the roots (-roots, by default one per 1024 ranks, so that a
+//     root's slice of check-ins fits the listen backlog, 4096 by default
+//     on Linux, with room to spare) and every
 //     rank's bootstrap.JoinScalable;
 //   - barrier: one Barrier;
 //   - allgather: one AllGather of 64-byte blocks;
@@ -80,7 +82,7 @@ func parse(args []string) (flags, error) {
 	fs := flag.NewFlagSet("ncclsim", flag.ContinueOnError)
 	ranks := fs.String("ranks", "64,256,1024,4096,16384", "comma-separated rank counts to simulate")
 	f := flags{}
-	fs.IntVar(&f.roots, "roots", 0, "bootstrap roots (0: one per 2048 ranks)")
+	fs.IntVar(&f.roots, "roots", 0, "bootstrap roots (0: one per 1024 ranks)")
 	fs.IntVar(&f.perHost, "per-host", 8, "ranks per fake host")
 	fs.IntVar(&f.channels, "channels", 2, "channels of rings and trees to build and check")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "bootstrap timeout")
@@ -128,7 +130,7 @@ func run(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "# ncclsim: %d CPUs, GOMAXPROCS %d, open-file limit %d, loopback TCP, %d ranks per fake host\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), limit, f.perHost)
-	fmt.Fprintf(w, "%-7s %-5s %-5s %-10s %10s %12s %10s %10s %s\n", "ranks", "roots", "procs", "phase", "time", "heap/rank", "fds/rank", "gor/rank", "note")
+	fmt.Fprintf(w, "%-7s %-5s %-5s %-10s %10s %10s %12s %10s %10s %s\n", "ranks", "roots", "procs", "phase", "time", "cpu", "heap/rank", "fds/rank", "gor/rank", "note")
 	for _, n := range f.ranks {
 		if err := simulate(w, f, n); err != nil {
 			return fmt.Errorf("%d ranks: %w", n, err)
@@ -162,6 +164,7 @@ func raiseFileLimit() (uint64, error) {
 // probe is the process's state at a point in time.
 type probe struct {
 	heap uint64 // HeapInuse + StackInuse
+	cpu  time.Duration // user + system time of the process so far
 	fds  int
 	gor  int
 }
@@ -176,7 +179,10 @@ func measure(gc bool) probe {
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		fds = len(ents)
 	}
-	return probe{heap: ms.HeapInuse + ms.StackInuse, fds: fds, gor: runtime.NumGoroutine()}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return probe{heap: ms.HeapInuse + ms.StackInuse, cpu: cpu, fds: fds, gor: runtime.NumGoroutine()}
 }
 
 // peerInfo is what each rank tells the others in the topology exchange,
@@ -196,6 +202,7 @@ type record struct {
 	End   int64
 	Dur   time.Duration
 	Heap  int64
+	CPU   time.Duration // the process's CPU time since the baseline
 	FDs   int
 	Gor   int
 	Note  string
@@ -216,7 +223,7 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 	}()
 	phase := func(name, note string) {
 		now := measure(false)
-		emit(record{Phase: name, End: time.Now().UnixNano(), Heap: int64(now.heap) - int64(base.heap), FDs: now.fds - base.fds, Gor: now.gor - base.gor, Note: note})
+		emit(record{Phase: name, End: time.Now().UnixNano(), Heap: int64(now.heap) - int64(base.heap), CPU: now.cpu - base.cpu, FDs: now.fds - base.fds, Gor: now.gor - base.gor, Note: note})
 	}
 	each := func(fn func(r int, c *bootstrap.Conn) error) error {
 		return onAll(hi-lo, func(i int) error { return fn(lo+i, nets[i]) })
@@ -334,7 +341,7 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 func simulate(w io.Writer, f flags, n int) error {
 	roots := f.roots
 	if roots == 0 {
-		roots = (n + 2047) / 2048
+		roots = (n + ranksPerRoot - 1) / ranksPerRoot
 	}
 	roots = min(roots, n)
 	procs := f.procs
@@ -392,12 +399,16 @@ func simulate(w io.Writer, f flags, n int) error {
 		}
 	}
 	// One row per phase: the time from the previous phase's last rank to
-	// this one's, the state summed over the processes.
+	// this one's, the CPU time the ranks' processes spent on it (the
+	// roots' excluded when the ranks run in child processes), the state
+	// summed over the processes.
 	prev := t0.UnixNano()
+	var prevCPU time.Duration
 	for _, ph := range []string{"init", "barrier", "barrier2", "allgather", "topo", "graph", "tune", "close"} {
 		var end int64
 		var dur time.Duration
 		var heap int64
+		var cpu time.Duration
 		fds, gor, seen := 0, 0, 0
 		note := ""
 		for _, r := range recs {
@@ -407,6 +418,7 @@ func simulate(w io.Writer, f flags, n int) error {
 			seen++
 			end, dur = max(end, r.End), max(dur, r.Dur)
 			heap += r.Heap
+			cpu += r.CPU
 			fds += r.FDs
 			gor += r.Gor
 			if r.Note != "" {
@@ -422,13 +434,18 @@ func simulate(w io.Writer, f flags, n int) error {
 		}
 		row := fmt.Sprintf("%-7d %-5d %-5d %-10s %10s", n, roots, procs, ph, dur.Round(time.Millisecond))
 		if ph == "graph" || ph == "tune" {
-			fmt.Fprintf(w, "%s %12s %10s %10s %s\n", row, "", "", "", note)
+			fmt.Fprintf(w, "%s %10s %12s %10s %10s %s\n", row, "", "", "", "", note)
 			continue
 		}
+		row += fmt.Sprintf(" %10s", (cpu - prevCPU).Round(time.Millisecond))
+		prevCPU = cpu
 		fmt.Fprintf(w, "%s %10.1fKB %10.2f %10.2f %s\n", row, float64(heap)/1024/float64(n), float64(fds)/float64(n), float64(gor)/float64(n), note)
 	}
 	return nil
 }
+
+// ranksPerRoot is how many ranks' check-ins one root serves by default.
+const ranksPerRoot = 1024
 
 // perProcFDs is how many descriptors ncclsim lets one process's ranks use.
 const perProcFDs = 15000

@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -304,7 +305,7 @@ func listenNear(ctx context.Context, rc net.Conn, opts Options, fam int) (net.Li
 		}
 		ip = lap.Addr()
 	}
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAlive: -1}
 	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", ip, err)
@@ -343,7 +344,7 @@ func checkIn(ctx context.Context, rc net.Conn, h hello, timedOut func() bool) ([
 // dialRetry dials addr until it succeeds or ctx ends, retrying refused
 // connections (the root may not be listening yet, e.g. with NCCL_COMM_ID).
 func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
+	d := net.Dialer{KeepAlive: -1}
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -718,6 +719,10 @@ func withConnCtx(ctx context.Context, nc net.Conn, fn func() error) error {
 	if !stop() {
 		<-fired
 	}
+	if err == nil {
+		// tryWrite must not find an old deadline in the past.
+		_ = nc.SetWriteDeadline(time.Time{})
+	}
 	return err
 }
 
@@ -766,9 +771,12 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 	if po.err != nil {
 		return po.err
 	}
-	var frames [][]byte
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	var helloFrame []byte
 	if po.conn == nil {
-		var d net.Dialer
+		d := net.Dialer{KeepAlive: -1}
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -781,19 +789,43 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 			return c.box.closedErr()
 		}
 		po.conn = nc
-		frames = append(frames, hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode())
+		helloFrame = hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode()
 	}
 	var hdr [msgHeader]byte
 	hdr[0] = class
 	binary.BigEndian.PutUint64(hdr[1:], uint64(tag))
-	err := withConnCtx(ctx, po.conn, func() error {
-		for _, f := range frames {
-			if err := writeFrame(po.conn, f); err != nil {
-				return err
-			}
+	var err error
+	if size := 4 + len(helloFrame) + 4 + msgHeader + len(data); size <= fastFrameMax {
+		// The common case: the frame (with the hello on a new
+		// connection) in one buffer and one write, which the socket
+		// takes at once: no deadline, no timer, no goroutine. Only
+		// what it does not take waits, bounded by ctx.
+		bp := framePool.Get().(*[]byte)
+		buf := (*bp)[:0]
+		if len(helloFrame) > 0 {
+			buf = appendFrame(buf, helloFrame)
 		}
-		return writeFrame(po.conn, hdr[:], data)
-	})
+		buf = appendFrame(buf, hdr[:], data)
+		var n int
+		n, err = tryWrite(po.conn, buf)
+		if err == nil && n < len(buf) {
+			err = withConnCtx(ctx, po.conn, func() error {
+				_, err := po.conn.Write(buf[n:])
+				return err
+			})
+		}
+		*bp = buf
+		framePool.Put(bp)
+	} else {
+		err = withConnCtx(ctx, po.conn, func() error {
+			if len(helloFrame) > 0 {
+				if err := writeFrame(po.conn, helloFrame); err != nil {
+					return err
+				}
+			}
+			return writeFrame(po.conn, hdr[:], data)
+		})
+	}
 	if err != nil {
 		// The stream may hold part of a frame: it cannot be used again.
 		po.err = fmt.Errorf("connection to rank %d broken: %w", peer, err)
@@ -807,6 +839,61 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 		return po.err
 	}
 	return nil
+}
+
+// fastFrameMax is the largest frame that sendTo copies into a pooled
+// buffer and writes with one system call.
+const fastFrameMax = 64 << 10
+
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// appendFrame appends a frame made of parts to b.
+func appendFrame(b []byte, parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// tryWrite writes as much of b to nc as its socket takes without
+// waiting, and returns how much that was; an error means that the
+// connection failed.
+func tryWrite(nc net.Conn, b []byte) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return 0, nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, nil
+	}
+	n := 0
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			k, e := syscall.Write(int(fd), b[n:])
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return true
+			case e != nil:
+				werr = os.NewSyscallError("write", e)
+				return true
+			}
+			n += k
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	return n, werr
 }
 
 func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error) {

@@ -45,7 +45,7 @@ func NewRoot(ctx context.Context, opts Options) (*Root, UniqueID, error) {
 	if err != nil {
 		return nil, UniqueID{}, err
 	}
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAlive: -1} // see "Limits" in doc.go
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, UniqueID{}, fmt.Errorf("bootstrap: root listen on %s: %w", addr, err)
