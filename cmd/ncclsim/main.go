@@ -1,11 +1,12 @@
 // Command ncclsim proves the bootstrap's scale by simulation, on CPU: it
-// runs N ranks as goroutines of this process over loopback TCP, on fake
-// hosts of -per-host ranks each, and reports time and memory per phase:
+// runs N ranks as goroutines over loopback TCP, on fake hosts of -per-host
+// ranks each (each host its own address 127.1.x.y), and reports time, CPU
+// time and memory per phase:
 //
 //   - init: the roots (-roots, by default one per 1024 ranks, so that a
 //     root's slice of check-ins fits the listen backlog, 4096 by default
-//     on Linux, with room to spare) and every
-//     rank's bootstrap.JoinScalable;
+//     on Linux, with room to spare) and every rank's
+//     bootstrap.JoinScalable;
 //   - barrier: one Barrier;
 //   - allgather: one AllGather of 64-byte blocks;
 //   - topo: the topology exchange of init (an AllGather of each rank's
@@ -38,6 +39,7 @@ import (
 	"io"
 	"log/slog"
 	"math/bits"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -76,6 +78,8 @@ type flags struct {
 	channels int
 	timeout  time.Duration
 	cpuprof  string
+	// gatherMax: sizes above it skip the AllGather phases.
+	gatherMax int
 }
 
 func parse(args []string) (flags, error) {
@@ -87,6 +91,7 @@ func parse(args []string) (flags, error) {
 	fs.IntVar(&f.channels, "channels", 2, "channels of rings and trees to build and check")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "bootstrap timeout")
 	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write a CPU profile of the ranks to this file (with several processes, one file per process: FILE.LO, LO its first rank)")
+	fs.IntVar(&f.gatherMax, "gather-max", 4096, "largest rank count that runs the AllGather phases (their results are n² blocks)")
 	fs.IntVar(&f.procs, "procs", 0, "processes to run the ranks in (0: enough to stay below 15000 descriptors each)")
 	fs.BoolVar(&f.child, "child", false, "internal: run ranks -lo..-hi of -n, roots -ids")
 	fs.IntVar(&f.n, "n", 0, "internal (-child)")
@@ -163,7 +168,7 @@ func raiseFileLimit() (uint64, error) {
 
 // probe is the process's state at a point in time.
 type probe struct {
-	heap uint64 // HeapInuse + StackInuse
+	heap uint64        // HeapInuse + StackInuse
 	cpu  time.Duration // user + system time of the process so far
 	fds  int
 	gor  int
@@ -230,7 +235,9 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 	}
 	<-start
 	if err := each(func(r int, _ *bootstrap.Conn) error {
-		c, err := bootstrap.JoinScalable(ctx, ids, r, n, opts)
+		o := opts
+		o.LocalIP = hostIP(r / f.perHost)
+		c, err := bootstrap.JoinScalable(ctx, ids, r, n, o)
 		nets[r-lo] = c
 		return err
 	}); err != nil {
@@ -245,54 +252,20 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 		return fmt.Errorf("barrier: %w", err)
 	}
 	phase("barrier2", "connections open")
-	if err := each(func(r int, c *bootstrap.Conn) error {
-		b := make([]byte, 64)
-		b[0], b[1] = byte(r), byte(r>>8)
-		all, err := c.AllGather(ctx, b)
-		if err != nil {
-			return err
-		}
-		for p, blk := range all {
-			if len(blk) != 64 || blk[0] != byte(p) || blk[1] != byte(p>>8) {
-				return fmt.Errorf("rank %d: block of rank %d is wrong", r, p)
-			}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("allgather: %w", err)
-	}
-	phase("allgather", "64 B blocks, checked")
-
 	var devs []int
 	hosts := 0
-	if err := each(func(r int, c *bootstrap.Conn) error {
-		me := peerInfo{Host: fmt.Sprintf("host-%d", r/f.perHost), Device: r % f.perHost, BusID: fmt.Sprintf("0000:%02x:00.0", r%f.perHost)}
-		b, _ := json.Marshal(me)
-		all, err := c.AllGather(ctx, b)
-		if err != nil || r != 0 {
-			return err
-		}
-		// Rank 0 stands for all: each rank would decode the same.
-		hostOf := map[string]int{}
+	if n > f.gatherMax {
+		// An AllGather leaves n blocks on each of n ranks (n² in all:
+		// 17 GB of 64-byte blocks at 16,384 ranks), more than this
+		// machine holds: the graph uses the fake layout directly.
 		devs = make([]int, n)
-		for p, raw := range all {
-			var pi peerInfo
-			if err := json.Unmarshal(raw, &pi); err != nil {
-				return fmt.Errorf("rank %d's description: %w", p, err)
-			}
-			h, ok := hostOf[pi.Host]
-			if !ok {
-				h = len(hostOf)
-				hostOf[pi.Host] = h
-			}
-			devs[p] = h*f.perHost + pi.Device // a global GPU number
+		for p := range devs {
+			devs[p] = p
 		}
-		hosts = len(hostOf)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("topology exchange: %w", err)
+		hosts = (n + f.perHost - 1) / f.perHost
+	} else if err := gatherPhases(f, n, each, phase, &devs, &hosts); err != nil {
+		return err
 	}
-	phase("topo", "AllGather of JSON rank descriptions")
 
 	if lo == 0 {
 		t0 := time.Now()
@@ -474,7 +447,7 @@ func runChildren(f flags, ids []bootstrap.UniqueID, n, procs int, emit func(reco
 		lo, hi := p*n/procs, (p+1)*n/procs
 		cmd := exec.Command(exe, "-child", "-n", strconv.Itoa(n), "-lo", strconv.Itoa(lo), "-hi", strconv.Itoa(hi),
 			"-ids", strings.Join(hex, ","), "-per-host", strconv.Itoa(f.perHost), "-channels", strconv.Itoa(f.channels),
-			"-timeout", f.timeout.String(), "-cpuprofile", f.cpuprof)
+			"-timeout", f.timeout.String(), "-cpuprofile", f.cpuprof, "-gather-max", strconv.Itoa(f.gatherMax))
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -566,6 +539,67 @@ func childMain(f flags) error {
 		close(start)
 	}()
 	return runRanks(f, ids, f.n, f.lo, f.hi, base, start, emit)
+}
+
+// gatherPhases runs the AllGather phases: one of 64-byte blocks, checked,
+// and the topology exchange, which sets devs and hosts.
+func gatherPhases(f flags, n int, each func(func(r int, c *bootstrap.Conn) error) error, phase func(name, note string), devs *[]int, hosts *int) error {
+	ctx := context.Background()
+	if err := each(func(r int, c *bootstrap.Conn) error {
+		b := make([]byte, 64)
+		b[0], b[1] = byte(r), byte(r>>8)
+		all, err := c.AllGather(ctx, b)
+		if err != nil {
+			return err
+		}
+		for p, blk := range all {
+			if len(blk) != 64 || blk[0] != byte(p) || blk[1] != byte(p>>8) {
+				return fmt.Errorf("rank %d: block of rank %d is wrong", r, p)
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("allgather: %w", err)
+	}
+	phase("allgather", "64 B blocks, checked")
+
+	if err := each(func(r int, c *bootstrap.Conn) error {
+		me := peerInfo{Host: fmt.Sprintf("host-%d", r/f.perHost), Device: r % f.perHost, BusID: fmt.Sprintf("0000:%02x:00.0", r%f.perHost)}
+		b, _ := json.Marshal(me)
+		all, err := c.AllGather(ctx, b)
+		if err != nil || r != 0 {
+			return err
+		}
+		// Rank 0 stands for all: each rank would decode the same.
+		hostOf := map[string]int{}
+		*devs = make([]int, n)
+		for p, raw := range all {
+			var pi peerInfo
+			if err := json.Unmarshal(raw, &pi); err != nil {
+				return fmt.Errorf("rank %d's description: %w", p, err)
+			}
+			h, ok := hostOf[pi.Host]
+			if !ok {
+				h = len(hostOf)
+				hostOf[pi.Host] = h
+			}
+			(*devs)[p] = h*f.perHost + pi.Device // a global GPU number
+		}
+		*hosts = len(hostOf)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("topology exchange: %w", err)
+	}
+	phase("topo", "AllGather of JSON rank descriptions")
+	return nil
+}
+
+// hostIP is fake host h's own loopback address, 127.1.0.0 + h: each host
+// has its own ports, as real hosts do (one address's ephemeral range,
+// about 28,000 ports, cannot hold 16,384 listeners and their check-in
+// connections).
+func hostIP(h int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + h>>16), byte(h >> 8), byte(h)})
 }
 
 // startProfile starts a CPU profile written to path; stop ends it.

@@ -31,7 +31,7 @@ func BenchmarkBarrierTCP(b *testing.B) {
 	}
 	msgs := float64(b.N * 256 * rounds(256))
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/msgs/1e3, "µs/msg")
-	b.ReportMetric(float64((cpuTime() - cpu0).Nanoseconds())/msgs/1e3, "cpu-µs/msg")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/msgs/1e3, "cpu-µs/msg")
 }
 
 func initTCPB(b *testing.B, n int) []Network {

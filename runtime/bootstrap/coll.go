@@ -220,7 +220,7 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 		out := make([][]byte, n)
 		out[r] = append([]byte{}, mine...)
 		large := len(mine) > bruckBlockLimit(n, t.maxMessage())
-		have := 1 // out holds blocks r, r-1, ..., r-have+1
+		have := 1      // out holds blocks r, r-1, ..., r-have+1
 		var buf []byte // the message of each round, reused: sendMsg copies or writes it
 		for k := range rounds(n) {
 			d := 1 << k

@@ -26,6 +26,7 @@ import (
 type Conn struct {
 	opState
 	size    int
+	localIP netip.Addr // Options.LocalIP
 	magic   uint64
 	self    string   // this rank's listen address
 	fingers []string // listen address of rank+2^k, k = 0, 1, ...
@@ -167,7 +168,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	backoff := checkInBackoffMin
 	for {
 		var rc net.Conn
-		rc, err = dialRetry(ictx, rootAddr)
+		rc, err = dialRetry(ictx, rootAddr, opts.LocalIP)
 		if err != nil {
 			if ictx.Err() != nil {
 				return nil, ctxErr("connecting to root at "+rootAddr, err)
@@ -245,7 +246,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	k := rounds(nRanks)
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
-		size:    nRanks, magic: magic, self: h.addr, token: token,
+		size:    nRanks, localIP: opts.LocalIP, magic: magic, self: h.addr, token: token,
 		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg, maxQ: maxQ,
 		inPeers: make(map[int]bool), out: make(map[int]*peerOut), known: make(map[int]string),
 		tokens: make(map[int]uint64, 2*k), looking: make(map[int]int),
@@ -290,7 +291,9 @@ func connLost(err error) bool {
 // the address that rc, the connection to the root, goes out from.
 func listenNear(ctx context.Context, rc net.Conn, opts Options, fam int) (net.Listener, error) {
 	var ip netip.Addr
-	if spec := opts.ifaceSpec(); spec != "" {
+	if opts.LocalIP.IsValid() {
+		ip = opts.LocalIP
+	} else if spec := opts.ifaceSpec(); spec != "" {
 		ifs, err := systemInterfaces()
 		if err != nil {
 			return nil, err
@@ -341,10 +344,11 @@ func checkIn(ctx context.Context, rc net.Conn, h hello, timedOut func() bool) ([
 	return reply, err
 }
 
-// dialRetry dials addr until it succeeds or ctx ends, retrying refused
-// connections (the root may not be listening yet, e.g. with NCCL_COMM_ID).
-func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
-	d := net.Dialer{KeepAlive: -1}
+// dialRetry dials addr (from local, when valid) until it succeeds or ctx
+// ends, retrying refused connections (the root may not be listening yet,
+// e.g. with NCCL_COMM_ID).
+func dialRetry(ctx context.Context, addr string, local netip.Addr) (net.Conn, error) {
+	d := dialer(local)
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -363,6 +367,16 @@ func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// dialer returns the dialer of bootstrap connections: from local when
+// valid, without TCP keep-alive (see "Limits" in doc.go).
+func dialer(local netip.Addr) net.Dialer {
+	d := net.Dialer{KeepAlive: -1}
+	if local.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))
+	}
+	return d
 }
 
 // Rank returns this rank.
@@ -596,7 +610,9 @@ func (c *Conn) readPeer(nc net.Conn) {
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	c.pending.reading(nc)
 	b, err := readFrame(br, maxHelloSize)
-	c.pending.done(nc)
+	if !c.pending.done(nc) && err == nil {
+		err = errEvicted
+	}
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, c.magic)
@@ -776,7 +792,7 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 	}
 	var helloFrame []byte
 	if po.conn == nil {
-		d := net.Dialer{KeepAlive: -1}
+		d := dialer(c.localIP)
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ var (
 	maxPendingHellos = 64
 	minPendingAge    = 100 * time.Millisecond
 )
+
+// errEvicted: the connection was closed to make room for another one
+// before its hello counted (see pendingSet.done).
+var errEvicted = errors.New("closed while awaiting its hello, to make room")
 
 // pendingSet tracks the connections awaiting their hello, oldest first.
 type pendingSet struct {
@@ -100,8 +105,10 @@ func (p *pendingSet) reading(c net.Conn) {
 	}
 }
 
-// done unregisters c: it said hello, or it is gone.
-func (p *pendingSet) done(c net.Conn) {
+// done unregisters c: it said hello, or it is gone. It reports false
+// when c was no longer pending: add closed it to make room (perhaps just
+// after its reader read the hello), and the reader must drop it.
+func (p *pendingSet) done(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, x := range p.conns {
@@ -111,7 +118,8 @@ func (p *pendingSet) done(c net.Conn) {
 			case p.freed <- struct{}{}:
 			default:
 			}
-			return
+			return true
 		}
 	}
+	return false
 }

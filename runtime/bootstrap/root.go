@@ -186,7 +186,9 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	_ = c.SetReadDeadline(time.Now().Add(helloWait(r.timeout)))
 	r.pending.reading(c)
 	b, err := readFrame(br, maxHelloSize)
-	r.pending.done(c)
+	if !r.pending.done(c) && err == nil {
+		err = errEvicted
+	}
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, r.magic)
@@ -259,7 +261,7 @@ func (r *Root) push(ctx context.Context, to rootRef, index, nRanks int, payload 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	err := func() error {
-		c, err := dialRetry(ctx, to.addr)
+		c, err := dialRetry(ctx, to.addr, netip.Addr{})
 		if err != nil {
 			return fmt.Errorf("dialing root at %s: %w", to.addr, err)
 		}
