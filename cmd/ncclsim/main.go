@@ -1,9 +1,12 @@
 // Command ncclsim proves the bootstrap's scale by simulation, on CPU: it
-// runs N ranks as goroutines of this process over loopback TCP, on fake
-// hosts of -per-host ranks each, and reports time and memory per phase:
+// runs N ranks as goroutines over loopback TCP, on fake hosts of -per-host
+// ranks each (each host its own address 127.1.x.y), and reports time, CPU
+// time and memory per phase:
 //
-//   - init: the roots (-roots, by default one per 2048 ranks) and every
-//     rank's bootstrap.JoinScalable;
+//   - init: the roots (-roots, by default one per 1024 ranks, so that a
+//     root's slice of check-ins fits the listen backlog, 4096 by default
+//     on Linux, with room to spare) and every rank's
+//     bootstrap.JoinScalable;
 //   - barrier: one Barrier;
 //   - allgather: one AllGather of 64-byte blocks;
 //   - topo: the topology exchange of init (an AllGather of each rank's
@@ -36,10 +39,12 @@ import (
 	"io"
 	"log/slog"
 	"math/bits"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,16 +77,21 @@ type flags struct {
 	perHost  int
 	channels int
 	timeout  time.Duration
+	cpuprof  string
+	// gatherMax: sizes above it skip the AllGather phases.
+	gatherMax int
 }
 
 func parse(args []string) (flags, error) {
 	fs := flag.NewFlagSet("ncclsim", flag.ContinueOnError)
 	ranks := fs.String("ranks", "64,256,1024,4096,16384", "comma-separated rank counts to simulate")
 	f := flags{}
-	fs.IntVar(&f.roots, "roots", 0, "bootstrap roots (0: one per 2048 ranks)")
+	fs.IntVar(&f.roots, "roots", 0, "bootstrap roots (0: one per 1024 ranks)")
 	fs.IntVar(&f.perHost, "per-host", 8, "ranks per fake host")
 	fs.IntVar(&f.channels, "channels", 2, "channels of rings and trees to build and check")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "bootstrap timeout")
+	fs.StringVar(&f.cpuprof, "cpuprofile", "", "write a CPU profile of the ranks to this file (with several processes, one file per process: FILE.LO, LO its first rank)")
+	fs.IntVar(&f.gatherMax, "gather-max", 4096, "largest rank count that runs the AllGather phases (their results are n² blocks)")
 	fs.IntVar(&f.procs, "procs", 0, "processes to run the ranks in (0: enough to stay below 15000 descriptors each)")
 	fs.BoolVar(&f.child, "child", false, "internal: run ranks -lo..-hi of -n, roots -ids")
 	fs.IntVar(&f.n, "n", 0, "internal (-child)")
@@ -125,7 +135,7 @@ func run(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "# ncclsim: %d CPUs, GOMAXPROCS %d, open-file limit %d, loopback TCP, %d ranks per fake host\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), limit, f.perHost)
-	fmt.Fprintf(w, "%-7s %-5s %-5s %-10s %10s %12s %10s %10s %s\n", "ranks", "roots", "procs", "phase", "time", "heap/rank", "fds/rank", "gor/rank", "note")
+	fmt.Fprintf(w, "%-7s %-5s %-5s %-10s %10s %10s %12s %10s %10s %s\n", "ranks", "roots", "procs", "phase", "time", "cpu", "heap/rank", "fds/rank", "gor/rank", "note")
 	for _, n := range f.ranks {
 		if err := simulate(w, f, n); err != nil {
 			return fmt.Errorf("%d ranks: %w", n, err)
@@ -158,7 +168,8 @@ func raiseFileLimit() (uint64, error) {
 
 // probe is the process's state at a point in time.
 type probe struct {
-	heap uint64 // HeapInuse + StackInuse
+	heap uint64        // HeapInuse + StackInuse
+	cpu  time.Duration // user + system time of the process so far
 	fds  int
 	gor  int
 }
@@ -173,7 +184,10 @@ func measure(gc bool) probe {
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		fds = len(ents)
 	}
-	return probe{heap: ms.HeapInuse + ms.StackInuse, fds: fds, gor: runtime.NumGoroutine()}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return probe{heap: ms.HeapInuse + ms.StackInuse, cpu: cpu, fds: fds, gor: runtime.NumGoroutine()}
 }
 
 // peerInfo is what each rank tells the others in the topology exchange,
@@ -193,6 +207,7 @@ type record struct {
 	End   int64
 	Dur   time.Duration
 	Heap  int64
+	CPU   time.Duration // the process's CPU time since the baseline
 	FDs   int
 	Gor   int
 	Note  string
@@ -213,14 +228,16 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 	}()
 	phase := func(name, note string) {
 		now := measure(false)
-		emit(record{Phase: name, End: time.Now().UnixNano(), Heap: int64(now.heap) - int64(base.heap), FDs: now.fds - base.fds, Gor: now.gor - base.gor, Note: note})
+		emit(record{Phase: name, End: time.Now().UnixNano(), Heap: int64(now.heap) - int64(base.heap), CPU: now.cpu - base.cpu, FDs: now.fds - base.fds, Gor: now.gor - base.gor, Note: note})
 	}
 	each := func(fn func(r int, c *bootstrap.Conn) error) error {
 		return onAll(hi-lo, func(i int) error { return fn(lo+i, nets[i]) })
 	}
 	<-start
 	if err := each(func(r int, _ *bootstrap.Conn) error {
-		c, err := bootstrap.JoinScalable(ctx, ids, r, n, opts)
+		o := opts
+		o.LocalIP = hostIP(r / f.perHost)
+		c, err := bootstrap.JoinScalable(ctx, ids, r, n, o)
 		nets[r-lo] = c
 		return err
 	}); err != nil {
@@ -235,54 +252,20 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 		return fmt.Errorf("barrier: %w", err)
 	}
 	phase("barrier2", "connections open")
-	if err := each(func(r int, c *bootstrap.Conn) error {
-		b := make([]byte, 64)
-		b[0], b[1] = byte(r), byte(r>>8)
-		all, err := c.AllGather(ctx, b)
-		if err != nil {
-			return err
-		}
-		for p, blk := range all {
-			if len(blk) != 64 || blk[0] != byte(p) || blk[1] != byte(p>>8) {
-				return fmt.Errorf("rank %d: block of rank %d is wrong", r, p)
-			}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("allgather: %w", err)
-	}
-	phase("allgather", "64 B blocks, checked")
-
 	var devs []int
 	hosts := 0
-	if err := each(func(r int, c *bootstrap.Conn) error {
-		me := peerInfo{Host: fmt.Sprintf("host-%d", r/f.perHost), Device: r % f.perHost, BusID: fmt.Sprintf("0000:%02x:00.0", r%f.perHost)}
-		b, _ := json.Marshal(me)
-		all, err := c.AllGather(ctx, b)
-		if err != nil || r != 0 {
-			return err
-		}
-		// Rank 0 stands for all: each rank would decode the same.
-		hostOf := map[string]int{}
+	if n > f.gatherMax {
+		// An AllGather leaves n blocks on each of n ranks (n² in all:
+		// 17 GB of 64-byte blocks at 16,384 ranks), more than this
+		// machine holds: the graph uses the fake layout directly.
 		devs = make([]int, n)
-		for p, raw := range all {
-			var pi peerInfo
-			if err := json.Unmarshal(raw, &pi); err != nil {
-				return fmt.Errorf("rank %d's description: %w", p, err)
-			}
-			h, ok := hostOf[pi.Host]
-			if !ok {
-				h = len(hostOf)
-				hostOf[pi.Host] = h
-			}
-			devs[p] = h*f.perHost + pi.Device // a global GPU number
+		for p := range devs {
+			devs[p] = p
 		}
-		hosts = len(hostOf)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("topology exchange: %w", err)
+		hosts = (n + f.perHost - 1) / f.perHost
+	} else if err := gatherPhases(f, n, each, phase, &devs, &hosts); err != nil {
+		return err
 	}
-	phase("topo", "AllGather of JSON rank descriptions")
 
 	if lo == 0 {
 		t0 := time.Now()
@@ -331,7 +314,7 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 func simulate(w io.Writer, f flags, n int) error {
 	roots := f.roots
 	if roots == 0 {
-		roots = (n + 2047) / 2048
+		roots = (n + ranksPerRoot - 1) / ranksPerRoot
 	}
 	roots = min(roots, n)
 	procs := f.procs
@@ -363,6 +346,13 @@ func simulate(w io.Writer, f flags, n int) error {
 	}
 	var t0 time.Time
 	if procs == 1 {
+		if f.cpuprof != "" {
+			stop, err := startProfile(f.cpuprof)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		base := measure(true)
 		start := make(chan struct{})
 		t0 = time.Now()
@@ -382,12 +372,16 @@ func simulate(w io.Writer, f flags, n int) error {
 		}
 	}
 	// One row per phase: the time from the previous phase's last rank to
-	// this one's, the state summed over the processes.
+	// this one's, the CPU time the ranks' processes spent on it (the
+	// roots' excluded when the ranks run in child processes), the state
+	// summed over the processes.
 	prev := t0.UnixNano()
+	var prevCPU time.Duration
 	for _, ph := range []string{"init", "barrier", "barrier2", "allgather", "topo", "graph", "tune", "close"} {
 		var end int64
 		var dur time.Duration
 		var heap int64
+		var cpu time.Duration
 		fds, gor, seen := 0, 0, 0
 		note := ""
 		for _, r := range recs {
@@ -397,6 +391,7 @@ func simulate(w io.Writer, f flags, n int) error {
 			seen++
 			end, dur = max(end, r.End), max(dur, r.Dur)
 			heap += r.Heap
+			cpu += r.CPU
 			fds += r.FDs
 			gor += r.Gor
 			if r.Note != "" {
@@ -412,13 +407,18 @@ func simulate(w io.Writer, f flags, n int) error {
 		}
 		row := fmt.Sprintf("%-7d %-5d %-5d %-10s %10s", n, roots, procs, ph, dur.Round(time.Millisecond))
 		if ph == "graph" || ph == "tune" {
-			fmt.Fprintf(w, "%s %12s %10s %10s %s\n", row, "", "", "", note)
+			fmt.Fprintf(w, "%s %10s %12s %10s %10s %s\n", row, "", "", "", "", note)
 			continue
 		}
+		row += fmt.Sprintf(" %10s", (cpu - prevCPU).Round(time.Millisecond))
+		prevCPU = cpu
 		fmt.Fprintf(w, "%s %10.1fKB %10.2f %10.2f %s\n", row, float64(heap)/1024/float64(n), float64(fds)/float64(n), float64(gor)/float64(n), note)
 	}
 	return nil
 }
+
+// ranksPerRoot is how many ranks' check-ins one root serves by default.
+const ranksPerRoot = 1024
 
 // perProcFDs is how many descriptors ncclsim lets one process's ranks use.
 const perProcFDs = 15000
@@ -447,7 +447,7 @@ func runChildren(f flags, ids []bootstrap.UniqueID, n, procs int, emit func(reco
 		lo, hi := p*n/procs, (p+1)*n/procs
 		cmd := exec.Command(exe, "-child", "-n", strconv.Itoa(n), "-lo", strconv.Itoa(lo), "-hi", strconv.Itoa(hi),
 			"-ids", strings.Join(hex, ","), "-per-host", strconv.Itoa(f.perHost), "-channels", strconv.Itoa(f.channels),
-			"-timeout", f.timeout.String())
+			"-timeout", f.timeout.String(), "-cpuprofile", f.cpuprof, "-gather-max", strconv.Itoa(f.gatherMax))
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -525,6 +525,13 @@ func childMain(f flags) error {
 		defer mu.Unlock()
 		_ = enc.Encode(r)
 	}
+	if f.cpuprof != "" {
+		stop, err := startProfile(fmt.Sprintf("%s.%d", f.cpuprof, f.lo))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	fmt.Println("ready")
 	start := make(chan struct{})
 	go func() {
@@ -532,6 +539,80 @@ func childMain(f flags) error {
 		close(start)
 	}()
 	return runRanks(f, ids, f.n, f.lo, f.hi, base, start, emit)
+}
+
+// gatherPhases runs the AllGather phases: one of 64-byte blocks, checked,
+// and the topology exchange, which sets devs and hosts.
+func gatherPhases(f flags, n int, each func(func(r int, c *bootstrap.Conn) error) error, phase func(name, note string), devs *[]int, hosts *int) error {
+	ctx := context.Background()
+	if err := each(func(r int, c *bootstrap.Conn) error {
+		b := make([]byte, 64)
+		b[0], b[1] = byte(r), byte(r>>8)
+		all, err := c.AllGather(ctx, b)
+		if err != nil {
+			return err
+		}
+		for p, blk := range all {
+			if len(blk) != 64 || blk[0] != byte(p) || blk[1] != byte(p>>8) {
+				return fmt.Errorf("rank %d: block of rank %d is wrong", r, p)
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("allgather: %w", err)
+	}
+	phase("allgather", "64 B blocks, checked")
+
+	if err := each(func(r int, c *bootstrap.Conn) error {
+		me := peerInfo{Host: fmt.Sprintf("host-%d", r/f.perHost), Device: r % f.perHost, BusID: fmt.Sprintf("0000:%02x:00.0", r%f.perHost)}
+		b, _ := json.Marshal(me)
+		all, err := c.AllGather(ctx, b)
+		if err != nil || r != 0 {
+			return err
+		}
+		// Rank 0 stands for all: each rank would decode the same.
+		hostOf := map[string]int{}
+		*devs = make([]int, n)
+		for p, raw := range all {
+			var pi peerInfo
+			if err := json.Unmarshal(raw, &pi); err != nil {
+				return fmt.Errorf("rank %d's description: %w", p, err)
+			}
+			h, ok := hostOf[pi.Host]
+			if !ok {
+				h = len(hostOf)
+				hostOf[pi.Host] = h
+			}
+			(*devs)[p] = h*f.perHost + pi.Device // a global GPU number
+		}
+		*hosts = len(hostOf)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("topology exchange: %w", err)
+	}
+	phase("topo", "AllGather of JSON rank descriptions")
+	return nil
+}
+
+// hostIP is fake host h's own loopback address, 127.1.0.0 + h: each host
+// has its own ports, as real hosts do (one address's ephemeral range,
+// about 28,000 ports, cannot hold 16,384 listeners and their check-in
+// connections).
+func hostIP(h int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + h>>16), byte(h >> 8), byte(h)})
+}
+
+// startProfile starts a CPU profile written to path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	fp, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fp); err != nil {
+		fp.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); fp.Close() }, nil
 }
 
 func algo(c tune.Choice) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 )
@@ -180,17 +181,18 @@ func collective(ctx context.Context, t transport, op string, body func(ctx conte
 }
 
 // exchange sends data to rank `to` and receives the message of rank
-// `from`, both under collective seq; what names the failed half.
-func exchange(ctx context.Context, t transport, seq int64, step string, to, from int, data []byte) ([]byte, string, error) {
+// `from`, both under collective seq, as step k of kind ("round", "ring
+// step"); what names the failed half.
+func exchange(ctx context.Context, t transport, seq int64, kind string, k, to, from int, data []byte) ([]byte, string, error) {
 	if err := t.sendMsg(ctx, to, classColl, seq, data); err != nil {
-		return nil, fmt.Sprintf("%s: send to rank %d", step, to), err
+		return nil, fmt.Sprintf("%s %d: send to rank %d", kind, k, to), err
 	}
 	d, err := t.recvMsg(ctx, from, classColl, seq)
 	if err == nil {
 		err = t.coll().broken(seq)
 	}
 	if err != nil {
-		return nil, fmt.Sprintf("%s: recv from rank %d", step, from), err
+		return nil, fmt.Sprintf("%s %d: recv from rank %d", kind, k, from), err
 	}
 	return d, "", nil
 }
@@ -201,7 +203,7 @@ func barrier(ctx context.Context, t transport) error {
 		n, r := t.Size(), t.Rank()
 		for k := range rounds(n) {
 			d := 1 << k
-			if _, what, err := exchange(ctx, t, seq, fmt.Sprintf("round %d", k), (r+d)%n, (r-d+n)%n, nil); err != nil {
+			if _, what, err := exchange(ctx, t, seq, "round", k, (r+d)%n, (r-d+n)%n, nil); err != nil {
 				return nil, what, err
 			}
 		}
@@ -218,7 +220,8 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 		out := make([][]byte, n)
 		out[r] = append([]byte{}, mine...)
 		large := len(mine) > bruckBlockLimit(n, t.maxMessage())
-		have := 1 // out holds blocks r, r-1, ..., r-have+1
+		have := 1      // out holds blocks r, r-1, ..., r-have+1
+		var buf []byte // the message of each round, reused: sendMsg copies or writes it
 		for k := range rounds(n) {
 			d := 1 << k
 			cnt := min(d, n-have)
@@ -226,11 +229,11 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 			if large {
 				msg = []byte{1}
 			} else {
-				msg = encodeBlocks(out, r, cnt)
+				buf = encodeBlocks(buf[:0], out, r, cnt)
+				msg = buf
 			}
-			step := fmt.Sprintf("round %d", k)
 			from := (r - d + n) % n
-			got, what, err := exchange(ctx, t, seq, step, (r+d)%n, from, msg)
+			got, what, err := exchange(ctx, t, seq, "round", k, (r+d)%n, from, msg)
 			if err != nil {
 				return nil, what, err
 			}
@@ -241,7 +244,7 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 				continue
 			}
 			if err := decodeBlocks(got, out, r-have, cnt); err != nil {
-				return nil, fmt.Sprintf("%s: from rank %d", step, from), err
+				return nil, fmt.Sprintf("round %d: from rank %d", k, from), err
 			}
 			have += cnt
 		}
@@ -252,7 +255,7 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 		// block (r-s-1) from r-1.
 		next, prev := (r+1)%n, (r-1+n)%n
 		for s := 0; s < n-1; s++ {
-			got, what, err := exchange(ctx, t, seq, fmt.Sprintf("ring step %d", s), next, prev, out[((r-s)%n+n)%n])
+			got, what, err := exchange(ctx, t, seq, "ring step", s, next, prev, out[((r-s)%n+n)%n])
 			if err != nil {
 				return nil, what, err
 			}
@@ -262,15 +265,15 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 	})
 }
 
-// encodeBlocks encodes blocks r, r-1, ..., r-cnt+1 (mod len(out)) of out
-// as a Bruck message: 0 | cnt u32 | cnt × len u32 | the blocks.
-func encodeBlocks(out [][]byte, r, cnt int) []byte {
+// encodeBlocks appends to b blocks r, r-1, ..., r-cnt+1 (mod len(out))
+// of out as a Bruck message: 0 | cnt u32 | cnt × len u32 | the blocks.
+func encodeBlocks(b []byte, out [][]byte, r, cnt int) []byte {
 	n := len(out)
 	size := 5 + 4*cnt
 	for i := range cnt {
 		size += len(out[((r-i)%n+n)%n])
 	}
-	b := make([]byte, 0, size)
+	b = slices.Grow(b, size)
 	b = append(b, 0)
 	b = binary.BigEndian.AppendUint32(b, uint32(cnt))
 	for i := range cnt {

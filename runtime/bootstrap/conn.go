@@ -7,10 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/bits"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +26,7 @@ import (
 type Conn struct {
 	opState
 	size    int
+	localIP netip.Addr // Options.LocalIP
 	magic   uint64
 	self    string   // this rank's listen address
 	fingers []string // listen address of rank+2^k, k = 0, 1, ...
@@ -128,6 +132,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	token := binary.BigEndian.Uint64(tb[:])
 	log := opts.logger().With("rank", rank)
 	start := time.Now()
+	ok := false
 	ictx, cancel := context.WithTimeoutCause(ctx, timeout, errInitTimeout)
 	defer cancel()
 	timedOut := func() bool {
@@ -146,72 +151,60 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 		return fmt.Errorf("bootstrap: rank %d: %s: %w", rank, what, context.Cause(ictx))
 	}
 
-	rc, err := dialRetry(ictx, rootAddr)
-	if err != nil {
-		if ictx.Err() != nil {
-			return nil, ctxErr("connecting to root at "+rootAddr, err)
-		}
-		return nil, fmt.Errorf("bootstrap: rank %d: connecting to root at %s: %w", rank, rootAddr, err)
-	}
-	defer rc.Close()
-
-	// Listen where the others can reach us.
-	var ip netip.Addr
-	if spec := opts.ifaceSpec(); spec != "" {
-		ifs, err := systemInterfaces()
-		if err != nil {
-			return nil, err
-		}
-		if ip, _, err = pickAddr(ifs, spec, fam); err != nil {
-			return nil, err
-		}
-	} else {
-		lap, err := netip.ParseAddrPort(rc.LocalAddr().String())
-		if err != nil {
-			return nil, fmt.Errorf("bootstrap: rank %d: local address %s: %w", rank, rc.LocalAddr(), err)
-		}
-		ip = lap.Addr()
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ictx, "tcp", netip.AddrPortFrom(ip, 0).String())
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: rank %d: listen on %s: %w", rank, ip, err)
-	}
-	ok := false
+	// Check in, then wait for the table. A check-in whose connection
+	// breaks before the root answered (reset, EOF: a root starved of CPU
+	// may close a connection whose hello it has not read in time) is
+	// made again, with the same listener and token, after a backoff.
+	var (
+		ln    net.Listener
+		h     hello
+		reply []byte
+	)
 	defer func() {
-		if !ok {
+		if ln != nil && !ok {
 			ln.Close()
 		}
 	}()
-
-	// Check in, then wait for the table. A context end interrupts the socket
-	// through its deadline.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ictx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
-	h := hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
-	if len(roots) > 1 {
-		h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
-	}
-	br := bufio.NewReader(rc)
-	var reply []byte
-	if err = writeFrame(rc, h.encode()); err == nil {
-		reply, err = readFrame(br, rootReplyLimit(nRanks))
-	}
-	if !stop() {
-		<-fired
-	}
-	if err != nil && ictx.Err() != nil && timedOut() {
-		// Ask the root who is missing; it may also still send the table.
-		_ = rc.SetDeadline(time.Now().Add(queryGrace))
-		if werr := writeFrame(rc, []byte{msgQuery}); werr == nil {
-			reply, err = readFrame(br, rootReplyLimit(nRanks))
-		}
+	backoff := checkInBackoffMin
+	for {
+		var rc net.Conn
+		rc, err = dialRetry(ictx, rootAddr, opts.LocalIP)
 		if err != nil {
-			return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
+			if ictx.Err() != nil {
+				return nil, ctxErr("connecting to root at "+rootAddr, err)
+			}
+			return nil, fmt.Errorf("bootstrap: rank %d: connecting to root at %s: %w", rank, rootAddr, err)
 		}
-	} else if err != nil && ictx.Err() != nil {
+		if ln == nil {
+			if ln, err = listenNear(ictx, rc, opts, fam); err != nil {
+				rc.Close()
+				return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+			}
+			h = hello{magic: rootMagic, kind: helloCheckIn, rank: rank, nRanks: nRanks, token: token, addr: ln.Addr().String()}
+			if len(roots) > 1 {
+				h.kind, h.rootIndex, h.roots = helloCheckInRoots, ri, roots
+			}
+		}
+		reply, err = checkIn(ictx, rc, h, timedOut)
+		rc.Close()
+		if err == nil || ictx.Err() != nil || !connLost(err) {
+			break
+		}
+		log.Debug("bootstrap: check-in connection lost, checking in again", "root", rootAddr, "err", err, "retry_in", backoff)
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-ictx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, checkInBackoffMax)
+	}
+	switch {
+	case err != nil && ictx.Err() != nil && timedOut() && reply == nil:
+		return nil, ctxErr(fmt.Sprintf("waiting for root at %s (no answer about missing ranks)", rootAddr), nil)
+	case err != nil && ictx.Err() != nil:
 		return nil, ctxErr("check-in with root at "+rootAddr, err)
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("bootstrap: rank %d: check-in with root at %s: %w", rank, rootAddr, err)
 	}
 
@@ -253,7 +246,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	k := rounds(nRanks)
 	c := &Conn{
 		opState: opState{rank: rank, timeout: timeout},
-		size:    nRanks, magic: magic, self: h.addr, token: token,
+		size:    nRanks, localIP: opts.LocalIP, magic: magic, self: h.addr, token: token,
 		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg, maxQ: maxQ,
 		inPeers: make(map[int]bool), out: make(map[int]*peerOut), known: make(map[int]string),
 		tokens: make(map[int]uint64, 2*k), looking: make(map[int]int),
@@ -272,10 +265,90 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 	return c, nil
 }
 
-// dialRetry dials addr until it succeeds or ctx ends, retrying refused
-// connections (the root may not be listening yet, e.g. with NCCL_COMM_ID).
-func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
+// Backoff between check-ins of one rank whose connection to the root
+// broke: doubling, with jitter, so that thousands of ranks cut off at
+// once do not come back at once.
+const (
+	checkInBackoffMin = 10 * time.Millisecond
+	checkInBackoffMax = time.Second
+)
+
+// jitter returns a duration in [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+// connLost reports whether err says that a connection broke or was
+// refused before an answer came: worth a new check-in.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// listenNear listens where the other ranks can reach this one: on the
+// interface that Options.Interface / NCCL_SOCKET_IFNAME selects, else on
+// the address that rc, the connection to the root, goes out from.
+func listenNear(ctx context.Context, rc net.Conn, opts Options, fam int) (net.Listener, error) {
+	var ip netip.Addr
+	if opts.LocalIP.IsValid() {
+		ip = opts.LocalIP
+	} else if spec := opts.ifaceSpec(); spec != "" {
+		ifs, err := systemInterfaces()
+		if err != nil {
+			return nil, err
+		}
+		if ip, _, err = pickAddr(ifs, spec, fam); err != nil {
+			return nil, err
+		}
+	} else {
+		lap, err := netip.ParseAddrPort(rc.LocalAddr().String())
+		if err != nil {
+			return nil, fmt.Errorf("local address %s: %w", rc.LocalAddr(), err)
+		}
+		ip = lap.Addr()
+	}
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", ip, err)
+	}
+	return ln, nil
+}
+
+// checkIn sends hello h to the root over rc and reads its reply. The end
+// of ctx interrupts the socket; when it ended by the rank's own timeout
+// (timedOut), the rank asks the root which ranks are missing and returns
+// that answer (a status) with the error.
+func checkIn(ctx context.Context, rc net.Conn, h hello, timedOut func() bool) ([]byte, error) {
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { _ = rc.SetDeadline(time.Unix(1, 0)); close(fired) })
+	br := bufio.NewReader(rc)
+	var reply []byte
+	err := writeFrame(rc, h.encode())
+	if err == nil {
+		reply, err = readFrame(br, rootReplyLimit(h.nRanks))
+	}
+	if !stop() {
+		<-fired
+	}
+	if err != nil && ctx.Err() != nil && timedOut() {
+		// Ask the root who is missing; it may also still send the table.
+		_ = rc.SetDeadline(time.Now().Add(queryGrace))
+		if werr := writeFrame(rc, []byte{msgQuery}); werr == nil {
+			if r, rerr := readFrame(br, rootReplyLimit(h.nRanks)); rerr == nil {
+				return r, nil
+			}
+		}
+	}
+	return reply, err
+}
+
+// dialRetry dials addr (from local, when valid) until it succeeds or ctx
+// ends, retrying refused connections (the root may not be listening yet,
+// e.g. with NCCL_COMM_ID).
+func dialRetry(ctx context.Context, addr string, local netip.Addr) (net.Conn, error) {
+	d := dialer(local)
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -294,6 +367,16 @@ func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// dialer returns the dialer of bootstrap connections: from local when
+// valid, without TCP keep-alive (see "Limits" in doc.go).
+func dialer(local netip.Addr) net.Dialer {
+	d := net.Dialer{KeepAlive: -1}
+	if local.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))
+	}
+	return d
 }
 
 // Rank returns this rank.
@@ -525,8 +608,11 @@ func (c *Conn) readPeer(nc net.Conn) {
 	defer nc.Close()
 	br := bufio.NewReader(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
+	c.pending.reading(nc)
 	b, err := readFrame(br, maxHelloSize)
-	c.pending.done(nc)
+	if !c.pending.done(nc) && err == nil {
+		err = errEvicted
+	}
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, c.magic)
@@ -649,6 +735,10 @@ func withConnCtx(ctx context.Context, nc net.Conn, fn func() error) error {
 	if !stop() {
 		<-fired
 	}
+	if err == nil {
+		// tryWrite must not find an old deadline in the past.
+		_ = nc.SetWriteDeadline(time.Time{})
+	}
 	return err
 }
 
@@ -697,9 +787,12 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 	if po.err != nil {
 		return po.err
 	}
-	var frames [][]byte
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	var helloFrame []byte
 	if po.conn == nil {
-		var d net.Dialer
+		d := dialer(c.localIP)
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -712,19 +805,43 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 			return c.box.closedErr()
 		}
 		po.conn = nc
-		frames = append(frames, hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode())
+		helloFrame = hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode()
 	}
 	var hdr [msgHeader]byte
 	hdr[0] = class
 	binary.BigEndian.PutUint64(hdr[1:], uint64(tag))
-	err := withConnCtx(ctx, po.conn, func() error {
-		for _, f := range frames {
-			if err := writeFrame(po.conn, f); err != nil {
-				return err
-			}
+	var err error
+	if size := 4 + len(helloFrame) + 4 + msgHeader + len(data); size <= fastFrameMax {
+		// The common case: the frame (with the hello on a new
+		// connection) in one buffer and one write, which the socket
+		// takes at once: no deadline, no timer, no goroutine. Only
+		// what it does not take waits, bounded by ctx.
+		bp := framePool.Get().(*[]byte)
+		buf := (*bp)[:0]
+		if len(helloFrame) > 0 {
+			buf = appendFrame(buf, helloFrame)
 		}
-		return writeFrame(po.conn, hdr[:], data)
-	})
+		buf = appendFrame(buf, hdr[:], data)
+		var n int
+		n, err = tryWrite(po.conn, buf)
+		if err == nil && n < len(buf) {
+			err = withConnCtx(ctx, po.conn, func() error {
+				_, err := po.conn.Write(buf[n:])
+				return err
+			})
+		}
+		*bp = buf
+		framePool.Put(bp)
+	} else {
+		err = withConnCtx(ctx, po.conn, func() error {
+			if len(helloFrame) > 0 {
+				if err := writeFrame(po.conn, helloFrame); err != nil {
+					return err
+				}
+			}
+			return writeFrame(po.conn, hdr[:], data)
+		})
+	}
 	if err != nil {
 		// The stream may hold part of a frame: it cannot be used again.
 		po.err = fmt.Errorf("connection to rank %d broken: %w", peer, err)
@@ -738,6 +855,61 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 		return po.err
 	}
 	return nil
+}
+
+// fastFrameMax is the largest frame that sendTo copies into a pooled
+// buffer and writes with one system call.
+const fastFrameMax = 64 << 10
+
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// appendFrame appends a frame made of parts to b.
+func appendFrame(b []byte, parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// tryWrite writes as much of b to nc as its socket takes without
+// waiting, and returns how much that was; an error means that the
+// connection failed.
+func tryWrite(nc net.Conn, b []byte) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return 0, nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, nil
+	}
+	n := 0
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			k, e := syscall.Write(int(fd), b[n:])
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return true
+			case e != nil:
+				werr = os.NewSyscallError("write", e)
+				return true
+			}
+			n += k
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	return n, werr
 }
 
 func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error) {

@@ -113,7 +113,17 @@
 // A connection must send its hello within min(5 s, timeout) or it is
 // closed, and at most 64 connections of a root or a rank wait for their
 // hello: a new one waits in the listen backlog until one of them said
-// hello or the oldest has waited 100 ms, which is then closed. The bytes that one peer sent and
+// hello or the reader of one has waited 100 ms for it (counted from when
+// the reader started, so that a process starved of CPU does not close
+// hellos it has not read yet), which is then closed. A rank whose
+// check-in connection breaks before the root answered (EOF, reset,
+// refused) checks in again with the same listener and token, after a
+// jittered backoff from 10 ms doubling to 1 s, within the timeout; the
+// root takes a rank's new connection in place of the old one when the
+// token is the same, and does not answer while a rank of its slice has
+// hung up without coming back. Bootstrap sockets have TCP keep-alive off:
+// every wait is bounded by the timeout, and its setsockopt calls were a
+// measurable share of connection setup at thousands of ranks. The bytes that one peer sent and
 // nobody received are bounded by [Options].MaxQueuedBytes (twice the
 // message limit by default): past it the peer's connection is dropped and
 // receives from it fail with [ErrQueueFull]. A message frame may announce

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -53,6 +54,12 @@ type Options struct {
 	// match; Init listens on the first match instead of the address it uses
 	// to reach the root.
 	Interface string
+	// LocalIP, when valid, is the address a rank listens on and connects
+	// from (it overrides Interface). A simulation of many hosts on one
+	// machine gives each fake host its own loopback address (127.0.0.0/8),
+	// so that its ranks' ports do not all come from one address's
+	// ephemeral range (28,232 ports by default on Linux).
+	LocalIP netip.Addr
 	// Family restricts addresses to "AF_INET" or "AF_INET6"; empty means
 	// NCCL_SOCKET_FAMILY, else either (IPv4 preferred).
 	Family string

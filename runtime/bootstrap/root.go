@@ -45,7 +45,7 @@ func NewRoot(ctx context.Context, opts Options) (*Root, UniqueID, error) {
 	if err != nil {
 		return nil, UniqueID{}, err
 	}
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAlive: -1} // see "Limits" in doc.go
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, UniqueID{}, fmt.Errorf("bootstrap: root listen on %s: %w", addr, err)
@@ -184,8 +184,11 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	}
 	br := bufio.NewReader(c)
 	_ = c.SetReadDeadline(time.Now().Add(helloWait(r.timeout)))
+	r.pending.reading(c)
 	b, err := readFrame(br, maxHelloSize)
-	r.pending.done(c)
+	if !r.pending.done(c) && err == nil {
+		err = errEvicted
+	}
 	var h hello
 	if err == nil {
 		h, err = decodeHello(b, r.magic)
@@ -258,7 +261,7 @@ func (r *Root) push(ctx context.Context, to rootRef, index, nRanks int, payload 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	err := func() error {
-		c, err := dialRetry(ctx, to.addr)
+		c, err := dialRetry(ctx, to.addr, netip.Addr{})
 		if err != nil {
 			return fmt.Errorf("dialing root at %s: %w", to.addr, err)
 		}
@@ -310,7 +313,17 @@ func (r *Root) serve(ctx context.Context) {
 				listed = append(listed, i)
 			}
 		}
-		return listed, nRanks - len(entries)
+		if len(entries) < nRanks || len(hungUp) == 0 {
+			return listed, nRanks - len(entries)
+		}
+		// Everybody checked in, but some hung up before their table
+		// came: those are the ones missing.
+		for i := range nRanks {
+			if hungUp[i] && len(listed) < maxListedMissing {
+				listed = append(listed, i)
+			}
+		}
+		return listed, len(hungUp)
 	}
 	statusNow := func(final bool, afterMS uint64) status {
 		m, n := missing()
@@ -365,7 +378,7 @@ loop:
 				}
 			}
 		}
-		if nRanks > 0 && len(arrived) == hi-lo && len(entries) == nRanks && pushing == 0 {
+		if nRanks > 0 && len(arrived) == hi-lo && len(hungUp) == 0 && len(entries) == nRanks && pushing == 0 {
 			all := make([]tableEntry, nRanks)
 			for i := range all {
 				all[i] = entries[i]
@@ -399,7 +412,7 @@ loop:
 					why = fmt.Sprintf("rank %d says this root is root %d, whose id is another root's", h.rank, index)
 				case h.rank < lo || h.rank >= hi:
 					why = fmt.Sprintf("rank %d checked in with root %d, which serves ranks %d..%d", h.rank, index, lo, hi-1)
-				case arrived[h.rank] != nil && !hungUp[h.rank]:
+				case arrived[h.rank] != nil && !hungUp[h.rank] && entries[h.rank].token != h.token:
 					why = fmt.Sprintf("rank %d checked in twice", h.rank)
 				}
 				if why != "" {
@@ -407,6 +420,11 @@ loop:
 					write(ev.conn, append([]byte{msgReject}, why...))
 					ev.conn.Close()
 					continue
+				}
+				if old := arrived[h.rank]; old != nil && old != ev.conn {
+					// The rank came back (its first connection broke, or
+					// it hung up): the new connection replaces the old.
+					old.Close()
 				}
 				arrived[h.rank] = ev.conn
 				entries[h.rank] = tableEntry{addr: h.addr, token: h.token}
@@ -434,10 +452,11 @@ loop:
 					write(ev.conn, statusNow(false, uint64(time.Since(start).Milliseconds())).encode())
 				}
 			case evGone:
-				// A rank that hung up still counts as checked in (it is
-				// not "missing"), but it may check in again.
+				// A rank that hung up keeps its entry (another root may
+				// hold it already) but is missing until it checks in
+				// again: it could not receive its table.
 				if arrived[ev.h.rank] == ev.conn {
-					r.log.Warn("bootstrap root: rank hung up before the check-in completed", "rank", ev.h.rank)
+					r.log.Debug("bootstrap root: rank hung up before the check-in completed", "rank", ev.h.rank)
 					hungUp[ev.h.rank] = true
 				}
 			}

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -117,14 +118,18 @@ func readFrameBody(r io.Reader, n int) ([]byte, error) {
 // readFrameConn reads one frame from nc (through br) of at most max
 // bytes, if admit accepts its length: the length prefix may take as long
 // as it takes, but once it has arrived the body must follow within
-// bodyWait.
-func readFrameConn(nc net.Conn, br io.Reader, max int, bodyWait time.Duration, admit func(n int) error) ([]byte, error) {
+// bodyWait. A body already buffered needs no deadline (most frames
+// arrive whole: no timer is armed for them).
+func readFrameConn(nc net.Conn, br *bufio.Reader, max int, bodyWait time.Duration, admit func(n int) error) ([]byte, error) {
 	n, err := readFrameHeader(br, max)
 	if err != nil {
 		return nil, err
 	}
 	if err := admit(n); err != nil {
 		return nil, err
+	}
+	if br.Buffered() >= n {
+		return readFrameBody(br, n)
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(bodyWait))
 	b, err := readFrameBody(br, n)
