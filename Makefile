@@ -17,7 +17,7 @@ export CGO_CFLAGS
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: all generate kernels test vet lint staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
+.PHONY: hooks all generate kernels test vet lint staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -34,6 +34,11 @@ kernels:
 	else \
 		$(GO) run ./cmd/ncclgen build $(BUILD_FLAGS) $(if $(NVCC),--nvcc $(NVCC)); \
 	fi
+
+## hooks: use the repository's git hooks (.githooks: commit subjects of at
+## most 72 characters, `area: what changed`).
+hooks:
+	git config core.hooksPath .githooks
 
 ## test: what CI runs: vet, the linters, every test, and a check that
 ## generated/ matches its generator.
