@@ -1,53 +1,16 @@
 package ipc
 
 import (
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
-	"time"
+
+	"github.com/ncclgo/ncclgo/internal/acceptloop"
 )
 
-// Backoff of the accept loops after a failed Accept.
-const (
-	acceptBackoffMin = 5 * time.Millisecond
-	acceptBackoffMax = time.Second
-)
-
-// acceptLoop accepts connections on ln and hands each to serve, until ln
-// is closed, quit is closed or serve returns false. A failed Accept for
-// any other reason (EMFILE or ENFILE when descriptors run out,
-// ECONNABORTED) does not end the loop: it is logged once per burst and
-// retried after a backoff (5 ms doubling up to 1 s), as the bootstrap's
-// loops do, so that a burst of descriptors cannot close the door for good.
+// acceptLoop is acceptloop.Run on ln, logged as the IPC layer's.
 func acceptLoop(ln *net.UnixListener, quit <-chan struct{}, serve func(*net.UnixConn) bool) {
-	backoff := time.Duration(0)
-	for {
-		c, err := ln.AcceptUnix()
-		if err == nil {
-			backoff = 0
-			if !serve(c) {
-				return
-			}
-			continue
-		}
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if backoff == 0 {
-			slog.Warn("ipc: accept failed, retrying", "addr", ln.Addr().String(), "err", err)
-			backoff = acceptBackoffMin
-		} else {
-			backoff = min(2*backoff, acceptBackoffMax)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-quit:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
+	acceptloop.Run(ln, quit, slog.Default(), "ipc", func(c net.Conn) bool { return serve(c.(*net.UnixConn)) })
 }
 
 // maxPending bounds the connections of one listener that have not yet
