@@ -916,13 +916,14 @@ func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]
 	return c.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }
 
-// AllGather implements Network: Bruck's algorithm over ⌈log2 n⌉ rounds
-// when every block is small, the ring otherwise.
+// AllGather implements Network: up and down two binomial trees when every
+// block is small, the ring otherwise.
 func (c *Conn) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	return allGather(ctx, c, mine)
 }
 
-// Barrier implements Network: a dissemination barrier of ⌈log2 n⌉ rounds.
+// Barrier implements Network: up and down two binomial trees, 2·⌈log2 n⌉
+// steps.
 func (c *Conn) Barrier(ctx context.Context) error {
 	return barrier(ctx, c)
 }

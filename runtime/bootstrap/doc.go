@@ -25,9 +25,10 @@
 // is complete it hands it to the other roots, and it answers its ranks when
 // it knows every slice.
 //
-// Barrier is a dissemination barrier and AllGather Bruck's algorithm (the
-// ring when a block is large), both in ⌈log2 n⌉ rounds in which rank r
-// sends to r+2^k and receives from r-2^k.
+// Barrier and AllGather go up a binomial tree to rank 0 and down another
+// (the ring for an AllGather with a large block), in 2·⌈log2 n⌉ steps and
+// 2(n-1) messages; every message goes from a rank r to r+2^k, so a rank
+// dials only its fingers and is dialled by ranks r-2^k.
 //
 // When one process drives every rank, [NewInProcess] gives the same
 // [Network] interface over channels and mutexes, without sockets.
