@@ -606,7 +606,11 @@ func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
 	defer c.socks.untrack(nc)
 	defer nc.Close()
-	br := bufio.NewReader(nc)
+	// A small buffer: most frames are small (a barrier's is 13 bytes),
+	// and one larger than the buffer is read into its own memory
+	// directly; 4 KiB per connection made the first Barrier's
+	// allocations (and GC) larger.
+	br := bufio.NewReaderSize(nc, peerReadBuffer)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	c.pending.reading(nc)
 	b, err := readFrame(br, maxHelloSize)
@@ -694,6 +698,9 @@ func (c *Conn) readPeer(nc net.Conn) {
 		c.box.deliver(msgKey{peer: h.rank, class: class, tag: tag}, b[msgHeader:])
 	}
 }
+
+// peerReadBuffer is the read buffer of a connection from a peer.
+const peerReadBuffer = 512
 
 // checkToken checks the token of peer hello h, which arrived on nc: it
 // must be the one this rank holds for h.rank. When this rank holds none
