@@ -99,6 +99,9 @@ type transport interface {
 	Size() int
 	sendMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error
 	recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error)
+	// replyMsg sends to peer over the connection that peer opened to
+	// this rank (TCP); it fails when there is none.
+	replyMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error
 	coll() *collState
 	opContext(ctx context.Context, op string) (context.Context, context.CancelFunc)
 	wrapErr(ctx context.Context, op string, err error) error
@@ -110,18 +113,19 @@ type transport interface {
 	abandonTargets() []int
 }
 
-// Collective algorithms. Every message goes from a rank r to r+2^k (mod
-// n) for some k, so that a rank talks to at most 2·⌈log2 n⌉ peers: the
-// ones whose addresses the root handed it (its fingers, r+2^k) and the
-// ones that dial it (r-2^k).
+// Collective algorithms. Every connection goes from a rank r to r+2^k
+// (mod n) for some k, so that a rank talks to at most 2·⌈log2 n⌉ peers:
+// the ones whose addresses the root handed it (its fingers, r+2^k), and
+// the ones that dial it (r-2^k), which it answers on their connections.
 //
-//   - Barrier: an empty message up the gather tree to rank 0, then down
-//     the broadcast tree (see gatherParent): 2(n-1) messages in all, over
-//     as many connections, in 2·⌈log2 n⌉ steps.
+//   - Barrier: an empty message up the gather tree to rank 0 (see
+//     gatherParent), then back down it, each parent answering on its
+//     children's connections: 2(n-1) messages over n-1 connections, in
+//     2·⌈log2 n⌉ steps. The messages down carry tag -seq.
 //   - AllGather: when every block is small (at most treeBlockLimit), the
 //     blocks go up the gather tree, each rank sending its subtree's, and
-//     rank 0 sends all of them down the broadcast tree, each rank
-//     forwarding the message it received. Each message starts with a flag
+//     rank 0 sends all of them back down, each rank forwarding the
+//     message it received to its children, largest subtree first. Each message starts with a flag
 //     saying whether the sender has seen a large block: rank 0 learns
 //     whether any block was large, and if so it sends the flag down
 //     instead, and all ranks (and only then) fall back to the ring, whose
@@ -197,15 +201,17 @@ func exchange(ctx context.Context, t transport, seq int64, kind string, k, to, f
 	return d, "", nil
 }
 
-// barrier gathers an empty message up to rank 0 along the tree of
-// gatherParent and releases the ranks down the tree of bcastChildren: 2(n-1)
-// messages over at most 2(n-1) connections in all, where a dissemination
-// barrier sends n·⌈log2 n⌉ messages over as many connections (the first
-// Barrier opens them: 230,000 at 16,384 ranks).
+// barrier gathers an empty message up the gather tree to rank 0 and
+// releases the ranks down the same tree, each parent answering its
+// children on the connections they opened: n-1 connections and 2(n-1)
+// messages in all, where a dissemination barrier sends n·⌈log2 n⌉
+// messages over as many connections (the first Barrier opens them:
+// 229,376 at 16,384 ranks).
 func barrier(ctx context.Context, t transport) error {
 	_, err := collective(ctx, t, "barrier", func(ctx context.Context, seq int64) ([][]byte, string, error) {
 		n, r := t.Size(), t.Rank()
-		for _, c := range gatherChildren(n, r) {
+		kids := gatherChildren(n, r)
+		for _, c := range kids {
 			if _, err := t.recvMsg(ctx, c, classColl, seq); err != nil {
 				return nil, fmt.Sprintf("gather: recv from rank %d", c), err
 			}
@@ -215,17 +221,16 @@ func barrier(ctx context.Context, t transport) error {
 			if err := t.sendMsg(ctx, p, classColl, seq, nil); err != nil {
 				return nil, fmt.Sprintf("gather: send to rank %d", p), err
 			}
-			p = bcastParent(r)
-			if _, err := t.recvMsg(ctx, p, classColl, seq); err != nil {
+			if _, err := t.recvMsg(ctx, p, classColl, -seq); err != nil {
 				return nil, fmt.Sprintf("release: recv from rank %d", p), err
 			}
 		}
 		if err := t.coll().broken(seq); err != nil {
 			return nil, "release", err
 		}
-		for _, c := range bcastChildren(n, r) {
-			if err := t.sendMsg(ctx, c, classColl, seq, nil); err != nil {
-				return nil, fmt.Sprintf("release: send to rank %d", c), err
+		for i := len(kids) - 1; i >= 0; i-- {
+			if err := t.replyMsg(ctx, kids[i], classColl, -seq, nil); err != nil {
+				return nil, fmt.Sprintf("release: send to rank %d", kids[i]), err
 			}
 		}
 		return nil, "", nil
@@ -233,12 +238,12 @@ func barrier(ctx context.Context, t transport) error {
 	return err
 }
 
-// Two binomial trees rooted at rank 0 whose every edge joins a rank r to
-// r+2^k (mod n), sent by r: the gather tree is the binomial tree of
-// the virtual ranks v = n-r (mod n), whose parent is v-lowbit(v), i.e.
-// rank r+lowbit(v); the broadcast tree is the binomial tree of the ranks
-// themselves, in which r sends to r+2^j for every 2^j above r's highest
-// bit. Both have depth ⌈log2 n⌉.
+// The gather tree, rooted at rank 0, is the binomial tree of the virtual
+// ranks v = n-r (mod n), whose parent is v-lowbit(v), i.e. rank
+// r+lowbit(v): a child sends to a finger of its own, and a parent
+// answers on the child's connection. Its depth is ⌈log2 n⌉, and rank r's
+// subtree is the ranks r, r-1, ..., so that the blocks of an AllGather
+// arrive in contiguous runs.
 
 // gatherParent is the parent of rank r ≠ 0 in the gather tree.
 func gatherParent(n, r int) int {
@@ -246,7 +251,9 @@ func gatherParent(n, r int) int {
 	return (r + v&-v) % n
 }
 
-// gatherChildren are the children of rank r in the gather tree.
+// gatherChildren are the children of rank r in the gather tree, r-2^j for
+// j = 0, 1, ...: child r-2^j heads the 2^j ranks (fewer for the last)
+// below r-2^j+1.
 func gatherChildren(n, r int) []int {
 	v := (n - r) % n
 	lim := n
@@ -260,23 +267,8 @@ func gatherChildren(n, r int) []int {
 	return out
 }
 
-// bcastParent is the parent of rank r ≠ 0 in the broadcast tree.
-func bcastParent(r int) int { return r - 1<<(bits.Len(uint(r))-1) }
-
-// bcastChildren are the children of rank r in the broadcast tree, largest
-// subtree first.
-func bcastChildren(n, r int) []int {
-	var out []int
-	for j := rounds(n) - 1; j >= bits.Len(uint(r)); j-- {
-		if c := r + 1<<j; c < n {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// allGather gathers mine from every rank: up the gather tree and down
-// the broadcast tree when every block is small, the ring otherwise (see
+// allGather gathers mine from every rank: up the gather tree and back
+// down it when every block is small, the ring otherwise (see
 // above).
 func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) {
 	return collective(ctx, t, "allgather", func(ctx context.Context, seq int64) ([][]byte, string, error) {
@@ -287,7 +279,8 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 		// Gather: rank r's subtree is ranks r, r-1, ..., r-have+1; child
 		// r-2^j brings the 2^j (or fewer) below.
 		have := 1
-		for _, c := range gatherChildren(n, r) {
+		kids := gatherChildren(n, r)
+		for _, c := range kids {
 			got, err := t.recvMsg(ctx, c, classColl, seq)
 			if err != nil {
 				return nil, fmt.Sprintf("gather: recv from rank %d", c), err
@@ -313,8 +306,7 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 			if err := t.sendMsg(ctx, p, classColl, seq, msg); err != nil {
 				return nil, fmt.Sprintf("gather: send to rank %d", p), err
 			}
-			p = bcastParent(r)
-			got, err := t.recvMsg(ctx, p, classColl, seq)
+			got, err := t.recvMsg(ctx, p, classColl, -seq)
 			if err != nil {
 				return nil, fmt.Sprintf("broadcast: recv from rank %d", p), err
 			}
@@ -333,9 +325,9 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 		if err := t.coll().broken(seq); err != nil {
 			return nil, "broadcast", err
 		}
-		for _, c := range bcastChildren(n, r) {
-			if err := t.sendMsg(ctx, c, classColl, seq, msg); err != nil {
-				return nil, fmt.Sprintf("broadcast: send to rank %d", c), err
+		for i := len(kids) - 1; i >= 0; i-- {
+			if err := t.replyMsg(ctx, kids[i], classColl, -seq, msg); err != nil {
+				return nil, fmt.Sprintf("broadcast: send to rank %d", kids[i]), err
 			}
 		}
 		if !large {

@@ -25,10 +25,10 @@
 // is complete it hands it to the other roots, and it answers its ranks when
 // it knows every slice.
 //
-// Barrier and AllGather go up a binomial tree to rank 0 and down another
+// Barrier and AllGather go up a binomial tree to rank 0 and back down it
 // (the ring for an AllGather with a large block), in 2·⌈log2 n⌉ steps and
-// 2(n-1) messages; every message goes from a rank r to r+2^k, so a rank
-// dials only its fingers and is dialled by ranks r-2^k.
+// 2(n-1) messages over n-1 connections: a child r dials its parent, a
+// finger r+2^k, and the parent answers on that connection.
 //
 // When one process drives every rank, [NewInProcess] gives the same
 // [Network] interface over channels and mutexes, without sockets.
@@ -76,16 +76,20 @@
 // short grace period).
 //
 // Rank → rank: each rank dials a peer lazily, the first time it sends to it,
-// and uses that connection for its own messages to that peer only (one
+// and uses that connection for its own messages to that peer (one
 // connection per direction, so two ranks dialing each other never race).
-// After the hello, every frame is
+// The only messages that go the other way are a collective's on the way
+// down its tree, which a parent sends on its child's connection: its
+// first frame back is the parent's own peer hello, whose token the child
+// checks as any receiver does. After the hello, every frame is
 //
 //	message    = class u8 | tag i64 | data
 //
-// class 0 carries [Conn.Send] messages; class 1 carries the rounds of
+// class 0 carries [Conn.Send] messages; class 1 carries the steps of
 // [Conn.AllGather] and [Conn.Barrier], whose tag is a per-communicator
-// collective sequence number (an AllGather round is flag u8, then when the
-// flag is 0 count u32 | count × len u32 | the blocks); class 2 (empty) says
+// collective sequence number, negated on the way down the tree (an
+// AllGather message is flag u8, then when the flag is 0 count u32 |
+// count × len u32 | the blocks); class 2 (empty) says
 // that the sender's collective number tag failed (cancelled, timed out, a
 // peer gone), and is passed on to the fingers by every rank that hears of
 // it first: from then on every collective of that number or later fails
