@@ -48,7 +48,8 @@
 //	             i u16 | nroots u16 | nroots × (magic u64 | len u16 | "host:port"),
 //	             kind 4 = root → root (rank is the sender's root index, token
 //	             0), followed by one frame:
-//	             'P' | lo u32 | count u32 | count × (len u16 | addr | token u64)
+//	             'P' | lo u32 | count u32 | count × (len u16 | addr | token u64),
+//	             answered by one frame 'A' (the pusher retries until it reads it)
 //	             token: the rank's random check-in token; a peer hello must
 //	             carry the token that the receiver holds for its rank, so a
 //	             process that knows only the id cannot speak for a rank
