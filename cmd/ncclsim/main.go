@@ -247,7 +247,7 @@ func runRanks(f flags, ids []bootstrap.UniqueID, n, lo, hi int, base probe, star
 	if err := each(func(_ int, c *bootstrap.Conn) error { return c.Barrier(ctx) }); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
-	phase("barrier", fmt.Sprintf("%d rounds, opens the connections", bits.Len(uint(n-1))))
+	phase("barrier", fmt.Sprintf("2×%d tree steps, opens the connections", bits.Len(uint(n-1))))
 	if err := each(func(_ int, c *bootstrap.Conn) error { return c.Barrier(ctx) }); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}

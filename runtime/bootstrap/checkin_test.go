@@ -137,3 +137,51 @@ func TestPendingAgeFromReader(t *testing.T) {
 		t.Fatal("no eviction after a reader waited minPendingAge")
 	}
 }
+
+// TestRootPushRetried checks that a root pushes its slice again when the
+// other root closed the first connection without reading it (as its
+// hello cap does under load), and stops once the slice is acknowledged.
+func TestRootPushRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		first, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		first.(*net.TCPConn).SetLinger(0) // reset, as a closed unread socket does
+		first.Close()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := readFrame(c, maxHelloSize); err != nil {
+			return
+		}
+		b, err := readFrame(c, 1<<16)
+		if err != nil {
+			return
+		}
+		_ = writeFrame(c, []byte{msgAck})
+		got <- b
+	}()
+	r := &Root{timeout: 5 * time.Second, log: quietLogger}
+	events := make(chan rootEvent, 1)
+	r.wg.Add(1)
+	go r.push(context.Background(), rootRef{magic: 7, addr: ln.Addr().String()}, 0, 4, []byte("slice"), events, nil)
+	select {
+	case ev := <-events:
+		require.NoError(t, ev.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("push did not end")
+	}
+	select {
+	case b := <-got:
+		require.Equal(t, "slice", string(b))
+	default:
+		t.Fatal("the slice never reached the second connection")
+	}
+}

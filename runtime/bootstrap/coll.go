@@ -99,6 +99,9 @@ type transport interface {
 	Size() int
 	sendMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error
 	recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error)
+	// replyMsg sends to peer over the connection that peer opened to
+	// this rank (TCP); it fails when there is none.
+	replyMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error
 	coll() *collState
 	opContext(ctx context.Context, op string) (context.Context, context.CancelFunc)
 	wrapErr(ctx context.Context, op string, err error) error
@@ -110,39 +113,40 @@ type transport interface {
 	abandonTargets() []int
 }
 
-// Collective algorithms. Every step of every algorithm sends to rank
-// r+2^k and receives from rank r-2^k (mod n) for some k, so that a rank
-// talks to at most 2·⌈log2 n⌉ peers: the ones whose addresses the root
-// handed it (its fingers, r+2^k) and the ones that dial it (r-2^k).
+// Collective algorithms. Every connection goes from a rank r to r+2^k
+// (mod n) for some k, so that a rank talks to at most 2·⌈log2 n⌉ peers:
+// the ones whose addresses the root handed it (its fingers, r+2^k), and
+// the ones that dial it (r-2^k), which it answers on their connections.
 //
-//   - Barrier: a dissemination barrier, ⌈log2 n⌉ rounds; in round k rank
-//     r sends an empty message to r+2^k and waits for one from r-2^k.
-//   - AllGather: Bruck's algorithm over the same rounds when every block
-//     is small (at most bruckBlockLimit); in round k rank r sends the
-//     min(2^k, n-2^k) blocks it holds (r, r-1, ...) to r+2^k. Each message
-//     starts with a flag saying whether the sender has seen a large block
-//     yet: the flags are OR-reduced by the rounds themselves, so that
-//     after the last round every rank knows whether any block was large,
-//     and then all of them (and only then) fall back to the ring, whose
+//   - Barrier: an empty message up the gather tree to rank 0 (see
+//     gatherParent), then back down it, each parent answering on its
+//     children's connections: 2(n-1) messages over n-1 connections, in
+//     2·⌈log2 n⌉ steps. The messages down carry tag -seq.
+//   - AllGather: when every block is small (at most treeBlockLimit), the
+//     blocks go up the gather tree, each rank sending its subtree's, and
+//     rank 0 sends all of them back down, each rank forwarding the
+//     message it received to its children, largest subtree first. Each message starts with a flag
+//     saying whether the sender has seen a large block: rank 0 learns
+//     whether any block was large, and if so it sends the flag down
+//     instead, and all ranks (and only then) fall back to the ring, whose
 //     n-1 steps move one block each, to r+1 and from r-1.
 
-// Bruck limits: a block larger than bruckMaxBlock, or one that would make
-// the largest Bruck message (⌈n/2⌉ blocks) exceed bruckMaxMessage or the
-// network's message limit, sends the AllGather round the ring instead.
+// Tree limits: a block larger than treeMaxBlock, or one that would make
+// the broadcast message (n blocks) exceed treeMaxMessage or the network's
+// message limit, sends the AllGather round the ring instead.
 const (
-	bruckMaxBlock   = 64 << 10
-	bruckMaxMessage = 16 << 20
+	treeMaxBlock   = 64 << 10
+	treeMaxMessage = 16 << 20
 )
 
-// bruckBlockLimit is the largest block an AllGather over n ranks sends
-// with Bruck's algorithm when messages may carry maxMsg bytes; -1 when
+// treeBlockLimit is the largest block an AllGather over n ranks sends
+// through the trees when messages may carry maxMsg bytes; negative when
 // none fits.
-func bruckBlockLimit(n, maxMsg int) int {
-	half := (n + 1) / 2
-	return min(bruckMaxBlock, (min(maxMsg, bruckMaxMessage)-5)/half-4)
+func treeBlockLimit(n, maxMsg int) int {
+	return min(treeMaxBlock, (min(maxMsg, treeMaxMessage)-5)/n-4)
 }
 
-// rounds is the number of dissemination rounds for n ranks, ⌈log2 n⌉.
+// rounds is ⌈log2 n⌉, the number of fingers of a rank among n.
 func rounds(n int) int { return bits.Len(uint(n - 1)) }
 
 // collective runs body as collective number seq of t: it bounds it by the
@@ -197,14 +201,36 @@ func exchange(ctx context.Context, t transport, seq int64, kind string, k, to, f
 	return d, "", nil
 }
 
-// barrier is a dissemination barrier.
+// barrier gathers an empty message up the gather tree to rank 0 and
+// releases the ranks down the same tree, each parent answering its
+// children on the connections they opened: n-1 connections and 2(n-1)
+// messages in all, where a dissemination barrier sends n·⌈log2 n⌉
+// messages over as many connections (the first Barrier opens them:
+// 229,376 at 16,384 ranks).
 func barrier(ctx context.Context, t transport) error {
 	_, err := collective(ctx, t, "barrier", func(ctx context.Context, seq int64) ([][]byte, string, error) {
 		n, r := t.Size(), t.Rank()
-		for k := range rounds(n) {
-			d := 1 << k
-			if _, what, err := exchange(ctx, t, seq, "round", k, (r+d)%n, (r-d+n)%n, nil); err != nil {
-				return nil, what, err
+		kids := gatherChildren(n, r)
+		for _, c := range kids {
+			if _, err := t.recvMsg(ctx, c, classColl, seq); err != nil {
+				return nil, fmt.Sprintf("gather: recv from rank %d", c), err
+			}
+		}
+		if r != 0 {
+			p := gatherParent(n, r)
+			if err := t.sendMsg(ctx, p, classColl, seq, nil); err != nil {
+				return nil, fmt.Sprintf("gather: send to rank %d", p), err
+			}
+			if _, err := t.recvMsg(ctx, p, classColl, -seq); err != nil {
+				return nil, fmt.Sprintf("release: recv from rank %d", p), err
+			}
+		}
+		if err := t.coll().broken(seq); err != nil {
+			return nil, "release", err
+		}
+		for i := len(kids) - 1; i >= 0; i-- {
+			if err := t.replyMsg(ctx, kids[i], classColl, -seq, nil); err != nil {
+				return nil, fmt.Sprintf("release: send to rank %d", kids[i]), err
 			}
 		}
 		return nil, "", nil
@@ -212,45 +238,103 @@ func barrier(ctx context.Context, t transport) error {
 	return err
 }
 
-// allGather gathers mine from every rank: Bruck's algorithm when every
-// block is small, the ring otherwise (see above).
+// The gather tree, rooted at rank 0, is the binomial tree of the virtual
+// ranks v = n-r (mod n), whose parent is v-lowbit(v), i.e. rank
+// r+lowbit(v): a child sends to a finger of its own, and a parent
+// answers on the child's connection. Its depth is ⌈log2 n⌉, and rank r's
+// subtree is the ranks r, r-1, ..., so that the blocks of an AllGather
+// arrive in contiguous runs.
+
+// gatherParent is the parent of rank r ≠ 0 in the gather tree.
+func gatherParent(n, r int) int {
+	v := (n - r) % n
+	return (r + v&-v) % n
+}
+
+// gatherChildren are the children of rank r in the gather tree, r-2^j for
+// j = 0, 1, ...: child r-2^j heads the 2^j ranks (fewer for the last)
+// below r-2^j+1.
+func gatherChildren(n, r int) []int {
+	v := (n - r) % n
+	lim := n
+	if v != 0 {
+		lim = v & -v
+	}
+	var out []int
+	for d := 1; d < lim && v+d < n; d <<= 1 {
+		out = append(out, (r-d+n)%n)
+	}
+	return out
+}
+
+// allGather gathers mine from every rank: up the gather tree and back
+// down it when every block is small, the ring otherwise (see
+// above).
 func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) {
 	return collective(ctx, t, "allgather", func(ctx context.Context, seq int64) ([][]byte, string, error) {
 		n, r := t.Size(), t.Rank()
 		out := make([][]byte, n)
 		out[r] = append([]byte{}, mine...)
-		large := len(mine) > bruckBlockLimit(n, t.maxMessage())
-		have := 1      // out holds blocks r, r-1, ..., r-have+1
-		var buf []byte // the message of each round, reused: sendMsg copies or writes it
-		for k := range rounds(n) {
-			d := 1 << k
-			cnt := min(d, n-have)
-			var msg []byte
-			if large {
-				msg = []byte{1}
-			} else {
-				buf = encodeBlocks(buf[:0], out, r, cnt)
-				msg = buf
-			}
-			from := (r - d + n) % n
-			got, what, err := exchange(ctx, t, seq, "round", k, (r+d)%n, from, msg)
+		large := len(mine) > treeBlockLimit(n, t.maxMessage())
+		// Gather: rank r's subtree is ranks r, r-1, ..., r-have+1; child
+		// r-2^j brings the 2^j (or fewer) below.
+		have := 1
+		kids := gatherChildren(n, r)
+		for _, c := range kids {
+			got, err := t.recvMsg(ctx, c, classColl, seq)
 			if err != nil {
-				return nil, what, err
+				return nil, fmt.Sprintf("gather: recv from rank %d", c), err
 			}
 			if len(got) > 0 && got[0] == 1 {
 				large = true
 			}
-			if large {
-				continue
-			}
-			if err := decodeBlocks(got, out, r-have, cnt); err != nil {
-				return nil, fmt.Sprintf("round %d: from rank %d", k, from), err
+			cnt := min(have, n-((n-r)%n+have))
+			if !large {
+				if err := decodeBlocks(got, out, r-have, cnt); err != nil {
+					return nil, fmt.Sprintf("gather: from rank %d", c), err
+				}
 			}
 			have += cnt
+		}
+		var msg []byte
+		if r != 0 {
+			p := gatherParent(n, r)
+			msg = []byte{1}
+			if !large {
+				msg = encodeBlocks(nil, out, r, have)
+			}
+			if err := t.sendMsg(ctx, p, classColl, seq, msg); err != nil {
+				return nil, fmt.Sprintf("gather: send to rank %d", p), err
+			}
+			got, err := t.recvMsg(ctx, p, classColl, -seq)
+			if err != nil {
+				return nil, fmt.Sprintf("broadcast: recv from rank %d", p), err
+			}
+			msg, large = got, len(got) > 0 && got[0] == 1
+			if !large {
+				if err := decodeBlocks(got, out, 0, n); err != nil {
+					return nil, fmt.Sprintf("broadcast: from rank %d", p), err
+				}
+			}
+		} else {
+			msg = []byte{1}
+			if !large {
+				msg = encodeBlocks(nil, out, 0, n)
+			}
+		}
+		if err := t.coll().broken(seq); err != nil {
+			return nil, "broadcast", err
+		}
+		for i := len(kids) - 1; i >= 0; i-- {
+			if err := t.replyMsg(ctx, kids[i], classColl, -seq, msg); err != nil {
+				return nil, fmt.Sprintf("broadcast: send to rank %d", kids[i]), err
+			}
 		}
 		if !large {
 			return out, "", nil
 		}
+		clear(out)
+		out[r] = append([]byte{}, mine...)
 		// The ring: in step s a rank sends block (r-s) to r+1 and receives
 		// block (r-s-1) from r-1.
 		next, prev := (r+1)%n, (r-1+n)%n
@@ -266,7 +350,7 @@ func allGather(ctx context.Context, t transport, mine []byte) ([][]byte, error) 
 }
 
 // encodeBlocks appends to b blocks r, r-1, ..., r-cnt+1 (mod len(out))
-// of out as a Bruck message: 0 | cnt u32 | cnt × len u32 | the blocks.
+// of out as an AllGather message: 0 | cnt u32 | cnt × len u32 | the blocks.
 func encodeBlocks(b []byte, out [][]byte, r, cnt int) []byte {
 	n := len(out)
 	size := 5 + 4*cnt
@@ -285,7 +369,7 @@ func encodeBlocks(b []byte, out [][]byte, r, cnt int) []byte {
 	return b
 }
 
-// decodeBlocks stores the cnt blocks of Bruck message b as blocks first,
+// decodeBlocks stores the cnt blocks of AllGather message b as blocks first,
 // first-1, ... (mod len(out)) of out. The blocks share b's memory.
 func decodeBlocks(b []byte, out [][]byte, first, cnt int) error {
 	n := len(out)

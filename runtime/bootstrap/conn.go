@@ -39,10 +39,11 @@ type Conn struct {
 	life    context.Context
 	endLife context.CancelFunc
 
-	socks   connSet      // every socket, to close on shutdown
-	pending pendingSet   // accepted sockets that have not said hello
-	mu      sync.Mutex   // guards inPeers, out, known, tokens, looking
-	inPeers map[int]bool // peers with an incoming connection
+	socks   connSet         // every socket, to close on shutdown
+	pending pendingSet      // accepted sockets that have not said hello
+	mu      sync.Mutex      // guards inPeers, out, known, tokens, looking
+	inPeers map[int]bool    // peers with an incoming connection
+	in      map[int]*peerIn // incoming connections, for replyMsg
 	out     map[int]*peerOut
 	known   map[int]string // addresses learned beyond the fingers
 	// tokens holds the check-in token of every rank whose hello this rank
@@ -59,6 +60,16 @@ type peerOut struct {
 	lock chan struct{}
 	conn net.Conn
 	err  error // sticky: the stream is unusable
+}
+
+// peerIn is a connection that a peer opened to this rank, on which this
+// rank answers (replyMsg). lock is a one-slot channel so that waiting for
+// it can honour a context.
+type peerIn struct {
+	lock  chan struct{}
+	conn  net.Conn
+	hello bool  // this rank's hello is sent
+	err   error // sticky: the stream is unusable
 }
 
 // errInitTimeout marks Init's own timeout (as opposed to the caller's
@@ -248,7 +259,7 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 		opState: opState{rank: rank, timeout: timeout},
 		size:    nRanks, localIP: opts.LocalIP, magic: magic, self: h.addr, token: token,
 		log: log, ln: ln, box: newMailbox(), maxMsg: maxMsg, maxQ: maxQ,
-		inPeers: make(map[int]bool), out: make(map[int]*peerOut), known: make(map[int]string),
+		inPeers: make(map[int]bool), in: make(map[int]*peerIn), out: make(map[int]*peerOut), known: make(map[int]string),
 		tokens: make(map[int]uint64, 2*k), looking: make(map[int]int),
 	}
 	for j := range k {
@@ -606,7 +617,11 @@ func (c *Conn) readPeer(nc net.Conn) {
 	defer c.wg.Done()
 	defer c.socks.untrack(nc)
 	defer nc.Close()
-	br := bufio.NewReader(nc)
+	// A small buffer: most frames are small (a barrier's is 13 bytes),
+	// and one larger than the buffer is read into its own memory
+	// directly; 4 KiB per connection made the first Barrier's
+	// allocations (and GC) larger.
+	br := bufio.NewReaderSize(nc, peerReadBuffer)
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait(c.timeout)))
 	c.pending.reading(nc)
 	b, err := readFrame(br, maxHelloSize)
@@ -633,6 +648,16 @@ func (c *Conn) readPeer(nc net.Conn) {
 		c.mu.Lock()
 		if c.inPeers[h.rank] {
 			err = fmt.Errorf("second connection from rank %d", h.rank)
+		} else {
+			pi := &peerIn{lock: make(chan struct{}, 1), conn: nc}
+			c.in[h.rank] = pi
+			defer func() {
+				c.mu.Lock()
+				if c.in[h.rank] == pi {
+					delete(c.in, h.rank)
+				}
+				c.mu.Unlock()
+			}()
 		}
 		c.inPeers[h.rank] = true
 		c.mu.Unlock()
@@ -644,6 +669,19 @@ func (c *Conn) readPeer(nc net.Conn) {
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})
+	c.readMessages(nc, br, h, func() {
+		// A real rank sends its hello and first message together:
+		// this was not one. Let the rank connect.
+		c.mu.Lock()
+		delete(c.inPeers, h.rank)
+		c.mu.Unlock()
+	})
+}
+
+// readMessages delivers the messages of peer h.rank (whose hello h was
+// checked) arriving on nc until the stream ends or breaks the rules;
+// undelivered, if not nil, runs when it ends before any message came.
+func (c *Conn) readMessages(nc net.Conn, br *bufio.Reader, h hello, undelivered func()) {
 	delivered := false
 	for {
 		b, err := readFrameConn(nc, br, c.maxMsg+msgHeader, c.timeout, func(n int) error {
@@ -673,11 +711,9 @@ func (c *Conn) readPeer(nc net.Conn) {
 				return
 			}
 			if !delivered {
-				// A real rank sends its hello and first message
-				// together: this was not one. Let the rank connect.
-				c.mu.Lock()
-				delete(c.inPeers, h.rank)
-				c.mu.Unlock()
+				if undelivered != nil {
+					undelivered()
+				}
 				return
 			}
 			c.box.peerGone(h.rank, fmt.Errorf("%w: rank %d (%v)", ErrPeerClosed, h.rank, err))
@@ -694,6 +730,9 @@ func (c *Conn) readPeer(nc net.Conn) {
 		c.box.deliver(msgKey{peer: h.rank, class: class, tag: tag}, b[msgHeader:])
 	}
 }
+
+// peerReadBuffer is the read buffer of a connection from a peer.
+const peerReadBuffer = 512
 
 // checkToken checks the token of peer hello h, which arrived on nc: it
 // must be the one this rank holds for h.rank. When this rank holds none
@@ -805,8 +844,35 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 			return c.box.closedErr()
 		}
 		po.conn = nc
-		helloFrame = hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode()
+		helloFrame = c.helloFrame()
+		// The peer may answer on this connection (replyMsg).
+		c.wg.Add(1)
+		go c.readReplies(peer, nc)
 	}
+	err := writeMsg(ctx, po.conn, helloFrame, class, tag, data)
+	if err != nil {
+		// The stream may hold part of a frame: it cannot be used again.
+		po.err = fmt.Errorf("connection to rank %d broken: %w", peer, err)
+		po.conn.Close()
+		if cerr := c.box.closedErr(); cerr != nil {
+			return cerr
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return po.err
+	}
+	return nil
+}
+
+// helloFrame is this rank's hello to a peer.
+func (c *Conn) helloFrame() []byte {
+	return hello{magic: c.magic, kind: helloPeer, rank: c.rank, nRanks: c.size, token: c.token}.encode()
+}
+
+// writeMsg writes a message to nc, preceded by helloFrame when not nil,
+// bounded by ctx.
+func writeMsg(ctx context.Context, nc net.Conn, helloFrame []byte, class byte, tag int64, data []byte) error {
 	var hdr [msgHeader]byte
 	hdr[0] = class
 	binary.BigEndian.PutUint64(hdr[1:], uint64(tag))
@@ -823,38 +889,103 @@ func (c *Conn) sendTo(ctx context.Context, peer int, addr string, locked func(),
 		}
 		buf = appendFrame(buf, hdr[:], data)
 		var n int
-		n, err = tryWrite(po.conn, buf)
+		n, err = tryWrite(nc, buf)
 		if err == nil && n < len(buf) {
-			err = withConnCtx(ctx, po.conn, func() error {
-				_, err := po.conn.Write(buf[n:])
+			err = withConnCtx(ctx, nc, func() error {
+				_, err := nc.Write(buf[n:])
 				return err
 			})
 		}
 		*bp = buf
 		framePool.Put(bp)
 	} else {
-		err = withConnCtx(ctx, po.conn, func() error {
+		err = withConnCtx(ctx, nc, func() error {
 			if len(helloFrame) > 0 {
-				if err := writeFrame(po.conn, helloFrame); err != nil {
+				if err := writeFrame(nc, helloFrame); err != nil {
 					return err
 				}
 			}
-			return writeFrame(po.conn, hdr[:], data)
+			return writeFrame(nc, hdr[:], data)
 		})
 	}
+	return err
+}
+
+// replyMsg sends a message to peer over the connection peer opened to
+// this rank, preceded on its first use by this rank's hello, which the
+// peer checks as it checks any hello (readReplies).
+func (c *Conn) replyMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error {
+	if err := c.box.closedErr(); err != nil {
+		return err
+	}
+	if len(data) > c.maxMsg {
+		return fmt.Errorf("bootstrap: %d-byte message exceeds the %d byte limit (Options.MaxMessageSize)", len(data), c.maxMsg)
+	}
+	c.mu.Lock()
+	pi := c.in[peer]
+	c.mu.Unlock()
+	if pi == nil {
+		return fmt.Errorf("bootstrap: no connection from rank %d to answer on", peer)
+	}
+	select {
+	case pi.lock <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.box.done:
+		return c.box.closedErr()
+	}
+	defer func() { <-pi.lock }()
+	if pi.err != nil {
+		return pi.err
+	}
+	var helloFrame []byte
+	if !pi.hello {
+		helloFrame = c.helloFrame()
+	}
+	err := writeMsg(ctx, pi.conn, helloFrame, class, tag, data)
 	if err != nil {
-		// The stream may hold part of a frame: it cannot be used again.
-		po.err = fmt.Errorf("connection to rank %d broken: %w", peer, err)
-		po.conn.Close()
+		pi.err = fmt.Errorf("connection from rank %d broken: %w", peer, err)
+		pi.conn.Close()
 		if cerr := c.box.closedErr(); cerr != nil {
 			return cerr
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return po.err
+		return pi.err
 	}
+	pi.hello = true
 	return nil
+}
+
+// readReplies reads what peer sends back on nc, the connection this rank
+// opened to it: first peer's hello, which must carry the token this rank
+// holds for it, then messages. It closes nc when the stream ends.
+func (c *Conn) readReplies(peer int, nc net.Conn) {
+	defer c.wg.Done()
+	defer nc.Close()
+	br := bufio.NewReaderSize(nc, peerReadBuffer)
+	b, err := readFrame(br, maxHelloSize) // the peer may never answer: no deadline
+	if err != nil {
+		return
+	}
+	h, err := decodeHello(b, c.magic)
+	if err == nil {
+		want, ok, _ := c.tokenOf(peer)
+		switch {
+		case h.kind != helloPeer || h.rank != peer || h.nRanks != c.size:
+			err = fmt.Errorf("%w: answer from rank %d says rank %d of %d (kind %d)", ErrBadMagic, peer, h.rank, h.nRanks, h.kind)
+		case !ok || h.token != want:
+			err = fmt.Errorf("%w: answer from rank %d's address without its check-in token", ErrBadMagic, peer)
+		}
+	}
+	if err != nil {
+		if c.box.closedErr() == nil {
+			c.log.Warn("bootstrap: rejected an answer", "peer", peer, "remote", nc.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	c.readMessages(nc, br, h, nil)
 }
 
 // fastFrameMax is the largest frame that sendTo copies into a pooled
@@ -916,13 +1047,14 @@ func (c *Conn) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]
 	return c.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }
 
-// AllGather implements Network: Bruck's algorithm over ⌈log2 n⌉ rounds
-// when every block is small, the ring otherwise.
+// AllGather implements Network: up and down two binomial trees when every
+// block is small, the ring otherwise.
 func (c *Conn) AllGather(ctx context.Context, mine []byte) ([][]byte, error) {
 	return allGather(ctx, c, mine)
 }
 
-// Barrier implements Network: a dissemination barrier of ⌈log2 n⌉ rounds.
+// Barrier implements Network: up and down two binomial trees, 2·⌈log2 n⌉
+// steps.
 func (c *Conn) Barrier(ctx context.Context) error {
 	return barrier(ctx, c)
 }

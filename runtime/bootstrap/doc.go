@@ -25,9 +25,10 @@
 // is complete it hands it to the other roots, and it answers its ranks when
 // it knows every slice.
 //
-// Barrier is a dissemination barrier and AllGather Bruck's algorithm (the
-// ring when a block is large), both in ⌈log2 n⌉ rounds in which rank r
-// sends to r+2^k and receives from r-2^k.
+// Barrier and AllGather go up a binomial tree to rank 0 and back down it
+// (the ring for an AllGather with a large block), in 2·⌈log2 n⌉ steps and
+// 2(n-1) messages over n-1 connections: a child r dials its parent, a
+// finger r+2^k, and the parent answers on that connection.
 //
 // When one process drives every rank, [NewInProcess] gives the same
 // [Network] interface over channels and mutexes, without sockets.
@@ -47,7 +48,8 @@
 //	             i u16 | nroots u16 | nroots × (magic u64 | len u16 | "host:port"),
 //	             kind 4 = root → root (rank is the sender's root index, token
 //	             0), followed by one frame:
-//	             'P' | lo u32 | count u32 | count × (len u16 | addr | token u64)
+//	             'P' | lo u32 | count u32 | count × (len u16 | addr | token u64),
+//	             answered by one frame 'A' (the pusher retries until it reads it)
 //	             token: the rank's random check-in token; a peer hello must
 //	             carry the token that the receiver holds for its rank, so a
 //	             process that knows only the id cannot speak for a rank
@@ -75,16 +77,20 @@
 // short grace period).
 //
 // Rank → rank: each rank dials a peer lazily, the first time it sends to it,
-// and uses that connection for its own messages to that peer only (one
+// and uses that connection for its own messages to that peer (one
 // connection per direction, so two ranks dialing each other never race).
-// After the hello, every frame is
+// The only messages that go the other way are a collective's on the way
+// down its tree, which a parent sends on its child's connection: its
+// first frame back is the parent's own peer hello, whose token the child
+// checks as any receiver does. After the hello, every frame is
 //
 //	message    = class u8 | tag i64 | data
 //
-// class 0 carries [Conn.Send] messages; class 1 carries the rounds of
+// class 0 carries [Conn.Send] messages; class 1 carries the steps of
 // [Conn.AllGather] and [Conn.Barrier], whose tag is a per-communicator
-// collective sequence number (an AllGather round is flag u8, then when the
-// flag is 0 count u32 | count × len u32 | the blocks); class 2 (empty) says
+// collective sequence number, negated on the way down the tree (an
+// AllGather message is flag u8, then when the flag is 0 count u32 |
+// count × len u32 | the blocks); class 2 (empty) says
 // that the sender's collective number tag failed (cancelled, timed out, a
 // peer gone), and is passed on to the fingers by every rank that hears of
 // it first: from then on every collective of that number or later fails

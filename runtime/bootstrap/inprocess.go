@@ -78,6 +78,11 @@ func (r *inProcRank) sendMsg(ctx context.Context, peer int, class byte, tag int6
 	return nil
 }
 
+// replyMsg is sendMsg: there are no connections.
+func (r *inProcRank) replyMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error {
+	return r.sendMsg(ctx, peer, class, tag, data)
+}
+
 func (r *inProcRank) recvMsg(ctx context.Context, peer int, class byte, tag int64) ([]byte, error) {
 	return r.box.recv(ctx, msgKey{peer: peer, class: class, tag: tag})
 }

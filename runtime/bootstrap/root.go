@@ -200,6 +200,9 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 			if b, err = readFrame(br, sliceLimit(h.nRanks)); err == nil {
 				var ev = rootEvent{kind: evSlice, conn: c, h: h}
 				if ev.lo, ev.entries, err = decodeSlice(b, h.nRanks); err == nil {
+					// The pusher retries until it reads this.
+					_ = c.SetWriteDeadline(time.Now().Add(helloWait(r.timeout)))
+					_ = writeFrame(c, []byte{msgAck})
 					send(ev)
 					return
 				}
@@ -255,24 +258,53 @@ func tableFor(all []tableEntry, rank int) []tableEntry {
 }
 
 // push hands this root's slice of the table to another root of the same
-// bootstrap, retrying while that root is not listening yet.
+// bootstrap, retrying while that root is not listening yet, and until it
+// acknowledges the slice: a root short of CPU may close a connection
+// whose hello it has not read in time (see maxPendingHellos), and the
+// writes into it may still have succeeded here.
 func (r *Root) push(ctx context.Context, to rootRef, index, nRanks int, payload []byte, events chan<- rootEvent, quit <-chan struct{}) {
 	defer r.wg.Done()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	err := func() error {
+	once := func() error {
 		c, err := dialRetry(ctx, to.addr, netip.Addr{})
 		if err != nil {
 			return fmt.Errorf("dialing root at %s: %w", to.addr, err)
 		}
 		defer c.Close()
-		_ = c.SetWriteDeadline(time.Now().Add(r.timeout))
+		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+		_ = c.SetDeadline(time.Now().Add(helloWait(r.timeout)))
 		h := hello{magic: to.magic, kind: helloRootPeer, rank: index, nRanks: nRanks}
 		if err := writeFrame(c, h.encode()); err != nil {
 			return err
 		}
-		return writeFrame(c, payload)
-	}()
+		if err := writeFrame(c, payload); err != nil {
+			return err
+		}
+		b, err := readFrame(c, 1)
+		if err == nil && (len(b) != 1 || b[0] != msgAck) {
+			err = fmt.Errorf("%w: root at %s answered a slice with %q", ErrBadMagic, to.addr, b)
+		}
+		return err
+	}
+	backoff := checkInBackoffMin
+	var err error
+	for {
+		err = once()
+		var ne net.Error
+		if err == nil || ctx.Err() != nil || !(connLost(err) || errors.As(err, &ne) && ne.Timeout()) {
+			break
+		}
+		r.log.Debug("bootstrap root: slice not acknowledged, pushing again", "root", to.addr, "err", err, "retry_in", backoff)
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, checkInBackoffMax)
+	}
 	select {
 	case events <- rootEvent{kind: evPushed, err: err}:
 	case <-quit:

@@ -25,8 +25,14 @@ func (c countingRank) sendMsg(ctx context.Context, peer int, class byte, tag int
 	return c.inProcRank.sendMsg(ctx, peer, class, tag, data)
 }
 
-// TestCollectiveRounds checks that Barrier and a small AllGather take
-// ⌈log2 n⌉ messages per rank, and that one large block sends everybody
+func (c countingRank) replyMsg(ctx context.Context, peer int, class byte, tag int64, data []byte) error {
+	c.sends.Add(1)
+	return c.inProcRank.replyMsg(ctx, peer, class, tag, data)
+}
+
+// TestCollectiveRounds checks that Barrier sends one message up the
+// gather tree and one to each child on the way down, and a small
+// AllGather the same, and that one large block sends everybody
 // round the ring, with the right result everywhere.
 func TestCollectiveRounds(t *testing.T) {
 	ctx := context.Background()
@@ -38,8 +44,8 @@ func TestCollectiveRounds(t *testing.T) {
 					nw.Close()
 				}
 			}()
-			limit := bruckBlockLimit(n, DefaultMaxMessageSize)
-			run := func(name string, want int64, fn func(tr transport) error) {
+			limit := treeBlockLimit(n, DefaultMaxMessageSize)
+			run := func(name string, want func(r int) int64, fn func(tr transport) error) {
 				t.Helper()
 				counts := make([]atomic.Int64, n)
 				errs := make([]error, n)
@@ -50,7 +56,7 @@ func TestCollectiveRounds(t *testing.T) {
 				wg.Wait()
 				for r := range n {
 					require.NoError(t, errs[r], "%s: rank %d", name, r)
-					assert.Equal(t, want, counts[r].Load(), "%s: messages sent by rank %d", name, r)
+					assert.Equal(t, want(r), counts[r].Load(), "%s: messages sent by rank %d", name, r)
 				}
 			}
 			blk := func(r, size int) []byte {
@@ -72,17 +78,17 @@ func TestCollectiveRounds(t *testing.T) {
 				}
 				return nil
 			}
-			lg := int64(rounds(n))
-			run("barrier", lg, func(tr transport) error { return barrier(ctx, tr) })
-			run("small allgather", lg, func(tr transport) error {
+			tree := func(r int) int64 { return int64(min(r, 1) + len(gatherChildren(n, r))) }
+			run("barrier", tree, func(tr transport) error { return barrier(ctx, tr) })
+			run("small allgather", tree, func(tr transport) error {
 				return check(tr, func(r int) int { return (r * 5) % 70 })
 			})
-			run("allgather at the limit", lg, func(tr transport) error {
+			run("allgather at the limit", tree, func(tr transport) error {
 				return check(tr, func(r int) int { return limit - r%2 })
 			})
 			// One rank's block over the limit: every rank falls back.
 			large := n / 2
-			run("allgather with one large block", lg+int64(n-1), func(tr transport) error {
+			run("allgather with one large block", func(r int) int64 { return tree(r) + int64(n-1) }, func(tr transport) error {
 				return check(tr, func(r int) int {
 					if r == large {
 						return limit + 1
@@ -255,4 +261,46 @@ func TestScalableRootRejects(t *testing.T) {
 	h4.rank, h4.kind, h4.roots, h4.rootIndex = 1, helloCheckIn, nil, 0
 	assert.Contains(t, checkIn(h4), "rank 1 names 1 roots")
 	_ = ctx
+}
+
+// TestBarrierTrees checks that the collectives' gather tree spans the ranks
+// from rank 0, with depth at most ⌈log2 n⌉, and that every edge goes from
+// a rank r to a finger of it, r+2^k.
+func TestBarrierTrees(t *testing.T) {
+	for n := 1; n <= 300; n++ {
+		finger := func(from, to int) bool {
+			d := (to - from + n) % n
+			return d != 0 && d&(d-1) == 0
+		}
+		for _, tr := range []struct {
+			name     string
+			parent   func(r int) int
+			children func(r int) []int
+		}{
+			{"gather", func(r int) int { return gatherParent(n, r) }, func(r int) []int { return gatherChildren(n, r) }},
+		} {
+			kids := 0
+			for r := range n {
+				for _, c := range tr.children(r) {
+					kids++
+					require.Equal(t, r, tr.parent(c), "n %d %s: parent of child %d of %d", n, tr.name, c, r)
+				}
+				if r == 0 {
+					continue
+				}
+				p, depth := r, 0
+				for p != 0 {
+					q := tr.parent(p)
+					if tr.name == "gather" {
+						require.True(t, finger(p, q), "n %d %s: edge %d-%d", n, tr.name, p, q)
+					} else {
+						require.True(t, finger(q, p), "n %d %s: edge %d-%d", n, tr.name, q, p)
+					}
+					p, depth = q, depth+1
+					require.LessOrEqual(t, depth, rounds(n), "n %d %s: rank %d", n, tr.name, r)
+				}
+			}
+			require.Equal(t, n-1, kids, "n %d %s: edges", n, tr.name)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -218,4 +219,47 @@ func TestCheckInBurst(t *testing.T) {
 	defer func() { maxPendingHellos = old }()
 	nets := initTCP(t, 32, loopbackOpts(10*time.Second))
 	onAll(t, nets, func(nw Network) error { return nw.Barrier(context.Background()) })
+}
+
+// TestReplyNeedsToken checks the answers a rank reads on a connection it
+// opened (the way down the collectives' tree): they count only after the
+// peer's hello with the check-in token this rank holds for it.
+func TestReplyNeedsToken(t *testing.T) {
+	const magic, token = 0x1234, 42
+	for _, tc := range []struct {
+		name  string
+		hello hello
+		ok    bool
+	}{
+		{"right token", hello{magic: magic, kind: helloPeer, rank: 1, nRanks: 2, token: token}, true},
+		{"wrong token", hello{magic: magic, kind: helloPeer, rank: 1, nRanks: 2, token: token + 1}, false},
+		{"other rank", hello{magic: magic, kind: helloPeer, rank: 0, nRanks: 2, token: token}, false},
+		{"wrong magic", hello{magic: magic + 1, kind: helloPeer, rank: 1, nRanks: 2, token: token}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Conn{opState: opState{rank: 0, timeout: time.Second}, size: 2, magic: magic, log: quietLogger,
+				box: newMailbox(), maxMsg: 1 << 10, maxQ: 1 << 12, tokens: map[int]uint64{1: token}}
+			mine, theirs := net.Pipe()
+			defer theirs.Close()
+			c.wg.Add(1)
+			go c.readReplies(1, mine)
+			var hdr [msgHeader]byte
+			hdr[0] = classColl
+			binary.BigEndian.PutUint64(hdr[1:], uint64(7))
+			frames := appendFrame(appendFrame(nil, tc.hello.encode()), hdr[:], []byte("down"))
+			_, werr := theirs.Write(frames)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			got, err := c.box.recv(ctx, msgKey{peer: 1, class: classColl, tag: 7})
+			if tc.ok {
+				require.NoError(t, werr)
+				require.NoError(t, err)
+				assert.Equal(t, "down", string(got))
+				theirs.Close()
+			} else {
+				require.Error(t, err, "a message after a bad hello was delivered")
+			}
+			c.wg.Wait() // readReplies ends: stream closed or rejected
+		})
+	}
 }

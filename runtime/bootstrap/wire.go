@@ -25,6 +25,7 @@ const (
 	msgTable  = 'T'
 	msgStatus = 'S'
 	msgReject = 'R'
+	msgAck    = 'A' // root → root: the slice arrived
 	msgSlice  = 'P' // root → root: 'P' | lo u32 | count u32 | count × (len u16 | addr)
 
 	classUser = 0 // Send/Recv
