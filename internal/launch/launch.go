@@ -134,24 +134,38 @@ type Job struct {
 // ranks, and so does this process's death (the kernel's parent-death
 // signal), so that no rank outlives its launcher.
 func Spawn(ctx context.Context, n int, prog string, args []string, env []string, id string, out func(rank int) (stdout, stderr io.Writer)) (*Job, error) {
+	return SpawnEach(ctx, n, prog, args, func(int) []string { return env }, id, out)
+}
+
+// SpawnEach is Spawn with an environment per rank: rank r's is env(r)
+// (nil env or a nil result: this process's environment), with Spawn's
+// variables added.
+func SpawnEach(ctx context.Context, n int, prog string, args []string, env func(rank int) []string, id string, out func(rank int) (stdout, stderr io.Writer)) (*Job, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("launch: %d ranks: want at least 1", n)
 	}
-	if env == nil {
-		env = os.Environ()
-	}
-	var clean []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "NCCLGO_LAUNCH_") {
-			clean = append(clean, kv)
+	rankEnv := func(r int) []string {
+		var e []string
+		if env != nil {
+			e = env(r)
 		}
+		if e == nil {
+			e = os.Environ()
+		}
+		var clean []string
+		for _, kv := range e {
+			if !strings.HasPrefix(kv, "NCCLGO_LAUNCH_") {
+				clean = append(clean, kv)
+			}
+		}
+		return append(clean,
+			EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(n),
+			EnvLocalRank+"="+strconv.Itoa(r), EnvLocalSize+"="+strconv.Itoa(n), EnvID+"="+id)
 	}
 	j := &Job{done: make(chan struct{}), errs: make([]error, n)}
 	for r := range n {
 		cmd := exec.CommandContext(ctx, prog, args...)
-		cmd.Env = append(clean[:len(clean):len(clean)],
-			EnvRank+"="+strconv.Itoa(r), EnvSize+"="+strconv.Itoa(n),
-			EnvLocalRank+"="+strconv.Itoa(r), EnvLocalSize+"="+strconv.Itoa(n), EnvID+"="+id)
+		cmd.Env = rankEnv(r)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if out != nil {
 			cmd.Stdout, cmd.Stderr = out(r)

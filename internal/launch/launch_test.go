@@ -92,6 +92,35 @@ func TestSpawn(t *testing.T) {
 	}
 }
 
+// envEach is the variable TestSpawnEach sets differently for each rank.
+const envEach = "NCCLGO_LAUNCHTEST_EACH"
+
+// TestSpawnEach: each rank gets its own environment, with Spawn's
+// variables added (a stale one replaced) and no other rank's.
+func TestSpawnEach(t *testing.T) {
+	if os.Getenv(envChild) != "" {
+		t.Skip("child process")
+	}
+	outs := make([]*syncBuf, 3)
+	env := func(r int) []string {
+		if r == 2 {
+			return nil // this process's environment, without envEach
+		}
+		return append(os.Environ(), envChild+"=ok", EnvRank+"=99", envEach+"=rank"+itoa(r))
+	}
+	t.Setenv(envChild, "ok") // rank 2's, inherited
+	j, err := SpawnEach(context.Background(), 3, os.Args[0], []string{"-test.run=^TestChild$", "-test.v"}, env, "id",
+		func(r int) (io.Writer, io.Writer) { outs[r] = &syncBuf{}; return outs[r], outs[r] })
+	require.NoError(t, err)
+	require.NoError(t, j.Wait(time.Second))
+	for r, o := range outs {
+		assert.Contains(t, o.String(), "PLACE "+strings.Join([]string{itoa(r), "3", itoa(r), "3", "ncclgo", "id"}, " "), "rank %d", r)
+	}
+	assert.Contains(t, outs[0].String(), "EACH rank0\n")
+	assert.Contains(t, outs[1].String(), "EACH rank1\n")
+	assert.NotContains(t, outs[2].String(), "EACH", "nil: this process's environment")
+}
+
 // TestSpawnFailure: when one rank fails, the others are killed after the
 // grace period and Wait names the failed rank.
 func TestSpawnFailure(t *testing.T) {
@@ -130,4 +159,7 @@ func TestChild(t *testing.T) {
 		time.Sleep(time.Minute) // killed by the parent
 	}
 	os.Stdout.WriteString(strings.Join([]string{"PLACE", itoa(p.Rank), itoa(p.Size), itoa(p.LocalRank), itoa(p.LocalSize), p.Launcher, p.ID}, " ") + "\n")
+	if v, ok := os.LookupEnv(envEach); ok {
+		os.Stdout.WriteString("EACH " + v + "\n")
+	}
 }
