@@ -98,6 +98,7 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 	nThreads := fs.IntP(longNames["t"], "t", 1, "`threads` issuing the calls: only 1 (every rank's call in one group from one thread, as nccl-tests' -t 1 -g N)")
 	devs := fs.String("devices", "", "comma-separated `list` of each rank's device (overrides round-robin)")
 	fs.IntVar(&c.np, "np", 0, "run `N` processes of one rank each (ncclperf spawns itself; under mpirun or torchrun it is one rank of their job)")
+	fs.IntVar(&c.hosts, "hosts", 0, "with -np, simulate `H` hosts: the ranks are split into H blocks of consecutive ranks, each block given its own NCCL_HOSTID (0 or 1: one host)")
 	fs.IntVarP(&c.average, longNames["a"], "a", avgMean, "with ranks in several processes, the time reported: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over ranks (nccl-tests' -a; a `number`)")
 	fs.IntVarP(&c.iters, longNames["n"], "n", 20, "timed `iterations` per size")
 	fs.IntVarP(&c.cycles, longNames["N"], "N", 1, "run the whole sweep this many `cycles` after the one warm-up, printing each (nccl-tests' -N; 0, its endless run, is refused)")
@@ -163,6 +164,14 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 			return nil, fmt.Errorf("-np %d with %s %d: -np runs one rank per process, so %s must stay 1", c.np, flagName("g"), c.nRanks, flagName("g"))
 		}
 		c.nRanks = c.np
+	}
+	switch {
+	case c.hosts < 0:
+		return nil, fmt.Errorf("-hosts %d: want 0 or 1 (one host) or a number of fake hosts from 2 to -np's", c.hosts)
+	case c.hosts >= 2 && c.np == 0:
+		return nil, fmt.Errorf("-hosts %d without -np: the fake hosts are ncclperf's own children (set NCCL_HOSTID per process under another launcher)", c.hosts)
+	case c.hosts > c.np && c.np > 0:
+		return nil, fmt.Errorf("-hosts %d with -np %d: want at most one host per process, 0 to %d", c.hosts, c.np, c.np)
 	}
 	if place != nil {
 		if c.np != 0 && c.np != place.Size {

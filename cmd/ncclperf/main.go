@@ -52,7 +52,18 @@
 // that fails or dies makes the others exit with an error naming it (see
 // mproc.go).
 //
+// -hosts H with -np N simulates H hosts on one machine: the ranks are
+// split into H blocks of consecutive ranks (sizes differing by at most
+// one), and the processes of block k get NCCL_HOSTID=<prefix>-host<k>, so
+// that ranks of one fake host connect through P2P or SHM and ranks of
+// different ones through NET. The prefix is the launcher's NCCL_HOSTID
+// when set, else ncclperf and the launcher's pid (two jobs never share a
+// fake host). Device choice is unchanged (rank r on GPU r modulo the
+// visible GPUs). Under mpirun or torchrun, set NCCL_HOSTID per process
+// instead.
+//
 //	ncclperf -np 2 -coll allreduce -b 8 -e 128M -f 4 -c 1 [-compare libnccl.so.2]
+//	ncclperf -np 4 -hosts 2 -coll allreduce -b 8 -e 128M -f 4
 //	mpirun -np 2 ncclperf -coll allreduce -b 8 -e 128M -f 4
 //
 // Checking (-c 1) stays cheap at any size: inputs are periodic, so each
@@ -183,6 +194,7 @@ type config struct {
 	compare, fatbin string
 	p2pPerPeer      int           // Options.P2PChannelsPerPeer (-p2p-channels; 0: ncclgo's default)
 	np              int           // -np: processes to spawn, one rank each
+	hosts           int           // -hosts: fake hosts the -np ranks are split over (0, 1: one)
 	average         int           // -a: how per-rank times combine (avgRank0..avgMax)
 	place           *launch.Place // this process's place in a launched job, else nil
 	mp              *mpRank       // the job's control channel, with ranks in several processes

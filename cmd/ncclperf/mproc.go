@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,7 +69,7 @@ func spawn(c *config, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopRoot()
-	job, err := launch.Spawn(ctx, c.np, exe, args, nil, id, func(r int) (io.Writer, io.Writer) {
+	job, err := launch.SpawnEach(ctx, c.np, exe, args, hostEnv(os.Environ(), c.np, c.hosts, os.Getpid()), id, func(r int) (io.Writer, io.Writer) {
 		if r == 0 {
 			return stdout, stderr
 		}
@@ -81,6 +82,41 @@ func spawn(c *config, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-np %d: %w", c.np, err)
 	}
 	return nil
+}
+
+// envHostID is NCCL's host identity variable: ranks with the same value
+// are on one host (P2P, SHM), ranks with different ones on different
+// hosts (NET).
+const envHostID = "NCCL_HOSTID"
+
+// hostOf is the fake host of rank r of n split over hosts: blocks of
+// consecutive ranks whose sizes differ by at most one, none empty for
+// hosts <= n.
+func hostOf(r, n, hosts int) int { return r * hosts / n }
+
+// hostEnv is the environment of each of the n ranks of -np n -hosts
+// hosts: base, with NCCL_HOSTID=<prefix>-host<k> for a rank on fake host
+// k (hostOf). The prefix is base's NCCL_HOSTID when set, else ncclperf
+// and the launcher's pid, so that the hosts of two jobs differ. For
+// hosts < 2 (one host) it is base for every rank.
+func hostEnv(base []string, n, hosts, pid int) func(r int) []string {
+	if hosts < 2 {
+		return func(int) []string { return base }
+	}
+	prefix := "ncclperf" + strconv.Itoa(pid)
+	var rest []string
+	for _, kv := range base {
+		if v, ok := strings.CutPrefix(kv, envHostID+"="); ok {
+			if v != "" {
+				prefix = v
+			}
+			continue
+		}
+		rest = append(rest, kv)
+	}
+	return func(r int) []string {
+		return append(rest[:len(rest):len(rest)], envHostID+"="+prefix+"-host"+strconv.Itoa(hostOf(r, n, hosts)))
+	}
 }
 
 // mpRank is this process's rank in a job of ranks in several processes.

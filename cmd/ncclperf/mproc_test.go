@@ -28,11 +28,13 @@ import (
 // fakes: "slow1" makes rank 1's calls take fakeDelay, "die1" kills rank
 // 1's process in the middle of the sweep, at the call after which rank 0's
 // stream never gets idle (a kernel waiting for the dead rank).
-// envShowSeed makes each fake rank print the data seed it checks with.
+// envShowSeed makes each fake rank print the data seed it checks with,
+// envShowHost its NCCL_HOSTID.
 const (
 	envMain     = "NCCLPERF_TEST_MAIN"
 	envFake     = "NCCLPERF_TEST_FAKE"
 	envShowSeed = "NCCLPERF_TEST_SHOW_SEED"
+	envShowHost = "NCCLPERF_TEST_SHOW_HOST"
 	fakeDelay   = 20 * time.Millisecond
 )
 
@@ -58,6 +60,10 @@ func installFakeGPU(mode string) {
 	openOurs = func(c *config) (backend, error) {
 		if os.Getenv(envShowSeed) == "1" {
 			fmt.Fprintf(os.Stderr, "fake rank %d: data seed %d\n", c.rank0, c.seed.Value)
+		}
+		if os.Getenv(envShowHost) == "1" {
+			v, ok := os.LookupEnv(envHostID)
+			fmt.Fprintf(os.Stderr, "fake rank %d: NCCL_HOSTID %q set %v\n", c.rank0, v, ok)
 		}
 		return &procBackend{rank: c.rank0, mode: mode}, nil
 	}
@@ -227,6 +233,107 @@ func TestParseNp(t *testing.T) {
 	assert.ErrorContains(t, err, "-g/--ngpus 2 under mpirun: each process of the job is one rank")
 	_, err = parseArgs([]string{"-devices", "0,1,2"}, &bytes.Buffer{}, mpi)
 	assert.ErrorContains(t, err, "-devices lists 3 devices for -g/--ngpus 2 ranks")
+}
+
+func TestParseHosts(t *testing.T) {
+	for args, want := range map[string]int{"-np 4 -hosts 2": 2, "-np 3 -hosts 3": 3, "-np 2 -hosts 1": 1, "-np 2 -hosts 0": 0, "-np 2": 0, "-hosts 1": 1, "-hosts 0": 0} {
+		c, err := parseFlags(strings.Fields(args), &bytes.Buffer{})
+		require.NoError(t, err, args)
+		assert.Equal(t, want, c.hosts, args)
+	}
+	for args, want := range map[string]string{
+		"-np 2 -hosts -1": "-hosts -1: want 0 or 1 (one host) or a number of fake hosts from 2 to -np's",
+		"-hosts 2":        "-hosts 2 without -np: the fake hosts are ncclperf's own children",
+		"-np 2 -hosts 3":  "-hosts 3 with -np 2: want at most one host per process, 0 to 2",
+	} {
+		_, err := parseFlags(strings.Fields(args), &bytes.Buffer{})
+		assert.ErrorContains(t, err, want, args)
+	}
+	mpi := &launch.Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "mpirun"}
+	_, err := parseArgs([]string{"-hosts", "2"}, &bytes.Buffer{}, mpi)
+	assert.ErrorContains(t, err, "-hosts 2 without -np", "under mpirun the processes' NCCL_HOSTID is the user's")
+}
+
+// TestHostEnv: the ranks of -np n -hosts h get NCCL_HOSTID <prefix>-host<k>
+// in blocks of consecutive ranks, none empty, and everything else of the
+// launcher's environment.
+func TestHostEnv(t *testing.T) {
+	hosts := func(base []string, n, h int) []string {
+		env := hostEnv(base, n, h, 42)
+		var ids []string
+		for r := range n {
+			e := env(r)
+			var id []string
+			for _, kv := range e {
+				if v, ok := strings.CutPrefix(kv, envHostID+"="); ok {
+					id = append(id, v)
+				}
+			}
+			require.LessOrEqual(t, len(id), 1, "rank %d: NCCL_HOSTID set twice: %q", r, e)
+			assert.Contains(t, e, "KEEP=1", "rank %d", r)
+			if len(id) == 1 {
+				ids = append(ids, id[0])
+			} else {
+				ids = append(ids, "")
+			}
+		}
+		return ids
+	}
+	base := []string{"KEEP=1"}
+	assert.Equal(t, []string{"", "", ""}, hosts(base, 3, 0), "-hosts 0: one host, NCCL_HOSTID untouched")
+	assert.Equal(t, []string{"", ""}, hosts(base, 2, 1))
+	assert.Equal(t, []string{"ncclperf42-host0", "ncclperf42-host1"}, hosts(base, 2, 2))
+	assert.Equal(t, []string{"ncclperf42-host0", "ncclperf42-host0", "ncclperf42-host1", "ncclperf42-host1"}, hosts(base, 4, 2))
+	assert.Equal(t, []string{"ncclperf42-host0", "ncclperf42-host0", "ncclperf42-host0", "ncclperf42-host1", "ncclperf42-host1"}, hosts(base, 5, 2))
+	assert.Equal(t, []string{"ncclperf42-host0", "ncclperf42-host0", "ncclperf42-host1", "ncclperf42-host2", "ncclperf42-host3"}, hosts(base, 5, 4),
+		"every host has a rank")
+	user := []string{"NCCL_HOSTID=lab", "KEEP=1"}
+	assert.Equal(t, []string{"lab-host0", "lab-host1", "lab-host2"}, hosts(user, 3, 3), "the user's NCCL_HOSTID is the prefix")
+	assert.Equal(t, []string{"lab", "lab"}, hosts(user, 2, 1), "one host: the user's NCCL_HOSTID as it is")
+	assert.Equal(t, []string{"ncclperf42-host0", "ncclperf42-host1"}, hosts([]string{"NCCL_HOSTID=", "KEEP=1"}, 2, 2), "empty: unset")
+	for n := 1; n <= 9; n++ {
+		for h := 2; h <= n; h++ {
+			seen := map[int]bool{}
+			for r := range n {
+				k := hostOf(r, n, h)
+				require.True(t, k >= 0 && k < h && (r == 0 || k >= hostOf(r-1, n, h)), "n %d h %d r %d: host %d", n, h, r, k)
+				seen[k] = true
+			}
+			assert.Len(t, seen, h, "n %d h %d: a host without ranks", n, h)
+		}
+	}
+}
+
+// TestSpawnHosts runs -np 4 -hosts 2 through the launcher: each child
+// reports the NCCL_HOSTID it was started with.
+func TestSpawnHosts(t *testing.T) {
+	ids := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, g := range regexp.MustCompile(`fake rank (\d+): NCCL_HOSTID "(.*)" set (true|false)`).FindAllStringSubmatch(out, -1) {
+			m[g[1]] = g[2] + " " + g[3]
+		}
+		return m
+	}
+	t.Setenv(envShowHost, "1")
+	args := []string{"-b", "8", "-e", "8", "-c", "0", "-n", "1", "-w", "0"}
+	t.Setenv(envHostID, "")
+	os.Unsetenv(envHostID)
+	out, code, _ := runMain(t, "none", append([]string{"-np", "4", "-hosts", "2"}, args...)...)
+	require.Equal(t, 0, code, out)
+	got := ids(out)
+	m := regexp.MustCompile(`^ncclperf(\d+)-host0 true$`).FindStringSubmatch(got["0"])
+	require.NotNil(t, m, "rank 0's host id: %s", out)
+	pfx := "ncclperf" + m[1]
+	assert.Equal(t, map[string]string{"0": pfx + "-host0 true", "1": pfx + "-host0 true", "2": pfx + "-host1 true", "3": pfx + "-host1 true"}, got, out)
+
+	out, code, _ = runMain(t, "none", append([]string{"-np", "2"}, args...)...)
+	require.Equal(t, 0, code, out)
+	assert.Equal(t, map[string]string{"0": " false", "1": " false"}, ids(out), "no -hosts: NCCL_HOSTID left unset")
+
+	t.Setenv(envHostID, "job7")
+	out, code, _ = runMain(t, "none", append([]string{"-np", "3", "-hosts", "3"}, args...)...)
+	require.Equal(t, 0, code, out)
+	assert.Equal(t, map[string]string{"0": "job7-host0 true", "1": "job7-host1 true", "2": "job7-host2 true"}, ids(out), out)
 }
 
 func TestRankDevice(t *testing.T) {
