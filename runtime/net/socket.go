@@ -624,10 +624,10 @@ func (s *sendComm) dataWriter(t int) {
 			binary.LittleEndian.PutUint32(hdr[0:], chunkMagic)
 			binary.LittleEndian.PutUint32(hdr[4:], tk.seq)
 			binary.LittleEndian.PutUint64(hdr[8:], uint64(len(tk.buf)))
-			sock := s.data[tk.sock]
-			if _, err := sock.Write(hdr); err != nil {
-				s.fail(fmt.Sprintf("sending message %d on socket %d", tk.seq, tk.sock), err)
-			} else if _, err := sock.Write(tk.buf); err != nil {
+			// One writev for the chunk's header and bytes: one segment
+			// and one wakeup of the reader where two writes made two.
+			bufs := gonet.Buffers{hdr, tk.buf}
+			if _, err := bufs.WriteTo(s.data[tk.sock]); err != nil {
 				s.fail(fmt.Sprintf("sending message %d on socket %d", tk.seq, tk.sock), err)
 			}
 		}

@@ -70,14 +70,20 @@ func (m *hostMem) word(a uint64) *uint64 { return (*uint64)(unsafe.Pointer(&m.at
 
 var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
 
-func loNet(t *testing.T, threads, socks int) ncclnet.Net {
+func loNet(t testing.TB, threads, socks int) ncclnet.Net {
 	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks})
 	require.NoError(t, err)
 	return n
 }
 
 // connectNET connects n ranks, each on its own host, through NET over n.
-func connectNET(t *testing.T, nt ncclnet.Net, n, nch int, onErr func(r int, err error)) ([]*Set, []*hostMem) {
+func connectNET(t testing.TB, nt ncclnet.Net, n, nch int, onErr func(r int, err error)) ([]*Set, []*hostMem) {
+	t.Helper()
+	return connectNETSizes(t, nt, n, nch, netSizes, onErr)
+}
+
+// connectNETSizes is connectNET with buffers of the given sizes.
+func connectNETSizes(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, onErr func(r int, err error)) ([]*Set, []*hostMem) {
 	t.Helper()
 	peers := make([]Peer, n)
 	mems := make([]*hostMem, n)
@@ -93,7 +99,7 @@ func connectNET(t *testing.T, nt ncclnet.Net, n, nch int, onErr func(r int, err 
 		wg.Go(func() {
 			opts := Options{Transports: []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}},
 				ProxyError: func(err error) { onErr(r, err) }}
-			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), netSizes, opts)
+			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), sizes, opts)
 		})
 	}
 	wg.Wait()
@@ -121,7 +127,7 @@ func stepPlan(ch int, s uint64) (proto int, n int) {
 func stepByte(ch int, s uint64, i int) byte { return byte(int(s)*7 + i*13 + ch*101) }
 
 // deadline bounds the fake kernels' waits.
-func spin(t *testing.T, what string, cond func() bool) bool {
+func spin(t testing.TB, what string, cond func() bool) bool {
 	for d := time.Now().Add(20 * time.Second); !cond(); {
 		if time.Now().After(d) {
 			t.Errorf("%s: waited 20 s", what)

@@ -1,0 +1,119 @@
+package transport
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/generated"
+)
+
+// BenchmarkNETStepLL measures NET's one-hop latency for one LL line (8 B
+// of payload): two fake hosts over loopback play ping-pong on a ring's
+// two connections, rank 0's stand-in kernel writing a line, rank 1's
+// seeing it and writing one back. An op is the round trip; ns/hop is
+// half of it.
+func BenchmarkNETStepLL(b *testing.B) {
+	sets, mems := connectNET(b, loNet(b, 1, 1), 2, 1, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+	defer func() {
+		for _, s := range sets {
+			require.NoError(b, s.Close())
+		}
+	}()
+	var stop atomic.Bool
+	// hop waits for line s on in, credits it, then writes line s on out
+	// (first is rank 0's first half: write, then wait).
+	type side struct {
+		m       *hostMem
+		out, in generated.ConnInfo
+	}
+	rank := func(r int) side {
+		return side{mems[r], sets[r].Send[Key{0, 1 - r}], sets[r].Recv[Key{0, 1 - r}]}
+	}
+	line := func(m *hostMem, ci generated.ConnInfo, s uint64) []byte {
+		slot := uint64(ci.BuffSizes[0]) / generated.Steps
+		return m.at(ci.Buffs[0]+(s%generated.Steps)*slot, 16)
+	}
+	write := func(sd side, s uint64) bool {
+		head := sd.m.word(sd.out.Head)
+		if !spin(b, "send head", func() bool { return stop.Load() || atomic.LoadUint64(head)+generated.Steps > s }) {
+			return false
+		}
+		buf, f := line(sd.m, sd.out, s), uint64(llFlag(s))
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[8])), f<<32|uint64(s>>32))
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[0])), f<<32|uint64(uint32(s)))
+		return true
+	}
+	read := func(sd side, s uint64) bool {
+		buf := line(sd.m, sd.in, s)
+		if !spin(b, "recv line", func() bool { return stop.Load() || llReady(buf, llFlag(s)) }) {
+			return false
+		}
+		atomic.StoreUint64(sd.m.word(sd.in.Head), s+1)
+		return true
+	}
+	r0, r1 := rank(0), rank(1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for s := uint64(0); s < uint64(b.N) && !stop.Load(); s++ {
+			if !read(r1, s) || !write(r1, s) {
+				return
+			}
+		}
+	})
+	b.ResetTimer()
+	t0 := time.Now()
+	for s := uint64(0); s < uint64(b.N); s++ {
+		if !write(r0, s) || !read(r0, s) {
+			break
+		}
+	}
+	b.ReportMetric(float64(time.Since(t0).Nanoseconds())/float64(2*b.N), "ns/hop")
+	b.StopTimer()
+	stop.Store(true)
+	wg.Wait()
+}
+
+// benchSimpleSizes gives SIMPLE NCCL's default 4 MiB buffer: 512 KiB
+// slots.
+var benchSimpleSizes = Sizes{netSizes[0], netSizes[1], 4 << 20}
+
+// BenchmarkNETSimpleBandwidth streams full SIMPLE slots one way, rank 0's
+// stand-in kernel to rank 1's, over loopback; an op is one slot. The
+// kernels only move tail and head, so this is the transport's cost.
+func BenchmarkNETSimpleBandwidth(b *testing.B) {
+	sets, mems := connectNETSizes(b, loNet(b, 1, 1), 2, 1, benchSimpleSizes, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+	defer func() {
+		for _, s := range sets {
+			require.NoError(b, s.Close())
+		}
+	}()
+	send, recv := sets[0].Send[Key{0, 1}], sets[1].Recv[Key{0, 0}]
+	b.SetBytes(int64(benchSimpleSizes[2] / generated.Steps))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		head, tail := mems[1].word(recv.Head), mems[1].word(recv.Tail)
+		for s := uint64(0); s < uint64(b.N); s++ {
+			if !spin(b, "recv tail", func() bool { return stop.Load() || atomic.LoadUint64(tail) > s }) || stop.Load() {
+				return
+			}
+			atomic.StoreUint64(head, s+1)
+		}
+	})
+	b.ResetTimer()
+	head, tail := mems[0].word(send.Head), mems[0].word(send.Tail)
+	for s := uint64(0); s < uint64(b.N); s++ {
+		if !spin(b, "send head", func() bool { return atomic.LoadUint64(head)+generated.Steps > s }) {
+			stop.Store(true)
+			break
+		}
+		atomic.StoreUint64(tail, s+1)
+	}
+	wg.Wait()
+	b.StopTimer()
+}
