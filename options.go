@@ -42,7 +42,11 @@ type Options struct {
 	// the set's filter left out fails, naming the function and the filter.
 	KernelImageBytes []byte
 	// P2PChannelsPerPeer is the number of channels the traffic between two
-	// ranks spreads over (0: 2).
+	// ranks spreads over. 0 gives each pair what its path supports, as
+	// NCCL does: every channel for ranks on one GPU or on NVLink (two per
+	// NVLink), 2 over PCIe, NCCL_NCHANNELS_PER_NET_PEER (2) between hosts,
+	// the smallest of these over the communicator's pairs, and at most
+	// NCCL_MAX_P2P_NCHANNELS.
 	P2PChannelsPerPeer int
 	// Contexts names, per device ordinal, the CUDA context a rank on that
 	// device runs in — a context the caller created or one a cudart-based

@@ -24,19 +24,16 @@ type Settings struct {
 	Bootstrap  bootstrap.Options
 	Image      string // the kernel set's path ("" searches)
 	ImageBytes []byte // the kernel set itself (wins over Image)
-	P2PPerPeer int    // channels between two ranks
+	P2PPerPeer int    // channels between two ranks; 0: what their paths support (p2pchan.go)
 	Contexts   map[int]*cuda.Context
 }
 
 // Complete fills in what follows from cfg once the caller's options are
-// set: the default channels per peer, the bootstrap's interface and
-// family, and the NCCL_DEBUG logger (with its file) unless s.Log is set.
+// set: the bootstrap's interface and family, and the NCCL_DEBUG logger
+// (with its file) unless s.Log is set.
 // The log file comes with no reference: each communicator retains it, and
 // a caller that ends up with none calls LogFile.CloseUnused.
 func (s *Settings) Complete(cfg config.Config) error {
-	if s.P2PPerPeer == 0 {
-		s.P2PPerPeer = 2
-	}
 	s.Config = cfg
 	if cfg.SocketIfname.IsSet() {
 		s.Bootstrap.Interface = cfg.SocketIfname.String()

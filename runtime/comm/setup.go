@@ -139,9 +139,16 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	if gpu.SMCount, blocksPerSM, err = agreeResidency(ctx, net, gpu.SMCount, blocksPerSM); err != nil {
 		return fail(err)
 	}
+	p2pLim, err := p2pLimitsFrom(s.P2PPerPeer, s.Config.P2PDisable, os.Getenv)
+	if err != nil {
+		return fail(err)
+	}
+	// The channels per peer before the communicator's channel count bounds
+	// them: every rank must find the same (p2pchan.go).
+	p2pPaths, _ := p2pPerPeer(c.layout, tpeers, config.MaxChannels, p2pLim)
 	tp, changed, err := agreeTuning(ctx, net, tuningInputs{
 		Topology: withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers),
-		Settings: settingsOf(s.Config, s.P2PPerPeer, c.kset.Filter()),
+		Settings: settingsOf(s.Config, p2pPaths, c.kset.Filter()),
 	})
 	if err != nil {
 		return fail(err)
@@ -156,13 +163,15 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	}
 	c.nChannels = min(c.tuner.MaxChannels(), generated.MaxChannels)
 	c.rings, c.trees = buildGraphs(c.layout, tpeers, c.nChannels)
-	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: s.P2PPerPeer}
+	perPeer, perPeerWhy := p2pPerPeer(c.layout, tpeers, c.nChannels, p2pLim)
+	c.plan = enqueue.Comm{Rank: rank, NRanks: n, NChannels: c.nChannels, P2PChannelsPerPeer: perPeer}
 	if err := c.joinResidency(ctx, blocksPerSM); err != nil { // residency.go
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("init: %d ranks, %s, %d channels, %d SMs × %d blocks/SM, kernels from %s",
 		n, c.layout, c.nChannels, c.gpu.SMCount, blocksPerSM, src), config.SubsysInit.Attr())
 	if rank == 0 {
+		c.log.Info(fmt.Sprintf("%d p2p channels per peer: %s", perPeer, perPeerWhy), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
 		for ch, ring := range c.rings {
 			c.log.Info(fmt.Sprintf("Channel %02d/%02d : %s", ch, c.nChannels, joinInts(ring)), config.SubsysInit.Attr())
 		}
