@@ -356,6 +356,25 @@ func (c *Context) MemsetD8(p DevicePtr, v byte, n uint64) error {
 	return nil
 }
 
+// SMLimit returns how many SMs kernels of c may use
+// (cuCtxGetExecAffinity with CU_EXEC_AFFINITY_TYPE_SM_COUNT): under MPS
+// with an active thread percentage, the client's share; for a context
+// created with an SM affinity, that count; otherwise the device's SMs.
+// Drivers without the entry point (before CUDA 11.4) give an error
+// matching ErrNotSupported; some devices answer
+// CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY.
+func (c *Context) SMLimit() (int, error) {
+	h, err := c.ctx("SMLimit")
+	if err != nil {
+		return 0, err
+	}
+	var n C.int
+	if err := check("cuCtxGetExecAffinity", Result(C.ncu_ctx_sm_limit(h, &n))); err != nil {
+		return 0, c.wrap("SMLimit", err)
+	}
+	return int(n), nil
+}
+
 // MemGetInfo returns the free and total memory of the context's device
 // (cuMemGetInfo_v2).
 func (c *Context) MemGetInfo() (free, total uint64, err error) {

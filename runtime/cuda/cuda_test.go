@@ -203,6 +203,8 @@ func checkAllEntryPointsFail(t *testing.T) {
 		nd("MemsetD8", c.MemsetD8(0, 0, 1))
 		_, _, err = c.MemGetInfo()
 		nd("MemGetInfo", err)
+		_, err = c.SMLimit()
+		nd("SMLimit", err)
 		_, err = c.NewStream(false)
 		nd("NewStream", err)
 		_, err = c.NewEvent(false)

@@ -715,3 +715,22 @@ func TestGPUMemHostRegister(t *testing.T) {
 	assert.Error(t, c.MemHostUnregister(p), "unregistered twice")
 	assert.ErrorIs(t, c.MemHostRegister(nil, n), ErrInvalidValue)
 }
+
+// SMLimit answers with at most the device's SMs: all of them outside MPS,
+// the client's share under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+// (the test logs both, so that a run under MPS shows what the driver
+// reports).
+func TestGPUSMLimit(t *testing.T) {
+	c := gpu(t)
+	sms, err := c.Device().Attribute(DevAttrMultiprocessorCount)
+	require.NoError(t, err)
+	n, err := c.SMLimit()
+	if isCode(err, ResultNotSupported) || isCode(err, 224) {
+		t.Skipf("cuCtxGetExecAffinity unsupported here: %v", err)
+	}
+	require.NoError(t, err)
+	t.Logf("device attribute: %d SMs; cuCtxGetExecAffinity: %d SMs; %s=%q", sms, n,
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", os.Getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+	assert.Positive(t, n)
+	assert.LessOrEqual(t, n, sms)
+}

@@ -34,6 +34,7 @@
   X(cuCtxCreate, "cuCtxCreate_v2", 0, (CUcontext* c, unsigned flags, CUdevice d))              \
   X(cuCtxDestroy, "cuCtxDestroy_v2", 0, (CUcontext c))                                          \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
+  X(cuCtxGetExecAffinity, "cuCtxGetExecAffinity", 0, (CUexecAffinityParam* p, int type))       \
   X(cuMemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr* p, size_t n))                                 \
   X(cuMemFree, "cuMemFree_v2", 1, (CUdeviceptr p))                                              \
   X(cuMemHostAlloc, "cuMemHostAlloc", 1, (void** p, size_t n, unsigned flags))                  \
@@ -239,6 +240,15 @@ CUresult ncu_ctx_destroy(CUcontext c) {
   return p_cuCtxDestroy(c);
 }
 CUresult ncu_ctx_set_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
+CUresult ncu_ctx_sm_limit(CUcontext c, int* n) {
+  NEED(p_cuCtxGetExecAffinity);
+  SETCTX(c);
+  CUexecAffinityParam p;
+  memset(&p, 0, sizeof p);
+  CUresult r = p_cuCtxGetExecAffinity(&p, NCU_EXEC_AFFINITY_TYPE_SM_COUNT);
+  if (r == NCU_SUCCESS) *n = (int)p.smCount;
+  return r;
+}
 CUresult ncu_ctx_synchronize(CUcontext c) {
   SETCTX(c);
   return p_cuCtxSynchronize();

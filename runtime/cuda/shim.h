@@ -45,6 +45,17 @@ typedef struct {
   int flags; // CUmemAccess_flags
 } CUmemAccessDesc;
 
+// CUexecAffinityParam_v1: the type, then a union whose only member is the
+// SM count (CUexecAffinitySmCount, one unsigned int).
+typedef struct {
+  int type; // CUexecAffinityType
+  unsigned int smCount;
+} CUexecAffinityParam;
+
+enum {
+  NCU_EXEC_AFFINITY_TYPE_SM_COUNT = 0,
+};
+
 enum {
   NCU_SUCCESS = 0,
   NCU_ERROR_NOT_INITIALIZED = 3,
@@ -82,6 +93,10 @@ CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d);
 CUresult ncu_ctx_create(CUcontext* c, CUdevice d);
 CUresult ncu_ctx_destroy(CUcontext c);
 CUresult ncu_ctx_set_current(CUcontext c);
+// The SMs context c may use (cuCtxGetExecAffinity, SM count): its MPS
+// share, or what cuCtxCreate_v3 limited it to. NOT_SUPPORTED when the
+// driver lacks the entry point.
+CUresult ncu_ctx_sm_limit(CUcontext c, int* n);
 
 // Memory (all set the context current first).
 CUresult ncu_mem_alloc(CUcontext c, CUdeviceptr* p, size_t n);
