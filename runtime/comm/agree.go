@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,27 +11,36 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
-// agreeResidency returns the SM count and the resident blocks per SM that
-// every rank's tuner uses: the smallest over the ranks, exchanged through
-// net. The channel count, the rings and each call's channel split must be
-// identical on every rank, and they derive from these two numbers; a rank
-// that took its own GPU's (a different model, a MIG slice, a different
-// occupancy) would set up other channels than its peers and their
-// connections would never match.
-func agreeResidency(ctx context.Context, net bootstrap.Network, smCount, blocksPerSM int) (int, int, error) {
-	mine := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, uint64(smCount)), uint64(blocksPerSM))
+// agreeResidency returns what every rank's tuner bounds the channels
+// with (agreeShares over the ranks' views, exchanged through net): the
+// fewest SMs and resident blocks per SM, and the most ranks that compete
+// for one GPU's share. The channel count, the rings and each call's
+// channel split must be identical on every rank, and they derive from
+// these numbers; a rank that took its own GPU's (a different model, a MIG
+// slice, another MPS share, a different occupancy) would set up other
+// channels than its peers and their connections would never match.
+func agreeResidency(ctx context.Context, net bootstrap.Network, me shareView) (agreedShare, error) {
+	mine, err := json.Marshal(me)
+	if err != nil {
+		return agreedShare{}, fmt.Errorf("encoding the SM share: %w", err)
+	}
 	all, err := net.AllGather(ctx, mine)
 	if err != nil {
-		return 0, 0, fmt.Errorf("exchanging SM counts: %w", err)
+		return agreedShare{}, fmt.Errorf("exchanging SM counts: %w", err)
 	}
+	views := make([]shareView, len(all))
 	for r, b := range all {
-		if len(b) != 16 {
-			return 0, 0, fmt.Errorf("rank %d's SM count: %d bytes, want 16", r, len(b))
+		if len(b) > 4096 {
+			return agreedShare{}, fmt.Errorf("rank %d's SM share: %d bytes, want at most 4096", r, len(b))
 		}
-		smCount = min(smCount, int(binary.LittleEndian.Uint64(b)))
-		blocksPerSM = min(blocksPerSM, int(binary.LittleEndian.Uint64(b[8:])))
+		if err := json.Unmarshal(b, &views[r]); err != nil {
+			return agreedShare{}, fmt.Errorf("rank %d's SM share: %w", r, err)
+		}
+		if views[r].SMs < 1 || views[r].BlocksPerSM < 1 {
+			return agreedShare{}, fmt.Errorf("rank %d's SM share: %d SMs × %d blocks/SM, want both at least 1", r, views[r].SMs, views[r].BlocksPerSM)
+		}
 	}
-	return smCount, blocksPerSM, nil
+	return agreeShares(views), nil
 }
 
 // tuningInputs is everything a rank's tuner and planner decide from. It

@@ -26,27 +26,54 @@ func TestAgreeResidency(t *testing.T) {
 	}()
 	sms := []int{132, 132, 78}
 	bps := []int{1, 2, 1}
-	got := make([][2]int, 3)
+	got := make([]agreedShare, 3)
 	var wg sync.WaitGroup
 	for r := range 3 {
 		wg.Go(func() {
-			s, b, err := agreeResidency(context.Background(), nets[r], sms[r], bps[r])
+			a, err := agreeResidency(context.Background(), nets[r], shareView{PID: 1, Host: "h", GPU: "0", SMs: sms[r], BlocksPerSM: bps[r]})
 			assert.NoError(t, err)
-			got[r] = [2]int{s, b}
+			got[r] = a
 		})
 	}
 	wg.Wait()
-	l := topo.NewLayout([]int{0, 0, 0, 1, 1, 2})
+	l := topo.NewLayout([]int{0, 0, 0})
 	var chans []int
 	for r := range 3 {
-		require.Equal(t, [2]int{78, 1}, got[r], "rank %d", r)
+		require.Equal(t, 78, got[r].SMs, "rank %d", r)
+		require.Equal(t, 1, got[r].BlocksPerSM, "rank %d", r)
+		require.Equal(t, 3, got[r].RanksPerGPU, "rank %d", r)
 		gpu := h200GPU
-		gpu.SMCount = got[r][0]
-		tu, err := tune.New(tuneTopology(l, gpu, got[r][1], config.Config{}), config.Config{}, nil)
+		gpu.SMCount = got[r].SMs
+		tp := tuneTopology(l, gpu, got[r].BlocksPerSM, config.Config{})
+		tp.RanksPerGPU = got[r].RanksPerGPU
+		tu, err := tune.New(tp, config.Config{}, nil)
 		require.NoError(t, err)
 		chans = append(chans, tu.MaxChannels())
 	}
 	assert.Equal(t, []int{26, 26, 26}, chans, "78 SMs / 3 ranks per GPU, on every rank")
+}
+
+// TestAgreeResidencyRejectsBadViews: a peer's malformed or empty share is
+// an error naming the rank.
+func TestAgreeResidencyRejectsBadViews(t *testing.T) {
+	nets := bootstrap.NewInProcess(2)
+	defer func() {
+		for _, n := range nets {
+			n.Close()
+		}
+	}()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			_, errs[r] = agreeResidency(context.Background(), nets[r], shareView{PID: r, Host: "h", GPU: "0", SMs: 132 * (1 - r), BlocksPerSM: 1})
+		})
+	}
+	wg.Wait()
+	for r := range 2 {
+		require.Error(t, errs[r])
+		assert.Contains(t, errs[r].Error(), "rank 1's SM share")
+	}
 }
 
 // TestAgreeTuning: a rank whose NVLink probe answered differently (PCI

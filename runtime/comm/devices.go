@@ -142,7 +142,7 @@ func tuneTopology(l topo.Layout, gpu topo.GPU, blocksPerSM int, cfg config.Confi
 		ch = cfg.MaxNChannels
 	}
 	return tune.Topology{NRanks: l.NRanks, NNodes: 1, NGPUs: l.NGPUs, RanksPerGPU: l.RanksPerGPU,
-		SMCount: mpsSMs(gpu.SMCount), BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: intraLink(l), NChannels: ch}
+		SMCount: gpu.SMCount, BlocksPerSM: blocksPerSM, IntraBW: intraBW, IntraLink: intraLink(l), NChannels: ch}
 }
 
 // withNodes sets t's node count to the number of distinct hosts among

@@ -130,7 +130,8 @@ func (c *Engine) joinResidency(ctx context.Context, blocksPerSM int) error {
 			local[gpuName(p)]++
 		}
 	}
-	budget, err := residency.Budget(c.gpu.SMCount, blocksPerSM, os.Getenv(residency.EnvMPSPercent))
+	// c.gpu.SMCount is already the process's share (topo.SMShareOf).
+	budget, err := residency.Budget(c.gpu.SMCount, blocksPerSM, "")
 	if err != nil {
 		return err
 	}
@@ -139,16 +140,6 @@ func (c *Engine) joinResidency(ctx context.Context, blocksPerSM int) error {
 	}
 	c.addColocated()
 	return nil
-}
-
-// mpsSMs is the share of smCount SMs this process may use under MPS
-// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); smCount when unset or malformed
-// (joinResidency reports a malformed value).
-func mpsSMs(smCount int) int {
-	if n, err := residency.Budget(smCount, 1, os.Getenv(residency.EnvMPSPercent)); err == nil {
-		return n
-	}
-	return smCount
 }
 
 // gpuName names a GPU on the ledger: its PCI bus id, else its ordinal.

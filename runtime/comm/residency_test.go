@@ -89,15 +89,6 @@ func TestGPUName(t *testing.T) {
 	assert.Equal(t, "3", gpuName(residencyInfo{Device: 3}))
 }
 
-func TestMPSShare(t *testing.T) {
-	t.Setenv(residency.EnvMPSPercent, "")
-	assert.Equal(t, 132, mpsSMs(132))
-	t.Setenv(residency.EnvMPSPercent, "25")
-	assert.Equal(t, 33, mpsSMs(132), "a quarter of the SMs")
-	t.Setenv(residency.EnvMPSPercent, "lots")
-	assert.Equal(t, 132, mpsSMs(132), "malformed: joinResidency reports it")
-}
-
 // TestDestroyDuringRequest: Destroy took c off the ledger writing
 // c.res.lease without c.mu while a Group.End on another goroutine read it
 // under c.mu (a data race; run with -race).

@@ -82,7 +82,8 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	for r := range tpeers {
 		c.lanes.shared = c.lanes.shared || (r != rank && local(r) && tpeers[r].SameGPU(self))
 	}
-	if err := checkSharedGPUs(tpeers, topo.MPSActive(os.Getenv)); err != nil {
+	mps := topo.MPSActive(os.Getenv)
+	if err := checkSharedGPUs(tpeers, mps); err != nil {
 		return fail(err)
 	}
 	c.layout = topo.NewLayout(devs)
@@ -134,11 +135,25 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	if err != nil {
 		return fail(err)
 	}
-	// Tuning and channels, from numbers every rank agrees on.
-	gpu := c.gpu
-	if gpu.SMCount, blocksPerSM, err = agreeResidency(ctx, net, gpu.SMCount, blocksPerSM); err != nil {
+	// Tuning and channels, from numbers every rank agrees on: the SMs this
+	// process may use (its MPS share), and the ranks that compete for them
+	// (smshare.go).
+	share, err := topo.SMShareOf(ctxSMs{dev: dev, ctx: c.cctx}, mps, os.Getenv)
+	if err != nil {
 		return fail(err)
 	}
+	c.gpu.SMCount = share.SMs
+	agreed, err := agreeResidency(ctx, net, shareView{PID: me.PID, Host: me.Host, GPU: gpuName(residencyInfo{Device: device, BusID: c.gpu.BusID}),
+		SMs: share.SMs, BlocksPerSM: blocksPerSM, Percent: share.Percent})
+	if err != nil {
+		return fail(err)
+	}
+	gpu := c.gpu
+	gpu.SMCount, blocksPerSM = agreed.SMs, agreed.BlocksPerSM
+	c.log.Info(fmt.Sprintf("SMs: this process may use %s; channels sized for %d SMs × %d blocks/SM shared by %d ranks (%s)",
+		share, agreed.SMs, agreed.BlocksPerSM, agreed.RanksPerGPU, agreed.Why), config.SubsysInit.Attr(), config.SubsysTuning.Attr())
+	top := withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers)
+	top.RanksPerGPU = agreed.RanksPerGPU
 	p2pLim, err := p2pLimitsFrom(s.P2PPerPeer, s.Config.P2PDisable, os.Getenv)
 	if err != nil {
 		return fail(err)
@@ -147,7 +162,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	// them: every rank must find the same (p2pchan.go).
 	p2pPaths, _ := p2pPerPeer(c.layout, tpeers, config.MaxChannels, p2pLim)
 	tp, changed, err := agreeTuning(ctx, net, tuningInputs{
-		Topology: withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers),
+		Topology: top,
 		Settings: settingsOf(s.Config, p2pPaths, c.kset.Filter()),
 	})
 	if err != nil {

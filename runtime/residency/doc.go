@@ -90,14 +90,15 @@
 //     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE so that the percentages of the
 //     clients sharing a GPU add up to at most 100. MPS then confines each
 //     client to its share of the SMs, the clients' blocks never compete,
-//     and each process's ledger is exact for its share: Budget scales the
-//     SM count by the percentage the process finds in its environment
-//     (and the launch path sizes channels from the same scaled count). The
-//     scaling applies to the SM count the driver reports, so it is safe
-//     whether or not that count already reflects the limit (at worst it
-//     uses fewer channels than it could). A limit set only in the control
-//     daemon (set_active_thread_percentage) is not seen: give the clients
-//     the variable too. The budget arithmetic is tested on the CPU; the
+//     and each process's ledger is exact for its share: the communicator
+//     takes the SM count from the driver, which under MPS reports the
+//     client's share (topo.SMShareOf), and sizes both the ledger's budget
+//     and its channels from it, counting only its own process's ranks
+//     when every process on the GPU has a share and the shares add up to
+//     at most 100 (runtime/comm's smshare.go). A limit set only in the
+//     control daemon (set_active_thread_percentage) shrinks the count the
+//     driver reports, but without the variable the processes count as
+//     competing: give the clients the variable too. The budget arithmetic is tested on the CPU; the
 //     tests package's TestStressMPS runs it under MPS on the GPU machine
 //     (2 and 4 processes of 8 ranks each, 64 MiB AllReduces at once).
 //   - A ledger shared by the processes: the same state (budget, use, FIFO
