@@ -74,11 +74,11 @@ const (
 	mpEnvID      = "NCCLGO_MP_ID"   // UniqueID in text form
 	mpEnvRank    = "NCCLGO_MP_RANK" // first rank of the process
 	mpEnvNRanks  = "NCCLGO_MP_NRANKS"
-	mpEnvLocal   = "NCCLGO_MP_LOCAL"  // ranks in the process
-	mpEnvDevice  = "NCCLGO_MP_DEVICE" // the process's device
-	mpEnvDir     = "NCCLGO_MP_DIR"    // scratch directory shared by the processes
-	mpEnvVictim  = "NCCLGO_MP_VICTIM" // the rank the kill test kills
-	mpEnvShort   = "NCCLGO_MP_SHORT"  // "true": the parent ran with -test.short
+	mpEnvLocal   = "NCCLGO_MP_LOCAL"    // ranks in the process
+	mpEnvDevice  = "NCCLGO_MP_DEVICE"   // the process's device
+	mpEnvDir     = "NCCLGO_MP_DIR"      // scratch directory shared by the processes
+	mpEnvVictim  = "NCCLGO_MP_VICTIM"   // the rank the kill test kills
+	mpEnvShort   = "NCCLGO_MP_SHORT"    // "true": the parent ran with -test.short
 	mpEnvHostsOn = "NCCLGO_MP_HOSTMODE" // "true": report the transports (MPVIA)
 	mpResultLine = "MPRESULT"
 
