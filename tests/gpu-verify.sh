@@ -38,7 +38,8 @@
 #   capi            capi_test gpu, then nccl-tests on ncclgo's libnccl.so.2 and on
 #                   the machine's NCCL (capi/test/nccl-tests.sh; NT_TESTS, NT_ARGS)
 #   torch           tests/torch/run.sh for each of TORCH_NPROCS ("2 3 4") processes,
-#                   under MPS where they outnumber the GPUs (TORCH_STEPS, TORCH_METHOD)
+#                   under MPS where they outnumber the GPUs (TORCH_STEPS, TORCH_METHOD;
+#                   TORCH_HOSTS=H: H fake hosts, an NCCL_HOSTID per block of ranks)
 #   np              ncclperf -np 2 -c 1 -compare NCCL_LIB (NP_COLLS, NP_E), then the
 #                   kill test: rank 1 SIGKILLed mid-sweep, the job must end, non-zero,
 #                   naming it, within NP_KILL_LIMIT (20) s
@@ -800,7 +801,7 @@ if has torch && begin torch; then
     tl=$(( ($(left) - 15) / left_n )); left_n=$((left_n - 1))
     ((tl < 60)) && tl=60
     bt torch/run-np$np_ "$tl" env STEPS="$steps" OUT="$L/torch/np$np_" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
-      NPROC="$np_" METHOD=${TORCH_METHOD:-preload} "${tenv[@]}" bash tests/torch/run.sh
+      NPROC="$np_" METHOD=${TORCH_METHOD:-preload} ${TORCH_HOSTS:+HOSTS=$TORCH_HOSTS} "${tenv[@]}" bash tests/torch/run.sh
     rc=$?
     mps_stop
     sed -n '/^== summary/,$p' "$L/torch/run-np$np_.log"
