@@ -594,7 +594,8 @@ if has hosts && begin hosts; then
   #     alone: the survivors must fail within 10 s naming the lost rank;
   #  3. nccl-tests all_reduce, all_gather, reduce_scatter (-c 1) on
   #     libnccl.so.2 under mpirun, each process its own fake host
-  #     (capi/test/hostid.sh), for HOSTS_NT_NP ("2 4") processes on GPU 0,
+  #     (capi/test/hostid.sh), for HOSTS_NT_NP ("2 4") processes on GPU 0
+  #     (with a GPU per process: each its own, and the machine's NCCL beside),
   #     HOSTS_NT_ARGS (-b 8 -e 16M -f 8 -g 1 -c 1); needs MPI and
   #     third_party/nccl-tests (skipped, saying so, without).
   # On one H200: about 5-10 s per matrix run (33 runs, 2 at a time), 20 s
@@ -692,8 +693,12 @@ if has hosts && begin hosts; then
     else
       nts="tests: ${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}"
       for np_ in ${HOSTS_NT_NP:-2 4}; do
-        rm -f "$SRC"/*_ncclgo.log
-        bt "hosts/nccl-tests-np$np_" "${HOSTS_NT_TO:-240}" env MPI=1 NP="$np_" HOSTS="$np_" NCCL_TESTS_DEVICE=0 SYSTEM_NCCL_LIB=none \
+        rm -f "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log
+        # A GPU per process: beside the machine's NCCL over its socket
+        # transport; else all on GPU 0 under MPS, ncclgo alone.
+        ntdev=(NCCL_TESTS_DEVICE=0 SYSTEM_NCCL_LIB=none)
+        ((NGPUS >= np_)) && [[ -n $NCCL_LIB ]] && ntdev=(SYSTEM_NCCL_LIB="$(dirname "$(readlink -f "$NCCL_LIB")")")
+        bt "hosts/nccl-tests-np$np_" "${HOSTS_NT_TO:-240}" env MPI=1 NP="$np_" HOSTS="$np_" "${ntdev[@]}" \
           TESTS="${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}" BIN_LIST="${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}" \
           ARGS="${HOSTS_NT_ARGS:--b 8 -e 16M -f 8 -g 1 -c 1}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
           CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log" NCCL_SOCKET_IFNAME="${HOSTS_IFNAME:-lo}" \
@@ -703,6 +708,7 @@ if has hosts && begin hosts; then
           all=$((all + 1)); f=$SRC/${t}_ncclgo.log
           [[ -f $f ]] || continue
           cp "$f" "$L/hosts/nccl-tests-np$np_-$t.log"
+          [[ -f $SRC/${t}_nccl.log ]] && cp "$SRC/${t}_nccl.log" "$L/hosts/nccl-tests-np$np_-$t-nccl.log"
           grep -q 'Out of bounds values : 0 OK' "$f" && good=$((good + 1))
           net=$((net + $(grep -c 'via NET' "$f")))
         done
