@@ -697,7 +697,11 @@ func newViaLog(debug string) *viaLog {
 	return &viaLog{st: &viaState{seen: map[string]bool{}}, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})}
 }
 
-func (h *viaLog) Enabled(context.Context, slog.Level) bool { return true }
+// Enabled takes Info and above (the connection lines are Info), and what
+// the next handler takes.
+func (h *viaLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
 
 func (h *viaLog) Handle(ctx context.Context, r slog.Record) error {
 	if m := mpChannelLine.FindStringSubmatch(r.Message); m != nil {
