@@ -239,7 +239,7 @@ fi
 
 # Steps that run kernels need the full set: build it once (no timings) when
 # the build step did not run and no earlier call on this machine left one.
-if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite graph mp stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
+if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite graph mp hosts stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
   bt fatbin 300 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out "$NCCLGO_FATBIN"
   rc=$?; tail -2 "$L/fatbin.log"
   [[ -s $NCCLGO_FATBIN ]] && done_ fatbin PASS "built $NCCLGO_FATBIN (rc=$rc)" || done_ fatbin FAIL "no $NCCLGO_FATBIN (rc=$rc, fatbin.log)"
