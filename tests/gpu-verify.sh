@@ -587,7 +587,7 @@ if has hosts && begin hosts; then
   #     one rank per host, and it skips where the build has no PAT); each
   #     run a short case list (NCCLGO_MP_CASES: the collectives the
   #     algorithm applies to, and Send/Recv, in two of the four short types,
-  #     rotated), HOSTS_JOBS (2) runs at a time. Two ranks per host are two
+  #     rotated), HOSTS_JOBS (2) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
   #     processes, but at 3 hosts one process with two ranks, and at 4 hosts
   #     SHM (NCCL_P2P_DISABLE=1) joins them;
   #  2. the kill test over HOSTS_KILL ("2x1 2x2": hosts x ranks per host),
@@ -650,7 +650,7 @@ if has hosts && begin hosts; then
           if (($(left) < 45)); then hnot="$hnot $name"; continue; fi
           hosts_wait "$HJOBS"
           hosts_run "$name" "${HENV[@]}" "${place[@]}" "${shm[@]}" NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
-            NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=" &
+            NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
           HP+=($!) HN+=("$name")
         done
       done
