@@ -28,12 +28,18 @@
 #   mp              the multi-process matrix (MP_CASES: p2p shm ipc 2x2 refused kill
 #                   mps2 mps4 mpsipc mpsshm mpsstress mpsleak; MPS started for the mps cases and always stopped);
 #                   MP_FULL=1 drops -test.short
+#   hosts           fake hosts (NCCL_HOSTID per process, all on GPU 0 under MPS): the
+#                   multi-process suite over 2, 3, 4 hosts x 1, 2 ranks per host x
+#                   NCCL_ALGO/NCCL_PROTO forced (transports checked: NET across,
+#                   P2P/SHM inside), the kill test across hosts, nccl-tests over
+#                   mpirun with a host per process (HOSTS_* below the step's head)
 #   stress          TestStress, TestStressTwoFullComms, TestDestroyBounded on GPU 0
 #                   and on GPUs 0,1 (STRESS_SHAPES, STRESS_BUDGET)
 #   capi            capi_test gpu, then nccl-tests on ncclgo's libnccl.so.2 and on
 #                   the machine's NCCL (capi/test/nccl-tests.sh; NT_TESTS, NT_ARGS)
 #   torch           tests/torch/run.sh for each of TORCH_NPROCS ("2 3 4") processes,
-#                   under MPS where they outnumber the GPUs (TORCH_STEPS, TORCH_METHOD)
+#                   under MPS where they outnumber the GPUs (TORCH_STEPS, TORCH_METHOD;
+#                   TORCH_HOSTS=H: H fake hosts, an NCCL_HOSTID per block of ranks)
 #   np              ncclperf -np 2 -c 1 -compare NCCL_LIB (NP_COLLS, NP_E), then the
 #                   kill test: rank 1 SIGKILLed mid-sweep, the job must end, non-zero,
 #                   naming it, within NP_KILL_LIMIT (20) s
@@ -233,7 +239,7 @@ fi
 
 # Steps that run kernels need the full set: build it once (no timings) when
 # the build step did not run and no earlier call on this machine left one.
-if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite graph mp stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
+if [[ ! -s $NCCLGO_FATBIN ]] && has_any perf latency tests suite graph mp hosts stress capi torch np split random random-bg multigpu-tests multigpu-perf && begin fatbin; then
   bt fatbin 300 $B/ncclgen build --arch sm_90 -j "$JOBS" --nvcc "$NVCC" --cache build/cache --out "$NCCLGO_FATBIN"
   rc=$?; tail -2 "$L/fatbin.log"
   [[ -s $NCCLGO_FATBIN ]] && done_ fatbin PASS "built $NCCLGO_FATBIN (rc=$rc)" || done_ fatbin FAIL "no $NCCLGO_FATBIN (rc=$rc, fatbin.log)"
@@ -568,6 +574,154 @@ if has mp && begin mp; then
   ((nbad)) && done_ mp FAIL "${SHORT:-full}:$res" || done_ mp PASS "${SHORT:-full}:$res"
 fi
 
+if has hosts && begin hosts; then
+  # Issue 24 over fake hosts (docs/MULTIPROCESS.md, "Fake hosts"): the
+  # processes of one block share an NCCL_HOSTID, all run on HOSTS_DEVICES
+  # (GPU 0) under MPS; NET (TCP over HOSTS_IFNAME, lo) joins the hosts, P2P
+  # or SHM the ranks of one host. Three parts:
+  #  1. the matrix: TestMultiProcess -test.short with NCCLGO_MP_HOSTS in
+  #     HOSTS_LIST (2 3 4) × ranks per host HOSTS_RPH (1 2) × HOSTS_COMBOS
+  #     (NCCL_ALGO/NCCL_PROTO forced; "LL128" is NCCL_PROTO=LL128 with RING
+  #     at one rank per host and TREE at two: the collectives must all be
+  #     refused with ErrNoChoice, LL128 being off across NET; PAT only at
+  #     one rank per host, and it skips where the build has no PAT); each
+  #     run a short case list (NCCLGO_MP_CASES: the collectives the
+  #     algorithm applies to, and Send/Recv, in two of the four short types,
+  #     rotated), HOSTS_JOBS (2) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
+  #     processes, but at 3 hosts one process with two ranks, and at 4 hosts
+  #     SHM (NCCL_P2P_DISABLE=1) joins them;
+  #  2. the kill test over HOSTS_KILL ("2x1 2x2": hosts x ranks per host),
+  #     alone: the survivors must fail within 10 s naming the lost rank;
+  #  3. nccl-tests all_reduce, all_gather, reduce_scatter (-c 1) on
+  #     libnccl.so.2 under mpirun, each process its own fake host
+  #     (capi/test/hostid.sh), for HOSTS_NT_NP ("2 4") processes on GPU 0
+  #     (with a GPU per process: each its own, and the machine's NCCL beside),
+  #     HOSTS_NT_ARGS (-b 8 -e 16M -f 8 -g 1 -c 1); needs MPI and
+  #     third_party/nccl-tests (skipped, saying so, without).
+  # On one H200: about 5-10 s per matrix run (33 runs, 2 at a time), 20 s
+  # per kill run, 30-60 s of nccl-tests (plus 1-2 min to build them with
+  # MPI when no earlier step did).
+  mkdir -p "$L/hosts"
+  hres="" hbad=0
+  if ! command -v nvidia-cuda-mps-control > /dev/null; then
+    done_ hosts SKIP "no nvidia-cuda-mps-control (the fake hosts share GPU 0 under MPS)"
+  elif ! mps_start; then
+    done_ hosts FAIL "nvidia-cuda-mps-control -d failed"
+  else
+    HENV=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
+      NCCLGO_TEST_DEVICES="${HOSTS_DEVICES:-0}" NCCL_SOCKET_IFNAME="${HOSTS_IFNAME:-lo}")
+    HTO=${HOSTS_TO:-90} HJOBS=${HOSTS_JOBS:-2}
+    types=(Uint8 Int32 Float32 Bfloat16)
+    HP=() HN=() hi=0 hnot=""
+    # hosts_wait N: until fewer than N of the matrix's runs are running.
+    hosts_wait() {
+      local p n
+      while :; do
+        n=0; for p in "${HP[@]}"; do kill -0 "$p" 2> /dev/null && n=$((n + 1)); done
+        ((n < $1)) && return; sleep 0.2
+      done
+    }
+    # hosts_run NAME ENV...: one TestMultiProcess run, log and rc in $L/hosts/.
+    hosts_run() {
+      local name=$1 to; shift
+      to=$(lim "$HTO")
+      printf '%q ' "$@" > "$L/hosts/$name.log"; echo "  # timeout ${to}s" >> "$L/hosts/$name.log"
+      (cd tests && exec timeout -s QUIT -k 10 "$to" env "$@" "$T/tests.test" -test.run '^TestMultiProcess$' -test.v -test.count=1 \
+        -test.short -test.timeout $((to > 10 ? to - 5 : 5))s) >> "$L/hosts/$name.log" 2>&1
+      echo $? > "$L/hosts/$name.rc"
+    }
+    for h in ${HOSTS_LIST:-2 3 4}; do
+      for rph in ${HOSTS_RPH:-1 2}; do
+        if ((rph == 1)); then place=(NCCLGO_MP_NPROCS=$h NCCLGO_MP_RANKS_PER_PROC=1)
+        elif ((h == 3)); then place=(NCCLGO_MP_NPROCS=$h NCCLGO_MP_RANKS_PER_PROC=$rph)
+        else place=(NCCLGO_MP_NPROCS=$((h * rph)) NCCLGO_MP_RANKS_PER_PROC=1); fi
+        shm=(); ((h == 4 && rph > 1)) && shm=(NCCL_P2P_DISABLE=1)
+        for ap in ${HOSTS_COMBOS:-RING/LL RING/SIMPLE TREE/LL TREE/SIMPLE PAT/SIMPLE LL128}; do
+          if [[ $ap == LL128 ]]; then ap=RING/LL128; ((rph > 1)) && ap=TREE/LL128; fi
+          algo=${ap%/*} proto=${ap#*/}
+          [[ $algo == PAT ]] && ((rph > 1)) && continue
+          t1=${types[hi % 4]} t2=${types[(hi + 1) % 4]}; hi=$((hi + 1))
+          case $algo in
+            TREE) colls="AllReduce (Sum|Min|Max)|SendRecv ring" ;;
+            PAT) colls="AllGather|ReduceScatter Sum" ;;
+            *) colls="AllReduce Sum|AllGather|ReduceScatter Sum|Broadcast|SendRecv ring" ;;
+          esac
+          name=h${h}r${rph}-$algo-$proto
+          if (($(left) < 45)); then hnot="$hnot $name"; continue; fi
+          hosts_wait "$HJOBS"
+          hosts_run "$name" "${HENV[@]}" "${place[@]}" "${shm[@]}" NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
+            NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
+          HP+=($!) HN+=("$name")
+        done
+      done
+    done
+    hosts_wait 1
+    nok=0 nskip=0 nfail=0 nll128=0 skipwhy=""
+    for name in "${HN[@]}"; do
+      f=$L/hosts/$name.log rc=$(cat "$L/hosts/$name.rc" 2> /dev/null || echo 125)
+      line=$(grep -m1 -oE 'MPHOSTS .*' "$f")
+      if ((rc == 0)) && grep -q -- '--- SKIP: TestMultiProcess (' "$f"; then
+        nskip=$((nskip + 1)); why=$(grep -B1 -- '--- SKIP: TestMultiProcess (' "$f" | head -1 | sed -E 's/^ +[a-z_]+\.go:[0-9]+: //')
+        echo "  $name SKIP $why"; skipwhy=${why:0:90}
+      elif gook "hosts/$name" "$rc"; then
+        nok=$((nok + 1)); [[ $line == *"LL128 forced"* ]] && nll128=$((nll128 + 1))
+        echo "  $name ok ${line#MPHOSTS }"
+      else
+        nfail=$((nfail + 1)); hres="$hres $name:FAIL(rc=$rc)"
+        echo "  $name FAIL rc=$rc"; grep -E -B2 -A8 -- '--- FAIL|panic|Error:' "$f" | head -24
+      fi
+    done
+    hres="matrix ${#HN[@]} runs: $nok ok, $nfail FAIL, $nskip skipped${skipwhy:+ ($skipwhy)}; LL128 forced refused in $nll128${hnot:+; not run (budget):$hnot}${hres:+; failed:$hres}"
+    ((nfail)) && hbad=1
+    [[ -n $hnot ]] && hbad=1
+    # 2. A fake host killed mid-AllReduce.
+    for kp in ${HOSTS_KILL:-2x1 2x2}; do
+      h=${kp%x*} rph=${kp#*x}
+      bt -C tests "hosts/kill-$kp" 120 env "${HENV[@]}" NCCLGO_MP_HOSTS="$h" NCCLGO_MP_NPROCS=$((h * rph)) \
+        "$T/tests.test" -test.run '^TestMultiProcessKill$' -test.v -test.count=1 -test.short -test.timeout 110s
+      rc=$?
+      k=$(grep -m1 -oE 'slowest survivor noticed after [^ ]+' "$L/hosts/kill-$kp.log" | awk '{print $NF}')
+      grep -E 'survivor|MPKILL|killed rank' "$L/hosts/kill-$kp.log" | head -6
+      if gook "hosts/kill-$kp" $rc; then hres="$hres; kill $kp: ok (${k:-?})"; else hres="$hres; kill $kp: FAIL(rc=$rc${k:+, $k})"; hbad=1; fi
+    done
+    # 3. nccl-tests over mpirun, each process its own fake host.
+    SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
+    if [[ ! -f $SRC/src/common.cu ]]; then
+      hres="$hres; nccl-tests: skipped (no $SRC/src/common.cu: carry third_party/nccl-tests)"
+    elif ! command -v mpirun > /dev/null || ! command -v mpicc > /dev/null; then
+      hres="$hres; nccl-tests: skipped (no mpirun/mpicc)"
+    else
+      nts="tests: ${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}"
+      for np_ in ${HOSTS_NT_NP:-2 4}; do
+        rm -f "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log
+        # A GPU per process: beside the machine's NCCL over its socket
+        # transport; else all on GPU 0 under MPS, ncclgo alone.
+        ntdev=(NCCL_TESTS_DEVICE=0 SYSTEM_NCCL_LIB=none)
+        ((NGPUS >= np_)) && [[ -n $NCCL_LIB ]] && ntdev=(SYSTEM_NCCL_LIB="$(dirname "$(readlink -f "$NCCL_LIB")")")
+        bt "hosts/nccl-tests-np$np_" "${HOSTS_NT_TO:-240}" env MPI=1 NP="$np_" HOSTS="$np_" "${ntdev[@]}" \
+          TESTS="${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}" BIN_LIST="${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}" \
+          ARGS="${HOSTS_NT_ARGS:--b 8 -e 16M -f 8 -g 1 -c 1}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+          CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log" NCCL_SOCKET_IFNAME="${HOSTS_IFNAME:-lo}" \
+          bash capi/test/nccl-tests.sh "$SRC" bundle
+        rc=$? good=0 all=0 net=0
+        for t in ${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}; do
+          all=$((all + 1)); f=$SRC/${t}_ncclgo.log
+          [[ -f $f ]] || continue
+          cp "$f" "$L/hosts/nccl-tests-np$np_-$t.log"
+          [[ -f $SRC/${t}_nccl.log ]] && cp "$SRC/${t}_nccl.log" "$L/hosts/nccl-tests-np$np_-$t-nccl.log"
+          grep -q 'Out of bounds values : 0 OK' "$f" && good=$((good + 1))
+          net=$((net + $(grep -c 'via NET' "$f")))
+        done
+        grep -E "^== |Out of bounds|Avg bus|FAILED" "$L/hosts/nccl-tests-np$np_.log" | head -12
+        hres="$hres; nccl-tests np$np_ ($np_ hosts): $good/$all with 0 wrong, $net NET connections logged (rc=$rc)"
+        ((rc || good < all || net == 0)) && hbad=1
+      done
+    fi
+    mps_stop
+    ((hbad)) && done_ hosts FAIL "$hres" || done_ hosts PASS "$hres"
+  fi
+fi
+
 if has stress && begin stress; then
   res="" st=PASS
   shapes=${STRESS_SHAPES:-${NCCLGO_STRESS_SHAPES:-}}
@@ -653,7 +807,7 @@ if has torch && begin torch; then
     tl=$(( ($(left) - 15) / left_n )); left_n=$((left_n - 1))
     ((tl < 60)) && tl=60
     bt torch/run-np$np_ "$tl" env STEPS="$steps" OUT="$L/torch/np$np_" BUDGET=$((tl > 40 ? tl - 20 : 20)) \
-      NPROC="$np_" METHOD=${TORCH_METHOD:-preload} "${tenv[@]}" bash tests/torch/run.sh
+      NPROC="$np_" METHOD=${TORCH_METHOD:-preload} ${TORCH_HOSTS:+HOSTS=$TORCH_HOSTS} "${tenv[@]}" bash tests/torch/run.sh
     rc=$?
     mps_stop
     sed -n '/^== summary/,$p' "$L/torch/run-np$np_.log"

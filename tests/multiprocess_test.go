@@ -12,10 +12,27 @@ package tests
 //	                          the processes share GPU 0, which needs MPS)
 //	NCCLGO_MP_KILL_BYTES      bytes of the kill test's AllReduce (default 1 GiB;
 //	                          64 MiB with -test.short)
+//	NCCLGO_MP_HOSTS           fake hosts (default 0: the processes keep the
+//	                          environment's host): the processes split in that
+//	                          many blocks of consecutive processes, each block
+//	                          its own NCCL_HOSTID, so that NET joins the blocks
+//	                          and P2P or SHM the processes of one block
+//	NCCLGO_MP_CASES           a regular expression: the suite runs only the
+//	                          cases whose "name type count=N" it matches
+//	                          ("AllReduce Sum Float32 count=1001")
 //
 // -test.short drops the 4 Mi-element cases and keeps 4 of the 12 types.
 // NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
-// children unchanged.
+// children unchanged (NCCL_HOSTID too, unless NCCLGO_MP_HOSTS replaces it).
+//
+// With fake hosts each child also prints, per connection it sends on, the
+// transport (MPVIA lines, from the communicator's log), and TestMultiProcess
+// checks that ranks of different hosts used NET and ranks of one host did
+// not; that NCCL_PROTO=LL128 alone leaves the collectives nothing to run
+// (LL128 is off when a connection crosses NET: each is refused with
+// tune.ErrNoChoice, and Send/Recv, which NCCL_PROTO does not steer, runs);
+// and that something ran otherwise. NCCL_ALGO=PAT skips the test where the
+// build has no PAT (kspace.Implemented).
 
 import (
 	"bufio"
@@ -23,11 +40,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +61,7 @@ import (
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/internal/numfmt"
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 	"github.com/ncclgo/ncclgo/runtime/topo"
@@ -54,12 +74,17 @@ const (
 	mpEnvID      = "NCCLGO_MP_ID"   // UniqueID in text form
 	mpEnvRank    = "NCCLGO_MP_RANK" // first rank of the process
 	mpEnvNRanks  = "NCCLGO_MP_NRANKS"
-	mpEnvLocal   = "NCCLGO_MP_LOCAL"  // ranks in the process
-	mpEnvDevice  = "NCCLGO_MP_DEVICE" // the process's device
-	mpEnvDir     = "NCCLGO_MP_DIR"    // scratch directory shared by the processes
-	mpEnvVictim  = "NCCLGO_MP_VICTIM" // the rank the kill test kills
-	mpEnvShort   = "NCCLGO_MP_SHORT"  // "true": the parent ran with -test.short
+	mpEnvLocal   = "NCCLGO_MP_LOCAL"    // ranks in the process
+	mpEnvDevice  = "NCCLGO_MP_DEVICE"   // the process's device
+	mpEnvDir     = "NCCLGO_MP_DIR"      // scratch directory shared by the processes
+	mpEnvVictim  = "NCCLGO_MP_VICTIM"   // the rank the kill test kills
+	mpEnvShort   = "NCCLGO_MP_SHORT"    // "true": the parent ran with -test.short
+	mpEnvHostsOn = "NCCLGO_MP_HOSTMODE" // "true": report the transports (MPVIA)
 	mpResultLine = "MPRESULT"
+
+	mpEnvHosts = "NCCLGO_MP_HOSTS"
+	mpEnvCases = "NCCLGO_MP_CASES"
+	envHostID  = "NCCL_HOSTID"
 )
 
 // mpGPU skips without a driver, a kernel image or enough devices.
@@ -88,12 +113,41 @@ func envInt(t *testing.T, name string, def int) int {
 type mpLayout struct {
 	nProcs, perProc int
 	devs            []int // per process
+	// hosts is the number of fake hosts (NCCLGO_MP_HOSTS); below 2 the
+	// processes keep the environment's NCCL_HOSTID.
+	hosts int
+}
+
+// hostOf is the fake host of process p: blocks of consecutive processes,
+// as ncclperf's -hosts splits its ranks.
+func (l mpLayout) hostOf(p int) int {
+	if l.hosts < 2 {
+		return 0
+	}
+	return p * l.hosts / l.nProcs
+}
+
+// hostEnv is process p's NCCL_HOSTID setting (none without fake hosts):
+// <prefix>-host<k>, the prefix the environment's NCCL_HOSTID, else
+// "mp<pid>" so that two parents' hosts differ.
+func (l mpLayout) hostEnv(p, pid int, base string) []string {
+	if l.hosts < 2 {
+		return nil
+	}
+	prefix := base
+	if prefix == "" {
+		prefix = "mp" + strconv.Itoa(pid)
+	}
+	return []string{envHostID + "=" + prefix + "-host" + strconv.Itoa(l.hostOf(p)), mpEnvHostsOn + "=true"}
 }
 
 func mpPlacement(t *testing.T) mpLayout {
-	l := mpLayout{nProcs: envInt(t, "NCCLGO_MP_NPROCS", 2), perProc: envInt(t, "NCCLGO_MP_RANKS_PER_PROC", 1)}
+	l := mpLayout{nProcs: envInt(t, "NCCLGO_MP_NPROCS", 2), perProc: envInt(t, "NCCLGO_MP_RANKS_PER_PROC", 1), hosts: envInt(t, mpEnvHosts, 0)}
 	require.GreaterOrEqual(t, l.nProcs, 1)
 	require.GreaterOrEqual(t, l.perProc, 1)
+	if l.hosts < 0 || l.hosts > l.nProcs {
+		t.Fatalf("%s=%d: want 0 (no fake hosts) to NCCLGO_MP_NPROCS=%d", mpEnvHosts, l.hosts, l.nProcs)
+	}
 	devs := mpDevices(t)
 	n, err := cuda.DeviceCount()
 	require.NoError(t, err)
@@ -183,14 +237,18 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 	dir := t.TempDir()
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NCCLGO_MP_") {
+		if l.hosts >= 2 && strings.HasPrefix(kv, envHostID+"=") {
+			continue // replaced per process
+		}
+		if !strings.HasPrefix(kv, "NCCLGO_MP_") || strings.HasPrefix(kv, mpEnvCases+"=") {
 			env = append(env, kv)
 		}
 	}
 	var kids []*mpChild
 	for p := range l.nProcs {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMultiProcessChild$", "-test.count=1", "-test.v", "-test.timeout=10m")
-		cmd.Env = append(append(env[:len(env):len(env)], extra...),
+		hostEnv := l.hostEnv(p, os.Getpid(), os.Getenv(envHostID))
+		cmd.Env = append(append(append(env[:len(env):len(env)], extra...), hostEnv...),
 			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
 			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
 			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()))
@@ -202,25 +260,223 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 
 // TestMultiProcess runs the collectives with ranks in separate processes:
 // AllReduce (sum, max; in and out of place), AllGather, ReduceScatter,
-// Broadcast and Send/Recv, over several types and sizes.
+// Broadcast and Send/Recv, over several types and sizes. With fake hosts
+// (NCCLGO_MP_HOSTS) it also checks the transports and the forced
+// algorithms' and protocols' behaviour across NET (see the file's doc).
 func TestMultiProcess(t *testing.T) {
 	if os.Getenv(mpEnvRole) != "" {
 		t.Skip("child process")
 	}
 	mpGPU(t)
 	l := mpPlacement(t)
+	filter := mpCaseFilter(t)
+	run := mpFilter(mpCases(l.nProcs*l.perProc, testing.Short()), filter)
+	if len(run) == 0 {
+		t.Fatalf("%s=%q matches none of the suite's cases for %d ranks", mpEnvCases, filter, l.nProcs*l.perProc)
+	}
+	sel := mpSelections(t)
+	if l.hosts >= 2 {
+		if why := sel.patMissing(); why != "" {
+			t.Skip(why)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(8*time.Minute))
 	defer cancel()
+	start := time.Now()
 	kids := mpStart(t, ctx, l, "suite")
+	outs := make([]string, len(kids))
 	for p, k := range kids {
 		err := <-k.done
 		out := k.output()
+		outs[p] = out
 		require.NoError(t, err, "process %d:\n%s", p, out)
 		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
 			require.Regexp(t, fmt.Sprintf(`%s rank=%d pid=\d+ cases=\d+ skipped=\d+ failed=0`, mpResultLine, r), out, "process %d:\n%s", p, out)
 		}
-		t.Logf("process %d (device %d):\n%s", p, l.devs[p], grepLines(out, mpResultLine, "via "))
+		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP"))
 	}
+	if l.hosts >= 2 {
+		summary, err := mpCheckHosts(l, sel, run, outs)
+		require.NoError(t, err)
+		t.Logf("MPHOSTS hosts=%d procs=%d ranks/proc=%d NCCL_ALGO=%q NCCL_PROTO=%q %s in %v",
+			l.hosts, l.nProcs, l.perProc, os.Getenv("NCCL_ALGO"), os.Getenv("NCCL_PROTO"), summary, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// mpCaseFilter is NCCLGO_MP_CASES compiled (nil when unset).
+func mpCaseFilter(t *testing.T) *regexp.Regexp {
+	s := os.Getenv(mpEnvCases)
+	if s == "" {
+		return nil
+	}
+	re, err := regexp.Compile(s)
+	require.NoError(t, err, "%s=%q: want a regular expression over \"name type count=N\"", mpEnvCases, s)
+	return re
+}
+
+// mpFilter keeps the cases whose description re matches (all for nil).
+func mpFilter(cs []mpCase, re *regexp.Regexp) []mpCase {
+	if re == nil {
+		return cs
+	}
+	var out []mpCase
+	for _, c := range cs {
+		if re.MatchString(c.what()) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// what describes the case: "AllReduce Sum Float32 count=1001".
+func (c mpCase) what() string { return fmt.Sprintf("%s %s count=%d", c.name, c.dt, c.count) }
+
+// mpSel is the environment's NCCL_ALGO and NCCL_PROTO, parsed.
+type mpSel struct {
+	algo  config.AlgoSelection
+	proto config.ProtoSelection
+}
+
+func mpSelections(t *testing.T) mpSel {
+	var s mpSel
+	var err error
+	s.algo, err = config.ParseAlgoSelection(os.Getenv("NCCL_ALGO"))
+	require.NoError(t, err)
+	s.proto, err = config.ParseProtoSelection(os.Getenv("NCCL_PROTO"))
+	require.NoError(t, err)
+	return s
+}
+
+// patMissing says why a run is pointless: NCCL_ALGO leaves AllGather and
+// ReduceScatter PAT alone while the build has no PAT; "" otherwise.
+func (s mpSel) patMissing() string {
+	for _, c := range []kspace.Coll{kspace.AllGather, kspace.ReduceScatter} {
+		if s.algo.Allows(c, kspace.PAT) && !s.algo.Allows(c, kspace.Ring) && !kspace.Implemented(c, kspace.PAT) {
+			return fmt.Sprintf("NCCL_ALGO=%q leaves %s only PAT, which this build does not implement (kspace.Implemented)", s.algo, c)
+		}
+	}
+	return ""
+}
+
+// ll128Only reports whether NCCL_PROTO leaves the collectives only LL128,
+// which NET connections turn off.
+func (s mpSel) ll128Only() bool {
+	for _, c := range []kspace.Coll{kspace.AllReduce, kspace.AllGather, kspace.ReduceScatter, kspace.Broadcast} {
+		if s.proto.Allows(c, kspace.LL) || s.proto.Allows(c, kspace.Simple) {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	mpViaLine  = regexp.MustCompile(`MPVIA from=(\d+) to=(\d+) via=(\S+)`)
+	mpSkipLine = regexp.MustCompile(`MPSKIP case="([^"]*)" err=(.*)`)
+	mpResult   = regexp.MustCompile(mpResultLine + ` rank=(\d+) pid=\d+ cases=(\d+) skipped=(\d+) failed=(\d+)`)
+)
+
+// mpCheckHosts checks the children's outputs of a run over fake hosts:
+// every connection between ranks of different hosts went through NET and
+// every other one did not, both kinds appear (the second where a host has
+// several ranks), and the skipped cases (of run, the cases the children
+// ran) are the ones the selections explain. It returns a summary ("via NET/Socket×12,P2P/CUMEM×4 ran=20
+// skipped=4").
+func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, error) {
+	var errs []error
+	hostOfRank := func(r int) int { return l.hostOf(r / l.perProc) }
+	vias := map[string]int{}
+	cross, inside := 0, 0
+	for p, out := range outs {
+		for _, m := range mpViaLine.FindAllStringSubmatch(out, -1) {
+			from, _ := strconv.Atoi(m[1])
+			to, _ := strconv.Atoi(m[2])
+			via := m[3]
+			vias[via]++
+			if from/l.perProc != p {
+				errs = append(errs, fmt.Errorf("process %d reported rank %d's connection, which is not one of its ranks", p, from))
+			}
+			net := strings.HasPrefix(via, "NET")
+			switch {
+			case hostOfRank(from) != hostOfRank(to):
+				cross++
+				if !net {
+					errs = append(errs, fmt.Errorf("rank %d (host %d) -> rank %d (host %d) via %s: want NET across hosts", from, hostOfRank(from), to, hostOfRank(to), via))
+				}
+			default:
+				inside++
+				if net {
+					errs = append(errs, fmt.Errorf("rank %d -> rank %d (both host %d) via %s: want P2P or SHM inside a host", from, to, hostOfRank(from), via))
+				}
+			}
+		}
+	}
+	ranksPerHost := l.nProcs * l.perProc / l.hosts
+	if cross == 0 {
+		errs = append(errs, fmt.Errorf("no connection between hosts reported (MPVIA lines)"))
+	}
+	if ranksPerHost > 1 && inside == 0 {
+		errs = append(errs, fmt.Errorf("%d ranks per host but no connection inside a host reported", ranksPerHost))
+	}
+	// Cases: every process skips alike (the plan fails on every rank).
+	cases, skipped := -1, -1
+	for p, out := range outs {
+		for _, m := range mpResult.FindAllStringSubmatch(out, -1) {
+			c, _ := strconv.Atoi(m[2])
+			s, _ := strconv.Atoi(m[3])
+			if cases >= 0 && (c != cases || s != skipped) {
+				errs = append(errs, fmt.Errorf("process %d: rank %s ran %d cases, skipped %d; another rank %d, skipped %d", p, m[1], c, s, cases, skipped))
+			}
+			cases, skipped = c, s
+		}
+	}
+	skips := mpSkipLine.FindAllStringSubmatch(outs[0], -1)
+	if len(skips) != skipped {
+		errs = append(errs, fmt.Errorf("process 0 skipped %d cases but explained %d (MPSKIP lines)", skipped, len(skips)))
+	}
+	for _, m := range skips {
+		if !strings.Contains(m[2], tune.ErrNoChoice.Error()) {
+			errs = append(errs, fmt.Errorf("case %q skipped for a reason other than tune.ErrNoChoice: %s", m[1], m[2]))
+		}
+	}
+	ll128 := sel.ll128Only()
+	if ll128 {
+		// Across NET, forced LL128 refuses every collective, naming LL128;
+		// Send/Recv (not steered by NCCL_PROTO) runs.
+		for _, m := range skips {
+			if strings.HasPrefix(m[1], "SendRecv") {
+				errs = append(errs, fmt.Errorf("case %q skipped under NCCL_PROTO=%s: Send/Recv is not steered by it", m[1], sel.proto))
+			}
+			if !strings.Contains(m[2], "LL128") {
+				errs = append(errs, fmt.Errorf("case %q: the refusal does not name LL128: %s", m[1], m[2]))
+			}
+		}
+		want := 0
+		for _, c := range run {
+			if strings.HasPrefix(c.name, "SendRecv") {
+				want++
+			}
+		}
+		if ran := cases - skipped; ran != want {
+			errs = append(errs, fmt.Errorf("NCCL_PROTO=%s across NET: %d cases ran, want the %d Send/Recv cases only", sel.proto, ran, want))
+		}
+	} else if cases >= 0 && skipped >= cases {
+		errs = append(errs, fmt.Errorf("all %d cases skipped: the case list (%s) has nothing NCCL_ALGO=%q NCCL_PROTO=%q can run", cases, mpEnvCases, sel.algo, sel.proto))
+	}
+	if cases < 0 {
+		errs = append(errs, fmt.Errorf("no %s line", mpResultLine))
+	} else if cases != len(run) {
+		errs = append(errs, fmt.Errorf("the children ran %d cases, want %d", cases, len(run)))
+	}
+	names := make([]string, 0, len(vias))
+	for v, n := range vias {
+		names = append(names, fmt.Sprintf("%s×%d", v, n))
+	}
+	slices.Sort(names)
+	summary := fmt.Sprintf("via %s cases=%d ran=%d skipped=%d", strings.Join(names, ","), cases, cases-skipped, skipped)
+	if ll128 {
+		summary += " (LL128 forced: collectives refused with ErrNoChoice)"
+	}
+	return summary, errors.Join(errs...)
 }
 
 // mpBudget bounds a whole multi-process test (the children are killed
@@ -288,7 +544,9 @@ func mpRefused(t *testing.T, id ncclgo.UniqueID, rank, n, dev int) {
 // TestMultiProcessKill SIGKILLs the last rank's process during a loop of
 // large AllReduces: every other rank must fail within 10 s with an error
 // that names the lost rank, then Destroy, and form a new communicator on
-// the same GPUs that passes an AllReduce.
+// the same GPUs that passes an AllReduce. With fake hosts
+// (NCCLGO_MP_HOSTS) the victim is on the last host, so the survivors of
+// other hosts learn of it through NET alone.
 func TestMultiProcessKill(t *testing.T) {
 	if os.Getenv(mpEnvRole) != "" {
 		t.Skip("child process")
@@ -329,6 +587,7 @@ func TestMultiProcessKill(t *testing.T) {
 	t.Logf("killed rank %d (pid %d)", victim, kids[victim].cmd.Process.Pid)
 	<-kids[victim].done
 	lost := regexp.MustCompile(`MPLOST rank=(\d+) at=(\d+) err=(.*)`)
+	var slowest time.Duration
 	for p, k := range kids[:victim] {
 		err := <-k.done
 		out := k.output()
@@ -340,8 +599,11 @@ func TestMultiProcessKill(t *testing.T) {
 		assert.Less(t, after, 10*time.Second, "survivor %d noticed after %v", p, after)
 		assert.Contains(t, m[3], fmt.Sprintf("rank %d ", victim), "survivor %d's error must name the lost rank", p)
 		assert.Contains(t, out, "MPREBUILT", "survivor %d: a new communicator on the same GPUs", p)
-		t.Logf("survivor %d: error after %v: %s", p, after.Round(time.Millisecond), m[3])
+		t.Logf("survivor %d (host %d): error after %v: %s", p, l.hostOf(p), after.Round(time.Millisecond), m[3])
+		slowest = max(slowest, after)
 	}
+	t.Logf("MPKILL hosts=%d procs=%d victim=%d (host %d) slowest survivor noticed after %v (limit 10s)",
+		max(l.hosts, 1), l.nProcs, victim, l.hostOf(victim), slowest.Round(time.Millisecond))
 }
 
 func allOutputs(kids []*mpChild) string {
@@ -390,7 +652,16 @@ func TestMultiProcessChild(t *testing.T) {
 	if role != "kill" {
 		bufBytes *= uint64(max(n, 1)) // AllGather's output, ReduceScatter's input
 	}
-	ranks := mpInit(t, id, first, n, local, dev, bufBytes)
+	var opts *ncclgo.Options
+	var vias *viaLog
+	if os.Getenv(mpEnvHostsOn) == "true" {
+		vias = newViaLog(os.Getenv("NCCL_DEBUG"))
+		opts = &ncclgo.Options{Logger: slog.New(vias)}
+	}
+	ranks := mpInit(t, id, first, n, local, dev, bufBytes, opts)
+	if vias != nil {
+		vias.print()
+	}
 	switch role {
 	case "suite":
 		mpSuite(t, ranks, n, short)
@@ -401,8 +672,72 @@ func TestMultiProcessChild(t *testing.T) {
 	}
 }
 
+// viaLog is a slog.Handler that notes the transport of each connection
+// from the communicator's log ("Channel 00/0 : 0[0] -> 1[0] via
+// NET/Socket") and passes the records at or above its level (Info under
+// NCCL_DEBUG=INFO or TRACE, else Warn) on to standard error.
+type viaLog struct {
+	st   *viaState
+	next slog.Handler
+}
+
+type viaState struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	lines []string
+}
+
+var mpChannelLine = regexp.MustCompile(`^Channel \d+/\d+ : (\d+)\[\d+\] -> (\d+)\[\d+\] via (\S+)`)
+
+func newViaLog(debug string) *viaLog {
+	level := slog.LevelWarn
+	if d := strings.ToUpper(debug); d == "INFO" || d == "TRACE" {
+		level = slog.LevelDebug
+	}
+	return &viaLog{st: &viaState{seen: map[string]bool{}}, next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})}
+}
+
+// Enabled takes Info and above (the connection lines are Info), and what
+// the next handler takes.
+func (h *viaLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h *viaLog) Handle(ctx context.Context, r slog.Record) error {
+	if m := mpChannelLine.FindStringSubmatch(r.Message); m != nil {
+		line := fmt.Sprintf("MPVIA from=%s to=%s via=%s", m[1], m[2], m[3])
+		h.st.mu.Lock()
+		if !h.st.seen[line] {
+			h.st.seen[line] = true
+			h.st.lines = append(h.st.lines, line)
+		}
+		h.st.mu.Unlock()
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *viaLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &viaLog{st: h.st, next: h.next.WithAttrs(as)}
+}
+
+func (h *viaLog) WithGroup(name string) slog.Handler {
+	return &viaLog{st: h.st, next: h.next.WithGroup(name)}
+}
+
+// print writes one MPVIA line per distinct (sender, receiver, transport).
+func (h *viaLog) print() {
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	for _, l := range h.st.lines {
+		fmt.Println(l)
+	}
+}
+
 // mpInit creates the process's ranks, concurrently, with their buffers.
-func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes uint64) []*mpRank {
+func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes uint64, opts *ncclgo.Options) []*mpRank {
 	t.Helper()
 	ranks := make([]*mpRank, local)
 	errs := make([]error, local)
@@ -411,7 +746,7 @@ func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes
 	var wg sync.WaitGroup
 	for i := range local {
 		wg.Go(func() {
-			c, err := ncclgo.InitRank(ctx, n, id, first+i, dev, nil)
+			c, err := ncclgo.InitRank(ctx, n, id, first+i, dev, opts)
 			if err != nil {
 				errs[i] = err
 				return
@@ -632,14 +967,15 @@ func (r *mpRank) addr(dt ncclgo.DataType, recv bool, off int) cuda.DevicePtr {
 	return p + cuda.DevicePtr(off*dt.Size())
 }
 
-// mpSuite runs every case on the process's ranks and prints one result
-// line per rank. Cases whose function is not in the kernel build are
-// skipped (every rank skips alike).
+// mpSuite runs every case (NCCLGO_MP_CASES's) on the process's ranks and
+// prints one result line per rank. Cases that the tuner refuses (a
+// function not in the kernel build, or nothing NCCL_ALGO and NCCL_PROTO
+// leave) are skipped, every rank alike, each with an MPSKIP line.
 func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
-	cases := mpCases(n, short)
+	cases := mpFilter(mpCases(n, short), mpCaseFilter(t))
 	failed, skipped := 0, 0
 	for _, c := range cases {
-		what := fmt.Sprintf("%s %s count=%d", c.name, c.dt, c.count)
+		what := c.what()
 		es := c.dt.Size()
 		for _, rk := range ranks {
 			r := rk.comm.Rank()
@@ -659,7 +995,7 @@ func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
 		err := g.End()
 		if errors.Is(err, tune.ErrNoChoice) {
 			skipped++
-			t.Logf("%s: skipped: %v", what, err)
+			fmt.Printf("MPSKIP case=%q err=%v\n", what, err)
 			continue
 		}
 		require.NoError(t, err, what)

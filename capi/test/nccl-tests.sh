@@ -17,6 +17,12 @@
 # launcher), every process one rank with ARGS' -g; NCCL_TESTS_DEVICE=0
 # puts every process on GPU 0 (which ncclgo runs under MPS; the stock
 # NCCL refuses ranks that share a GPU, so set SYSTEM_NCCL_LIB=none then).
+# HOSTS=H (with MPI=1) makes the NP processes H fake hosts: each runs
+# through capi/test/hostid.sh, which sets NCCL_HOSTID from its MPI rank
+# (blocks of consecutive ranks), so that NET joins the hosts;
+# NCCL_SOCKET_IFNAME (default lo with HOSTS) reaches every rank.
+# BIN_LIST (e.g. "all_reduce all_gather") builds only those tests (nccl-tests'
+# BIN_FILES_LIST); by default it builds them all.
 set -euo pipefail
 src=$(cd "$1" && pwd)
 root=$(cd "${2:-bundle}" && pwd)
@@ -66,9 +72,16 @@ if [ "$mpi" = 1 ]; then
   # shellcheck disable=SC2206
   launch=(${LAUNCH:-mpirun --allow-run-as-root --oversubscribe -np ${NP:-2} -x NCCLGO_FATBIN -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE
     -x NCCL_TESTS_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_DEBUG})
+  if [ -n "${HOSTS:-}" ]; then
+    export NCCLGO_FAKE_HOSTS=$HOSTS NCCLGO_HOSTID_PREFIX=${NCCLGO_HOSTID_PREFIX:-nt$$} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+    launch+=(-x NCCLGO_FAKE_HOSTS -x NCCLGO_HOSTID_PREFIX -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG_SUBSYS "$(cd "$(dirname "$0")" && pwd)/hostid.sh")
+  fi
+elif [ -n "${HOSTS:-}" ]; then
+  echo "HOSTS=$HOSTS needs MPI=1: fake hosts are processes"; exit 1
 fi
 
 echo "== building nccl-tests against ncclgo's nccl.h (MPI=$mpi)"
+[ -n "${BIN_LIST:-}" ] && mpiargs+=(BIN_FILES_LIST="$BIN_LIST")
 make -C "$src" -j"$(nproc)" MPI="$mpi" "${mpiargs[@]}" BUILDDIR="$bdir" NCCL_HOME="$home" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
   NVCC_GENCODE="${GENCODE:--gencode=arch=compute_90,code=sm_90}" >"$src/build.log" 2>&1 ||
   { tail -40 "$src/build.log"; exit 1; }
@@ -91,7 +104,7 @@ for t in ${TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv
       libdir=$sys
     fi
     log=$src/${t}_$which.log
-    echo "== ${t}_perf on $which ($libdir)${launch[0]:+ under ${launch[*]:0:3}}"
+    echo "== ${t}_perf on $which ($libdir)${launch[0]:+ under ${launch[*]:0:3}}${HOSTS:+, $HOSTS fake hosts}"
     rc=0
     # shellcheck disable=SC2086
     NCCLGO_FATBIN=$fatbin LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \

@@ -94,7 +94,7 @@ func (t *Tuner) steps(c kspace.Coll) (nsteps, inter int) {
 	case kspace.AllReduce:
 		nsteps = 2 * (n - 1)
 		if nodes > 1 {
-			inter = 2 * nodes
+			inter = t.allReduceInterSteps()
 		}
 	case kspace.AllGather, kspace.AllGatherV, kspace.ReduceScatter:
 		nsteps, inter = n-1, nodes-1
@@ -111,7 +111,7 @@ func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int
 	if t.topo.IntraLink == LinkPCI {
 		intraHW = hwPCI
 	}
-	intra, inter := hwLat[intraHW][a][p], hwLat[hwNet][a][p]
+	intra, inter := hwLat[intraHW][a][p], t.netHopLat(a, p)
 	lat := baseLat[a][p]
 	switch a {
 	case kspace.Ring:
@@ -185,7 +185,7 @@ func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc i
 		bw = math.Min(bw, t.topo.InterBW)
 	}
 	ncf := float64(nc)
-	bus := ncf * bw
+	bus := t.netBus(ncf * bw) // net.go
 	ppn := float64(t.topo.NRanks) / float64(nodes)
 	switch a {
 	case kspace.Ring:
@@ -238,7 +238,7 @@ func (t *Tuner) p2pTime(p kspace.Proto, nc int, nBytes int64) float64 {
 		hw = hwPCI
 	}
 	eff := [kspace.NumProtos]float64{0.5, 120.0 / 128, 1}[p]
-	return baseLat[kspace.Ring][p] + hwLat[hw][kspace.Ring][p] + float64(nBytes)/(1000*float64(nc)*bw*eff)
+	return baseLat[kspace.Ring][p] + hwLat[hw][kspace.Ring][p] + float64(nBytes)/(1000*t.netBus(float64(nc)*bw)*eff)
 }
 
 // modeled reports whether the model covers algorithm a for collective c.

@@ -59,6 +59,12 @@ type Topology struct {
 	// between nodes (needed when NNodes > 1), both in GB/s.
 	IntraBW float64
 	InterBW float64
+	// NetBW is the network's bandwidth between nodes in GB/s, all
+	// channels together (one host's NIC; SocketNetBW for a socket device
+	// of unknown speed). When set (NNodes > 1) it caps the bus bandwidth
+	// of calls that cross nodes and turns on NCCL's network latency rules
+	// (net.go); zero leaves InterBW per channel, uncapped.
+	NetBW float64
 	// IntraLink is the link within a node (NVLink by default).
 	IntraLink Link
 	// NChannels is how many channels the communicator has set up; 0 means
@@ -205,6 +211,8 @@ func New(topo Topology, cfg config.Config, available func(kspace.Func) bool, opt
 			ErrTopology, tp.SMCount, tp.BlocksPerSM)
 	case !(tp.IntraBW > 0) || math.IsInf(tp.IntraBW, 0):
 		return nil, fmt.Errorf("tune: %w: IntraBW=%v, want a positive bandwidth in GB/s", ErrTopology, tp.IntraBW)
+	case tp.NetBW < 0 || math.IsNaN(tp.NetBW) || math.IsInf(tp.NetBW, 0):
+		return nil, fmt.Errorf("tune: %w: NetBW=%v, want 0 (no network model) or a bandwidth in GB/s", ErrTopology, tp.NetBW)
 	case tp.NNodes > 1 && (!(tp.InterBW > 0) || math.IsInf(tp.InterBW, 0)):
 		return nil, fmt.Errorf("tune: %w: InterBW=%v with %d nodes, want a positive bandwidth in GB/s", ErrTopology, tp.InterBW, tp.NNodes)
 	}

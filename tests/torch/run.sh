@@ -44,7 +44,10 @@
 #
 # Environment: BUNDLE (bundle), NCCLGO_FATBIN (build/ncclgo.fatbin, else
 # $BUNDLE/lib/ncclgo.fatbin), TORCH_VENV (/opt/torch/.venv), NPROC (2),
-# METHOD (preload|libpath), STEPS ("probe collectives split extra extra-eager ddp fsdp nojoin compare"),
+# METHOD (preload|libpath), HOSTS (fake hosts: 2..NPROC makes each block of
+# consecutive ranks a host of its own NCCL_HOSTID, through
+# capi/test/hostid.sh under torchrun --no-python, so that NET joins them;
+# NCCL_SOCKET_IFNAME defaults to lo then), STEPS ("probe collectives split extra extra-eager ddp fsdp nojoin compare"),
 # LIBS ("stock ncclgo"), OUT (build/torch), BUDGET (570), T_PROBE (60),
 # T_COLL (200), T_DDP (200), EXPECT_VERSION (from nccl.h), STOCK_NCCL (the wheel's
 # libnccl.so.2, found under the venv's site-packages/nvidia), SCRIPT_ARGS (more arguments for both
@@ -68,6 +71,7 @@ NPROC=${NPROC:-2}
 METHOD=${METHOD:-preload}
 STEPS=${STEPS:-probe collectives split extra extra-eager ddp fsdp nojoin compare}
 LIBS=${LIBS:-stock ncclgo}
+HOSTS=${HOSTS:-}
 BUDGET=${BUDGET:-570}
 T_PROBE=${T_PROBE:-60}
 T_COLL=${T_COLL:-200}
@@ -98,6 +102,13 @@ FATBIN=$(readlink -f "$FATBIN")
 STOCK=${STOCK_NCCL:-$(find "$VENV"/lib/python3*/site-packages/nvidia -name 'libnccl.so.2*' 2>/dev/null | sort | head -1)}
 [[ -n $STOCK ]] && STOCK=$(readlink -f "$STOCK")
 
+HOSTWRAP=()
+if [[ -n $HOSTS ]]; then
+  [[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 1 && HOSTS <= NPROC)) || die "HOSTS=$HOSTS: want a number of fake hosts, 1 to NPROC=$NPROC"
+  export NCCLGO_FAKE_HOSTS=$HOSTS NCCLGO_HOSTID_PREFIX=${NCCLGO_HOSTID_PREFIX:-torch$$} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+  HOSTWRAP=(--no-python "$ROOT/capi/test/hostid.sh" "$PY")
+fi
+
 case $METHOD in
   preload) NCCLGO_ENV=(LD_PRELOAD="$LIB") ;;
   libpath) NCCLGO_ENV=(LD_LIBRARY_PATH="$(dirname "$LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}") ;;
@@ -116,6 +127,7 @@ echo "ncclgo lib: $LIB"
 echo "fatbin:     $FATBIN"
 echo "stock lib:  ${STOCK:-not found in $VENV}"
 echo "method:     $METHOD (${NCCLGO_ENV[0]})"
+[[ -n $HOSTS ]] && echo "hosts:      $HOSTS fake hosts of $NPROC ranks (NCCL_HOSTID=$NCCLGO_HOSTID_PREFIX-host<k>, NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME)"
 TORCH_CUDA=$(compgen -G "$VENV/lib/python3*/site-packages/torch/lib/libtorch_cuda.so" | head -1)
 if [[ -n $TORCH_CUDA ]] && command -v readelf >/dev/null; then
   echo "libtorch_cuda.so: $(readelf -d "$TORCH_CUDA" | grep -E 'RPATH|RUNPATH|NEEDED.*nccl' | sed 's/.*(\(.*\))/\1/' | tr -s ' ' | paste -sd';')"
@@ -183,7 +195,7 @@ torch_cmd() {
   [[ $script == collectives.py || $script == extra.py ]] && extra+=" ${COLL_ARGS:-}"
   [[ $script == nojoin.py ]] && extra=""
   # shellcheck disable=SC2206 # the extra arguments are split into words on purpose
-  CMD+=("$TORCHRUN" --standalone --nproc_per_node "$NPROC" "$ROOT/tests/torch/$script" "$@" $extra)
+  CMD+=("$TORCHRUN" --standalone --nproc_per_node "$NPROC" "${HOSTWRAP[@]}" "$ROOT/tests/torch/$script" "$@" $extra)
   [[ $script == nojoin.py ]] && return
   if [[ $lib == ncclgo ]]; then CMD+=("${NCCLGO_EXPECT[@]}"); else CMD+=("${STOCK_EXPECT[@]}"); fi
 }
@@ -258,7 +270,7 @@ fi
 echo "== summary (logs in $OUT, $((SECONDS - T0))s)"
 printf '%s\n' "${TABLE[@]}"
 if ((FAILED)); then
-  echo "TORCH-RUN-RESULT FAIL failed=$FAILED method=$METHOD nproc=$NPROC"
+  echo "TORCH-RUN-RESULT FAIL failed=$FAILED method=$METHOD nproc=$NPROC${HOSTS:+ hosts=$HOSTS}"
   exit 1
 fi
-echo "TORCH-RUN-RESULT OK method=$METHOD nproc=$NPROC"
+echo "TORCH-RUN-RESULT OK method=$METHOD nproc=$NPROC${HOSTS:+ hosts=$HOSTS}"

@@ -1,0 +1,174 @@
+package tests
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/runtime/config"
+)
+
+// The fake-host plumbing of the multi-process tests, without a GPU.
+
+func TestMultiProcessHostSplit(t *testing.T) {
+	for _, tc := range []struct {
+		procs, hosts int
+		want         []int
+	}{
+		{4, 0, []int{0, 0, 0, 0}},
+		{4, 1, []int{0, 0, 0, 0}},
+		{2, 2, []int{0, 1}},
+		{4, 2, []int{0, 0, 1, 1}},
+		{6, 3, []int{0, 0, 1, 1, 2, 2}},
+		{8, 4, []int{0, 0, 1, 1, 2, 2, 3, 3}},
+		{4, 4, []int{0, 1, 2, 3}},
+	} {
+		l := mpLayout{nProcs: tc.procs, perProc: 1, hosts: tc.hosts}
+		var got []int
+		for p := range tc.procs {
+			got = append(got, l.hostOf(p))
+		}
+		assert.Equal(t, tc.want, got, "%d processes on %d hosts", tc.procs, tc.hosts)
+	}
+	l := mpLayout{nProcs: 4, perProc: 1, hosts: 2}
+	assert.Equal(t, []string{"NCCL_HOSTID=mp77-host1", mpEnvHostsOn + "=true"}, l.hostEnv(2, 77, ""))
+	assert.Equal(t, []string{"NCCL_HOSTID=job-host0", mpEnvHostsOn + "=true"}, l.hostEnv(1, 77, "job"))
+	assert.Nil(t, mpLayout{nProcs: 4, perProc: 1, hosts: 1}.hostEnv(1, 77, ""), "one host: the environment's")
+}
+
+func TestMultiProcessCaseFilter(t *testing.T) {
+	cases := mpCases(4, true)
+	all := mpFilter(cases, nil)
+	assert.Len(t, all, len(cases))
+	re := regexp.MustCompile(`^(AllReduce Sum|AllGather) Float32 count=(1|1001)$`)
+	got := mpFilter(cases, re)
+	var names []string
+	for _, c := range got {
+		names = append(names, c.what())
+	}
+	assert.Equal(t, []string{"AllReduce Sum Float32 count=1", "AllGather Float32 count=1",
+		"AllReduce Sum Float32 count=1001", "AllGather Float32 count=1001"}, names)
+	assert.Empty(t, mpFilter(cases, regexp.MustCompile(`^nothing$`)))
+}
+
+// mpFakeOutputs builds the children's outputs of a run of l: MPVIA lines
+// for a ring over the ranks with the given transport per pair, the result
+// lines, and MPSKIP lines for the skipped cases.
+func mpFakeOutputs(l mpLayout, via func(from, to int) string, run []mpCase, skip func(c mpCase) string) []string {
+	n := l.nProcs * l.perProc
+	outs := make([]string, l.nProcs)
+	skipped := 0
+	var skips strings.Builder
+	for _, c := range run {
+		if why := skip(c); why != "" {
+			skipped++
+			fmt.Fprintf(&skips, "MPSKIP case=%q err=%s\n", c.what(), why)
+		}
+	}
+	for p := range l.nProcs {
+		var b strings.Builder
+		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+			fmt.Fprintf(&b, "MPVIA from=%d to=%d via=%s\n", r, (r+1)%n, via(r, (r+1)%n))
+		}
+		b.WriteString(skips.String())
+		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+			fmt.Fprintf(&b, "%s rank=%d pid=%d cases=%d skipped=%d failed=0\n", mpResultLine, r, 100+p, len(run), skipped)
+		}
+		outs[p] = b.String()
+	}
+	return outs
+}
+
+func TestMultiProcessCheckHosts(t *testing.T) {
+	sel := func(algo, proto string) mpSel {
+		a, err := config.ParseAlgoSelection(algo)
+		require.NoError(t, err)
+		p, err := config.ParseProtoSelection(proto)
+		require.NoError(t, err)
+		return mpSel{algo: a, proto: p}
+	}
+	l := mpLayout{nProcs: 4, perProc: 1, hosts: 2} // hosts {0,1} {2,3}
+	host := func(r int) int { return l.hostOf(r) }
+	right := func(from, to int) string {
+		if host(from) != host(to) {
+			return "NET/Socket"
+		}
+		return "P2P/CUMEM"
+	}
+	run := mpFilter(mpCases(4, true), regexp.MustCompile(`Float32 count=1$`))
+	none := func(mpCase) string { return "" }
+
+	summary, err := mpCheckHosts(l, sel("", ""), run, mpFakeOutputs(l, right, run, none))
+	require.NoError(t, err)
+	assert.Contains(t, summary, "NET/Socket×2")
+	assert.Contains(t, summary, "P2P/CUMEM×2")
+
+	// NET inside a host, P2P across hosts: both wrong.
+	_, err = mpCheckHosts(l, sel("", ""), run, mpFakeOutputs(l, func(int, int) string { return "NET/Socket" }, run, none))
+	assert.ErrorContains(t, err, "want P2P or SHM inside a host")
+	_, err = mpCheckHosts(l, sel("", ""), run, mpFakeOutputs(l, func(int, int) string { return "SHM" }, run, none))
+	assert.ErrorContains(t, err, "want NET across hosts")
+
+	// Two ranks per host but no connection inside a host reported.
+	l1 := mpLayout{nProcs: 2, perProc: 2, hosts: 2}
+	outs := mpFakeOutputs(l1, func(int, int) string { return "NET/Socket" }, run, none)
+	for p := range outs {
+		outs[p] = strings.ReplaceAll(outs[p], fmt.Sprintf("MPVIA from=%d to=%d via=NET/Socket\n", 2*p, 2*p+1), "")
+	}
+	_, err = mpCheckHosts(l1, sel("", ""), run, outs)
+	assert.ErrorContains(t, err, "no connection inside a host")
+
+	// TREE forced: only AllReduce (and Send/Recv) run; the rest are skipped
+	// with tune.ErrNoChoice: fine.
+	tree := func(c mpCase) string {
+		if strings.HasPrefix(c.name, "AllReduce") || strings.HasPrefix(c.name, "SendRecv") {
+			return ""
+		}
+		return "tune: no algorithm and protocol to run: NCCL_ALGO=TREE leaves no algorithm for " + c.name
+	}
+	_, err = mpCheckHosts(l, sel("TREE", ""), run, mpFakeOutputs(l, right, run, tree))
+	require.NoError(t, err)
+	// A skip for another reason fails.
+	_, err = mpCheckHosts(l, sel("", ""), run, mpFakeOutputs(l, right, run, func(c mpCase) string {
+		if c.name == "Broadcast" {
+			return "launch failed"
+		}
+		return ""
+	}))
+	assert.ErrorContains(t, err, "other than tune.ErrNoChoice")
+	// Everything skipped without LL128 forced: the case list ran nothing.
+	_, err = mpCheckHosts(l, sel("TREE", ""), run, mpFakeOutputs(l, right, run, func(c mpCase) string {
+		return "tune: no algorithm and protocol to run: x"
+	}))
+	assert.ErrorContains(t, err, "cases skipped")
+
+	// LL128 forced: every collective refused naming LL128, Send/Recv runs.
+	ll128 := func(c mpCase) string {
+		if strings.HasPrefix(c.name, "SendRecv") {
+			return ""
+		}
+		return "tune: no algorithm and protocol to run: NCCL_PROTO=LL128 leaves no protocol for " + c.name
+	}
+	summary, err = mpCheckHosts(l, sel("", "LL128"), run, mpFakeOutputs(l, right, run, ll128))
+	require.NoError(t, err)
+	assert.Contains(t, summary, "LL128 forced")
+	// ... and a collective that ran under forced LL128 is an error.
+	_, err = mpCheckHosts(l, sel("", "LL128"), run, mpFakeOutputs(l, right, run, func(c mpCase) string {
+		if c.name == "Broadcast" {
+			return ""
+		}
+		return ll128(c)
+	}))
+	assert.ErrorContains(t, err, "want the")
+
+	// PAT forced where the build has none: the run is pointless.
+	assert.Contains(t, sel("PAT", "").patMissing(), "PAT")
+	assert.Empty(t, sel("RING", "").patMissing())
+	assert.True(t, sel("", "LL128").ll128Only())
+	assert.False(t, sel("", "LL128,Simple").ll128Only())
+	assert.False(t, sel("", "").ll128Only())
+}
