@@ -154,15 +154,13 @@ func withNodes(t tune.Topology, peers []transport.Peer) tune.Topology {
 	}
 	t.NNodes = max(1, len(hosts))
 	if t.NNodes > 1 && !(t.InterBW > 0) {
-		t.InterBW = socketBW
+		t.InterBW = tune.SocketNetBW
+	}
+	if t.NNodes > 1 && !(t.NetBW > 0) {
+		t.NetBW = tune.SocketNetBW
 	}
 	return t
 }
-
-// socketBW is the tuner's bandwidth between hosts, in GB/s: the socket
-// net's default device speed (10 Gbit/s, runtime/net), until the net's
-// measured figure replaces it.
-const socketBW = 10000.0 / 8000
 
 // buildGraphs returns the rings of every channel and the trees. With the
 // ranks on one host (peers all on one Host, or nil): graph.Rings over l
