@@ -4,7 +4,6 @@ import (
 	"math/bits"
 
 	"github.com/ncclgo/ncclgo/generated"
-	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
@@ -36,7 +35,7 @@ import (
 //     in the FIFO slots they arrived in, never in scratch memory, so a
 //     connection must hold all of one dimension's messages at once:
 //     min(2^k, n-2^k) <= PATWindow for every k, which holds up to
-//     PATMaxRanksReduceScatter ranks.
+//     tune.PATMaxRanksReduceScatter ranks (tune.PATFits).
 //
 // A step waits for all its inputs and for a FIFO slot on all its outputs,
 // then moves one chunk; both ends of every connection handle its messages
@@ -47,25 +46,6 @@ import (
 // PATWindow is how many slots a PAT connection holds: the FIFO depth,
 // NG_STEPS.
 const PATWindow = generated.Steps
-
-// PATMaxRanksReduceScatter is the largest communicator on which the
-// ReduceScatter schedule fits the FIFOs (see PATFits).
-const PATMaxRanksReduceScatter = 24
-
-// PATFits reports whether PAT's schedule for coll runs on n ranks with
-// FIFOs of PATWindow slots: AllGather always, ReduceScatter while every
-// dimension's messages fit a connection at once.
-func PATFits(coll kspace.Coll, n int) bool {
-	if coll != kspace.ReduceScatter {
-		return coll == kspace.AllGather
-	}
-	for _, d := range PATDistances(n) {
-		if min(d, n-d) > PATWindow {
-			return false
-		}
-	}
-	return true
-}
 
 // PATHigh is floor(log2 o), the dimension over which offset o >= 1
 // arrives (AllGather) or leaves (ReduceScatter).

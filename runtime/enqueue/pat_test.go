@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/tune"
 
 	"github.com/stretchr/testify/require"
 )
@@ -147,22 +148,22 @@ func TestPATScheduleSimulated(t *testing.T) {
 	}
 }
 
-// TestPATFits checks PATFits against the simulation at the device's FIFO
+// TestPATFits checks tune.PATFits against the simulation at the device's FIFO
 // depth: ReduceScatter runs exactly where it says, and AllGather on any
 // rank count tried.
 func TestPATFits(t *testing.T) {
 	for n := 1; n <= 40; n++ {
 		err := simulatePAT(n, 2, PATWindow, PATWindow, false)
-		if PATFits(kspace.ReduceScatter, n) {
+		if tune.PATFits(kspace.ReduceScatter, n) {
 			require.NoError(t, err, "ReduceScatter n=%d", n)
 		} else {
 			require.ErrorIs(t, err, errPATDeadlock, "ReduceScatter n=%d", n)
 		}
-		require.Equal(t, n <= PATMaxRanksReduceScatter, PATFits(kspace.ReduceScatter, n), "n=%d", n)
-		require.True(t, PATFits(kspace.AllGather, n))
+		require.Equal(t, n <= tune.PATMaxRanksReduceScatter, tune.PATFits(kspace.ReduceScatter, n), "n=%d", n)
+		require.True(t, tune.PATFits(kspace.AllGather, n))
 		require.NoError(t, simulatePAT(n, 2, PATWindow, PATWindow, true), "AllGather n=%d", n)
 	}
-	require.False(t, PATFits(kspace.AllReduce, 4))
+	require.False(t, tune.PATFits(kspace.AllReduce, 4))
 }
 
 // TestPATAllGatherHops checks the AllGather schedule's structure: every
