@@ -8,6 +8,7 @@ import (
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -222,4 +223,20 @@ func TestPATFan(t *testing.T) {
 	}
 	require.Equal(t, 1, PATChannels(Comm{NChannels: 1}))
 	require.Equal(t, 4, PATChannels(Comm{NChannels: 32}))
+}
+
+// TestPATPlanChannels checks that a PAT call lands on the PAT channels
+// only, whatever the tuner asks, and runs the PAT function.
+func TestPATPlanChannels(t *testing.T) {
+	c := Comm{Rank: 1, NRanks: 4, NChannels: 32, P2PChannelsPerPeer: 2}
+	ch := fixedChooser{algo: kspace.PAT, proto: kspace.Simple, nc: 16, nt: 256}
+	for _, coll := range []kspace.Coll{kspace.AllGather, kspace.ReduceScatter} {
+		p, err := Build(c, []Task{{Coll: coll, Type: kspace.F32, Op: kspace.Sum, Send: 0x1000, Recv: 0x100000, Bytes: 1 << 20}}, ch, nil)
+		require.NoError(t, err)
+		require.Len(t, p.Launches, 1)
+		l := p.Launches[0]
+		assert.Equal(t, uint64(1)<<PATChannels(c)-1, l.ChannelMask, "%s", coll)
+		assert.Equal(t, kspace.PAT, l.Func.Algo)
+		assert.Equal(t, PATChannels(c), p.Decisions[0].NChannels)
+	}
 }
