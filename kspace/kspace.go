@@ -174,8 +174,10 @@ var AlgosOf = [NumColls][]Algo{
 }
 
 // Implemented reports whether ncclgo's device library implements the
-// algorithm. Functions of other algorithms are enumerated and compiled to
-// stubs that report "unsupported"; the runtime never selects them.
+// algorithm: RING for every collective, TREE for AllReduce, PAT for
+// AllGather and ReduceScatter (devicesrc/pat.h). Functions of other
+// algorithms are enumerated and compiled to stubs that report
+// "unsupported"; the runtime never selects them.
 func Implemented(c Coll, a Algo) bool {
 	switch {
 	case c == SendRecv:
@@ -184,6 +186,8 @@ func Implemented(c Coll, a Algo) bool {
 		return true
 	case a == Tree:
 		return c == AllReduce
+	case a == PAT:
+		return c == AllGather || c == ReduceScatter
 	}
 	return false
 }

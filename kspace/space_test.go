@@ -45,3 +45,25 @@ func TestRowOfMatchesEnumeration(t *testing.T) {
 		require.Equal(t, i, row, fn.String())
 	}
 }
+
+func TestImplemented(t *testing.T) {
+	for c := Coll(0); c < NumColls; c++ {
+		for a := Algo(0); a < NumAlgos; a++ {
+			want := c == SendRecv || a == Ring ||
+				a == Tree && c == AllReduce ||
+				a == PAT && (c == AllGather || c == ReduceScatter)
+			assert.Equal(t, want, Implemented(c, a), "%s %s", c, a)
+		}
+	}
+	// PAT's functions are SIMPLE only.
+	for _, c := range []Coll{AllGather, ReduceScatter} {
+		for p := Proto(0); p < NumProtos; p++ {
+			f := Func{Coll: c, RedOp: Unset, Type: Unset, Algo: PAT, Proto: p}
+			if c.HasRedOp() {
+				f.RedOp, f.Type = Sum, F32
+			}
+			_, _, ok := Requirements(f)
+			assert.Equal(t, p == Simple, ok, f.String())
+		}
+	}
+}

@@ -10,7 +10,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE, ReduceS
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_bf16_NVLS_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, NVLS, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_bf16_PAT_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_bf16_PAT_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC(ReduceScatter_MinMax_bf16_RING_LL, ReduceScatter, MinMax, __nv_bfloat16, RING, LL)

@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE, ReduceSc
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f16_NVLS_SIMPLE, ReduceScatter, MinMax, half, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f16_PAT_SIMPLE, ReduceScatter, MinMax, half, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_f16_PAT_SIMPLE, ReduceScatter, MinMax, half, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_f16_RING_LL, ReduceScatter, MinMax, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_MinMax_f16_RING_LL128, ReduceScatter, MinMax, half, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_MinMax_f16_RING_SIMPLE, ReduceScatter, MinMax, half, RING, SIMPLE)

@@ -7,7 +7,7 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, __nv_fp8_e4m3, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE, ReduceScatter, MinMax, __nv_fp8_e4m3, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE, ReduceScatter, MinMax, __nv_fp8_e4m3, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(ReduceScatter_MinMax_f8e4m3_RING_LL, ReduceScatter, MinMax, __nv_fp8_e4m3, RING, LL)

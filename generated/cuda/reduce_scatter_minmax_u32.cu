@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE, ReduceSc
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_u32_NVLS_SIMPLE, ReduceScatter, MinMax, uint32_t, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_u32_PAT_SIMPLE, ReduceScatter, MinMax, uint32_t, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_u32_PAT_SIMPLE, ReduceScatter, MinMax, uint32_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_u32_RING_LL, ReduceScatter, MinMax, uint32_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_MinMax_u32_RING_LL128, ReduceScatter, MinMax, uint32_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_MinMax_u32_RING_SIMPLE, ReduceScatter, MinMax, uint32_t, RING, SIMPLE)

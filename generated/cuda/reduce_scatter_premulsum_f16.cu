@@ -4,7 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE, ReduceScatter, PreMulSum, half, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f16_PAT_SIMPLE, ReduceScatter, PreMulSum, half, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_PreMulSum_f16_PAT_SIMPLE, ReduceScatter, PreMulSum, half, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f16_RING_LL, ReduceScatter, PreMulSum, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f16_RING_LL128, ReduceScatter, PreMulSum, half, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f16_RING_SIMPLE, ReduceScatter, PreMulSum, half, RING, SIMPLE)

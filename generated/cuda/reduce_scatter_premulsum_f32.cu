@@ -4,7 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE, ReduceScatter, PreMulSum, float, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f32_PAT_SIMPLE, ReduceScatter, PreMulSum, float, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_PreMulSum_f32_PAT_SIMPLE, ReduceScatter, PreMulSum, float, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f32_RING_LL, ReduceScatter, PreMulSum, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f32_RING_LL128, ReduceScatter, PreMulSum, float, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f32_RING_SIMPLE, ReduceScatter, PreMulSum, float, RING, SIMPLE)

@@ -4,7 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE, ReduceScatter, PreMulSum, double, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f64_PAT_SIMPLE, ReduceScatter, PreMulSum, double, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_PreMulSum_f64_PAT_SIMPLE, ReduceScatter, PreMulSum, double, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f64_RING_LL, ReduceScatter, PreMulSum, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f64_RING_LL128, ReduceScatter, PreMulSum, double, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f64_RING_SIMPLE, ReduceScatter, PreMulSum, double, RING, SIMPLE)

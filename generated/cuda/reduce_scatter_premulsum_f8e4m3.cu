@@ -7,7 +7,7 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE, ReduceScatter, PreMulSum, __nv_fp8_e4m3, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE, ReduceScatter, PreMulSum, __nv_fp8_e4m3, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE, ReduceScatter, PreMulSum, __nv_fp8_e4m3, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(ReduceScatter_PreMulSum_f8e4m3_RING_LL, ReduceScatter, PreMulSum, __nv_fp8_e4m3, RING, LL)

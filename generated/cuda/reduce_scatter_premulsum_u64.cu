@@ -4,7 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE, ReduceScatter, PreMulSum, uint64_t, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_PreMulSum_u64_PAT_SIMPLE, ReduceScatter, PreMulSum, uint64_t, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_PreMulSum_u64_PAT_SIMPLE, ReduceScatter, PreMulSum, uint64_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_u64_RING_LL, ReduceScatter, PreMulSum, uint64_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_u64_RING_LL128, ReduceScatter, PreMulSum, uint64_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_PreMulSum_u64_RING_SIMPLE, ReduceScatter, PreMulSum, uint64_t, RING, SIMPLE)

@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE, ReduceScatt
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f16_NVLS_SIMPLE, ReduceScatter, Sum, half, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f16_PAT_SIMPLE, ReduceScatter, Sum, half, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f16_PAT_SIMPLE, ReduceScatter, Sum, half, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL128, ReduceScatter, Sum, half, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_SIMPLE, ReduceScatter, Sum, half, RING, SIMPLE)

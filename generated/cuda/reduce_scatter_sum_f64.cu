@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE, ReduceScatt
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f64_NVLS_SIMPLE, ReduceScatter, Sum, double, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f64_PAT_SIMPLE, ReduceScatter, Sum, double, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f64_PAT_SIMPLE, ReduceScatter, Sum, double, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL128, ReduceScatter, Sum, double, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_SIMPLE, ReduceScatter, Sum, double, RING, SIMPLE)

@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE, ReduceScatt
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u64_NVLS_SIMPLE, ReduceScatter, Sum, uint64_t, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u64_PAT_SIMPLE, ReduceScatter, Sum, uint64_t, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_u64_PAT_SIMPLE, ReduceScatter, Sum, uint64_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL128, ReduceScatter, Sum, uint64_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_SIMPLE, ReduceScatter, Sum, uint64_t, RING, SIMPLE)

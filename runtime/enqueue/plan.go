@@ -469,6 +469,9 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 		fn = funcOf(t, ch)
 	}
 	nc := min(max(ch.NChannels, 1), c.NChannels)
+	if ch.Algo == kspace.PAT {
+		nc = min(nc, PATChannels(c)) // the channels with PAT connections
+	}
 	granule := max(Granule/unit, 1)
 	per, parts := split(units, nc, granule)
 	dec.NChannels = parts

@@ -21,8 +21,8 @@ import (
 //     measured Hopper limits, and converted to algorithm bandwidth (a ring
 //     moves n/nsteps of the data per step; a tree halves it).
 //
-// Only RING and TREE have a model: they are the algorithms the device
-// library implements (kspace.Implemented). Times are in microseconds and
+// RING and TREE have this model; PAT, the third algorithm the device
+// library implements (kspace.Implemented), has its own (pat.go). Times are in microseconds and
 // bandwidths in GB/s (= bytes per ns, so bytes / (1000 × GB/s) is µs).
 
 // Hardware classes of NCCL's latency table.
@@ -106,6 +106,9 @@ func (t *Tuner) steps(c kspace.Coll) (nsteps, inter int) {
 
 // latency returns the latency (µs) of one call.
 func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64) float64 {
+	if a == kspace.PAT {
+		return t.patLatency()
+	}
 	nodes := t.topo.NNodes
 	intraHW := hwNVLink
 	if t.topo.IntraLink == LinkPCI {
@@ -179,6 +182,9 @@ func (t *Tuner) bandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, 
 
 // ncclBandwidth is NCCL's algorithm bandwidth (GB/s) of a call on nc channels.
 func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc int, nBytes int64) float64 {
+	if a == kspace.PAT {
+		return t.patBandwidth(nc)
+	}
 	nodes, k := t.topo.NNodes, t.nodeClass()
 	bw := t.topo.IntraBW
 	if nodes > 1 {
@@ -248,6 +254,8 @@ func modeled(c kspace.Coll, a kspace.Algo) bool {
 		return c != kspace.SendRecv
 	case kspace.Tree:
 		return c == kspace.AllReduce
+	case kspace.PAT: // pat.go
+		return c == kspace.AllGather || c == kspace.ReduceScatter
 	default:
 		return false
 	}

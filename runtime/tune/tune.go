@@ -299,6 +299,11 @@ func (t *Tuner) usable(c kspace.Coll, op kspace.RedOp, ty kspace.Type, a kspace.
 	if !modeled(c, a) || !kspace.Implemented(c, a) || a.IsNVLS() && !t.cfg.NVLSEnable {
 		return false
 	}
+	if a == kspace.PAT {
+		if ok, _ := t.patApplies(c); !ok {
+			return false
+		}
+	}
 	f := funcOf(c, op, ty, a, p)
 	if _, _, ok := kspace.Requirements(f); !ok {
 		return false
@@ -388,6 +393,9 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 	for _, ap := range cs.pairs {
 		a, p := ap.a, ap.p
 		nc, nt := t.channels(a, p, nBytes)
+		if a == kspace.PAT {
+			nc = min(nc, PATMaxChannels) // the channels with PAT connections
+		}
 		us := 0.0
 		if t.topo.NRanks > 1 {
 			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
@@ -437,8 +445,14 @@ func (t *Tuner) candidatesFor(coll kspace.Coll, op kspace.RedOp, ty kspace.Type)
 		}
 	}
 	if len(algos) == 0 {
-		return &candidates{err: fmt.Errorf("tune: %w: %s leaves no algorithm for %s; available: %s",
-			ErrNoChoice, t.cfg.Algo.Describe(), coll, joinNames(availAlgos))}
+		why := ""
+		if t.cfg.Algo.Allows(coll, kspace.PAT) && modeled(coll, kspace.PAT) {
+			if ok, w := t.patApplies(coll); !ok {
+				why = " (" + w + ")"
+			}
+		}
+		return &candidates{err: fmt.Errorf("tune: %w: %s leaves no algorithm for %s; available: %s%s",
+			ErrNoChoice, t.cfg.Algo.Describe(), coll, joinNames(availAlgos), why)}
 	}
 	cs := &candidates{}
 	for _, a := range algos {

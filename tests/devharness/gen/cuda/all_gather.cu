@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(AllGather_COLLNET_DIRECT_SIMPLE, AllGather, Copy, int8_t
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllGather_NVLS_SIMPLE, AllGather, Copy, int8_t, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(AllGather_PAT_SIMPLE, AllGather, Copy, int8_t, PAT, SIMPLE)
+NG_DEV_FUNC(AllGather_PAT_SIMPLE, AllGather, Copy, int8_t, PAT, SIMPLE)
 NG_DEV_FUNC(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(AllGather_RING_LL128, AllGather, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(AllGather_RING_SIMPLE, AllGather, Copy, int8_t, RING, SIMPLE)

@@ -7,7 +7,7 @@ NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE, ReduceScatt
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f32_NVLS_SIMPLE, ReduceScatter, Sum, float, NVLS, SIMPLE)
 #endif
-NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f32_PAT_SIMPLE, ReduceScatter, Sum, float, PAT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f32_PAT_SIMPLE, ReduceScatter, Sum, float, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL128, ReduceScatter, Sum, float, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_SIMPLE, ReduceScatter, Sum, float, RING, SIMPLE)
