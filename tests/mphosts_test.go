@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"github.com/ncclgo/ncclgo/kspace"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
