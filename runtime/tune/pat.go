@@ -84,7 +84,7 @@ func (t *Tuner) patLatency() float64 {
 
 // patBandwidth is PAT's algorithm bandwidth (GB/s) on nc channels: each
 // rank sends and receives n-1 blocks, as in a ring, at patBWFactor of the
-// link.
+// link, and no faster than the network carries across nodes.
 func (t *Tuner) patBandwidth(nc int) float64 {
 	bw := t.topo.IntraBW
 	if t.topo.NNodes > 1 {
@@ -94,5 +94,7 @@ func (t *Tuner) patBandwidth(nc int) float64 {
 	if n < 2 {
 		return float64(nc) * bw
 	}
-	return float64(nc) * bw * patBWFactor * n / (n - 1)
+	// The bus bandwidth is capped by the network's (net.go) like every
+	// other algorithm's; the algorithm bandwidth follows from it.
+	return t.netBus(float64(nc)*bw*patBWFactor) * n / (n - 1)
 }
