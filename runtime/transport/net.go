@@ -27,8 +27,9 @@ import (
 // its own staging block exactly as it writes into an SHM receiver's (head,
 // tail, the LL flags), and the receiving kernel reads its own; the device
 // code is the SHM code. The proxy of the sending process ships every step
-// that the kernel posted (a SIMPLE step when tail passes it, whole slot;
-// LL lines as their flags turn valid) to the peer's proxy, which writes it
+// that the kernel posted (a SIMPLE step when tail passes it, as many bytes
+// as the kernel stored in the step's size word, NG_CONN_STEP_SIZES; LL
+// lines as their flags turn valid) to the peer's proxy, which writes it
 // into the receiving staging block (SIMPLE: then tail), and returns the
 // receiving kernel's head to the sender's proxy as credits, which it
 // stores into the sending block's head. LL128 cannot go through host
@@ -73,8 +74,15 @@ func (NET) Name() string { return "NET" }
 // last: P2P and SHM are preferred where they can).
 func (NET) CanConnect(Policy, Peer, Peer, Link) (bool, string) { return true, "" }
 
-// Flags implements Transport: the FIFOs are host memory.
-func (NET) Flags(send, recv Peer) uint32 { return 0 }
+// Flags implements Transport: the FIFOs are host memory, and the sending
+// kernel publishes each SIMPLE step's size (so that the proxy ships only
+// the bytes the step holds).
+func (NET) Flags(send, recv Peer) uint32 { return generated.ConnStepSizes }
+
+// offStepSizes is where, in a sender's staging block, the kernel stores
+// the byte count of SIMPLE step s: a uint32 at offStepSizes + 4*(s %
+// Steps), right behind tail (NG_CONN_STEP_SIZES).
+const offStepSizes = offTail + 8
 
 func (t NET) net() (ncclnet.Net, error) {
 	if t.Net != nil {
@@ -711,7 +719,11 @@ func (c *netConn) progressSend() (bool, error) {
 				continue
 			}
 			sb := c.slot(i, 2, s)
-			c.queue = append(c.queue, netMsg{slot: -1, payload: sb, h: netHeader{kind: kindSimple, conn: i, step: s, n: uint64(len(sb))}})
+			n := uint64(atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.host[base+offStepSizes+4*(s%generated.Steps)]))))
+			if n > uint64(len(sb)) {
+				return busy, c.fail("the kernel posted SIMPLE step %d on connection %d with %d bytes, more than its %d-byte slot", s, i, n, len(sb))
+			}
+			c.queue = append(c.queue, netMsg{slot: -1, payload: sb[:n], h: netHeader{kind: kindSimple, conn: i, step: s, n: n}})
 			busy = true
 		}
 		if tail > c.simpleDone[i] {
@@ -870,7 +882,7 @@ func (c *netConn) checkHeader(n int) error {
 		p, align = 0, 16
 	}
 	sb := c.slotBytes(p)
-	if h.n == 0 || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
+	if (h.n == 0 && h.kind == kindLL) || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
 		return c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
 	}
 	c.recvHdr = h

@@ -112,6 +112,7 @@ func BenchmarkNETSimpleBandwidth(b *testing.B) {
 			stop.Store(true)
 			break
 		}
+		postSize(mems[0], send, s, int(benchSimpleSizes[2]/generated.Steps))
 		atomic.StoreUint64(tail, s+1)
 	}
 	wg.Wait()
