@@ -227,6 +227,10 @@ const (
 	maxCredits = 8
 	scrBye     = scrCredits + (1+maxCredits)*creditSize
 	scrBounce  = 4096
+	// recvAhead is how many payloads the receiver has posted at once (each
+	// LL one with its own bounce buffer), so that the next step's header
+	// and bytes are taken while a step's chunks are still arriving.
+	recvAhead = 8
 )
 
 func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
@@ -257,7 +261,7 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 		return nil, err
 	}
 	llSlot := uint64(env.sizes[0]) / generated.Steps
-	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+recvAhead*llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		return nil, fmt.Errorf("transport: NET scratch: %w", err)
 	}
@@ -359,10 +363,10 @@ type netConn struct {
 
 	// Receiver.
 	recvHdrReq   ncclnet.Request
-	recvPayReq   ncclnet.Request
-	recvState    int // 0: waiting for a header, 1: posting its payload, 2: receiving it
+	recvHdrDone  bool // the header in scrHeaders is checked, its payload not yet posted
 	recvHdr      netHeader
-	recvDst      []byte
+	pays         []netPay // posted payloads, in order
+	bounceNext   int      // the next LL bounce buffer
 	credited     []uint64 // head sent back, per connection
 	creditsOut   []ncclnet.Request
 	creditNext   int // ring index of the next credit slot
@@ -370,6 +374,13 @@ type netConn struct {
 	gone         bool // the peer said goodbye
 	creditBroken bool // receiver: the credit connection failed
 	killed       bool // tests: close as a killed process would, without goodbye
+}
+
+// netPay is a payload the receiver posted.
+type netPay struct {
+	h   netHeader
+	dst []byte // where it lands (the slot, or an LL bounce buffer)
+	req ncclnet.Request
 }
 
 // netMsg is a step's data (or part of it) on its way: a header, then the
@@ -792,52 +803,23 @@ func (c *netConn) pump() (bool, error) {
 func (c *netConn) progressRecv() (bool, error) {
 	busy := false
 	for {
-		switch c.recvState {
-		case 0:
-			if c.recvHdrReq == nil {
-				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
-				if err != nil || r == nil {
-					return busy, c.wrap(err)
-				}
-				c.recvHdrReq = r
-			}
-			done, n, err := c.recvHdrReq.Test()
-			if err != nil || !done {
-				if err == nil {
-					return c.sendCredits(busy)
-				}
-				return busy, c.wrap(err)
-			}
-			c.recvHdrReq = nil
-			if err := c.checkHeader(n); err != nil {
-				return busy, err
-			}
-			if c.gone {
-				return true, nil
-			}
-			c.recvState, busy = 1, true
-		case 1:
-			mh := c.mhRecv[0]
-			if c.recvHdr.kind == kindLL {
-				mh = c.mhRecv[1]
-			}
-			r, err := c.recv.Irecv(c.recvDst, tagPayload, mh)
-			if err != nil || r == nil {
-				return busy, c.wrap(err)
-			}
-			c.recvPayReq, c.recvState = r, 2
-		case 2:
-			done, n, err := c.recvPayReq.Test()
+		moved := false
+		// Payloads that arrived, in order.
+		for len(c.pays) > 0 {
+			p := c.pays[0]
+			done, n, err := p.req.Test()
 			if err != nil {
 				return busy, c.wrap(err)
 			}
 			if !done {
-				return c.sendCredits(busy)
+				break
 			}
-			c.recvPayReq, c.recvState, busy = nil, 0, true
-			h := c.recvHdr
+			c.pays[0] = netPay{}
+			c.pays = c.pays[1:]
+			moved = true
+			h := p.h
 			if uint64(n) != h.n {
-				return busy, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
+				return true, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
 			}
 			if h.kind == kindSimple {
 				tail := c.word(uint64(h.conn)*c.total + offTail)
@@ -849,9 +831,65 @@ func (c *netConn) progressRecv() (bool, error) {
 			// LL lines land 8 bytes at a time, each half with its flag.
 			dst := c.slot(h.conn, 0, h.step)[h.off : h.off+h.n]
 			for o := 0; o < len(dst); o += 8 {
-				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(c.recvDst[o:]))
+				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(p.dst[o:]))
 			}
 		}
+		// The next header, while payloads may still be in flight.
+		if !c.recvHdrDone && len(c.pays) < recvAhead {
+			if c.recvHdrReq == nil {
+				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
+				if err != nil {
+					return busy, c.wrap(err)
+				}
+				c.recvHdrReq = r
+			}
+			if c.recvHdrReq != nil {
+				done, n, err := c.recvHdrReq.Test()
+				if err != nil {
+					return busy, c.wrap(err)
+				}
+				if done {
+					c.recvHdrReq = nil
+					if err := c.checkHeader(n); err != nil {
+						return true, err
+					}
+					if c.gone {
+						return true, nil
+					}
+					c.recvHdrDone, moved = true, true
+				}
+			}
+		}
+		// Its payload.
+		if c.recvHdrDone && len(c.pays) < recvAhead {
+			h := c.recvHdr
+			p := netPay{h: h}
+			mh := c.mhRecv[0]
+			if h.kind == kindSimple {
+				p.dst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
+			} else {
+				mh = c.mhRecv[1]
+				llSlot := c.slotBytes(0)
+				off := scrBounce + uint64(c.bounceNext)*llSlot
+				p.dst = c.scratch[off : off+h.n]
+			}
+			r, err := c.recv.Irecv(p.dst, tagPayload, mh)
+			if err != nil {
+				return busy, c.wrap(err)
+			}
+			if r != nil {
+				p.req = r
+				if h.kind == kindLL {
+					c.bounceNext = (c.bounceNext + 1) % recvAhead
+				}
+				c.pays = append(c.pays, p)
+				c.recvHdrDone, moved = false, true
+			}
+		}
+		if !moved {
+			return c.sendCredits(busy)
+		}
+		busy = true
 	}
 }
 
@@ -886,11 +924,6 @@ func (c *netConn) checkHeader(n int) error {
 		return c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
 	}
 	c.recvHdr = h
-	if h.kind == kindSimple {
-		c.recvDst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
-	} else {
-		c.recvDst = c.scratch[scrBounce : scrBounce+h.n]
-	}
 	return nil
 }
 
