@@ -15,7 +15,9 @@
 //
 // Slot formats:
 //   SIMPLE: raw elements; the sender fences (gpu scope, or system scope when
-//           the peer is not on this GPU) before storing tail.
+//           the peer is not on this GPU) before storing tail. On connections
+//           flagged NG_CONN_STEP_SIZES (NET) it first stores the step's byte
+//           count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS].
 //   LL    : 16-byte lines {data0 u32, flag u32, data1 u32, flag u32}, 8 data
 //           bytes each; flag = (step % 0xFFFFFFFF) + 1 (never 0, so zeroed
 //           memory never matches); written with one st.volatile.v4.
@@ -246,8 +248,14 @@ struct ngPrims {
     if (Proto == NG_PROTO_SIMPLE && ns > 0 && g.tid == 0) {
       bool sys = false;
 #pragma unroll
-      for (int k = 0; k < MaxSend; k++)
+      for (int k = 0; k < MaxSend; k++) {
         if (k < ns && !(send[k].ci->flags & NG_CONN_SAME_GPU)) sys = true;
+        // NET: the step's size, which the proxy reads once it sees tail.
+        if (k < ns && (send[k].ci->flags & NG_CONN_STEP_SIZES)) {
+          uint32_t* sz = reinterpret_cast<uint32_t*>(send[k].tail() + 1) + send[k].step % NG_STEPS;
+          asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(sz), "r"((uint32_t)(nelem * (int)sizeof(T))) : "memory");
+        }
+      }
       if (sys) __threadfence_system();
       else __threadfence();
 #pragma unroll

@@ -12,6 +12,7 @@ var Consts = []Const{
 	{"NG_WORK_REDOP_ARG_PTR", 1, "ngDevWork.flags: redOpArg is a device pointer to the scalar, not its bits"},
 	{"NG_CONN_DIRECT", 1, "ngConnInfo.flags: the peer's user buffers are load/store accessible (same process, same or peer GPU)"},
 	{"NG_CONN_SAME_GPU", 2, "ngConnInfo.flags: the peer runs on this very GPU"},
+	{"NG_CONN_STEP_SIZES", 4, "ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes)"},
 	{"NG_DEV_ERR_UNSUPPORTED", 1, "ngDevComm.errorFlag: a kernel ran a function that has no device implementation"},
 	{"NG_DEV_ERR_ABORTED", 2, "ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size"},

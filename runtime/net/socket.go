@@ -3,7 +3,6 @@ package net
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	gonet "net"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
@@ -29,6 +27,9 @@ const (
 	MaxRequests = 32
 	// minChunk is the smallest piece of a message given to one socket.
 	minChunk = 64 << 10
+	// inlineMax is the largest message sent on the control socket right
+	// after its header; longer ones go in chunks over the data sockets.
+	inlineMax = 16 << 10
 	// DefaultHandshakeTimeout bounds a new connection's hello.
 	DefaultHandshakeTimeout = 30 * time.Second
 )
@@ -39,8 +40,10 @@ type SocketOptions struct {
 	// Family is "AF_INET", "AF_INET6" or "" (runtime/bootstrap's
 	// SelectInterfaces resolves both, empty meaning the environment).
 	Interface, Family string
-	// NThreads (NCCL_SOCKET_NTHREADS) goroutines per comm move the data,
-	// each over NSocksPerThread (NCCL_NSOCKS_PERTHREAD) sockets; 0 means 1.
+	// NThreads (NCCL_SOCKET_NTHREADS) helper threads per comm move the
+	// chunks of large messages, each over NSocksPerThread
+	// (NCCL_NSOCKS_PERTHREAD) data sockets; 0 means 1, or over loopback
+	// 4 threads of 1 socket each.
 	NThreads, NSocksPerThread int
 	// HandshakeTimeout bounds a new connection's hello; 0 means
 	// DefaultHandshakeTimeout.
@@ -72,6 +75,32 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 
 func (o SocketOptions) threads() (nThreads, perThread int) {
 	return max(o.NThreads, 1), max(o.NSocksPerThread, 1)
+}
+
+// Defaults over loopback, where the sockets cost memory copies only and
+// several threads move a message's chunks in parallel.
+const (
+	loopbackThreads   = 4
+	loopbackPerThread = 1
+)
+
+// threadsFor is threads with the defaults of a loopback connection where
+// the options leave them unset.
+func (o SocketOptions) threadsFor(loopback bool) (nThreads, perThread int) {
+	if !loopback {
+		return o.threads()
+	}
+	nThreads, perThread = o.NThreads, o.NSocksPerThread
+	if nThreads == 0 {
+		nThreads = loopbackThreads
+	}
+	if perThread == 0 {
+		perThread = loopbackPerThread
+	}
+	if nThreads*perThread > MaxSockets {
+		perThread = MaxSockets / nThreads
+	}
+	return nThreads, perThread
 }
 
 func (o SocketOptions) check() error {
@@ -403,7 +432,12 @@ func (s *Socket) Accept(l Listener) (RecvComm, error) {
 	case len(sl.ready) > 0:
 		g := sl.ready[0]
 		sl.ready = sl.ready[1:]
-		return newRecvComm(g), nil
+		rc, err := newRecvComm(g)
+		if err != nil {
+			g.close()
+			return nil, err
+		}
+		return rc, nil
 	case sl.err != nil:
 		return nil, sl.err
 	}
@@ -420,7 +454,8 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 	if _, err := s.dev(d); err != nil {
 		return nil, err
 	}
-	nt, per := s.opts.threads()
+	ifc, _ := s.dev(d)
+	nt, per := s.opts.threadsFor(ifc.Addr.IsLoopback() || h.addr.Addr().IsLoopback())
 	n := nt * per
 	id := randUint64()
 	socks := make([]*gonet.TCPConn, 0, n+1)
@@ -449,351 +484,9 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	return newSendComm(h.addr.String(), socks[0], socks[1:], nt), nil
-}
-
-// comm is what both sides share: sockets, worker goroutines, the first
-// error.
-type comm struct {
-	peer     string
-	ctrl     *gonet.TCPConn
-	data     []*gonet.TCPConn
-	nThreads int
-	work     []chan task    // per thread
-	ctrlWG   sync.WaitGroup // the control socket's goroutine
-	wg       sync.WaitGroup // the data sockets' goroutines
-	closed   atomic.Bool
-	mu       sync.Mutex
-	err      error
-	inflight atomic.Int32
-	seq      uint32
-}
-
-// task is one chunk of a message on one data socket.
-type task struct {
-	sock int
-	seq  uint32
-	buf  []byte
-	req  *request
-}
-
-type request struct {
-	c       *comm
-	pending atomic.Int32
-	size    int
-	sizeSet atomic.Bool
-}
-
-// Test implements Request.
-func (r *request) Test() (bool, int, error) {
-	// Completion first: a worker records a failure before it finishes its
-	// part, so a request seen complete here cannot hide that failure.
-	done := r.sizeSet.Load() && r.pending.Load() == 0
-	if err := r.c.failure(); err != nil {
-		return false, 0, err
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt)
+	if err != nil {
+		return fail(err)
 	}
-	if done {
-		return true, r.size, nil
-	}
-	return false, 0, nil
-}
-
-func (r *request) finish() {
-	if r.pending.Add(-1) == 0 {
-		r.c.inflight.Add(-1)
-	}
-}
-
-func (c *comm) failure() error {
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-func (c *comm) fail(op string, err error) {
-	if c.closed.Load() {
-		return
-	}
-	c.mu.Lock()
-	if c.err == nil {
-		c.err = &PeerError{Peer: c.peer, Op: op, Err: err}
-	}
-	c.mu.Unlock()
-	// Wake every worker: the comm is dead.
-	_ = c.ctrl.SetDeadline(time.Now())
-	for _, s := range c.data {
-		_ = s.SetDeadline(time.Now())
-	}
-}
-
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) *comm {
-	c := &comm{peer: peer, ctrl: ctrl, data: data, nThreads: nThreads, work: make([]chan task, nThreads)}
-	per := len(data) / nThreads
-	for t := range c.work {
-		c.work[t] = make(chan task, MaxRequests*per)
-	}
-	return c
-}
-
-// chunks splits a message of n bytes over the data sockets: at least
-// minChunk each (but one), as evenly as that allows.
-func (c *comm) chunks(n int) (size, count int) {
-	if n == 0 {
-		return 0, 0
-	}
-	size = max(minChunk, (n+len(c.data)-1)/len(c.data))
-	return size, (n + size - 1) / size
-}
-
-// threadOf is the goroutine that owns data socket i.
-func (c *comm) threadOf(i int) int { return i / (len(c.data) / c.nThreads) }
-
-// close closes the sockets, which wakes every goroutine; once the control
-// goroutine (the only one that feeds the data goroutines besides Isend)
-// returned, the work queues close and the data goroutines drain them.
-// The caller closed the control goroutine's queue.
-func (c *comm) close() error {
-	errs := []error{c.ctrl.Close()}
-	for _, s := range c.data {
-		errs = append(errs, s.Close())
-	}
-	c.ctrlWG.Wait()
-	for _, w := range c.work {
-		close(w)
-	}
-	c.wg.Wait()
-	return errors.Join(errs...)
-}
-
-func (c *comm) Peer() string { return c.peer }
-
-// socketMem is the socket backend's registration: none is needed.
-type socketMem struct{}
-
-func (c *comm) RegMr(buf []byte, t PtrType) (MemHandle, error) {
-	if t != PtrHost {
-		return nil, fmt.Errorf("net: socket connection to %s registering memory of type %d: only host memory (%d) is supported", c.peer, t, PtrHost)
-	}
-	return socketMem{}, nil
-}
-
-func (c *comm) DeregMr(MemHandle) error { return nil }
-
-type sendComm struct {
-	*comm
-	ctrlQ chan ctrlMsg
-}
-
-// ctrlMsg is a message header and the request it belongs to.
-type ctrlMsg struct {
-	hdr []byte
-	req *request
-}
-
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) *sendComm {
-	s := &sendComm{comm: newComm(peer, ctrl, data, nThreads), ctrlQ: make(chan ctrlMsg, MaxRequests)}
-	s.ctrlWG.Add(1)
-	s.wg.Add(nThreads)
-	go s.ctrlWriter()
-	for t := range nThreads {
-		go s.dataWriter(t)
-	}
-	return s
-}
-
-func (s *sendComm) ctrlWriter() {
-	defer s.ctrlWG.Done()
-	for m := range s.ctrlQ {
-		if s.failure() == nil {
-			if _, err := s.ctrl.Write(m.hdr); err != nil {
-				s.fail("sending a message header", err)
-			}
-		}
-		m.req.finish()
-	}
-}
-
-func (s *sendComm) dataWriter(t int) {
-	defer s.wg.Done()
-	hdr := make([]byte, chunkSize)
-	for tk := range s.work[t] {
-		if s.failure() == nil {
-			binary.LittleEndian.PutUint32(hdr[0:], chunkMagic)
-			binary.LittleEndian.PutUint32(hdr[4:], tk.seq)
-			binary.LittleEndian.PutUint64(hdr[8:], uint64(len(tk.buf)))
-			// One writev for the chunk's header and bytes: one segment
-			// and one wakeup of the reader where two writes made two.
-			bufs := gonet.Buffers{hdr, tk.buf}
-			if _, err := bufs.WriteTo(s.data[tk.sock]); err != nil {
-				s.fail(fmt.Sprintf("sending message %d on socket %d", tk.seq, tk.sock), err)
-			}
-		}
-		tk.req.finish()
-	}
-}
-
-// Isend implements SendComm.
-func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
-	if err := s.failure(); err != nil {
-		return nil, err
-	}
-	if s.inflight.Load() >= MaxRequests {
-		return nil, nil
-	}
-	s.inflight.Add(1)
-	seq := s.seq
-	s.seq++
-	size, count := s.chunks(len(buf))
-	r := &request{c: s.comm, size: len(buf)}
-	r.sizeSet.Store(true)
-	r.pending.Store(int32(count + 1))
-	hdr := make([]byte, msgSize)
-	binary.LittleEndian.PutUint32(hdr[0:], msgMagic)
-	binary.LittleEndian.PutUint32(hdr[4:], uint32(int32(tag)))
-	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(buf)))
-	s.ctrlQ <- ctrlMsg{hdr: hdr, req: r}
-	for i := range count {
-		s.work[s.threadOf(i)] <- task{sock: i, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r}
-	}
-	return r, nil
-}
-
-// Close implements SendComm.
-func (s *sendComm) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	close(s.ctrlQ)
-	return s.close()
-}
-
-type recvComm struct {
-	*comm
-	posted chan posted
-}
-
-type posted struct {
-	buf []byte
-	tag int
-	req *request
-}
-
-func newRecvComm(g *pendingComm) *recvComm {
-	r := &recvComm{comm: newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads), posted: make(chan posted, MaxRequests)}
-	for _, s := range g.data {
-		_ = s.SetNoDelay(true)
-	}
-	r.ctrlWG.Add(1)
-	r.wg.Add(g.nThreads)
-	go r.ctrlReader()
-	for t := range g.nThreads {
-		go r.dataReader(t)
-	}
-	return r
-}
-
-// ctrlReader matches each posted receive with the next message header,
-// checks it against the post, and hands the chunks to the data readers.
-func (r *recvComm) ctrlReader() {
-	defer r.ctrlWG.Done()
-	hdr := make([]byte, msgSize)
-	var seq uint32
-	for p := range r.posted {
-		if r.failure() != nil {
-			continue
-		}
-		if _, err := io.ReadFull(r.ctrl, hdr); err != nil {
-			r.fail("reading a message header", vanished(err))
-			continue
-		}
-		magic, tag, n := binary.LittleEndian.Uint32(hdr), int(int32(binary.LittleEndian.Uint32(hdr[4:]))), binary.LittleEndian.Uint64(hdr[8:])
-		switch {
-		case magic != msgMagic:
-			r.fail("reading a message header", fmt.Errorf("magic %#x, want %#x (garbage on the connection)", magic, msgMagic))
-			continue
-		case tag != p.tag:
-			r.fail("matching a message", fmt.Errorf("message %d has tag %d where the posted receive has tag %d", seq, tag, p.tag))
-			continue
-		case n > uint64(len(p.buf)):
-			r.fail("matching a message", fmt.Errorf("message %d of %d bytes for a posted receive of %d bytes", seq, n, len(p.buf)))
-			continue
-		}
-		size, count := r.chunks(int(n))
-		p.req.size = int(n)
-		p.req.pending.Store(int32(count + 1))
-		p.req.sizeSet.Store(true)
-		for i := range count {
-			r.work[r.threadOf(i)] <- task{sock: i, seq: seq, buf: p.buf[i*size : min(int(n), (i+1)*size)], req: p.req}
-		}
-		p.req.finish()
-		seq++
-	}
-}
-
-func (r *recvComm) dataReader(t int) {
-	defer r.wg.Done()
-	hdr := make([]byte, chunkSize)
-	for tk := range r.work[t] {
-		if r.failure() == nil {
-			if err := r.readChunk(tk, hdr); err != nil {
-				r.fail(fmt.Sprintf("receiving message %d on socket %d", tk.seq, tk.sock), err)
-			}
-		}
-		tk.req.finish()
-	}
-}
-
-func (r *recvComm) readChunk(tk task, hdr []byte) error {
-	sock := r.data[tk.sock]
-	if _, err := io.ReadFull(sock, hdr); err != nil {
-		return vanished(err)
-	}
-	magic, seq, n := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:]), binary.LittleEndian.Uint64(hdr[8:])
-	switch {
-	case magic != chunkMagic:
-		return fmt.Errorf("chunk magic %#x, want %#x (garbage on the connection)", magic, chunkMagic)
-	case seq != tk.seq:
-		return fmt.Errorf("a chunk of message %d where message %d's was due", seq, tk.seq)
-	case n != uint64(len(tk.buf)):
-		return fmt.Errorf("a chunk of %d bytes where %d were due", n, len(tk.buf))
-	}
-	if _, err := io.ReadFull(sock, tk.buf); err != nil {
-		return vanished(err)
-	}
-	return nil
-}
-
-// vanished names a connection that the peer closed.
-func vanished(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("the peer closed the connection (exited or was killed?): %w", err)
-	}
-	return err
-}
-
-// Irecv implements RecvComm.
-func (r *recvComm) Irecv(buf []byte, tag int, _ MemHandle) (Request, error) {
-	if err := r.failure(); err != nil {
-		return nil, err
-	}
-	if r.inflight.Load() >= MaxRequests {
-		return nil, nil
-	}
-	r.inflight.Add(1)
-	req := &request{c: r.comm}
-	req.pending.Store(1)
-	r.posted <- posted{buf: buf, tag: tag, req: req}
-	return req, nil
-}
-
-// Close implements RecvComm.
-func (r *recvComm) Close() error {
-	if r.closed.Swap(true) {
-		return nil
-	}
-	close(r.posted)
-	return r.close()
+	return sc, nil
 }

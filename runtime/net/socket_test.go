@@ -134,17 +134,21 @@ func TestSocketRejectsGarbage(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, rc)
 
-	// A peer that shakes hands and then sends garbage headers.
+	// A peer that shakes hands and then sends garbage headers. Messages of
+	// up to inlineMax bytes come on the control socket, longer ones in
+	// chunks on the data sockets.
+	const big = inlineMax + 8
 	for _, tc := range []struct {
 		name       string
 		ctrl, data []byte
 		want       string
 	}{
 		{"header magic", []byte("this is no header"), nil, "garbage on the connection"},
-		{"chunk magic", msgHeader(0, 8), []byte("0123456789abcdef01234567"), "chunk magic"},
-		{"chunk length", msgHeader(0, 8), chunkHeader(0, 9), "a chunk of 9 bytes where 8 were due"},
-		{"chunk sequence", msgHeader(0, 8), chunkHeader(5, 8), "a chunk of message 5 where message 0's was due"},
-		{"vanished mid-message", msgHeader(0, 8), chunkHeader(0, 8)[:10], "the peer closed the connection"},
+		{"chunk magic", msgHeader(0, big), []byte("0123456789abcdef01234567"), "chunk magic"},
+		{"chunk length", msgHeader(0, big), chunkHeader(0, big+1), fmt.Sprintf("a chunk of %d bytes where %d were due", big+1, big)},
+		{"chunk sequence", msgHeader(0, big), chunkHeader(5, big), "a chunk of message 5 where message 0's was due"},
+		{"vanished mid-message", msgHeader(0, big), chunkHeader(0, big)[:10], "the peer closed the connection"},
+		{"vanished mid-inline-message", append(msgHeader(0, 8), 1, 2, 3), nil, "the peer closed the connection"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, l, err := n.Listen(0)
@@ -153,20 +157,23 @@ func TestSocketRejectsGarbage(t *testing.T) {
 			ctrl, data := rawPeer(t, h, false)
 			rc := accept(t, n, l)
 			defer rc.Close()
-			buf := make([]byte, 64)
+			buf := make([]byte, big+64)
 			r := post(t, func() (Request, error) { return rc.Irecv(buf, 0, nil) })
 			_, _ = ctrl.Write(tc.ctrl)
 			if tc.data != nil {
 				_, _ = data.Write(tc.data)
 			}
 			_ = data.Close()
+			if tc.data == nil {
+				_ = ctrl.Close()
+			}
 			_, err = wait(t, r)
 			require.ErrorIs(t, err, ErrPeer)
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorContains(t, err, ctrl.LocalAddr().String())
 			var pe *PeerError
 			require.True(t, errors.As(err, &pe))
-			assert.Equal(t, make([]byte, 56), buf[8:], "nothing written past the message")
+			assert.Equal(t, make([]byte, 64), buf[big:], "nothing written past the message")
 		})
 	}
 }

@@ -7,7 +7,8 @@
 // goroutine locked to an OS thread, started by the first Acquire (the first
 // communicator with a NET connection) and stopped by the last Release. It
 // calls Progress on every connection added to it, spinning while any has
-// work and backing off (to at most MaxIdle between passes) when none has.
+// work and for SpinIdle after, then napping NapIdle at a time, and only
+// after DozeAfter of idleness backing off to MaxIdle between passes.
 //
 // A connection leaves the engine through Remove, Detach (every connection
 // of one owner, a communicator: its Abort and Destroy), the cancellation of

@@ -27,8 +27,9 @@ import (
 // its own staging block exactly as it writes into an SHM receiver's (head,
 // tail, the LL flags), and the receiving kernel reads its own; the device
 // code is the SHM code. The proxy of the sending process ships every step
-// that the kernel posted (a SIMPLE step when tail passes it, whole slot;
-// LL lines as their flags turn valid) to the peer's proxy, which writes it
+// that the kernel posted (a SIMPLE step when tail passes it, as many bytes
+// as the kernel stored in the step's size word, NG_CONN_STEP_SIZES; LL
+// lines as their flags turn valid) to the peer's proxy, which writes it
 // into the receiving staging block (SIMPLE: then tail), and returns the
 // receiving kernel's head to the sender's proxy as credits, which it
 // stores into the sending block's head. LL128 cannot go through host
@@ -73,8 +74,15 @@ func (NET) Name() string { return "NET" }
 // last: P2P and SHM are preferred where they can).
 func (NET) CanConnect(Policy, Peer, Peer, Link) (bool, string) { return true, "" }
 
-// Flags implements Transport: the FIFOs are host memory.
-func (NET) Flags(send, recv Peer) uint32 { return 0 }
+// Flags implements Transport: the FIFOs are host memory, and the sending
+// kernel publishes each SIMPLE step's size (so that the proxy ships only
+// the bytes the step holds).
+func (NET) Flags(send, recv Peer) uint32 { return generated.ConnStepSizes }
+
+// offStepSizes is where, in a sender's staging block, the kernel stores
+// the byte count of SIMPLE step s: a uint32 at offStepSizes + 4*(s %
+// Steps), right behind tail (NG_CONN_STEP_SIZES).
+const offStepSizes = offTail + 8
 
 func (t NET) net() (ncclnet.Net, error) {
 	if t.Net != nil {
@@ -219,6 +227,10 @@ const (
 	maxCredits = 8
 	scrBye     = scrCredits + (1+maxCredits)*creditSize
 	scrBounce  = 4096
+	// recvAhead is how many payloads the receiver has posted at once (each
+	// LL one with its own bounce buffer), so that the next step's header
+	// and bytes are taken while a step's chunks are still arriving.
+	recvAhead = 8
 )
 
 func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
@@ -249,7 +261,7 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 		return nil, err
 	}
 	llSlot := uint64(env.sizes[0]) / generated.Steps
-	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+recvAhead*llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		return nil, fmt.Errorf("transport: NET scratch: %w", err)
 	}
@@ -351,10 +363,10 @@ type netConn struct {
 
 	// Receiver.
 	recvHdrReq   ncclnet.Request
-	recvPayReq   ncclnet.Request
-	recvState    int // 0: waiting for a header, 1: posting its payload, 2: receiving it
+	recvHdrDone  bool // the header in scrHeaders is checked, its payload not yet posted
 	recvHdr      netHeader
-	recvDst      []byte
+	pays         []netPay // posted payloads, in order
+	bounceNext   int      // the next LL bounce buffer
 	credited     []uint64 // head sent back, per connection
 	creditsOut   []ncclnet.Request
 	creditNext   int // ring index of the next credit slot
@@ -362,6 +374,13 @@ type netConn struct {
 	gone         bool // the peer said goodbye
 	creditBroken bool // receiver: the credit connection failed
 	killed       bool // tests: close as a killed process would, without goodbye
+}
+
+// netPay is a payload the receiver posted.
+type netPay struct {
+	h   netHeader
+	dst []byte // where it lands (the slot, or an LL bounce buffer)
+	req ncclnet.Request
 }
 
 // netMsg is a step's data (or part of it) on its way: a header, then the
@@ -711,7 +730,11 @@ func (c *netConn) progressSend() (bool, error) {
 				continue
 			}
 			sb := c.slot(i, 2, s)
-			c.queue = append(c.queue, netMsg{slot: -1, payload: sb, h: netHeader{kind: kindSimple, conn: i, step: s, n: uint64(len(sb))}})
+			n := uint64(atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.host[base+offStepSizes+4*(s%generated.Steps)]))))
+			if n > uint64(len(sb)) {
+				return busy, c.fail("the kernel posted SIMPLE step %d on connection %d with %d bytes, more than its %d-byte slot", s, i, n, len(sb))
+			}
+			c.queue = append(c.queue, netMsg{slot: -1, payload: sb[:n], h: netHeader{kind: kindSimple, conn: i, step: s, n: n}})
 			busy = true
 		}
 		if tail > c.simpleDone[i] {
@@ -780,52 +803,23 @@ func (c *netConn) pump() (bool, error) {
 func (c *netConn) progressRecv() (bool, error) {
 	busy := false
 	for {
-		switch c.recvState {
-		case 0:
-			if c.recvHdrReq == nil {
-				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
-				if err != nil || r == nil {
-					return busy, c.wrap(err)
-				}
-				c.recvHdrReq = r
-			}
-			done, n, err := c.recvHdrReq.Test()
-			if err != nil || !done {
-				if err == nil {
-					return c.sendCredits(busy)
-				}
-				return busy, c.wrap(err)
-			}
-			c.recvHdrReq = nil
-			if err := c.checkHeader(n); err != nil {
-				return busy, err
-			}
-			if c.gone {
-				return true, nil
-			}
-			c.recvState, busy = 1, true
-		case 1:
-			mh := c.mhRecv[0]
-			if c.recvHdr.kind == kindLL {
-				mh = c.mhRecv[1]
-			}
-			r, err := c.recv.Irecv(c.recvDst, tagPayload, mh)
-			if err != nil || r == nil {
-				return busy, c.wrap(err)
-			}
-			c.recvPayReq, c.recvState = r, 2
-		case 2:
-			done, n, err := c.recvPayReq.Test()
+		moved := false
+		// Payloads that arrived, in order.
+		for len(c.pays) > 0 {
+			p := c.pays[0]
+			done, n, err := p.req.Test()
 			if err != nil {
 				return busy, c.wrap(err)
 			}
 			if !done {
-				return c.sendCredits(busy)
+				break
 			}
-			c.recvPayReq, c.recvState, busy = nil, 0, true
-			h := c.recvHdr
+			c.pays[0] = netPay{}
+			c.pays = c.pays[1:]
+			moved = true
+			h := p.h
 			if uint64(n) != h.n {
-				return busy, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
+				return true, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
 			}
 			if h.kind == kindSimple {
 				tail := c.word(uint64(h.conn)*c.total + offTail)
@@ -837,9 +831,65 @@ func (c *netConn) progressRecv() (bool, error) {
 			// LL lines land 8 bytes at a time, each half with its flag.
 			dst := c.slot(h.conn, 0, h.step)[h.off : h.off+h.n]
 			for o := 0; o < len(dst); o += 8 {
-				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(c.recvDst[o:]))
+				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(p.dst[o:]))
 			}
 		}
+		// The next header, while payloads may still be in flight.
+		if !c.recvHdrDone && len(c.pays) < recvAhead {
+			if c.recvHdrReq == nil {
+				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
+				if err != nil {
+					return busy, c.wrap(err)
+				}
+				c.recvHdrReq = r
+			}
+			if c.recvHdrReq != nil {
+				done, n, err := c.recvHdrReq.Test()
+				if err != nil {
+					return busy, c.wrap(err)
+				}
+				if done {
+					c.recvHdrReq = nil
+					if err := c.checkHeader(n); err != nil {
+						return true, err
+					}
+					if c.gone {
+						return true, nil
+					}
+					c.recvHdrDone, moved = true, true
+				}
+			}
+		}
+		// Its payload.
+		if c.recvHdrDone && len(c.pays) < recvAhead {
+			h := c.recvHdr
+			p := netPay{h: h}
+			mh := c.mhRecv[0]
+			if h.kind == kindSimple {
+				p.dst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
+			} else {
+				mh = c.mhRecv[1]
+				llSlot := c.slotBytes(0)
+				off := scrBounce + uint64(c.bounceNext)*llSlot
+				p.dst = c.scratch[off : off+h.n]
+			}
+			r, err := c.recv.Irecv(p.dst, tagPayload, mh)
+			if err != nil {
+				return busy, c.wrap(err)
+			}
+			if r != nil {
+				p.req = r
+				if h.kind == kindLL {
+					c.bounceNext = (c.bounceNext + 1) % recvAhead
+				}
+				c.pays = append(c.pays, p)
+				c.recvHdrDone, moved = false, true
+			}
+		}
+		if !moved {
+			return c.sendCredits(busy)
+		}
+		busy = true
 	}
 }
 
@@ -870,15 +920,10 @@ func (c *netConn) checkHeader(n int) error {
 		p, align = 0, 16
 	}
 	sb := c.slotBytes(p)
-	if h.n == 0 || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
+	if (h.n == 0 && h.kind == kindLL) || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
 		return c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
 	}
 	c.recvHdr = h
-	if h.kind == kindSimple {
-		c.recvDst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
-	} else {
-		c.recvDst = c.scratch[scrBounce : scrBounce+h.n]
-	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,8 +86,16 @@ var benchSimpleSizes = Sizes{netSizes[0], netSizes[1], 4 << 20}
 // BenchmarkNETSimpleBandwidth streams full SIMPLE slots one way, rank 0's
 // stand-in kernel to rank 1's, over loopback; an op is one slot. The
 // kernels only move tail and head, so this is the transport's cost.
+// Sub-benchmarks: the socket backend's threads × sockets per thread
+// (4x1 is its loopback default).
 func BenchmarkNETSimpleBandwidth(b *testing.B) {
-	sets, mems := connectNETSizes(b, loNet(b, 1, 1), 2, 1, benchSimpleSizes, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+	for _, c := range []struct{ threads, socks int }{{1, 1}, {4, 1}, {2, 2}} {
+		b.Run(fmt.Sprintf("%dx%d", c.threads, c.socks), func(b *testing.B) { benchSimpleBandwidth(b, c.threads, c.socks) })
+	}
+}
+
+func benchSimpleBandwidth(b *testing.B, threads, socks int) {
+	sets, mems := connectNETSizes(b, loNet(b, threads, socks), 2, 1, benchSimpleSizes, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
 	defer func() {
 		for _, s := range sets {
 			require.NoError(b, s.Close())
@@ -112,6 +121,7 @@ func BenchmarkNETSimpleBandwidth(b *testing.B) {
 			stop.Store(true)
 			break
 		}
+		postSize(mems[0], send, s, int(benchSimpleSizes[2]/generated.Steps))
 		atomic.StoreUint64(tail, s+1)
 	}
 	wg.Wait()

@@ -152,6 +152,11 @@ func sendKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 			for i := range n {
 				buf[i] = stepByte(ch, s, i)
 			}
+			// Past the step's bytes: what must not travel.
+			for i := n; i < len(buf); i++ {
+				buf[i] = 0xEE
+			}
+			postSize(m, ci, s, n)
 			atomic.StoreUint64(tail, s+1)
 			continue
 		}
@@ -162,6 +167,14 @@ func sendKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l+8])), hi)
 			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l])), lo)
 		}
+	}
+}
+
+// postSize stores SIMPLE step s's byte count where the device code does
+// on connections flagged ConnStepSizes.
+func postSize(m *hostMem, ci generated.ConnInfo, s uint64, n int) {
+	if ci.Flags&generated.ConnStepSizes != 0 {
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&m.at(ci.Tail+8+4*(s%generated.Steps), 4)[0])), uint32(n))
 	}
 }
 
@@ -182,6 +195,16 @@ func recvKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 					return
 				}
 			}
+			// Only the step's bytes travel (ConnStepSizes): the rest of the
+			// slot, zeroed when its last step was consumed, holds none of
+			// the sender's filler.
+			for i := n; i < len(buf); i++ {
+				if buf[i] != 0 {
+					t.Errorf("ch%d step %d (SIMPLE, %d bytes): byte %d of the slot is %#x: more than the step's bytes travelled", ch, s, n, i, buf[i])
+					return
+				}
+			}
+			clear(buf)
 		} else {
 			f := llFlag(s)
 			for l := range n {
@@ -285,6 +308,29 @@ func TestNETCleanCloseIsNoError(t *testing.T) {
 	case err := <-errs:
 		t.Fatalf("a peer's Destroy reported as an error: %v", err)
 	default:
+	}
+}
+
+// A SIMPLE step whose size word exceeds its slot is the kernel's bug: the
+// proxy stops with an error that says so instead of shipping past the slot.
+func TestNETRejectsOversizeStep(t *testing.T) {
+	errs := make(chan error, 8)
+	sets, mems := connectNET(t, loNet(t, 1, 1), 2, 1, func(r int, err error) { errs <- err })
+	defer func() {
+		for _, s := range sets {
+			_ = s.Close()
+		}
+	}()
+	ci := sets[0].Send[Key{0, 1}]
+	require.NotZero(t, ci.Flags&generated.ConnStepSizes, "NET asks the kernel for step sizes")
+	slot := int(ci.BuffSizes[2] / generated.Steps)
+	postSize(mems[0], ci, 0, slot+1)
+	atomic.StoreUint64(mems[0].word(ci.Tail), 1)
+	select {
+	case err := <-errs:
+		require.ErrorContains(t, err, fmt.Sprintf("SIMPLE step 0 on connection 0 with %d bytes, more than its %d-byte slot", slot+1, slot))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error for an oversize step")
 	}
 }
 

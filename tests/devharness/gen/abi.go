@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "ed67fc40d6ad1c11"
+const ABIVersion = "a909daea7d0c860e"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -24,6 +24,8 @@ const (
 	ConnDirect = 1
 	// ConnSameGpu is NG_CONN_SAME_GPU: ngConnInfo.flags: the peer runs on this very GPU.
 	ConnSameGpu = 2
+	// ConnStepSizes is NG_CONN_STEP_SIZES: ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes).
+	ConnStepSizes = 4
 	// DevErrUnsupported is NG_DEV_ERR_UNSUPPORTED: ngDevComm.errorFlag: a kernel ran a function that has no device implementation.
 	DevErrUnsupported = 1
 	// DevErrAborted is NG_DEV_ERR_ABORTED: ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set.

@@ -1,0 +1,757 @@
+package net
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	gonet "net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// The data path of a socket comm, without Go's network poller: once the
+// hellos are done, the sockets are driven by non-blocking system calls on
+// their descriptors.
+//
+//   - The control socket carries each message's header and, for a message
+//     of at most inlineMax bytes, its payload right behind it (one writev).
+//     It is driven by the caller's thread (the proxy's) inside Isend,
+//     Irecv and Test: a small message costs one writev on one side and,
+//     often shared with the messages around it, one read on the other.
+//   - Longer messages go in chunks (a 16-byte chunk header, then the bytes,
+//     received straight into the posted buffer) over the data sockets,
+//     chunk i of message m on socket (m+i) mod the sockets. Each of
+//     NThreads helper goroutines owns NSocksPerThread data sockets; it
+//     works while it has chunks and its sockets make progress, and
+//     otherwise sleeps in ppoll(2) on those sockets and a wake pipe, so its
+//     wakeups are the kernel's, not the netpoller's.
+
+// ctrlBufSize is the receiver's buffer for the control socket: headers and
+// inline payloads, read as much as comes at once.
+const ctrlBufSize = 256 << 10
+
+// helperPoll bounds a helper's sleep (it is woken earlier by its sockets
+// and its pipe; the bound only limits what a lost wakeup could cost).
+const helperPoll = 100 * time.Millisecond
+
+// maxIov is the most iovecs one writev gets.
+const maxIov = 64
+
+// comm is what both sides share: sockets, helper goroutines, the first
+// error.
+type comm struct {
+	peer     string
+	ctrl     *gonet.TCPConn
+	ctrlFD   int
+	data     []*gonet.TCPConn
+	dataFD   []int
+	nThreads int
+	helpers  []*helper
+	wg       sync.WaitGroup // the helpers
+	closed   atomic.Bool
+	failed   atomic.Bool
+	mu       sync.Mutex // err
+	err      error
+	inflight atomic.Int32
+
+	// pmu serializes the control socket's progress and the queues below;
+	// Close takes it too.
+	pmu      sync.Mutex
+	seq      uint32 // the next message's number
+	sendSide *sendComm
+	recvSide *recvComm
+}
+
+// request is a message being sent or received: its control part and its
+// chunks.
+type request struct {
+	c       *comm
+	pending atomic.Int32 // parts not done yet
+	size    int          // set before the control part is done
+}
+
+// Test implements Request.
+func (r *request) Test() (bool, int, error) {
+	for try := 0; ; try++ {
+		// Completion first: a part that fails records the failure before it
+		// counts as done, so a request seen complete here cannot hide it.
+		done := r.pending.Load() == 0
+		if err := r.c.failure(); err != nil {
+			return false, 0, err
+		}
+		if done {
+			return true, r.size, nil
+		}
+		if try > 0 {
+			return false, 0, nil
+		}
+		r.c.progress()
+	}
+}
+
+func (r *request) finish() {
+	if r.pending.Add(-1) == 0 {
+		r.c.inflight.Add(-1)
+	}
+}
+
+func (c *comm) failure() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if !c.failed.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail records the comm's first error and shuts its sockets down, which
+// wakes every helper: the comm is dead.
+func (c *comm) fail(op string, err error) {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	first := c.err == nil
+	if first {
+		c.err = &PeerError{Peer: c.peer, Op: op, Err: err}
+		c.failed.Store(true)
+	}
+	c.mu.Unlock()
+	if first {
+		c.shutdown()
+	}
+}
+
+func (c *comm) shutdown() {
+	_ = syscall.Shutdown(c.ctrlFD, syscall.SHUT_RDWR)
+	for _, fd := range c.dataFD {
+		_ = syscall.Shutdown(fd, syscall.SHUT_RDWR)
+	}
+	for _, h := range c.helpers {
+		h.wake()
+	}
+}
+
+// rawFD is c's descriptor; c stays open (and owns it) until the comm
+// closes, after its helpers are gone.
+func rawFD(c *gonet.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int, send bool) (*comm, error) {
+	c := &comm{peer: peer, ctrl: ctrl, data: data, nThreads: nThreads, dataFD: make([]int, len(data))}
+	var err error
+	if c.ctrlFD, err = rawFD(ctrl); err != nil {
+		return nil, fmt.Errorf("net: the control socket to %s: %w", peer, err)
+	}
+	for i, s := range data {
+		_ = s.SetNoDelay(true)
+		if c.dataFD[i], err = rawFD(s); err != nil {
+			return nil, fmt.Errorf("net: data socket %d to %s: %w", i, peer, err)
+		}
+	}
+	_ = ctrl.SetNoDelay(true)
+	per := len(data) / nThreads
+	for t := range nThreads {
+		h := &helper{c: c, send: send, q: make(chan task, MaxRequests*per), wakeR: -1, wakeW: -1}
+		for s := t * per; s < (t+1)*per; s++ {
+			h.socks = append(h.socks, s)
+		}
+		var p [2]int
+		if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+			c.closeHelpers()
+			return nil, fmt.Errorf("net: a wake pipe for a socket thread: %w", err)
+		}
+		h.wakeR, h.wakeW = p[0], p[1]
+		c.helpers = append(c.helpers, h)
+	}
+	c.wg.Add(len(c.helpers))
+	for _, h := range c.helpers {
+		go h.run()
+	}
+	return c, nil
+}
+
+// chunks splits a message of n bytes over the data sockets: at least
+// minChunk each (but one), as evenly as that allows.
+func (c *comm) chunks(n int) (size, count int) {
+	if n == 0 {
+		return 0, 0
+	}
+	size = max(minChunk, (n+len(c.data)-1)/len(c.data))
+	return size, (n + size - 1) / size
+}
+
+// postChunks hands message seq's chunks of buf to the helpers. pmu is held.
+func (c *comm) postChunks(seq uint32, buf []byte, r *request) {
+	size, count := c.chunks(len(buf))
+	r.pending.Add(int32(count))
+	per := len(c.data) / c.nThreads
+	for i := range count {
+		s := (int(seq) + i) % len(c.data)
+		c.helpers[s/per].post(task{sock: s, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r})
+	}
+}
+
+// close stops the helpers, failing what they still hold, and closes the
+// sockets.
+func (c *comm) close() error {
+	c.pmu.Lock()
+	if c.closed.Load() {
+		c.pmu.Unlock()
+		return nil
+	}
+	c.closed.Store(true)
+	for _, h := range c.helpers {
+		close(h.q)
+	}
+	c.pmu.Unlock()
+	c.shutdown()
+	c.wg.Wait()
+	c.closeHelpers()
+	errs := []error{c.ctrl.Close()}
+	for _, s := range c.data {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (c *comm) closeHelpers() {
+	for _, h := range c.helpers {
+		for _, fd := range []*int{&h.wakeR, &h.wakeW} {
+			if *fd >= 0 {
+				_ = syscall.Close(*fd)
+				*fd = -1
+			}
+		}
+	}
+}
+
+func (c *comm) Peer() string { return c.peer }
+
+// progress advances the control socket: the sender's or the receiver's.
+func (c *comm) progress() {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.closed.Load() || c.failed.Load() {
+		return
+	}
+	if c.sendSide != nil {
+		c.sendSide.progress()
+	} else if c.recvSide != nil {
+		c.recvSide.progress()
+	}
+}
+
+// socketMem is the socket backend's registration: none is needed.
+type socketMem struct{}
+
+func (c *comm) RegMr(buf []byte, t PtrType) (MemHandle, error) {
+	if t != PtrHost {
+		return nil, fmt.Errorf("net: socket connection to %s registering memory of type %d: only host memory (%d) is supported", c.peer, t, PtrHost)
+	}
+	return socketMem{}, nil
+}
+
+func (c *comm) DeregMr(MemHandle) error { return nil }
+
+// ---- non-blocking system calls ----
+
+// errAgain reports a call that would block.
+func errAgain(err error) bool { return err == syscall.EAGAIN || err == syscall.EWOULDBLOCK }
+
+// writev writes bufs to fd without blocking; 0, nil when it would block.
+func writev(fd int, iov []syscall.Iovec) (int, error) {
+	for {
+		n, _, e := syscall.Syscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		switch {
+		case e == 0:
+			return int(n), nil
+		case e == syscall.EINTR:
+			continue
+		case errAgain(e):
+			return 0, nil
+		}
+		return 0, e
+	}
+}
+
+// read reads into p without blocking: 0, nil when it would block;
+// io.EOF when the peer closed.
+func read(fd int, p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, p)
+		switch {
+		case err == nil && n == 0 && len(p) > 0:
+			return 0, io.EOF
+		case err == nil:
+			return n, nil
+		case err == syscall.EINTR:
+			continue
+		case errAgain(err):
+			return 0, nil
+		}
+		return 0, err
+	}
+}
+
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const (
+	pollIn  = 0x1
+	pollOut = 0x4
+)
+
+// ppoll waits until one of fds is ready or d passed.
+func ppoll(fds []pollFd, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	_, _, _ = syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+}
+
+func iovec(b []byte) syscall.Iovec {
+	v := syscall.Iovec{Base: &b[0]}
+	v.SetLen(len(b))
+	return v
+}
+
+// ---- helpers ----
+
+// task is one chunk of a message on one data socket.
+type task struct {
+	sock int
+	seq  uint32
+	buf  []byte
+	req  *request
+}
+
+// helper moves the chunks of its data sockets.
+type helper struct {
+	c            *comm
+	send         bool
+	socks        []int
+	q            chan task
+	sleeping     atomic.Bool
+	wakeR, wakeW int
+}
+
+func (h *helper) post(t task) {
+	h.q <- t
+	if h.sleeping.Load() {
+		h.wake()
+	}
+}
+
+func (h *helper) wake() {
+	if h.wakeW >= 0 {
+		_, _ = syscall.Write(h.wakeW, []byte{1})
+	}
+}
+
+// chunkState is a data socket's chunk in progress.
+type chunkState struct {
+	queue   []task
+	hdr     [chunkSize]byte
+	hdrDone int
+	done    int
+}
+
+func (h *helper) run() {
+	defer h.c.wg.Done()
+	c := h.c
+	st := make([]chunkState, len(h.socks))
+	local := make(map[int]int, len(h.socks))
+	for i, s := range h.socks {
+		local[s] = i
+	}
+	fds := make([]pollFd, 0, len(h.socks)+1)
+	var drain [64]byte
+	add := func(t task) {
+		s := &st[local[t.sock]]
+		s.queue = append(s.queue, t)
+	}
+	// dropAll finishes every chunk held: the comm failed or closed.
+	dropAll := func() {
+		for i := range st {
+			for _, t := range st[i].queue {
+				t.req.finish()
+			}
+			st[i] = chunkState{}
+		}
+	}
+	open := true
+	for {
+		// New chunks.
+	take:
+		for open {
+			select {
+			case t, ok := <-h.q:
+				if !ok {
+					open = false
+					break take
+				}
+				add(t)
+			default:
+				break take
+			}
+		}
+		if !open || c.failed.Load() {
+			dropAll()
+			if !open {
+				return
+			}
+		}
+		busy, waiting := false, false
+		for i := range st {
+			s := &st[i]
+			for len(s.queue) > 0 {
+				adv, err := h.advance(s, h.socks[i])
+				if err != nil {
+					c.fail(fmt.Sprintf("%s message %d on socket %d", map[bool]string{true: "sending", false: "receiving"}[h.send], s.queue[0].seq, h.socks[i]), err)
+					break
+				}
+				if !adv {
+					waiting = true
+					break
+				}
+				busy = true
+			}
+		}
+		if busy {
+			continue
+		}
+		// Sleep on the sockets that wait and the wake pipe.
+		h.sleeping.Store(true)
+		select {
+		case t, ok := <-h.q:
+			h.sleeping.Store(false)
+			if !ok {
+				open = false
+			} else {
+				add(t)
+			}
+			continue
+		default:
+		}
+		fds = append(fds[:0], pollFd{fd: int32(h.wakeR), events: pollIn})
+		if waiting {
+			ev := int16(pollIn)
+			if h.send {
+				ev = pollOut
+			}
+			for i := range st {
+				if len(st[i].queue) > 0 {
+					fds = append(fds, pollFd{fd: int32(c.dataFD[h.socks[i]]), events: ev})
+				}
+			}
+		}
+		ppoll(fds, helperPoll)
+		h.sleeping.Store(false)
+		for {
+			if n, _ := syscall.Read(h.wakeR, drain[:]); n <= 0 {
+				break
+			}
+		}
+	}
+}
+
+// advance moves the chunk at the head of s's queue on socket sock as far
+// as the socket allows; it reports whether anything moved (and pops the
+// chunk when it is done).
+func (h *helper) advance(s *chunkState, sock int) (bool, error) {
+	t := s.queue[0]
+	fd := h.c.dataFD[sock]
+	if s.hdrDone == 0 && s.done == 0 && h.send {
+		binary.LittleEndian.PutUint32(s.hdr[0:], chunkMagic)
+		binary.LittleEndian.PutUint32(s.hdr[4:], t.seq)
+		binary.LittleEndian.PutUint64(s.hdr[8:], uint64(len(t.buf)))
+	}
+	var n int
+	var err error
+	if h.send {
+		// The chunk's header and bytes in one writev.
+		iov := make([]syscall.Iovec, 0, 2)
+		if s.hdrDone < chunkSize {
+			iov = append(iov, iovec(s.hdr[s.hdrDone:]))
+		}
+		if s.done < len(t.buf) {
+			iov = append(iov, iovec(t.buf[s.done:]))
+		}
+		if n, err = writev(fd, iov); err != nil {
+			return false, err
+		}
+		h1 := min(n, chunkSize-s.hdrDone)
+		s.hdrDone += h1
+		s.done += n - h1
+	} else if s.hdrDone < chunkSize {
+		// The header alone first: nothing lands in the buffer before the
+		// header is checked.
+		if n, err = read(fd, s.hdr[s.hdrDone:]); err != nil {
+			return false, vanished(err)
+		}
+		if s.hdrDone += n; s.hdrDone == chunkSize {
+			if err := checkChunk(s.hdr[:], t); err != nil {
+				return false, err
+			}
+		}
+	} else {
+		if n, err = read(fd, t.buf[s.done:]); err != nil {
+			return false, vanished(err)
+		}
+		s.done += n
+	}
+	if s.hdrDone == chunkSize && s.done == len(t.buf) {
+		t.req.finish()
+		s.queue = s.queue[1:]
+		s.hdrDone, s.done = 0, 0
+		return true, nil
+	}
+	return n > 0, nil
+}
+
+func checkChunk(hdr []byte, t task) error {
+	magic, seq, n := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:]), binary.LittleEndian.Uint64(hdr[8:])
+	switch {
+	case magic != chunkMagic:
+		return fmt.Errorf("chunk magic %#x, want %#x (garbage on the connection)", magic, chunkMagic)
+	case seq != t.seq:
+		return fmt.Errorf("a chunk of message %d where message %d's was due", seq, t.seq)
+	case n != uint64(len(t.buf)):
+		return fmt.Errorf("a chunk of %d bytes where %d were due", n, len(t.buf))
+	}
+	return nil
+}
+
+// vanished names a connection that the peer closed.
+func vanished(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("the peer closed the connection (exited or was killed?): %w", err)
+	}
+	return err
+}
+
+// ---- the sending side ----
+
+type sendComm struct {
+	*comm
+	sendQ []ctrlOut // headers (and inline payloads) not fully written
+	iov   []syscall.Iovec
+}
+
+// ctrlOut is a message's header and inline payload on the control socket.
+type ctrlOut struct {
+	hdr     [msgSize]byte
+	payload []byte // inline; nil when the message goes in chunks
+	off     int    // bytes of hdr+payload written
+	req     *request
+}
+
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, true)
+	if err != nil {
+		return nil, err
+	}
+	s := &sendComm{comm: c, iov: make([]syscall.Iovec, 0, maxIov)}
+	c.sendSide = s
+	return s, nil
+}
+
+// Isend implements SendComm: the message's header (and payload, if small)
+// is written right away when the socket takes it.
+func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	if s.inflight.Load() >= MaxRequests {
+		return nil, nil
+	}
+	s.inflight.Add(1)
+	seq := s.seq
+	s.seq++
+	r := &request{c: s.comm, size: len(buf)}
+	r.pending.Store(1)
+	o := ctrlOut{req: r}
+	binary.LittleEndian.PutUint32(o.hdr[0:], msgMagic)
+	binary.LittleEndian.PutUint32(o.hdr[4:], uint32(int32(tag)))
+	binary.LittleEndian.PutUint64(o.hdr[8:], uint64(len(buf)))
+	if len(buf) <= inlineMax {
+		o.payload = buf
+	} else {
+		s.postChunks(seq, buf, r)
+	}
+	s.sendQ = append(s.sendQ, o)
+	s.progress()
+	return r, nil
+}
+
+// progress writes the queued headers and inline payloads, as many as one
+// writev takes. pmu is held.
+func (s *sendComm) progress() {
+	for len(s.sendQ) > 0 {
+		iov := s.iov[:0]
+		for i := range s.sendQ {
+			if len(iov)+2 > maxIov {
+				break
+			}
+			o := &s.sendQ[i]
+			off := o.off
+			if off < msgSize {
+				iov = append(iov, iovec(o.hdr[off:]))
+				off = msgSize
+			}
+			if p := off - msgSize; p < len(o.payload) {
+				iov = append(iov, iovec(o.payload[p:]))
+			}
+		}
+		n, err := writev(s.ctrlFD, iov)
+		if err != nil {
+			s.fail("sending a message header", vanished(err))
+			return
+		}
+		if n == 0 {
+			return
+		}
+		for n > 0 {
+			o := &s.sendQ[0]
+			k := min(n, msgSize+len(o.payload)-o.off)
+			o.off += k
+			n -= k
+			if o.off == msgSize+len(o.payload) {
+				o.req.finish()
+				s.sendQ[0] = ctrlOut{}
+				s.sendQ = s.sendQ[1:]
+			}
+		}
+	}
+}
+
+// Close implements SendComm.
+func (s *sendComm) Close() error { return s.close() }
+
+// ---- the receiving side ----
+
+type recvComm struct {
+	*comm
+	posted []posted // not matched with a header yet
+	buf    []byte   // the control socket's bytes read ahead
+	lo, hi int
+}
+
+type posted struct {
+	buf []byte
+	tag int
+	req *request
+}
+
+func newRecvComm(g *pendingComm) (*recvComm, error) {
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, false)
+	if err != nil {
+		return nil, err
+	}
+	r := &recvComm{comm: c, buf: make([]byte, ctrlBufSize)}
+	c.recvSide = r
+	return r, nil
+}
+
+// Irecv implements RecvComm.
+func (r *recvComm) Irecv(buf []byte, tag int, _ MemHandle) (Request, error) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if err := r.failure(); err != nil {
+		return nil, err
+	}
+	if r.inflight.Load() >= MaxRequests {
+		return nil, nil
+	}
+	r.inflight.Add(1)
+	req := &request{c: r.comm}
+	req.pending.Store(1)
+	r.posted = append(r.posted, posted{buf: buf, tag: tag, req: req})
+	r.progress()
+	return req, nil
+}
+
+// progress matches the posted receives with the headers on the control
+// socket, reading it as long as a posted receive needs bytes. pmu is held.
+func (r *recvComm) progress() {
+	for len(r.posted) > 0 {
+		p := r.posted[0]
+		if avail := r.hi - r.lo; avail >= msgSize {
+			hdr := r.buf[r.lo : r.lo+msgSize]
+			magic, tag, n := binary.LittleEndian.Uint32(hdr), int(int32(binary.LittleEndian.Uint32(hdr[4:]))), binary.LittleEndian.Uint64(hdr[8:])
+			switch {
+			case magic != msgMagic:
+				r.fail("reading a message header", fmt.Errorf("magic %#x, want %#x (garbage on the connection)", magic, msgMagic))
+				return
+			case tag != p.tag:
+				r.fail("matching a message", fmt.Errorf("message %d has tag %d where the posted receive has tag %d", r.seq, tag, p.tag))
+				return
+			case n > uint64(len(p.buf)):
+				r.fail("matching a message", fmt.Errorf("message %d of %d bytes for a posted receive of %d bytes", r.seq, n, len(p.buf)))
+				return
+			}
+			if n <= inlineMax {
+				if avail >= msgSize+int(n) {
+					copy(p.buf, r.buf[r.lo+msgSize:r.lo+msgSize+int(n)])
+					r.lo += msgSize + int(n)
+					r.matched(p, int(n))
+					continue
+				}
+			} else {
+				r.lo += msgSize
+				p.req.size = int(n)
+				r.postChunks(r.seq, p.buf[:n], p.req)
+				r.matched(p, int(n))
+				continue
+			}
+		}
+		// More bytes are needed.
+		if r.lo == r.hi {
+			r.lo, r.hi = 0, 0
+		} else if r.hi == len(r.buf) {
+			r.hi = copy(r.buf, r.buf[r.lo:r.hi])
+			r.lo = 0
+		}
+		n, err := read(r.ctrlFD, r.buf[r.hi:])
+		if err != nil {
+			r.fail("reading a message header", vanished(err))
+			return
+		}
+		if n == 0 {
+			return
+		}
+		r.hi += n
+	}
+}
+
+// matched completes p's control part. pmu is held.
+func (r *recvComm) matched(p posted, n int) {
+	p.req.size = n
+	r.posted[0] = posted{}
+	r.posted = r.posted[1:]
+	r.seq++
+	p.req.finish()
+}
+
+// Close implements RecvComm.
+func (r *recvComm) Close() error { return r.close() }
