@@ -120,6 +120,13 @@ struct ngPat {
         bool isSend;
         const struct ngConnInfo* ci = conn(q, nFan, fb, single, fanSend, &isSend);
         if (isSend && !(ci->flags & NG_CONN_SAME_GPU)) sys = true;
+        // NET: the step's size, which the sending proxy reads once it sees
+        // tail (ng_prims.h, slot formats).
+        if (isSend && (ci->flags & NG_CONN_STEP_SIZES)) {
+          const uint64_t s = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->step));
+          uint32_t* sz = reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(ci->tail) + 1) + s % NG_STEPS;
+          asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(sz), "r"((uint32_t)(n * (int)sizeof(T))) : "memory");
+        }
       }
       if (nOut > 0) {
         if (sys) __threadfence_system();
