@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "ed67fc40d6ad1c11"
+const ABIVersion = "8a196db883587bd8"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -58,6 +58,8 @@ const (
 	AlgoNvlsTree = 5
 	// AlgoPat is NG_ALGO_PAT: algorithm.
 	AlgoPat = 6
+	// AlgoDirect is NG_ALGO_DIRECT: algorithm.
+	AlgoDirect = 7
 	// ProtoLl is NG_PROTO_LL: protocol.
 	ProtoLl = 0
 	// ProtoLl128 is NG_PROTO_LL128: protocol.
@@ -65,7 +67,7 @@ const (
 	// ProtoSimple is NG_PROTO_SIMPLE: protocol.
 	ProtoSimple = 2
 	// NumAlgorithms is NG_NUM_ALGORITHMS: algorithms.
-	NumAlgorithms = 7
+	NumAlgorithms = 8
 	// NumProtocols is NG_NUM_PROTOCOLS: protocols.
 	NumProtocols = 3
 )

@@ -32,10 +32,11 @@
 #define NG_ALGO_NVLS 4 // algorithm
 #define NG_ALGO_NVLS_TREE 5 // algorithm
 #define NG_ALGO_PAT 6 // algorithm
+#define NG_ALGO_DIRECT 7 // algorithm
 #define NG_PROTO_LL 0 // protocol
 #define NG_PROTO_LL128 1 // protocol
 #define NG_PROTO_SIMPLE 2 // protocol
-#define NG_NUM_ALGORITHMS 7 // algorithms
+#define NG_NUM_ALGORITHMS 8 // algorithms
 #define NG_NUM_PROTOCOLS 3 // protocols
 
 
