@@ -361,6 +361,11 @@ func Requirements(f Func) (r Req, why string, ok bool) {
 		r.CUDART = max(r.CUDART, tr.CUDART)
 		r.Arch = max(r.Arch, tr.Arch)
 	}
+	if f.Algo == Direct && f.RedOp == PreMulSum {
+		// Each rank reduces its peers' inputs itself, so it would apply
+		// its own scalar to them, and a PreMulSum's scalar is per rank.
+		return Req{}, "DIRECT does not run PreMulSum: each rank would scale its peers' inputs by its own scalar", false
+	}
 	if f.Algo.IsNVLS() {
 		if f.Coll.HasRedOp() && !nvlsSupports(f.RedOp, f.Type) {
 			return Req{}, fmt.Sprintf("%s does not support %s on %s", f.Algo, f.RedOp, f.Type), false

@@ -5,7 +5,6 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE, AllReduce, PreMulSum, float, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE, AllReduce, PreMulSum, float, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC(AllReduce_PreMulSum_f32_DIRECT_SIMPLE, AllReduce, PreMulSum, float, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_PreMulSum_f32_RING_LL, AllReduce, PreMulSum, float, RING, LL)
 NG_DEV_FUNC(AllReduce_PreMulSum_f32_RING_LL128, AllReduce, PreMulSum, float, RING, LL128)
 NG_DEV_FUNC(AllReduce_PreMulSum_f32_RING_SIMPLE, AllReduce, PreMulSum, float, RING, SIMPLE)

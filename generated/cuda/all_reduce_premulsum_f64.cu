@@ -5,7 +5,6 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE, AllReduce, PreMulSum, double, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE, AllReduce, PreMulSum, double, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC(AllReduce_PreMulSum_f64_DIRECT_SIMPLE, AllReduce, PreMulSum, double, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_PreMulSum_f64_RING_LL, AllReduce, PreMulSum, double, RING, LL)
 NG_DEV_FUNC(AllReduce_PreMulSum_f64_RING_LL128, AllReduce, PreMulSum, double, RING, LL128)
 NG_DEV_FUNC(AllReduce_PreMulSum_f64_RING_SIMPLE, AllReduce, PreMulSum, double, RING, SIMPLE)

@@ -10,9 +10,6 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE, AllRedu
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE, AllReduce, PreMulSum, __nv_fp8_e5m2, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-NG_DEV_FUNC(AllReduce_PreMulSum_f8e5m2_DIRECT_SIMPLE, AllReduce, PreMulSum, __nv_fp8_e5m2, DIRECT, SIMPLE)
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(AllReduce_PreMulSum_f8e5m2_RING_LL, AllReduce, PreMulSum, __nv_fp8_e5m2, RING, LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900

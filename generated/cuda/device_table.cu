@@ -192,9 +192,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_bf16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_bf16_DIRECT_SIMPLE)
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_bf16_RING_LL)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
@@ -214,7 +211,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_bf16_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_SIMPLE)
@@ -223,7 +219,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_RING_SIMPLE)
@@ -232,7 +227,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f64_RING_SIMPLE)
@@ -244,9 +238,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE)
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e4m3_RING_LL)
@@ -273,9 +264,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e5m2_DIRECT_SIMPLE)
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e5m2_RING_LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -295,7 +283,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_RING_SIMPLE)
@@ -304,7 +291,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_RING_SIMPLE)
@@ -313,7 +299,6 @@ NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u64_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_u8_RING_SIMPLE)
@@ -1472,1410 +1457,1389 @@ extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 /* 103*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_DIRECT_SIMPLE),
+/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
 #else
 /* 104*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
+/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
 #else
 /* 105*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
+/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
 #else
 /* 106*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
+/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
 #else
 /* 107*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
+/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
 #else
 /* 108*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
+/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
 #else
 /* 109*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
-#else
-/* 110*/ nullptr,
-#endif
-/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
-/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_DIRECT_SIMPLE),
-/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
-/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
-/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_DIRECT_SIMPLE),
-/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
-/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
-/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
-/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
-/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
-/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
-/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
-/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_DIRECT_SIMPLE),
-/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
-/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
-/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
-/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
-/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
-/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
+/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
+/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
+/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
+/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
+/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
+/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
+/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
+/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
+/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
+/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
+/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
+/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
+/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
+/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
+/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
+/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#else
+/* 134*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 135*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
+#else
+/* 136*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
+#else
+/* 137*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
 /* 138*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
 #else
 /* 139*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_DIRECT_SIMPLE),
+/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
 #else
 /* 140*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
+/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
 #else
 /* 141*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
+/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 142*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
+/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 143*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
+/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
 #else
 /* 144*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
+/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
 #else
 /* 145*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
+/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
 #else
 /* 146*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
 #else
 /* 147*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
 #else
 /* 148*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_DIRECT_SIMPLE),
+/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
 #else
 /* 149*/ nullptr,
 #endif
+/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
+/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
+/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
+/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
+/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
+/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
+/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
+/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
+/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
+/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
+/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
+/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
+/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
+/* 165*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
+/* 166*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
+/* 167*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 168*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
+/* 169*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
+/* 170*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
+/* 171*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
+/* 172*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
+/* 173*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 174*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+#else
+/* 174*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 175*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+#else
+/* 175*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 176*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
+#else
+/* 176*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 177*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+#else
+/* 177*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 178*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+#else
+/* 178*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 179*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+#else
+/* 179*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 180*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+#else
+/* 180*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 181*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+#else
+/* 181*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 182*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+#else
+/* 182*/ nullptr,
+#endif
+/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
+/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_DIRECT_SIMPLE),
+/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
+/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
+/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
+/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
+/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
+/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
+/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
+/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_DIRECT_SIMPLE),
+/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
+/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
+/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
+/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
+/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
+/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
+/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
+/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_DIRECT_SIMPLE),
+/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
+/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
+/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
+/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
+/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
+/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
+/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
-/* 150*/ nullptr,
+/* 210*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
+/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
-/* 151*/ nullptr,
+/* 211*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
+/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE),
 #else
-/* 152*/ nullptr,
+/* 212*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
+/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
 #else
-/* 153*/ nullptr,
+/* 213*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
+/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
 #else
-/* 154*/ nullptr,
+/* 214*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
+/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
 #else
-/* 155*/ nullptr,
+/* 215*/ nullptr,
 #endif
-/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
-/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_DIRECT_SIMPLE),
-/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
-/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
-/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
-/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
-/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
-/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
-/* 165*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
-/* 166*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 167*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_DIRECT_SIMPLE),
-/* 168*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
-/* 169*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
-/* 170*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
-/* 171*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
-/* 172*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
-/* 173*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
-/* 174*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
-/* 175*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 176*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_DIRECT_SIMPLE),
-/* 177*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
-/* 178*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
-/* 179*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
-/* 180*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
-/* 181*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
-/* 182*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
-#else
-/* 183*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
-#else
-/* 184*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
-#else
-/* 185*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
-#else
-/* 186*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
-#else
-/* 187*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
-#else
-/* 188*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
-#else
-/* 189*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
-#else
-/* 190*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
-#else
-/* 191*/ nullptr,
-#endif
-/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
-/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_DIRECT_SIMPLE),
-/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
-/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
-/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
-/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
-/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
-/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
-/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
-/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_DIRECT_SIMPLE),
-/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
-/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
-/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
-/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
-/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
-/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
-/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
-/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_DIRECT_SIMPLE),
-/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
-/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
-/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
-/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
-/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
-/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
+/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
+#else
+/* 216*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
+#else
+/* 217*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
+#else
+/* 218*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 219*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 220*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE),
+/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE),
 #else
 /* 221*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
+/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
 #else
 /* 222*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
+/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
 #else
 /* 223*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
+/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
 #else
 /* 224*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
+/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
 #else
 /* 225*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
+/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
 #else
 /* 226*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
+/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
 #else
 /* 227*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
-#else
-/* 228*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 229*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE),
-#else
-/* 230*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
-#else
-/* 231*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
-#else
-/* 232*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
-#else
-/* 233*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
-#else
-/* 234*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
-#else
-/* 235*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
-#else
-/* 236*/ nullptr,
-#endif
-/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
-/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_DIRECT_SIMPLE),
-/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
-/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
-/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
-/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
-/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
-/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
-/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
-/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_DIRECT_SIMPLE),
-/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
-/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
-/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
-/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
-/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
-/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
-/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
-/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_DIRECT_SIMPLE),
-/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
-/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
-/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
-/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
-/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
-/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
+/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
+/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_DIRECT_SIMPLE),
+/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
+/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
+/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
+/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
+/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
+/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
+/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
+/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_DIRECT_SIMPLE),
+/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
+/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
+/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
+/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
+/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
+/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
+/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
+/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_DIRECT_SIMPLE),
+/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
+/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
+/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
+/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
+/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
+/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
+/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
+#else
+/* 255*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+#else
+/* 256*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_DIRECT_SIMPLE),
+#else
+/* 257*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
+#else
+/* 258*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
+#else
+/* 259*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
+#else
+/* 260*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
+#else
+/* 261*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
+#else
+/* 262*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
+#else
+/* 263*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
 #else
 /* 264*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
 #else
 /* 265*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_DIRECT_SIMPLE),
-#else
-/* 266*/ nullptr,
-#endif
+/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
+/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
+/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
-#else
-/* 267*/ nullptr,
-#endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
-#else
-/* 268*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
+/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
 #else
 /* 269*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
 #else
 /* 270*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
-#else
-/* 271*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
-#else
-/* 272*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
-#else
-/* 273*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
-#else
-/* 274*/ nullptr,
-#endif
-/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
-/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
-/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_DIRECT_SIMPLE),
+/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
+/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
+/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
+/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
+/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
+/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
+/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
+/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
 #else
-/* 278*/ nullptr,
+/* 280*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
+/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
-/* 279*/ nullptr,
+/* 281*/ nullptr,
 #endif
-/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
-/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
-/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
-/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
-/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
-/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
-/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
-/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
+/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
+/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
+/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
+/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
 #else
-/* 289*/ nullptr,
+/* 291*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
+/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
 #else
-/* 290*/ nullptr,
+/* 292*/ nullptr,
 #endif
-/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
-/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
-/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
-/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
+/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
+/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
+/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
+/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
+/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
+/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#else
+/* 299*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 300*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
 #else
 /* 301*/ nullptr,
 #endif
-/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
-/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
-/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
-/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
-/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
-/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+#else
+/* 302*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+#else
+/* 303*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+#else
+/* 304*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+#else
+/* 305*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+#else
+/* 306*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+#else
+/* 307*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 308*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 309*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
+/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE),
 #else
 /* 310*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
 #else
 /* 311*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
 #else
 /* 312*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
 #else
 /* 313*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
 #else
 /* 314*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
 #else
 /* 315*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
 #else
 /* 316*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
-#else
-/* 317*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 318*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE),
-#else
-/* 319*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
+/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
 #else
 /* 320*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 321*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 321*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
 #else
 /* 321*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 322*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
-#else
-/* 322*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 323*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
-#else
-/* 323*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 324*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
-#else
-/* 324*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 325*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
-#else
-/* 325*/ nullptr,
-#endif
-/* 326*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/* 327*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-/* 328*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
+/* 322*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/* 323*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/* 324*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/* 325*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/* 326*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/* 327*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/* 328*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
+/* 329*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 330*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 329*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+/* 331*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
 #else
-/* 329*/ nullptr,
+/* 331*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 330*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+/* 332*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
 #else
-/* 330*/ nullptr,
+/* 332*/ nullptr,
 #endif
-/* 331*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/* 332*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/* 333*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/* 334*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/* 335*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/* 336*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/* 337*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
-/* 338*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
-/* 339*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 340*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
-#else
-/* 340*/ nullptr,
-#endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 341*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
-#else
-/* 341*/ nullptr,
-#endif
-/* 342*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
-/* 343*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
-/* 344*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
-/* 345*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
-/* 346*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
-/* 347*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
-/* 348*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
-/* 349*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 350*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_DIRECT_SIMPLE),
-/* 351*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
-/* 352*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
-/* 353*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
-/* 354*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
-/* 355*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
-/* 356*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
-/* 357*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/* 358*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 359*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
-/* 360*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/* 361*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/* 362*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/* 363*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/* 364*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/* 365*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/* 366*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
-/* 367*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 368*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE),
-/* 369*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
-/* 370*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
-/* 371*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
-/* 372*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
-/* 373*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
-/* 374*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
-/* 375*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
-/* 376*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 377*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE),
-/* 378*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
-/* 379*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
-/* 380*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
-/* 381*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
-/* 382*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
-/* 383*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
-/* 384*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/* 385*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/* 386*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
+/* 333*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
+/* 334*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
+/* 335*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
+/* 336*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
+/* 337*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
+/* 338*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
+/* 339*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
+/* 340*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 341*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_DIRECT_SIMPLE),
+/* 342*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
+/* 343*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
+/* 344*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
+/* 345*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
+/* 346*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
+/* 347*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
+/* 348*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/* 349*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 350*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/* 351*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/* 352*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/* 353*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/* 354*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/* 355*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/* 356*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/* 357*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
+/* 358*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 359*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE),
+/* 360*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
+/* 361*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
+/* 362*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
+/* 363*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
+/* 364*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
+/* 365*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
+/* 366*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
+/* 367*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 368*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE),
+/* 369*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
+/* 370*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
+/* 371*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
+/* 372*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
+/* 373*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
+/* 374*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
+/* 375*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/* 376*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/* 377*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 387*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
+/* 378*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
 #else
-/* 387*/ nullptr,
+/* 378*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 388*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
+/* 379*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
 #else
-/* 388*/ nullptr,
+/* 379*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 389*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
+/* 380*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
 #else
-/* 389*/ nullptr,
+/* 380*/ nullptr,
 #endif
-/* 390*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
-/* 391*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
-/* 392*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
-/* 393*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
-/* 394*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
-/* 395*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
-/* 396*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
-/* 397*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
-/* 398*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
+/* 381*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
+/* 382*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
+/* 383*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
+/* 384*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
+/* 385*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
+/* 386*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
+/* 387*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
+/* 388*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
+/* 389*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 399*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
+/* 390*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
 #else
-/* 399*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 400*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
-#else
-/* 400*/ nullptr,
+/* 390*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 401*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
+/* 391*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
 #else
-/* 401*/ nullptr,
+/* 391*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 402*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
+/* 392*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
 #else
-/* 402*/ nullptr,
+/* 392*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 403*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
+/* 393*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
 #else
-/* 403*/ nullptr,
+/* 393*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 404*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
+/* 394*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
 #else
-/* 404*/ nullptr,
+/* 394*/ nullptr,
 #endif
-/* 405*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
-/* 406*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
-/* 407*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
-/* 408*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
-/* 409*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
-/* 410*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
-/* 411*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
-/* 412*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
-/* 413*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 395*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
+#else
+/* 395*/ nullptr,
+#endif
+/* 396*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
+/* 397*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
+/* 398*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
+/* 399*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
+/* 400*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
+/* 401*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
+/* 402*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
+/* 403*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
+/* 404*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 414*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
+/* 405*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
 #else
-/* 414*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 415*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
-#else
-/* 415*/ nullptr,
+/* 405*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 416*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
+/* 406*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
 #else
-/* 416*/ nullptr,
-#endif
-/* 417*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
-/* 418*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
-/* 419*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
-/* 420*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
-/* 421*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
-/* 422*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
-/* 423*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
-/* 424*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
-/* 425*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 426*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 426*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 427*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 427*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 428*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 428*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 429*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
-#else
-/* 429*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 430*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
-#else
-/* 430*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 431*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
-#else
-/* 431*/ nullptr,
-#endif
-/* 432*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
-/* 433*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
-/* 434*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
-/* 435*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
-/* 436*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
-/* 437*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
-/* 438*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
-/* 439*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
-/* 440*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 441*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
-#else
-/* 441*/ nullptr,
+/* 406*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 442*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
+/* 407*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 442*/ nullptr,
+/* 407*/ nullptr,
+#endif
+/* 408*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
+/* 409*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
+/* 410*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
+/* 411*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
+/* 412*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
+/* 413*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
+/* 414*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
+/* 415*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
+/* 416*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 417*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
+#else
+/* 417*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 418*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
+#else
+/* 418*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 419*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
+#else
+/* 419*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 420*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
+#else
+/* 420*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 421*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
+#else
+/* 421*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 422*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
+#else
+/* 422*/ nullptr,
+#endif
+/* 423*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
+/* 424*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
+/* 425*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
+/* 426*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
+/* 427*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
+/* 428*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
+/* 429*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
+/* 430*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
+/* 431*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 432*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
+#else
+/* 432*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 443*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
+/* 433*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
 #else
-/* 443*/ nullptr,
-#endif
-/* 444*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
-/* 445*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
-/* 446*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
-/* 447*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
-/* 448*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
-/* 449*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
-/* 450*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
-/* 451*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
-/* 452*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 453*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
-#else
-/* 453*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 454*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
-#else
-/* 454*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 455*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
-#else
-/* 455*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 456*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
-#else
-/* 456*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 457*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
-#else
-/* 457*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 458*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
-#else
-/* 458*/ nullptr,
-#endif
-/* 459*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
-/* 460*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
-/* 461*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
-/* 462*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
-/* 463*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
-/* 464*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
-/* 465*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
-/* 466*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
-/* 467*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 468*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
-#else
-/* 468*/ nullptr,
+/* 433*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 469*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
+/* 434*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
 #else
-/* 469*/ nullptr,
+/* 434*/ nullptr,
+#endif
+/* 435*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
+/* 436*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
+/* 437*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
+/* 438*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
+/* 439*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
+/* 440*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
+/* 441*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
+/* 442*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
+/* 443*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 444*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
+#else
+/* 444*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 445*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
+#else
+/* 445*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 446*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
+#else
+/* 446*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 447*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
+#else
+/* 447*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 448*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
+#else
+/* 448*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 449*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
+#else
+/* 449*/ nullptr,
+#endif
+/* 450*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
+/* 451*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
+/* 452*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
+/* 453*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
+/* 454*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
+/* 455*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
+/* 456*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
+/* 457*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
+/* 458*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 459*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
+#else
+/* 459*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 470*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
+/* 460*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
 #else
-/* 470*/ nullptr,
+/* 460*/ nullptr,
 #endif
-/* 471*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
-/* 472*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
-/* 473*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
-/* 474*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/* 475*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/* 476*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/* 477*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
-/* 478*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
-/* 479*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 480*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
-#else
-/* 480*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 481*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
-#else
-/* 481*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 482*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
-#else
-/* 482*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 483*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
-#else
-/* 483*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 484*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
-#else
-/* 484*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 485*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
-#else
-/* 485*/ nullptr,
-#endif
-/* 486*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
-/* 487*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
-/* 488*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
-/* 489*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
-/* 490*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
-/* 491*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
-/* 492*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
-/* 493*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
-/* 494*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
-/* 495*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
-/* 496*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
-/* 497*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
-/* 498*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
-/* 499*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
-/* 500*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
-/* 501*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
-/* 502*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
-/* 503*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
+/* 461*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
 #else
-/* 504*/ nullptr,
+/* 461*/ nullptr,
+#endif
+/* 462*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
+/* 463*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
+/* 464*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
+/* 465*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/* 466*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/* 467*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/* 468*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
+/* 469*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
+/* 470*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 471*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
+#else
+/* 471*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 472*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
+#else
+/* 472*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 473*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
+#else
+/* 473*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 474*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
+#else
+/* 474*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 475*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
+#else
+/* 475*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 476*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
+#else
+/* 476*/ nullptr,
+#endif
+/* 477*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
+/* 478*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
+/* 479*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
+/* 480*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
+/* 481*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
+/* 482*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
+/* 483*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
+/* 484*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
+/* 485*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
+/* 486*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
+/* 487*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
+/* 488*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
+/* 489*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
+/* 490*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
+/* 491*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
+/* 492*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
+/* 493*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
+/* 494*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 495*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
+#else
+/* 495*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
+/* 496*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
 #else
-/* 505*/ nullptr,
+/* 496*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
+/* 497*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
 #else
-/* 506*/ nullptr,
+/* 497*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
+/* 498*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
 #else
-/* 507*/ nullptr,
+/* 498*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
+/* 499*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
 #else
-/* 508*/ nullptr,
+/* 499*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
+/* 500*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
 #else
-/* 509*/ nullptr,
+/* 500*/ nullptr,
 #endif
-/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
+/* 501*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
+/* 502*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
 #else
-/* 511*/ nullptr,
+/* 502*/ nullptr,
 #endif
-/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
-/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
-/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
-/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
-/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
-/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
-/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
-/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
-/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
-/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
-/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
-/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
-/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
-/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
+/* 503*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
+/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
+/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
+/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
+/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
+/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
+/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
+/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
+/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
+/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
+/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
+/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
+/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
+/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 517*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
+#else
+/* 518*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
+#else
+/* 519*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
+#else
+/* 520*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
+#else
+/* 521*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 522*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
+#else
+/* 523*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
+#else
+/* 524*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
+#else
+/* 525*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
 #else
 /* 526*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
 #else
 /* 527*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
 #else
 /* 528*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
-#else
-/* 529*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
+/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
 #else
 /* 530*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 531*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
-#else
-/* 532*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
-#else
-/* 533*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
-#else
-/* 534*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
-#else
-/* 535*/ nullptr,
-#endif
+/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
+/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
+/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
+/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
+/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
+/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
 #else
 /* 536*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
-#else
-/* 537*/ nullptr,
-#endif
-/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
-#else
-/* 539*/ nullptr,
-#endif
-/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
-/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
-/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
-/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
-/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
-#else
-/* 545*/ nullptr,
-#endif
-/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
-/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
-/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
-/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
-/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
-/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
-/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
-/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
-/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
+/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
+/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
+/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
+/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
+/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
+/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
+/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
+/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
+/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 555*/ nullptr,
+/* 546*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
+/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
 #else
-/* 556*/ nullptr,
+/* 547*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
+/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
 #else
-/* 557*/ nullptr,
+/* 548*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
+/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
 #else
-/* 558*/ nullptr,
+/* 549*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
+/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 559*/ nullptr,
+/* 550*/ nullptr,
 #endif
-/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
-/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
-/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
-/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
-/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
-/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
-/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
-/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
-/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
-/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
-/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
-/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
+/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
+/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
+/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
+/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
+/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
+/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
+/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
+/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
+/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
+/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
+/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
+/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 566*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
+#else
+/* 567*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
+#else
+/* 568*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
+#else
+/* 569*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
+#else
+/* 570*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 571*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
+#else
+/* 572*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
+#else
+/* 573*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
+#else
+/* 574*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
 #else
 /* 575*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
-#else
-/* 576*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 577*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 578*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 579*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 580*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
-#else
-/* 581*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
-#else
-/* 582*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
-#else
-/* 583*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
-#else
-/* 584*/ nullptr,
-#endif
-/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
-/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
-/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
-/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
-/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
-/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
-/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
-/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
-/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
-/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
-/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
-/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
+/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
+/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
+/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
+/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
+/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
+/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
+/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
+/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
+/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
+/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
+/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
+/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 600*/ nullptr,
+/* 591*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
+/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
 #else
-/* 601*/ nullptr,
+/* 592*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
+/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
 #else
-/* 602*/ nullptr,
+/* 593*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
+/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
 #else
-/* 603*/ nullptr,
+/* 594*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
+/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
 #else
-/* 604*/ nullptr,
+/* 595*/ nullptr,
 #endif
-/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
-/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
-/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
-/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
-/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
-/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
-/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
-/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
-/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
-/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
-/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
-/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
+/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
+/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
+/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
+/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
+/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
+/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
+/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
+/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
+/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
+/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
+/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
+/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 611*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
+#else
+/* 612*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
+#else
+/* 613*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
+#else
+/* 614*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
+#else
+/* 615*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 616*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
+#else
+/* 617*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
+#else
+/* 618*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
+#else
+/* 619*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
 #else
 /* 620*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
-#else
-/* 621*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
-#else
-/* 622*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
-#else
-/* 623*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
-#else
-/* 624*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 625*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
-#else
-/* 626*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
-#else
-/* 627*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
-#else
-/* 628*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
-#else
-/* 629*/ nullptr,
-#endif
-/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
-/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
-/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
-/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
-/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
-/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
-/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
-/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
-/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
-/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
-/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
-/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
+/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
+/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
+/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
+/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
+/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
+/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
+/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
+/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
+/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
+/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
+/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
+/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 645*/ nullptr,
+/* 636*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
+/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
 #else
-/* 646*/ nullptr,
+/* 637*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
+/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
 #else
-/* 647*/ nullptr,
+/* 638*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
+/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
 #else
-/* 648*/ nullptr,
+/* 639*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
+/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
+#else
+/* 640*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
+#else
+/* 641*/ nullptr,
+#endif
+/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
+#else
+/* 643*/ nullptr,
+#endif
+/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
+/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
+/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
+/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
+/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
 #else
 /* 649*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
-#else
-/* 650*/ nullptr,
-#endif
-/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
+/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
+/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
 #else
-/* 652*/ nullptr,
+/* 655*/ nullptr,
 #endif
-/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
-/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
-/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
-/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
-/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
+/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
+/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
+/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
-/* 658*/ nullptr,
+/* 660*/ nullptr,
 #endif
-/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
+#else
+/* 661*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
+#else
+/* 662*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
+#else
+/* 663*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
 #else
 /* 664*/ nullptr,
 #endif
-/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
-/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
-/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
-/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 665*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
+#else
+/* 666*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
+#else
+/* 667*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
+#else
+/* 668*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
 #else
 /* 669*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
-#else
-/* 670*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
+/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
 #else
 /* 671*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 672*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
-#else
-/* 672*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 673*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
-#else
-/* 673*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 674*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 674*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 675*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
-#else
-/* 675*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 676*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
-#else
-/* 676*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 677*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
+/* 672*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
+/* 673*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
+/* 674*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
+/* 675*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
+/* 676*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 677*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
 #else
 /* 677*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 678*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
-#else
-/* 678*/ nullptr,
-#endif
-/* 679*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 680*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
-#else
-/* 680*/ nullptr,
-#endif
-/* 681*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
-/* 682*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
-/* 683*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
-/* 684*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
-/* 685*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 686*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
-#else
-/* 686*/ nullptr,
-#endif
-/* 687*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
-/* 688*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
-/* 689*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
-/* 690*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
-/* 691*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 692*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
-/* 693*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
-/* 694*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
-/* 695*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
-/* 696*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 697*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
-/* 698*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
-/* 699*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
-/* 700*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
-/* 701*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 702*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
-/* 703*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
-/* 704*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
-/* 705*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
-/* 706*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 707*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
-/* 708*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
-/* 709*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
-/* 710*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
-/* 711*/ NG_DEV_FUNC_PTR(SendRecv),
+/* 678*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
+/* 679*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
+/* 680*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
+/* 681*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
+/* 682*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 683*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
+/* 684*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
+/* 685*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
+/* 686*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
+/* 687*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 688*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
+/* 689*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
+/* 690*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
+/* 691*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
+/* 692*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 693*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
+/* 694*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
+/* 695*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
+/* 696*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
+/* 697*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 698*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
+/* 699*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
+/* 700*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
+/* 701*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
+/* 702*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 712;
+extern "C" __device__ int const ngDevFuncCount = 703;
 

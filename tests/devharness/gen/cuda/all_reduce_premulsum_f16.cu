@@ -5,7 +5,6 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE, AllReduce, PreMulSum, half, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE, AllReduce, PreMulSum, half, COLLNET_DIRECT, SIMPLE)
-NG_DEV_FUNC(AllReduce_PreMulSum_f16_DIRECT_SIMPLE, AllReduce, PreMulSum, half, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_PreMulSum_f16_RING_LL, AllReduce, PreMulSum, half, RING, LL)
 NG_DEV_FUNC(AllReduce_PreMulSum_f16_RING_LL128, AllReduce, PreMulSum, half, RING, LL128)
 NG_DEV_FUNC(AllReduce_PreMulSum_f16_RING_SIMPLE, AllReduce, PreMulSum, half, RING, SIMPLE)

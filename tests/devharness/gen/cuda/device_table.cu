@@ -28,7 +28,6 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE)
-NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_PreMulSum_f16_RING_SIMPLE)
@@ -179,171 +178,170 @@ extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 /*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
 /*  17*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
 /*  18*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_DIRECT_SIMPLE),
-/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/*  24*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/*  25*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
+/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/*  24*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+/*  25*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+#else
+/*  25*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /*  26*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
 #else
 /*  27*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
+/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
 #else
 /*  28*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
 #else
 /*  29*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
 #else
 /*  30*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
 #else
 /*  31*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
 #else
 /*  32*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
 #else
 /*  33*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
-#else
-/*  34*/ nullptr,
-#endif
-/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
-/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
+/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+#else
+/*  37*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
 /*  38*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
-#else
-/*  39*/ nullptr,
-#endif
-/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
+/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#else
+/*  45*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /*  46*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
 #else
 /*  47*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
+/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
 #else
 /*  48*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
 #else
 /*  49*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
 #else
 /*  50*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
 #else
 /*  51*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
 #else
 /*  52*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
 #else
 /*  53*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
-#else
-/*  54*/ nullptr,
-#endif
-/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
+/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+#else
+/*  57*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
 #else
 /*  58*/ nullptr,
 #endif
+/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/*  60*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/*  61*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/*  62*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/*  63*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/*  64*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/*  65*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/*  68*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/*  69*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/*  70*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/*  71*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/*  72*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/*  73*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/*  74*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/*  75*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/*  76*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
+/*  77*/ NG_DEV_FUNC_PTR(Nop),
+/*  78*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/*  79*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/*  80*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/*  81*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+/*  82*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
 #else
-/*  59*/ nullptr,
+/*  82*/ nullptr,
 #endif
-/*  60*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/*  61*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/*  62*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/*  63*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/*  64*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/*  65*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/*  68*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
-/*  69*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/*  70*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/*  71*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/*  72*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/*  73*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/*  74*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/*  75*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/*  76*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/*  77*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
-/*  78*/ NG_DEV_FUNC_PTR(Nop),
-/*  79*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/*  80*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/*  81*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/*  82*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  83*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
-#else
-/*  83*/ nullptr,
-#endif
-/*  84*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/*  85*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/*  86*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/*  87*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/*  88*/ NG_DEV_FUNC_PTR(SendRecv),
+/*  83*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/*  84*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/*  85*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/*  86*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/*  87*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 89;
+extern "C" __device__ int const ngDevFuncCount = 88;
 
 NG_DEV_KERNEL_GENERIC(Generic)
 
