@@ -21,8 +21,8 @@ import (
 //     measured Hopper limits, and converted to algorithm bandwidth (a ring
 //     moves n/nsteps of the data per step; a tree halves it).
 //
-// Only RING and TREE have a model: they are the algorithms the device
-// library implements (kspace.Implemented). Times are in microseconds and
+// RING and TREE have this model; DIRECT has its own (direct.go). They are
+// the algorithms the device library implements (kspace.Implemented). Times are in microseconds and
 // bandwidths in GB/s (= bytes per ns, so bytes / (1000 × GB/s) is µs).
 
 // Hardware classes of NCCL's latency table.
@@ -246,7 +246,7 @@ func modeled(c kspace.Coll, a kspace.Algo) bool {
 	switch a {
 	case kspace.Ring:
 		return c != kspace.SendRecv
-	case kspace.Tree:
+	case kspace.Tree, kspace.Direct:
 		return c == kspace.AllReduce
 	default:
 		return false
