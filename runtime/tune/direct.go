@@ -3,6 +3,7 @@ package tune
 import (
 	"math"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
 )
 
@@ -28,9 +29,9 @@ const (
 	directBarrierLat     = 0.8  // µs
 	directBarrierPerPeer = 0.1  // µs
 	directHBMBW          = 3600 // GB/s: ~75% of the H200's 4.8 TB/s
-	// directOneShotBytes is the device's NG_DIRECT_ONESHOT_BYTES: the
-	// largest channel share that runs one-shot.
-	directOneShotBytes = 8192
+	// directOneShotBytes is the largest channel share that the device
+	// runs one-shot.
+	directOneShotBytes = generated.DirectOneshotBytes
 	// directTwoShotChannelBytes is the share a two-shot channel gets at
 	// least before the call spreads over more channels.
 	directTwoShotChannelBytes = 64 << 10
