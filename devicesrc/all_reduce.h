@@ -7,6 +7,7 @@
 #ifndef NG_ALL_REDUCE_H_
 #define NG_ALL_REDUCE_H_
 #include "ng_coll_common.h"
+#include "direct.h"
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngAllReduceRing(struct ngShmem* sh) {
@@ -105,6 +106,7 @@ struct ngCollFunc<NG_COLL_AllReduce, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {
     if constexpr (Algo == NG_ALGO_RING) ngAllReduceRing<T, Op, Proto>(sh);
     else if constexpr (Algo == NG_ALGO_TREE) ngAllReduceTree<T, Op, Proto>(sh);
+    else if constexpr (Algo == NG_ALGO_DIRECT && Proto == NG_PROTO_SIMPLE) ngAllReduceDirect<T, Op>(sh);
     else ngReportUnsupported(sh);
   }
 };

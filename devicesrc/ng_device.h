@@ -40,6 +40,10 @@ struct ngShmem {
   struct ngDevWork work;       // the work being run
   int32_t aborted;             // non-zero: stop (abort flag seen or error); read through ngAborted()
   int32_t channelId;
+  // DIRECT (direct.h): every rank's user buffers for the call in progress,
+  // read from the ranks' slots once per call.
+  uint64_t directSend[NG_DIRECT_MAX_RANKS];
+  uint64_t directRecv[NG_DIRECT_MAX_RANKS];
 };
 
 typedef void (*ngDevFuncPtr_t)(struct ngShmem*);
@@ -175,8 +179,9 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   const int c = ngNthSetBit(args.channelMask, blockIdx.x);
   if (c < 0) return; // more blocks than channels: nothing to do (uniform over the block)
   const struct ngDevComm* comm = reinterpret_cast<const struct ngDevComm*>(args.comm);
-  // Copy the communicator (7 words) and the channel (8 words) into shared memory.
-  if (tid < 7) {
+  // Copy the communicator (8 words) and the channel (8 words) into shared memory.
+  static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8, "ngKernelMain copies 8 words of each");
+  if (tid < 8) {
     reinterpret_cast<uint64_t*>(&sh.comm)[tid] = reinterpret_cast<const uint64_t*>(comm)[tid];
   } else if (tid >= 32 && tid < 40) {
     const struct ngDevChannel* chans = reinterpret_cast<const struct ngDevChannel*>(comm->channels);

@@ -109,6 +109,7 @@ func TestGoABILayout(t *testing.T) {
 		"DevTree":    reflect.TypeOf(generated.DevTree{}),
 		"DevChannel": reflect.TypeOf(generated.DevChannel{}),
 		"DevComm":    reflect.TypeOf(generated.DevComm{}),
+		"DirectSlot": reflect.TypeOf(generated.DirectSlot{}),
 		"DevWork":    reflect.TypeOf(generated.DevWork{}),
 		"KernelArgs": reflect.TypeOf(generated.KernelArgs{}),
 	}

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "a909daea7d0c860e"
+const ABIVersion = "f036dedc4839bb9a"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -30,6 +30,12 @@ const (
 	DevErrUnsupported = 1
 	// DevErrAborted is NG_DEV_ERR_ABORTED: ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set.
 	DevErrAborted = 2
+	// DirectSameGpu is NG_DIRECT_SAME_GPU: ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT).
+	DirectSameGpu = 1
+	// DirectMaxRanks is NG_DIRECT_MAX_RANKS: most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory).
+	DirectMaxRanks = 32
+	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
+	DirectOneshotBytes = 8192
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size.
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
@@ -60,6 +66,8 @@ const (
 	AlgoNvlsTree = 5
 	// AlgoPat is NG_ALGO_PAT: algorithm.
 	AlgoPat = 6
+	// AlgoDirect is NG_ALGO_DIRECT: algorithm.
+	AlgoDirect = 7
 	// ProtoLl is NG_PROTO_LL: protocol.
 	ProtoLl = 0
 	// ProtoLl128 is NG_PROTO_LL128: protocol.
@@ -67,7 +75,7 @@ const (
 	// ProtoSimple is NG_PROTO_SIMPLE: protocol.
 	ProtoSimple = 2
 	// NumAlgorithms is NG_NUM_ALGORITHMS: algorithms.
-	NumAlgorithms = 7
+	NumAlgorithms = 8
 	// NumProtocols is NG_NUM_PROTOCOLS: protocols.
 	NumProtocols = 3
 )
@@ -117,15 +125,24 @@ type DevChannel struct {
 
 // DevComm is ngDevComm: the device side of a communicator (one rank).
 type DevComm struct {
-	Rank      int32
-	NRanks    int32
-	NChannels int32
-	Pad       int32
-	AbortFlag uint64    // volatile uint32_t* in host-mapped memory: non-zero asks every waiting thread to stop
-	ErrorFlag uint64    // uint32_t* in host-mapped memory: the device stores an NG_DEV_ERR_* code here (first error wins)
-	Channels  uint64    // ngDevChannel*: nChannels entries
-	BuffSizes [3]uint32 // per protocol: bytes of each FIFO
-	Pad2      uint32
+	Rank        int32
+	NRanks      int32
+	NChannels   int32
+	Pad         int32
+	AbortFlag   uint64    // volatile uint32_t* in host-mapped memory: non-zero asks every waiting thread to stop
+	ErrorFlag   uint64    // uint32_t* in host-mapped memory: the device stores an NG_DEV_ERR_* code here (first error wins)
+	Channels    uint64    // ngDevChannel*: nChannels entries
+	BuffSizes   [3]uint32 // per protocol: bytes of each FIFO
+	DirectFlags uint32    // NG_DIRECT_* bits
+	Direct      uint64    // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
+}
+
+// DirectSlot is ngDirectSlot: one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup).
+type DirectSlot struct {
+	Sendbuff uint64
+	Recvbuff uint64
+	Phase    uint64
+	Pad      [13]uint64 // to 128 bytes: slots of different channels share no cache line
 }
 
 // DevWork is ngDevWork: one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none)..
@@ -166,7 +183,8 @@ var Layouts = map[string]struct {
 	"DevRing":    {Size: 24, Offsets: []int{0, 4, 8, 12, 16}},
 	"DevTree":    {Size: 24, Offsets: []int{0, 4, 16, 20}},
 	"DevChannel": {Size: 64, Offsets: []int{0, 24, 48, 56, 60}},
-	"DevComm":    {Size: 56, Offsets: []int{0, 4, 8, 12, 16, 24, 32, 40, 52}},
+	"DevComm":    {Size: 64, Offsets: []int{0, 4, 8, 12, 16, 24, 32, 40, 52, 56}},
+	"DirectSlot": {Size: 128, Offsets: []int{0, 8, 16, 24}},
 	"DevWork":    {Size: 64, Offsets: []int{0, 8, 16, 24, 32, 40, 48, 50, 51, 52, 56, 60}},
 	"KernelArgs": {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 192}},
 }

@@ -121,7 +121,13 @@ func (t Type) Unsigned() Type {
 // Algo is a collective algorithm (NCCL_ALGO_*).
 type Algo int
 
-// The algorithms, in NCCL's order.
+// The algorithms, in NCCL's order (NCCL_ALGO_* values), then ncclgo's own.
+//
+// Direct is ncclgo's: every rank loads its peers' user buffers itself
+// (devicesrc/direct.h), with no connection FIFO in between, which only
+// ranks that share memory can do (see DirectInfo in runtime/comm). NCCL
+// has no such value; its name is "DIRECT" (NCCL_ALGO=Direct), distinct
+// from COLLNET_DIRECT, which names the CollNet algorithm.
 const (
 	Tree Algo = iota
 	Ring
@@ -130,6 +136,7 @@ const (
 	NVLS
 	NVLSTree
 	PAT
+	Direct
 	NumAlgos = iota
 )
 
@@ -169,7 +176,7 @@ var AlgosOf = [NumColls][]Algo{
 	AllGather:     {Ring, CollNetDirect, NVLS, PAT},
 	AllGatherV:    {Ring},
 	ReduceScatter: {Ring, CollNetDirect, NVLS, PAT},
-	AllReduce:     {Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree},
+	AllReduce:     {Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, Direct},
 	SendRecv:      nil,
 }
 
@@ -188,6 +195,8 @@ func Implemented(c Coll, a Algo) bool {
 		return c == AllReduce
 	case a == PAT:
 		return c == AllGather || c == ReduceScatter
+	case a == Direct:
+		return c == AllReduce
 	}
 	return false
 }
@@ -346,7 +355,7 @@ func Requirements(f Func) (r Req, why string, ok bool) {
 		return Req{}, "", true
 	}
 	if f.Proto != Simple && f.Algo != Ring && f.Algo != Tree {
-		return Req{}, fmt.Sprintf("protocol %s runs only with RING and TREE, not %s", f.Proto, f.Algo), false
+		return Req{}, fmt.Sprintf("protocol %s runs only with RING and TREE, not %s (which moves data with SIMPLE)", f.Proto, f.Algo), false
 	}
 	if f.Coll.HasRedOp() {
 		if f.RedOp == SumPostDiv && !f.Type.IsInteger() {
@@ -355,6 +364,11 @@ func Requirements(f Func) (r Req, why string, ok bool) {
 		tr := Types[f.Type].Req
 		r.CUDART = max(r.CUDART, tr.CUDART)
 		r.Arch = max(r.Arch, tr.Arch)
+	}
+	if f.Algo == Direct && f.RedOp == PreMulSum {
+		// Each rank reduces its peers' inputs itself, so it would apply
+		// its own scalar to them, and a PreMulSum's scalar is per rank.
+		return Req{}, "DIRECT does not run PreMulSum: each rank would scale its peers' inputs by its own scalar", false
 	}
 	if f.Algo.IsNVLS() {
 		if f.Coll.HasRedOp() && !nvlsSupports(f.RedOp, f.Type) {
@@ -403,12 +417,29 @@ func preferredKernel(f Func) Func {
 	return Primary(Func{Coll: f.Coll, RedOp: Sum, Type: f.Type, Algo: algo, Proto: LL})
 }
 
-// Rows enumerates the function rows in the order from which the host
-// computes a function id (see RowOf).
-func Rows() []Func {
-	rows := []Func{SendRecvFunc}
+// FirstOwnAlgo is the first algorithm that is ncclgo's, not NCCL's: the
+// algorithms before it have NCCL's NCCL_ALGO_* values, and their rows keep
+// NCCL's function ids (see Rows).
+const FirstOwnAlgo = Direct
+
+// sectionAlgos lists c's algorithms of one section of the rows: NCCL's
+// (own false) or ncclgo's own (own true), in AlgosOf order.
+func sectionAlgos(c Coll, own bool) []Algo {
+	var out []Algo
+	for _, a := range AlgosOf[c] {
+		if (a >= FirstOwnAlgo) == own {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// rowsOf enumerates one section's rows, collective by collective in the
+// host's row order.
+func rowsOf(own bool) []Func {
+	var rows []Func
 	for _, c := range []Coll{AllGather, Broadcast, AllGatherV} {
-		for _, a := range AlgosOf[c] {
+		for _, a := range sectionAlgos(c, own) {
 			for p := Proto(0); p < NumProtos; p++ {
 				rows = append(rows, Func{Coll: c, RedOp: Unset, Type: Unset, Algo: a, Proto: p})
 			}
@@ -417,7 +448,7 @@ func Rows() []Func {
 	for _, c := range []Coll{AllReduce, Reduce, ReduceScatter} {
 		for op := RedOp(0); op < NumRedOps; op++ {
 			for t := Type(0); t < NumTypes; t++ {
-				for _, a := range AlgosOf[c] {
+				for _, a := range sectionAlgos(c, own) {
 					for p := Proto(0); p < NumProtos; p++ {
 						rows = append(rows, Func{Coll: c, RedOp: op, Type: t, Algo: a, Proto: p})
 					}
@@ -428,19 +459,35 @@ func Rows() []Func {
 	return rows
 }
 
-// RowBases gives, per collective, the row of its first function; with
-// AlgoIndex it lets the host compute a row arithmetically (see RowOf).
-func RowBases() [NumColls]int {
-	var base [NumColls]int
-	row := 1 // row 0 is SendRecv
+// Rows enumerates the function rows in the order from which the host
+// computes a function id (see RowOf): SendRecv, then the rows of NCCL's
+// algorithms in NCCL's order (so that their ids agree with NCCL's), then
+// the rows of ncclgo's own algorithms (FirstOwnAlgo on) in the same order.
+func Rows() []Func {
+	rows := append([]Func{SendRecvFunc}, rowsOf(false)...)
+	return append(rows, rowsOf(true)...)
+}
+
+// sectionBases gives, per collective, the row of its first function in
+// one section, the section starting at row start, and the row after it.
+func sectionBases(own bool, start int) (base [NumColls]int, end int) {
+	row := start
 	for _, c := range []Coll{AllGather, Broadcast, AllGatherV} {
 		base[c] = row
-		row += len(AlgosOf[c]) * int(NumProtos)
+		row += len(sectionAlgos(c, own)) * int(NumProtos)
 	}
 	for _, c := range []Coll{AllReduce, Reduce, ReduceScatter} {
 		base[c] = row
-		row += int(NumRedOps) * int(NumTypes) * len(AlgosOf[c]) * int(NumProtos)
+		row += int(NumRedOps) * int(NumTypes) * len(sectionAlgos(c, own)) * int(NumProtos)
 	}
+	return base, row
+}
+
+// RowBases gives, per collective, the row of its first function of NCCL's
+// algorithms; with AlgoIndex it lets the host compute a row arithmetically
+// (see RowOf).
+func RowBases() [NumColls]int {
+	base, _ := sectionBases(false, 1) // row 0 is SendRecv
 	base[SendRecv] = 0
 	return base
 }
@@ -464,17 +511,26 @@ func RowOf(f Func) (row int, ok bool) {
 	if f.Coll == SendRecv {
 		return 0, true
 	}
-	ai := AlgoIndex(f.Coll, f.Algo)
-	if ai < 0 || f.Proto < 0 || f.Proto >= NumProtos {
+	if AlgoIndex(f.Coll, f.Algo) < 0 || f.Proto < 0 || f.Proto >= NumProtos {
 		return 0, false
 	}
-	base := RowBases()[f.Coll]
-	nA := len(AlgosOf[f.Coll])
+	own := f.Algo >= FirstOwnAlgo
+	base, end := sectionBases(false, 1)
+	if own {
+		base, _ = sectionBases(true, end)
+	}
+	algos := sectionAlgos(f.Coll, own)
+	ai := 0
+	for algos[ai] != f.Algo {
+		ai++
+	}
+	nA := len(algos)
+	b := base[f.Coll]
 	if !f.Coll.HasRedOp() {
-		return base + ai*int(NumProtos) + int(f.Proto), true
+		return b + ai*int(NumProtos) + int(f.Proto), true
 	}
 	if f.RedOp < 0 || f.RedOp >= NumRedOps || f.Type < 0 || f.Type >= NumTypes {
 		return 0, false
 	}
-	return base + ((int(f.RedOp)*int(NumTypes)+int(f.Type))*nA+ai)*int(NumProtos) + int(f.Proto), true
+	return b + ((int(f.RedOp)*int(NumTypes)+int(f.Type))*nA+ai)*int(NumProtos) + int(f.Proto), true
 }

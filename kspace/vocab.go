@@ -197,6 +197,7 @@ var Algos = [NumAlgos]AlgoInfo{
 	NVLS:          {Name: "NVLS", GoName: "NVLS", NCCLName: "NVLS"},
 	NVLSTree:      {Name: "NVLS_TREE", GoName: "NVLSTree", NCCLName: "NVLSTree"},
 	PAT:           {Name: "PAT", GoName: "PAT", NCCLName: "PAT"},
+	Direct:        {Name: "DIRECT", GoName: "Direct", NCCLName: "Direct"},
 }
 
 // ProtoInfo describes one protocol. Its value is NCCL's NCCL_PROTO_* value.

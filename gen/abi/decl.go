@@ -15,6 +15,9 @@ var Consts = []Const{
 	{"NG_CONN_STEP_SIZES", 4, "ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes)"},
 	{"NG_DEV_ERR_UNSUPPORTED", 1, "ngDevComm.errorFlag: a kernel ran a function that has no device implementation"},
 	{"NG_DEV_ERR_ABORTED", 2, "ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set"},
+	{"NG_DIRECT_SAME_GPU", 1, "ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)"},
+	{"NG_DIRECT_MAX_RANKS", 32, "most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)"},
+	{"NG_DIRECT_ONESHOT_BYTES", 8192, "DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size"},
 }
 
@@ -101,9 +104,25 @@ var DevComm = &Struct{
 		{Name: "errorFlag", Scalar: U64, Doc: "uint32_t* in host-mapped memory: the device stores an NG_DEV_ERR_* code here (first error wins)"},
 		{Name: "channels", Scalar: U64, Doc: "ngDevChannel*: nChannels entries"},
 		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of each FIFO"},
-		{Name: "pad2", Scalar: U32},
+		{Name: "directFlags", Scalar: U32, Doc: "NG_DIRECT_* bits"},
+		{Name: "direct", Scalar: U64, Doc: "uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)"},
 	},
-	Size: 56,
+	Size: 64,
+}
+
+// DirectSlot is one rank's mailbox on one channel for the DIRECT
+// algorithms: the rank writes it, its peers poll it.
+var DirectSlot = &Struct{
+	Name: "ngDirectSlot",
+	Doc: "one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user " +
+		"buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup)",
+	Fields: []Field{
+		{Name: "sendbuff", Scalar: U64},
+		{Name: "recvbuff", Scalar: U64},
+		{Name: "phase", Scalar: U64},
+		{Name: "pad", Scalar: U64, Count: 13, Doc: "to 128 bytes: slots of different channels share no cache line"},
+	},
+	Size: 128,
 }
 
 // DevWork describes one operation on one channel.
@@ -152,4 +171,4 @@ var KernelArgs = &Struct{
 }
 
 // Structs lists every declared struct in dependency order.
-var Structs = []*Struct{ConnInfo, DevPeer, DevRing, DevTree, DevChannel, DevComm, DevWork, KernelArgs}
+var Structs = []*Struct{ConnInfo, DevPeer, DevRing, DevTree, DevChannel, DevComm, DirectSlot, DevWork, KernelArgs}

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE, AllReduce, MinMax, float, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE, AllReduce, MinMax, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_MinMax_f32_DIRECT_SIMPLE, AllReduce, MinMax, float, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_MinMax_f32_RING_LL, AllReduce, MinMax, float, RING, LL)
 NG_DEV_FUNC(AllReduce_MinMax_f32_RING_LL128, AllReduce, MinMax, float, RING, LL128)
 NG_DEV_FUNC(AllReduce_MinMax_f32_RING_SIMPLE, AllReduce, MinMax, float, RING, SIMPLE)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE, AllReduce, MinMax, double, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE, AllReduce, MinMax, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_MinMax_f64_DIRECT_SIMPLE, AllReduce, MinMax, double, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_MinMax_f64_RING_LL, AllReduce, MinMax, double, RING, LL)
 NG_DEV_FUNC(AllReduce_MinMax_f64_RING_LL128, AllReduce, MinMax, double, RING, LL128)
 NG_DEV_FUNC(AllReduce_MinMax_f64_RING_SIMPLE, AllReduce, MinMax, double, RING, SIMPLE)

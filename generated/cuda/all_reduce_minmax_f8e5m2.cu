@@ -10,6 +10,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE, AllReduce,
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE, AllReduce, MinMax, __nv_fp8_e5m2, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(AllReduce_MinMax_f8e5m2_DIRECT_SIMPLE, AllReduce, MinMax, __nv_fp8_e5m2, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(AllReduce_MinMax_f8e5m2_RING_LL, AllReduce, MinMax, __nv_fp8_e5m2, RING, LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900

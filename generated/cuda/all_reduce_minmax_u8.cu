@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE, AllReduce, MinMax, uint8_t, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE, AllReduce, MinMax, uint8_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_MinMax_u8_DIRECT_SIMPLE, AllReduce, MinMax, uint8_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_MinMax_u8_RING_LL, AllReduce, MinMax, uint8_t, RING, LL)
 NG_DEV_FUNC(AllReduce_MinMax_u8_RING_LL128, AllReduce, MinMax, uint8_t, RING, LL128)
 NG_DEV_FUNC(AllReduce_MinMax_u8_RING_SIMPLE, AllReduce, MinMax, uint8_t, RING, SIMPLE)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE, AllReduce, Prod, half, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE, AllReduce, Prod, half, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Prod_f16_DIRECT_SIMPLE, AllReduce, Prod, half, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_Prod_f16_RING_LL, AllReduce, Prod, half, RING, LL)
 NG_DEV_FUNC(AllReduce_Prod_f16_RING_LL128, AllReduce, Prod, half, RING, LL128)
 NG_DEV_FUNC(AllReduce_Prod_f16_RING_SIMPLE, AllReduce, Prod, half, RING, SIMPLE)

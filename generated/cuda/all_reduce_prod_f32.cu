@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE, AllReduce, Prod, float, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE, AllReduce, Prod, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Prod_f32_DIRECT_SIMPLE, AllReduce, Prod, float, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_Prod_f32_RING_LL, AllReduce, Prod, float, RING, LL)
 NG_DEV_FUNC(AllReduce_Prod_f32_RING_LL128, AllReduce, Prod, float, RING, LL128)
 NG_DEV_FUNC(AllReduce_Prod_f32_RING_SIMPLE, AllReduce, Prod, float, RING, SIMPLE)

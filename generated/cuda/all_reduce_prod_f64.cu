@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE, AllReduce, Prod, double, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE, AllReduce, Prod, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Prod_f64_DIRECT_SIMPLE, AllReduce, Prod, double, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_Prod_f64_RING_LL, AllReduce, Prod, double, RING, LL)
 NG_DEV_FUNC(AllReduce_Prod_f64_RING_LL128, AllReduce, Prod, double, RING, LL128)
 NG_DEV_FUNC(AllReduce_Prod_f64_RING_SIMPLE, AllReduce, Prod, double, RING, SIMPLE)

@@ -10,6 +10,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE, AllReduce, P
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE, AllReduce, Prod, __nv_fp8_e4m3, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE, AllReduce, Prod, __nv_fp8_e4m3, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(AllReduce_Prod_f8e4m3_RING_LL, AllReduce, Prod, __nv_fp8_e4m3, RING, LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900

@@ -9,6 +9,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE, AllReduce, Sum,
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, __nv_bfloat16, COLLNET_DIRECT, SIMPLE)
 #endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC(AllReduce_Sum_bf16_DIRECT_SIMPLE, AllReduce, Sum, __nv_bfloat16, DIRECT, SIMPLE)
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_bf16_NVLS_SIMPLE, AllReduce, Sum, __nv_bfloat16, NVLS, SIMPLE)
 #endif
@@ -36,15 +39,15 @@ NG_DEV_FUNC(AllReduce_Sum_bf16_TREE_SIMPLE, AllReduce, Sum, __nv_bfloat16, TREE,
 
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
-NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_RING_LL, 241)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_RING_LL, 260)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 241, 243)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 260, 262)
   #endif
 #endif
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
-NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_TREE_LL, 244)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_TREE_LL, 263)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 244, -1)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 263, -1)
   #endif
 #endif

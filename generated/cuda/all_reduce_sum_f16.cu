@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, half, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, half, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_f16_DIRECT_SIMPLE, AllReduce, Sum, half, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f16_NVLS_SIMPLE, AllReduce, Sum, half, NVLS, SIMPLE)
 #endif
@@ -18,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL128, AllReduce, Sum, half, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_SIMPLE, AllReduce, Sum, half, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 251, 253)
-NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 254, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 271, 273)
+NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 274, -1)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, float, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_f32_DIRECT_SIMPLE, AllReduce, Sum, float, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f32_NVLS_SIMPLE, AllReduce, Sum, float, NVLS, SIMPLE)
 #endif
@@ -18,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL128, AllReduce, Sum, float, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_SIMPLE, AllReduce, Sum, float, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 261, 263)
-NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 264, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 282, 284)
+NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 285, -1)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, double, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_f64_DIRECT_SIMPLE, AllReduce, Sum, double, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f64_NVLS_SIMPLE, AllReduce, Sum, double, NVLS, SIMPLE)
 #endif
@@ -18,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL128, AllReduce, Sum, double, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_SIMPLE, AllReduce, Sum, double, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 271, 273)
-NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 274, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 293, 295)
+NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 296, -1)

@@ -10,6 +10,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE, AllReduce, Su
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, __nv_fp8_e5m2, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE, AllReduce, Sum, __nv_fp8_e5m2, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(AllReduce_Sum_f8e5m2_RING_LL, AllReduce, Sum, __nv_fp8_e5m2, RING, LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -30,15 +33,15 @@ NG_DEV_FUNC(AllReduce_Sum_f8e5m2_TREE_SIMPLE, AllReduce, Sum, __nv_fp8_e5m2, TRE
 
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_RING_LL, 287)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_RING_LL, 311)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_RING_LL, AllReduce, Sum, __nv_fp8_e5m2, RING, LL, 287, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_RING_LL, AllReduce, Sum, __nv_fp8_e5m2, RING, LL, 311, -1)
   #endif
 #endif
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_TREE_LL, 290)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e5m2_TREE_LL, 314)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_TREE_LL, AllReduce, Sum, __nv_fp8_e5m2, TREE, LL, 290, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e5m2_TREE_LL, AllReduce, Sum, __nv_fp8_e5m2, TREE, LL, 314, -1)
   #endif
 #endif

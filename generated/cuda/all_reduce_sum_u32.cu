@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, uint32_t, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, uint32_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_u32_DIRECT_SIMPLE, AllReduce, Sum, uint32_t, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u32_NVLS_SIMPLE, AllReduce, Sum, uint32_t, NVLS, SIMPLE)
 #endif
@@ -18,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL128, AllReduce, Sum, uint32_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_SIMPLE, AllReduce, Sum, uint32_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 297, 299)
-NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 300, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 322, 324)
+NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 325, -1)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, uint64_t, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, uint64_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_u64_DIRECT_SIMPLE, AllReduce, Sum, uint64_t, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u64_NVLS_SIMPLE, AllReduce, Sum, uint64_t, NVLS, SIMPLE)
 #endif
@@ -18,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL128, AllReduce, Sum, uint64_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_SIMPLE, AllReduce, Sum, uint64_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 307, 309)
-NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 310, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 333, 335)
+NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 336, -1)

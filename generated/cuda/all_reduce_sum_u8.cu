@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE, AllReduce, Sum, uint8_t, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, uint8_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_Sum_u8_DIRECT_SIMPLE, AllReduce, Sum, uint8_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL)
 NG_DEV_FUNC(AllReduce_Sum_u8_RING_LL128, AllReduce, Sum, uint8_t, RING, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u8_RING_SIMPLE, AllReduce, Sum, uint8_t, RING, SIMPLE)
@@ -12,5 +13,5 @@ NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL128, AllReduce, Sum, uint8_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_SIMPLE, AllReduce, Sum, uint8_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 315, 317)
-NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 318, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 342, 344)
+NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 345, -1)

@@ -5,6 +5,7 @@
 
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE, AllReduce, SumPostDiv, uint32_t, COLLNET_CHAIN, SIMPLE)
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE, AllReduce, SumPostDiv, uint32_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE, AllReduce, SumPostDiv, uint32_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(AllReduce_SumPostDiv_u32_RING_LL, AllReduce, SumPostDiv, uint32_t, RING, LL)
 NG_DEV_FUNC(AllReduce_SumPostDiv_u32_RING_LL128, AllReduce, SumPostDiv, uint32_t, RING, LL128)
 NG_DEV_FUNC(AllReduce_SumPostDiv_u32_RING_SIMPLE, AllReduce, SumPostDiv, uint32_t, RING, SIMPLE)

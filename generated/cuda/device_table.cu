@@ -20,6 +20,9 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_bf16_COLLNET_CHAIN_SIMPLE)
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(AllReduce_MinMax_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(AllReduce_MinMax_bf16_DIRECT_SIMPLE)
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_bf16_NVLS_SIMPLE)
 #endif
@@ -46,6 +49,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_bf16_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_NVLS_SIMPLE)
 #endif
@@ -60,6 +64,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f16_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_RING_SIMPLE)
@@ -68,6 +73,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f64_RING_SIMPLE)
@@ -79,6 +85,9 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e4m3_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e4m3_RING_LL)
@@ -103,6 +112,9 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e5m2_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_f8e5m2_RING_LL)
@@ -136,6 +148,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_i64_NVLS_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_NVLS_SIMPLE)
 #endif
@@ -150,6 +163,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_NVLS_SIMPLE)
 #endif
@@ -164,6 +178,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u64_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u8_RING_SIMPLE)
@@ -297,6 +312,9 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_RING_LL)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
@@ -316,6 +334,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_f16_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_RING_SIMPLE)
@@ -324,6 +343,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_f16_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f16_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_f32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_RING_SIMPLE)
@@ -332,6 +352,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_f32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_f64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f64_RING_SIMPLE)
@@ -343,6 +364,9 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Prod_f8e4m3_RING_LL)
@@ -369,6 +393,9 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Prod_f8e5m2_RING_LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -388,6 +415,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_f8e5m2_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_RING_SIMPLE)
@@ -396,6 +424,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_u64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_RING_SIMPLE)
@@ -404,6 +433,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_u64_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u64_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Prod_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u8_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u8_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Prod_u8_RING_SIMPLE)
@@ -415,6 +445,9 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(AllReduce_Sum_bf16_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_bf16_NVLS_SIMPLE)
@@ -442,6 +475,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_bf16_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_f16_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f16_NVLS_SIMPLE)
 #endif
@@ -456,6 +490,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f16_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f16_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_f32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_NVLS_SIMPLE)
 #endif
@@ -470,6 +505,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_f64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f64_NVLS_SIMPLE)
 #endif
@@ -487,6 +523,9 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_RING_LL)
@@ -513,6 +552,9 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e5m2_RING_LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -532,6 +574,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f8e5m2_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_u32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_NVLS_SIMPLE)
 #endif
@@ -546,6 +589,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_u64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_u64_NVLS_SIMPLE)
 #endif
@@ -560,6 +604,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_u64_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u64_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_RING_SIMPLE)
@@ -568,6 +613,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_u8_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u8_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_SIMPLE)
@@ -576,6 +622,7 @@ NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_RING_SIMPLE)
@@ -584,6 +631,7 @@ NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u64_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_RING_SIMPLE)
@@ -1159,1573 +1207,1639 @@ extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 #else
 /*  10*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_DIRECT_SIMPLE),
 #else
 /*  11*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_TREE_SIMPLE),
+/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_SIMPLE),
 #else
 /*  12*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_TREE_SIMPLE),
 #else
 /*  13*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL128),
+/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL),
 #else
 /*  14*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_SIMPLE),
+/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL128),
 #else
 /*  15*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL),
+/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_SIMPLE),
 #else
 /*  16*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  17*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL128),
+/*  17*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL),
 #else
 /*  17*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  18*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_SIMPLE),
+/*  18*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL128),
 #else
 /*  18*/ nullptr,
 #endif
-/*  19*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_CHAIN_SIMPLE),
-/*  20*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  19*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_SIMPLE),
+#else
+/*  19*/ nullptr,
+#endif
+/*  20*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_CHAIN_SIMPLE),
+/*  21*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_DIRECT_SIMPLE),
+/*  22*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  21*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_SIMPLE),
+/*  23*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_SIMPLE),
 #else
-/*  21*/ nullptr,
+/*  23*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  22*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_TREE_SIMPLE),
+/*  24*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_TREE_SIMPLE),
 #else
-/*  22*/ nullptr,
+/*  24*/ nullptr,
 #endif
-/*  23*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL),
-/*  24*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL128),
-/*  25*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_SIMPLE),
-/*  26*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL),
-/*  27*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL128),
-/*  28*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_SIMPLE),
-/*  29*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE),
-/*  30*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE),
-/*  31*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL),
-/*  32*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL128),
-/*  33*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_SIMPLE),
-/*  34*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL),
-/*  35*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL128),
-/*  36*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_SIMPLE),
-/*  37*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE),
-/*  38*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE),
-/*  39*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL),
-/*  40*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL128),
-/*  41*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_SIMPLE),
-/*  42*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL),
-/*  43*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL128),
-/*  44*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_SIMPLE),
+/*  25*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL),
+/*  26*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL128),
+/*  27*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_SIMPLE),
+/*  28*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL),
+/*  29*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL128),
+/*  30*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_SIMPLE),
+/*  31*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE),
+/*  32*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE),
+/*  33*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_DIRECT_SIMPLE),
+/*  34*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL),
+/*  35*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL128),
+/*  36*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_SIMPLE),
+/*  37*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL),
+/*  38*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL128),
+/*  39*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_SIMPLE),
+/*  40*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE),
+/*  41*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE),
+/*  42*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_DIRECT_SIMPLE),
+/*  43*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL),
+/*  44*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL128),
+/*  45*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_SIMPLE),
+/*  46*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL),
+/*  47*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL128),
+/*  48*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  45*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_CHAIN_SIMPLE),
-#else
-/*  45*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  46*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/*  46*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  47*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL),
-#else
-/*  47*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  48*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL128),
-#else
-/*  48*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  49*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_SIMPLE),
+/*  49*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /*  49*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  50*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL),
+/*  50*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /*  50*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  51*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL128),
+/*  51*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_DIRECT_SIMPLE),
 #else
 /*  51*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  52*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_SIMPLE),
+/*  52*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL),
 #else
 /*  52*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  53*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/*  53*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL128),
 #else
 /*  53*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  54*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/*  54*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_SIMPLE),
 #else
 /*  54*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  55*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL),
+/*  55*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL),
 #else
 /*  55*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  56*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL128),
+/*  56*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL128),
 #else
 /*  56*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  57*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_SIMPLE),
+/*  57*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_SIMPLE),
 #else
 /*  57*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  58*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL),
+/*  58*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /*  58*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  59*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL128),
+/*  59*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /*  59*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  60*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_SIMPLE),
+/*  60*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_DIRECT_SIMPLE),
 #else
 /*  60*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  61*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  61*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL),
 #else
 /*  61*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  62*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  62*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL128),
 #else
 /*  62*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  63*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  63*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_SIMPLE),
 #else
 /*  63*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  64*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  64*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL),
 #else
 /*  64*/ nullptr,
 #endif
-/*  65*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
-/*  66*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  65*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL128),
+#else
+/*  65*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  66*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_SIMPLE),
+#else
+/*  66*/ nullptr,
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  67*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_SIMPLE),
+/*  67*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
 #else
 /*  67*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  68*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_TREE_SIMPLE),
+/*  68*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
 #else
 /*  68*/ nullptr,
 #endif
-/*  69*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
-/*  70*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
-/*  71*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
-/*  72*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
-/*  73*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
-/*  74*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
-/*  75*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_CHAIN_SIMPLE),
-/*  76*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  77*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_SIMPLE),
+/*  69*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_SIMPLE),
 #else
-/*  77*/ nullptr,
+/*  69*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  78*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_TREE_SIMPLE),
+/*  70*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_TREE_SIMPLE),
 #else
-/*  78*/ nullptr,
+/*  70*/ nullptr,
 #endif
-/*  79*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL),
-/*  80*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL128),
-/*  81*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_SIMPLE),
-/*  82*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL),
-/*  83*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL128),
-/*  84*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_SIMPLE),
-/*  85*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE),
-/*  86*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE),
-/*  87*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL),
-/*  88*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL128),
-/*  89*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_SIMPLE),
-/*  90*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL),
-/*  91*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL128),
-/*  92*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_SIMPLE),
+/*  71*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
+/*  72*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+/*  73*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  74*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_SIMPLE),
+#else
+/*  74*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  75*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_TREE_SIMPLE),
+#else
+/*  75*/ nullptr,
+#endif
+/*  76*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
+/*  77*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
+/*  78*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
+/*  79*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
+/*  80*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
+/*  81*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
+/*  82*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_CHAIN_SIMPLE),
+/*  83*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+/*  84*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  85*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_SIMPLE),
+#else
+/*  85*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  86*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_TREE_SIMPLE),
+#else
+/*  86*/ nullptr,
+#endif
+/*  87*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL),
+/*  88*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL128),
+/*  89*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_SIMPLE),
+/*  90*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL),
+/*  91*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL128),
+/*  92*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_SIMPLE),
+/*  93*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE),
+/*  94*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE),
+/*  95*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_DIRECT_SIMPLE),
+/*  96*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL),
+/*  97*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL128),
+/*  98*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_SIMPLE),
+/*  99*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL),
+/* 100*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL128),
+/* 101*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  93*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_CHAIN_SIMPLE),
+/* 102*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_CHAIN_SIMPLE),
 #else
-/*  93*/ nullptr,
+/* 102*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  94*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 103*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/*  94*/ nullptr,
+/* 103*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  95*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
+/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
 #else
-/*  95*/ nullptr,
+/* 104*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  96*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
+/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
 #else
-/*  96*/ nullptr,
+/* 105*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  97*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
+/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
 #else
-/*  97*/ nullptr,
+/* 106*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  98*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
+/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
 #else
-/*  98*/ nullptr,
+/* 107*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  99*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
+/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
 #else
-/*  99*/ nullptr,
+/* 108*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 100*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
+/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
 #else
-/* 100*/ nullptr,
+/* 109*/ nullptr,
 #endif
-/* 101*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
-/* 102*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 103*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
-/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
-/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
-/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
-/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
-/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
-/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
-/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
-/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
-/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
-/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
-/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
-/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
-/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
-/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
+/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
+/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
+/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
+/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
+/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
+/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
+/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
+/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
+/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
+/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
+/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
+/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
+/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
+/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
+/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
+/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
-#else
-/* 125*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/* 126*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 127*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 128*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 129*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
-#else
-/* 130*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
-#else
-/* 131*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
-#else
-/* 132*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
-#else
-/* 133*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /* 134*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
+/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 135*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
+/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
 #else
 /* 136*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
+/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
 #else
 /* 137*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
+/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
 /* 138*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
+/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
 #else
 /* 139*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
+/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
 #else
 /* 140*/ nullptr,
 #endif
-/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
-/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
-/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
-/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
-/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
-/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
-/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
-/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
-/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
-/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
-/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
-/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
-/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
-/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
-/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
-/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
-/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
-/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
-/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
-/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
-/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
+#else
+/* 141*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
+#else
+/* 142*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 143*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
+#else
+/* 144*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
+#else
+/* 145*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
+#else
+/* 146*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
+#else
+/* 147*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
+#else
+/* 148*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
+#else
+/* 149*/ nullptr,
+#endif
+/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
+/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
+/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
+/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
+/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
+/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
+/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
+/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
+/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
+/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
+/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
+/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
+/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
+/* 165*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
+/* 166*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
+/* 167*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 168*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
+/* 169*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
+/* 170*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
+/* 171*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
+/* 172*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
+/* 173*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 165*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+/* 174*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
 #else
-/* 165*/ nullptr,
+/* 174*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 166*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/* 175*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 166*/ nullptr,
+/* 175*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 167*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+/* 176*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
 #else
-/* 167*/ nullptr,
+/* 176*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 168*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+/* 177*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
 #else
-/* 168*/ nullptr,
+/* 177*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 169*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+/* 178*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
 #else
-/* 169*/ nullptr,
+/* 178*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 170*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+/* 179*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
 #else
-/* 170*/ nullptr,
+/* 179*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 171*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+/* 180*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
 #else
-/* 171*/ nullptr,
+/* 180*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 172*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+/* 181*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
 #else
-/* 172*/ nullptr,
+/* 181*/ nullptr,
 #endif
-/* 173*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
-/* 174*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 175*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
-/* 176*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
-/* 177*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
-/* 178*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
-/* 179*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
-/* 180*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
-/* 181*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
-/* 182*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
-/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
-/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
-/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
-/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
-/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
-/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
-/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
-/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
-/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
-/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
-/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
-/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 182*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
 #else
-/* 197*/ nullptr,
+/* 182*/ nullptr,
 #endif
+/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
+/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_DIRECT_SIMPLE),
+/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
+/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
+/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
+/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
+/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
+/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
+/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
+/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_DIRECT_SIMPLE),
+/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
+/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
+/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
+/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
+/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
+/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
+/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
+/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_DIRECT_SIMPLE),
+/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
+/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
+/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
+/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
+/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
+/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/* 198*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
-#else
-/* 199*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
-#else
-/* 200*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
-#else
-/* 201*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
-#else
-/* 202*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
-#else
-/* 203*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
-#else
-/* 204*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
-#else
-/* 205*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 206*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
-#else
-/* 207*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
-#else
-/* 208*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
-#else
-/* 209*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
+/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /* 210*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
+/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 211*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
+/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE),
 #else
 /* 212*/ nullptr,
 #endif
-/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
-/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
-/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
-/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
-/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
-/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
-/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
-/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
-/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
-/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
-/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
-/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
-/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
-/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
-/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
-/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
-/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
-/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
-/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
-/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
-/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
 #else
-/* 237*/ nullptr,
+/* 213*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
+#else
+/* 214*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
+#else
+/* 215*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
+#else
+/* 216*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
+#else
+/* 217*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
+#else
+/* 218*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
+#else
+/* 219*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 220*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE),
+#else
+/* 221*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
+#else
+/* 222*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
+#else
+/* 223*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
+#else
+/* 224*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
+#else
+/* 225*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
+#else
+/* 226*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
+#else
+/* 227*/ nullptr,
+#endif
+/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
+/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_DIRECT_SIMPLE),
+/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
+/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
+/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
+/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
+/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
+/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
+/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
+/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_DIRECT_SIMPLE),
+/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
+/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
+/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
+/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
+/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
+/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
+/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
+/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_DIRECT_SIMPLE),
+/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
+/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
+/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
+/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
+/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
+/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
+#else
+/* 255*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 238*/ nullptr,
+/* 256*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_DIRECT_SIMPLE),
+#else
+/* 257*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
+/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
 #else
-/* 239*/ nullptr,
+/* 258*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
-#else
-/* 240*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
-#else
-/* 241*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
-#else
-/* 242*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
-#else
-/* 243*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
-#else
-/* 244*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
-#else
-/* 245*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
-#else
-/* 246*/ nullptr,
-#endif
-/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
-/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
-#else
-/* 249*/ nullptr,
-#endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
-#else
-/* 250*/ nullptr,
-#endif
-/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
-/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
-/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
-/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
-/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
-/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
-/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
 #else
 /* 259*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
 #else
 /* 260*/ nullptr,
 #endif
-/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
-/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
-/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
+#else
+/* 261*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
+#else
+/* 262*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
+#else
+/* 263*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
+#else
+/* 264*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
+#else
+/* 265*/ nullptr,
+#endif
+/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
+/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
+/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
+/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
 #else
 /* 269*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
+/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
 #else
 /* 270*/ nullptr,
 #endif
-/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
-/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
-/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
-/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
-/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
-/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
-#else
-/* 277*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/* 278*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
-#else
-/* 279*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
+/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
+/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
+/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
+/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
+/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
+/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
 #else
 /* 280*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
 /* 281*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
-#else
-/* 282*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
-#else
-/* 283*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
-#else
-/* 284*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
-#else
-/* 285*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 286*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
-#else
-/* 287*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
-#else
-/* 288*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
-#else
-/* 289*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
-#else
-/* 290*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
+/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
+/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
+/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
+/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
 #else
 /* 291*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
 #else
 /* 292*/ nullptr,
 #endif
-/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
+/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
+/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
+/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
+/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
+/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
-/* 295*/ nullptr,
+/* 299*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
-/* 296*/ nullptr,
+/* 300*/ nullptr,
 #endif
-/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
-/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
+#else
+/* 301*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+#else
+/* 302*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+#else
+/* 303*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+#else
+/* 304*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
 #else
 /* 305*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
 #else
 /* 306*/ nullptr,
 #endif
-/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
-/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
-/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
-/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
-/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
-/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
-/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
-/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
-/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
-/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
-/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
-/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
-/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
-/* 321*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/* 322*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 323*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/* 324*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/* 325*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/* 326*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/* 327*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/* 328*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/* 329*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
-/* 330*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 331*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
-/* 332*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
-/* 333*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
-/* 334*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
-/* 335*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
-/* 336*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
-/* 337*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
-/* 338*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 339*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
-/* 340*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
-/* 341*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
-/* 342*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
-/* 343*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
-/* 344*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
-/* 345*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/* 346*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/* 347*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+#else
+/* 307*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
+#else
+/* 308*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 309*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE),
+#else
+/* 310*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
+#else
+/* 311*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
+#else
+/* 312*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
+#else
+/* 313*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
+#else
+/* 314*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
+#else
+/* 315*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
+#else
+/* 316*/ nullptr,
+#endif
+/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+#else
+/* 320*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 321*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+#else
+/* 321*/ nullptr,
+#endif
+/* 322*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/* 323*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/* 324*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/* 325*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/* 326*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/* 327*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/* 328*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
+/* 329*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 330*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 331*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
+#else
+/* 331*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 332*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
+#else
+/* 332*/ nullptr,
+#endif
+/* 333*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
+/* 334*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
+/* 335*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
+/* 336*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
+/* 337*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
+/* 338*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
+/* 339*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
+/* 340*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 341*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_DIRECT_SIMPLE),
+/* 342*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
+/* 343*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
+/* 344*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
+/* 345*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
+/* 346*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
+/* 347*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
+/* 348*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/* 349*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 350*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/* 351*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/* 352*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/* 353*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/* 354*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/* 355*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/* 356*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/* 357*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
+/* 358*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 359*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE),
+/* 360*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
+/* 361*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
+/* 362*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
+/* 363*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
+/* 364*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
+/* 365*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
+/* 366*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
+/* 367*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 368*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE),
+/* 369*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
+/* 370*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
+/* 371*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
+/* 372*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
+/* 373*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
+/* 374*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
+/* 375*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/* 376*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/* 377*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 348*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
+/* 378*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
 #else
-/* 348*/ nullptr,
+/* 378*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 349*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
+/* 379*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
 #else
-/* 349*/ nullptr,
+/* 379*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 350*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
+/* 380*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
 #else
-/* 350*/ nullptr,
+/* 380*/ nullptr,
 #endif
-/* 351*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
-/* 352*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
-/* 353*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
-/* 354*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
-/* 355*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
-/* 356*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
-/* 357*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
-/* 358*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
-/* 359*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
+/* 381*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
+/* 382*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
+/* 383*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
+/* 384*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
+/* 385*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
+/* 386*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
+/* 387*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
+/* 388*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
+/* 389*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 360*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
-#else
-/* 360*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 361*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
-#else
-/* 361*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 362*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
-#else
-/* 362*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 363*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
-#else
-/* 363*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 364*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
-#else
-/* 364*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 365*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
-#else
-/* 365*/ nullptr,
-#endif
-/* 366*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
-/* 367*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
-/* 368*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
-/* 369*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
-/* 370*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
-/* 371*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
-/* 372*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
-/* 373*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
-/* 374*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 375*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
-#else
-/* 375*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 376*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
-#else
-/* 376*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 377*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
-#else
-/* 377*/ nullptr,
-#endif
-/* 378*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
-/* 379*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
-/* 380*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
-/* 381*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
-/* 382*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
-/* 383*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
-/* 384*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
-/* 385*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
-/* 386*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 387*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 387*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 388*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 388*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 389*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 389*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 390*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
+/* 390*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
 #else
 /* 390*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 391*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
+/* 391*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
 #else
 /* 391*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 392*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
+/* 392*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
 #else
 /* 392*/ nullptr,
 #endif
-/* 393*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
-/* 394*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
-/* 395*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
-/* 396*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
-/* 397*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
-/* 398*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
-/* 399*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
-/* 400*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
-/* 401*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 393*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
+#else
+/* 393*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 394*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
+#else
+/* 394*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 395*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
+#else
+/* 395*/ nullptr,
+#endif
+/* 396*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
+/* 397*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
+/* 398*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
+/* 399*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
+/* 400*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
+/* 401*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
+/* 402*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
+/* 403*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
+/* 404*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 402*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
+/* 405*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
 #else
-/* 402*/ nullptr,
+/* 405*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 403*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
+/* 406*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
 #else
-/* 403*/ nullptr,
+/* 406*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 404*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
+/* 407*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 404*/ nullptr,
+/* 407*/ nullptr,
 #endif
-/* 405*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
-/* 406*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
-/* 407*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
-/* 408*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
-/* 409*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
-/* 410*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
-/* 411*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
-/* 412*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
-/* 413*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
+/* 408*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
+/* 409*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
+/* 410*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
+/* 411*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
+/* 412*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
+/* 413*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
+/* 414*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
+/* 415*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
+/* 416*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 414*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
-#else
-/* 414*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 415*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
-#else
-/* 415*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 416*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
-#else
-/* 416*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 417*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
+/* 417*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
 #else
 /* 417*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 418*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
+/* 418*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
 #else
 /* 418*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 419*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
+/* 419*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
 /* 419*/ nullptr,
 #endif
-/* 420*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
-/* 421*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
-/* 422*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
-/* 423*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
-/* 424*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
-/* 425*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
-/* 426*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
-/* 427*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
-/* 428*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 420*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
+#else
+/* 420*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 421*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
+#else
+/* 421*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 422*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
+#else
+/* 422*/ nullptr,
+#endif
+/* 423*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
+/* 424*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
+/* 425*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
+/* 426*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
+/* 427*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
+/* 428*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
+/* 429*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
+/* 430*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
+/* 431*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 429*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
+/* 432*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
 #else
-/* 429*/ nullptr,
+/* 432*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 430*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
+/* 433*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
 #else
-/* 430*/ nullptr,
+/* 433*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 431*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
+/* 434*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
 #else
-/* 431*/ nullptr,
+/* 434*/ nullptr,
 #endif
-/* 432*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
-/* 433*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
-/* 434*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
-/* 435*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/* 436*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/* 437*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/* 438*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
-/* 439*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
-/* 440*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
+/* 435*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
+/* 436*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
+/* 437*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
+/* 438*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
+/* 439*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
+/* 440*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
+/* 441*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
+/* 442*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
+/* 443*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 441*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
-#else
-/* 441*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 442*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
-#else
-/* 442*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 443*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
-#else
-/* 443*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 444*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
+/* 444*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
 #else
 /* 444*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 445*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
+/* 445*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
 #else
 /* 445*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 446*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
+/* 446*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
 #else
 /* 446*/ nullptr,
 #endif
-/* 447*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
-/* 448*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
-/* 449*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
-/* 450*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
-/* 451*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
-/* 452*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
-/* 453*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
-/* 454*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
-/* 455*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
-/* 456*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
-/* 457*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
-/* 458*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
-/* 459*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
-/* 460*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
-/* 461*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
-/* 462*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
-/* 463*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
-/* 464*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 465*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 447*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
 #else
-/* 465*/ nullptr,
+/* 447*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 466*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 448*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
 #else
-/* 466*/ nullptr,
+/* 448*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 467*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 449*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
 #else
-/* 467*/ nullptr,
+/* 449*/ nullptr,
+#endif
+/* 450*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
+/* 451*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
+/* 452*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
+/* 453*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
+/* 454*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
+/* 455*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
+/* 456*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
+/* 457*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
+/* 458*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 459*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
+#else
+/* 459*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 468*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
+/* 460*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
 #else
-/* 468*/ nullptr,
+/* 460*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 469*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
+/* 461*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
 #else
-/* 469*/ nullptr,
+/* 461*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 470*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
+/* 462*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
+/* 463*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
+/* 464*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
+/* 465*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/* 466*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/* 467*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/* 468*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
+/* 469*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
+/* 470*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 471*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
 #else
-/* 470*/ nullptr,
+/* 471*/ nullptr,
 #endif
-/* 471*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 472*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 472*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
 #else
 /* 472*/ nullptr,
 #endif
-/* 473*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
-/* 474*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
-/* 475*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
-/* 476*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
-/* 477*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
-/* 478*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
-/* 479*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
-/* 480*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
-/* 481*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
-/* 482*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
-/* 483*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
-/* 484*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
-/* 485*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
-/* 486*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 487*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 473*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
 #else
-/* 487*/ nullptr,
+/* 473*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 488*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
+/* 474*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
 #else
-/* 488*/ nullptr,
+/* 474*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 489*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
+/* 475*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
 #else
-/* 489*/ nullptr,
+/* 475*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 490*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
+/* 476*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
 #else
-/* 490*/ nullptr,
+/* 476*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 491*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
-#else
-/* 491*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 492*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 492*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 493*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
-#else
-/* 493*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 494*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
-#else
-/* 494*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 495*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
+/* 477*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
+/* 478*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
+/* 479*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
+/* 480*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
+/* 481*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
+/* 482*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
+/* 483*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
+/* 484*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
+/* 485*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
+/* 486*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
+/* 487*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
+/* 488*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
+/* 489*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
+/* 490*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
+/* 491*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
+/* 492*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
+/* 493*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
+/* 494*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 495*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 495*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 496*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 496*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
 #else
 /* 496*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 497*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 497*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
 #else
 /* 497*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 498*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 498*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
 #else
 /* 498*/ nullptr,
 #endif
-/* 499*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 500*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 499*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
+#else
+/* 499*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 500*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
 #else
 /* 500*/ nullptr,
 #endif
-/* 501*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
-/* 502*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
-/* 503*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
-/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
-/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+/* 501*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
+/* 502*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
 #else
-/* 506*/ nullptr,
+/* 502*/ nullptr,
 #endif
-/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
-/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
-/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
-/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
-/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
-/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
-/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
-/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
-/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
-#else
-/* 516*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
+/* 503*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
+/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
+/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
+/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
+/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
+/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
+/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
+/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
+/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
+/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
+/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
+/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
+/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
+/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 517*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
 #else
 /* 518*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
 #else
 /* 519*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
 #else
 /* 520*/ nullptr,
 #endif
-/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
-/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
-/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
-/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
-/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
-/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
-/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
-/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
-/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
-/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
-/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
-/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
+#else
+/* 521*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 522*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
+#else
+/* 523*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
+#else
+/* 524*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
+#else
+/* 525*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
+#else
+/* 526*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
+#else
+/* 527*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
+#else
+/* 528*/ nullptr,
+#endif
+/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
+#else
+/* 530*/ nullptr,
+#endif
+/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
+/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
+/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
+/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
+/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
 #else
 /* 536*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
-#else
-/* 537*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 538*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 539*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 540*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 541*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
-#else
-/* 542*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
-#else
-/* 543*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
-#else
-/* 544*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
-#else
-/* 545*/ nullptr,
-#endif
-/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
-/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
-/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
-/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
-/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
-/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
-/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
-/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
-/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
-/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
-/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
-/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
+/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
+/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
+/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
+/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
+/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
+/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
+/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
+/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
+/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 561*/ nullptr,
+/* 546*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
+/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
 #else
-/* 562*/ nullptr,
+/* 547*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
+/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
 #else
-/* 563*/ nullptr,
+/* 548*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
+/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
 #else
-/* 564*/ nullptr,
+/* 549*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
+/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 565*/ nullptr,
+/* 550*/ nullptr,
 #endif
-/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
-/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
-/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
-/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
-/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
-/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
-/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
-/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
-/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
-/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
-/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
-/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
+/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
+/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
+/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
+/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
+/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
+/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
+/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
+/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
+/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
+/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
+/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
+/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
-/* 581*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
-#else
-/* 582*/ nullptr,
+/* 566*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
+/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
 #else
-/* 583*/ nullptr,
+/* 567*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
+/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
 #else
-/* 584*/ nullptr,
+/* 568*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
+/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
 #else
-/* 585*/ nullptr,
+/* 569*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
-/* 586*/ nullptr,
+/* 570*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
+/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
-/* 587*/ nullptr,
+/* 571*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
+/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
 #else
-/* 588*/ nullptr,
+/* 572*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
+/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
 #else
-/* 589*/ nullptr,
+/* 573*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
+/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
 #else
-/* 590*/ nullptr,
+/* 574*/ nullptr,
 #endif
-/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
-/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
-/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
-/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
-/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
-/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
-/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
-/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
-/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
-/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
-/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
-/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
+#else
+/* 575*/ nullptr,
+#endif
+/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
+/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
+/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
+/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
+/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
+/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
+/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
+/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
+/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
+/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
+/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
+/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 606*/ nullptr,
-#endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
-#else
-/* 607*/ nullptr,
+/* 591*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
+/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
 #else
-/* 608*/ nullptr,
+/* 592*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
+/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
 #else
-/* 609*/ nullptr,
+/* 593*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
+/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
 #else
-/* 610*/ nullptr,
+/* 594*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
+/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
+#else
+/* 595*/ nullptr,
+#endif
+/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
+/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
+/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
+/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
+/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
+/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
+/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
+/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
+/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
+/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
+/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
+/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 611*/ nullptr,
 #endif
-/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
+#else
+/* 612*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
 #else
 /* 613*/ nullptr,
 #endif
-/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
-/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
-/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
-/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
-/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
+#else
+/* 614*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
+#else
+/* 615*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 616*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
+#else
+/* 617*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
+#else
+/* 618*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
 #else
 /* 619*/ nullptr,
 #endif
-/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
-#else
-/* 625*/ nullptr,
-#endif
-/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
-/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
-/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
-/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
 #else
-/* 630*/ nullptr,
+/* 620*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
-#else
-/* 631*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
-#else
-/* 632*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
-#else
-/* 633*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
-#else
-/* 634*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 635*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
+/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
+/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
+/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
+/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
+/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
+/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
+/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
+/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
+/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
+/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
+/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
+/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 636*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
 #else
 /* 637*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
 #else
 /* 638*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
 #else
 /* 639*/ nullptr,
 #endif
-/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
+#else
+/* 640*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
 #else
 /* 641*/ nullptr,
 #endif
-/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
-/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
-/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
-/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
-/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
+/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
 #else
-/* 647*/ nullptr,
+/* 643*/ nullptr,
 #endif
-/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
-/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
-/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
-/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
-/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
-/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
-/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
-/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
-/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
-/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
-/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
-/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
-/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
-/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
-/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
-/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
-/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
-/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
-/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
-/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
-/* 672*/ NG_DEV_FUNC_PTR(SendRecv),
+/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
+/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
+/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
+/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
+/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+#else
+/* 649*/ nullptr,
+#endif
+/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
+#else
+/* 655*/ nullptr,
+#endif
+/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
+/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
+/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
+/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 660*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
+#else
+/* 661*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
+#else
+/* 662*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
+#else
+/* 663*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
+#else
+/* 664*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 665*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
+#else
+/* 666*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
+#else
+/* 667*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
+#else
+/* 668*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
+#else
+/* 669*/ nullptr,
+#endif
+/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
+#else
+/* 671*/ nullptr,
+#endif
+/* 672*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
+/* 673*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
+/* 674*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
+/* 675*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
+/* 676*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 677*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
+#else
+/* 677*/ nullptr,
+#endif
+/* 678*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
+/* 679*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
+/* 680*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
+/* 681*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
+/* 682*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 683*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
+/* 684*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
+/* 685*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
+/* 686*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
+/* 687*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 688*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
+/* 689*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
+/* 690*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
+/* 691*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
+/* 692*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 693*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
+/* 694*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
+/* 695*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
+/* 696*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
+/* 697*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 698*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
+/* 699*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
+/* 700*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
+/* 701*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
+/* 702*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 673;
+extern "C" __device__ int const ngDevFuncCount = 703;
 

@@ -24,8 +24,8 @@ NG_DEV_FUNC(ReduceScatter_Sum_bf16_RING_SIMPLE, ReduceScatter, Sum, __nv_bfloat1
 
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
-NG_DEV_KERNEL_NOP(ReduceScatter_Sum_bf16_RING_LL, 609)
+NG_DEV_KERNEL_NOP(ReduceScatter_Sum_bf16_RING_LL, 639)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 609, 611)
+NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 639, 641)
   #endif
 #endif

@@ -21,8 +21,8 @@ NG_DEV_FUNC(ReduceScatter_Sum_f8e4m3_RING_SIMPLE, ReduceScatter, Sum, __nv_fp8_e
 
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e4m3_RING_LL, 632)
+NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e4m3_RING_LL, 662)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_f8e4m3_RING_LL, ReduceScatter, Sum, __nv_fp8_e4m3, RING, LL, 632, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f8e4m3_RING_LL, ReduceScatter, Sum, __nv_fp8_e4m3, RING, LL, 662, -1)
   #endif
 #endif

@@ -9,4 +9,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL128, ReduceScatter, Sum, uint8_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_SIMPLE, ReduceScatter, Sum, uint8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 654, 656)
+NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 684, 686)

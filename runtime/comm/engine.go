@@ -46,6 +46,7 @@ type Engine struct {
 	trees     []graph.Tree
 	conns     *transport.Set
 	devMem    cuda.DevicePtr // DevComm, channels, peers, ring user ranks
+	directMem cuda.DevicePtr // this rank's DIRECT mailboxes (direct.go), or 0
 	// flags is host-mapped memory the kernels read and write. Abort and
 	// ErrorCode may run while Destroy frees it: they read it under flagsMu
 	// (read-locked), Destroy clears it under the write lock first.
@@ -383,6 +384,10 @@ func (e *Engine) free() error {
 	if e.devMem != 0 {
 		errs = append(errs, e.cctx.MemFree(e.devMem))
 		e.devMem = 0
+	}
+	if e.directMem != 0 {
+		errs = append(errs, e.cctx.MemFree(e.directMem))
+		e.directMem = 0
 	}
 	// Abort and ErrorCode may be reading the flags: take them away first.
 	e.flagsMu.Lock()

@@ -154,6 +154,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		share, agreed.SMs, agreed.BlocksPerSM, agreed.RanksPerGPU, agreed.Why), config.SubsysInit.Attr(), config.SubsysTuning.Attr())
 	top := withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers)
 	top.RanksPerGPU = agreed.RanksPerGPU
+	top.Direct = directEligible(tpeers, c.layout, s.Config.P2PDisable)
 	p2pLim, err := p2pLimitsFrom(s.P2PPerPeer, s.Config.P2PDisable, os.Getenv)
 	if err != nil {
 		return fail(err)
@@ -233,9 +234,22 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	if c.flagsDev, err = c.cctx.HostDevicePointer(flags); err != nil {
 		return fail(err)
 	}
+	var direct []uint64
+	if tp.Direct { // direct.go; every rank has rank 0's answer
+		if c.directMem, err = c.cctx.MemAlloc(directSlotsBytes); err != nil {
+			return fail(err)
+		}
+		if err := c.cctx.MemsetD8(c.directMem, 0, directSlotsBytes); err != nil {
+			return fail(err)
+		}
+		if direct, err = exchangeDirect(ctx, net, uint64(c.directMem)); err != nil {
+			return fail(err)
+		}
+	}
 	dimg, err := transport.BuildImage(transport.ImageSpec{Rank: rank, NRanks: n, NChannels: c.nChannels,
 		Rings: c.rings, Trees: c.trees, Conns: c.conns,
-		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + errorFlagOffset, Sizes: sizes})
+		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + errorFlagOffset, Sizes: sizes,
+		Direct: direct, DirectFlags: directFlags(c.layout)})
 	if err != nil {
 		return fail(err)
 	}

@@ -31,8 +31,9 @@ type Elem interface{ kspace.Algo | kspace.Proto }
 //	NCCL_PROTO="LL,Simple;allreduce:^LL"    LL and SIMPLE, AllReduce all but LL
 //
 // Algorithm names are NCCL's (Tree, Ring, CollNetDirect, CollNetChain, NVLS,
-// NVLSTree, PAT), or kspace's spellings (COLLNET_DIRECT, NVLS_TREE); the
-// pre-2.12 name CollNet stands for both CollNet algorithms. Protocol names
+// NVLSTree, PAT) and ncclgo's Direct (kspace.Direct), or kspace's spellings
+// (COLLNET_DIRECT, NVLS_TREE, DIRECT); the pre-2.12 name CollNet stands for
+// both CollNet algorithms. Protocol names
 // are LL, LL128 and Simple. Prefixes are the collectives' names (AllReduce,
 // AllGather, ReduceScatter, Broadcast, Reduce, AllGatherV, SendRecv; also
 // in kspace's snake_case, all_reduce).

@@ -29,7 +29,7 @@ func TestNCCLNamesMatchKspace(t *testing.T) {
 }
 
 func TestAlgoSelectionGrammar(t *testing.T) {
-	all := []kspace.Algo{kspace.Tree, kspace.Ring, kspace.CollNetDirect, kspace.CollNetChain, kspace.NVLS, kspace.NVLSTree, kspace.PAT}
+	all := []kspace.Algo{kspace.Tree, kspace.Ring, kspace.CollNetDirect, kspace.CollNetChain, kspace.NVLS, kspace.NVLSTree, kspace.PAT, kspace.Direct}
 	tr, ri := kspace.Tree, kspace.Ring
 	type want map[kspace.Coll][]kspace.Algo
 	cases := []struct {
@@ -47,10 +47,13 @@ func TestAlgoSelectionGrammar(t *testing.T) {
 		{"ring;AllReduce:tree", want{kspace.AllReduce: {tr}, kspace.AllGather: {ri}}},
 		{"all_reduce:tree", want{kspace.AllReduce: {tr}, kspace.AllGather: all}},
 		{"allgather:ring", want{kspace.AllGather: {ri}, kspace.AllReduce: all, kspace.AllGatherV: all}},
-		{"^tree;allreduce:^ring", want{kspace.AllReduce: {tr, kspace.CollNetDirect, kspace.CollNetChain, kspace.NVLS, kspace.NVLSTree, kspace.PAT}, kspace.AllGather: all[1:]}},
+		{"^tree;allreduce:^ring", want{kspace.AllReduce: {tr, kspace.CollNetDirect, kspace.CollNetChain, kspace.NVLS, kspace.NVLSTree, kspace.PAT, kspace.Direct}, kspace.AllGather: all[1:]}},
 		{"ring;allreduce:tree;allreduce:ring", want{kspace.AllReduce: {ri}}}, // a later section replaces an earlier one
 		{"collnet", want{kspace.AllReduce: {kspace.CollNetDirect, kspace.CollNetChain}}},
 		{"COLLNET_DIRECT,nvls_tree", want{kspace.AllReduce: {kspace.CollNetDirect, kspace.NVLSTree}}},
+		// DIRECT is ncclgo's own algorithm, not CollNetDirect.
+		{"direct", want{kspace.AllReduce: {kspace.Direct}}},
+		{"allreduce:Direct", want{kspace.AllReduce: {kspace.Direct}, kspace.AllGather: all}},
 		{"ring;", want{kspace.AllReduce: {ri}}},
 		{"ring;;allreduce:tree", want{kspace.AllReduce: {tr}}},
 		// Unprefixed sections leave SendRecv alone (NCCL_ALGO never steers p2p).
@@ -101,7 +104,7 @@ func TestSelectionErrors(t *testing.T) {
 		spec string
 		msg  string
 	}{
-		{true, "ring,foo", `unknown algorithm "foo"; valid: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT (alias collnet = CollNetDirect+CollNetChain)`},
+		{true, "ring,foo", `unknown algorithm "foo"; valid: Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT, Direct (alias collnet = CollNetDirect+CollNetChain)`},
 		{false, "LL256", `unknown protocol "LL256"; valid: LL, LL128, Simple`},
 		{true, "allreduc:ring", `unknown collective "allreduc" in section "allreduc:ring"; valid prefixes: Broadcast, Reduce, AllGather, AllGatherV, ReduceScatter, AllReduce`},
 		{true, "sendrecv:ring", `unknown collective "sendrecv"`},

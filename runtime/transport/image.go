@@ -18,6 +18,12 @@ type ImageSpec struct {
 	// uint32 flags.
 	AbortFlag, ErrorFlag uint64
 	Sizes                Sizes
+	// Direct lists, by rank, the device address of each rank's DIRECT
+	// mailboxes (runtime/comm), or is nil where DIRECT cannot run; the
+	// image holds a copy, which DevComm.Direct points to. DirectFlags
+	// are DevComm.DirectFlags (generated.Direct* bits).
+	Direct      []uint64
+	DirectFlags uint32
 }
 
 // Image is one rank's device image: the DevComm, then its channels, the
@@ -44,13 +50,21 @@ func BuildImage(spec ImageSpec) (*Image, error) {
 	chOff := up(int(unsafe.Sizeof(generated.DevComm{})))
 	peerOff := up(chOff + spec.NChannels*int(unsafe.Sizeof(generated.DevChannel{})))
 	userOff := up(peerOff + spec.NChannels*spec.NRanks*int(unsafe.Sizeof(generated.DevPeer{})))
-	total := up(userOff + spec.NChannels*spec.NRanks*4)
+	directOff := up(userOff + spec.NChannels*spec.NRanks*4)
+	if spec.Direct != nil && len(spec.Direct) != spec.NRanks {
+		return nil, fmt.Errorf("transport: image with %d DIRECT mailboxes for %d ranks", len(spec.Direct), spec.NRanks)
+	}
+	total := up(directOff + 8*len(spec.Direct))
 	img := make([]byte, total)
 	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
 	dc := generated.DevComm{
 		Rank: int32(spec.Rank), NRanks: int32(spec.NRanks), NChannels: int32(spec.NChannels),
 		AbortFlag: spec.AbortFlag, ErrorFlag: spec.ErrorFlag,
 		Channels: relocBit | uint64(chOff), BuffSizes: spec.Sizes,
+	}
+	if spec.Direct != nil {
+		dc.Direct, dc.DirectFlags = relocBit|uint64(directOff), spec.DirectFlags
+		put(directOff, unsafe.Pointer(&spec.Direct[0]), uintptr(8*len(spec.Direct)))
 	}
 	put(0, unsafe.Pointer(&dc), unsafe.Sizeof(dc))
 	peerSize := int(unsafe.Sizeof(generated.DevPeer{}))
@@ -101,6 +115,7 @@ func (m *Image) Relocate(base uint64) []byte {
 		}
 	}
 	fix(int(unsafe.Offsetof(generated.DevComm{}.Channels)))
+	fix(int(unsafe.Offsetof(generated.DevComm{}.Direct))) // 0 (no relocBit) stays 0
 	for ch := range m.nch {
 		off := m.chOff + ch*int(unsafe.Sizeof(generated.DevChannel{}))
 		fix(off + int(unsafe.Offsetof(generated.DevChannel{}.Ring)) + int(unsafe.Offsetof(generated.DevRing{}.UserRanks)))

@@ -65,3 +65,36 @@ func TestImage(t *testing.T) {
 	_, err = BuildImage(ImageSpec{Rank: 0, NRanks: n, NChannels: 1, Rings: rings, Trees: trees})
 	assert.Error(t, err, "no connections")
 }
+
+func TestImageDirect(t *testing.T) {
+	const n, nch = 3, 2
+	rings := [][]int{{0, 1, 2}, {2, 1, 0}}
+	trees := graph.Trees(n, nch)
+	set := &Set{Send: map[Key]generated.ConnInfo{}, Recv: map[Key]generated.ConnInfo{}}
+	spec := ImageSpec{Rank: 2, NRanks: n, NChannels: nch, Rings: rings, Trees: trees, Conns: set, Sizes: sizes}
+
+	// Without mailboxes DevComm.Direct stays 0 after relocation.
+	img, err := BuildImage(spec)
+	require.NoError(t, err)
+	const base = 0x7000_0000_0000
+	dc := at[generated.DevComm](img.Relocate(base), 0)
+	assert.Zero(t, dc.Direct)
+	assert.Zero(t, dc.DirectFlags)
+
+	spec.Direct = []uint64{0x1000, 0x2000, 0x3000}
+	spec.DirectFlags = generated.DirectSameGpu
+	img, err = BuildImage(spec)
+	require.NoError(t, err)
+	b := img.Relocate(base)
+	dc = at[generated.DevComm](b, 0)
+	require.Greater(t, dc.Direct, uint64(base), "relocated")
+	assert.Equal(t, uint32(generated.DirectSameGpu), dc.DirectFlags)
+	for r, want := range spec.Direct {
+		assert.Equal(t, want, at[uint64](b, dc.Direct-base+uint64(8*r)), "rank %d's mailboxes", r)
+	}
+	assert.LessOrEqual(t, dc.Direct-base+8*n, uint64(len(b)))
+
+	spec.Direct = spec.Direct[:2]
+	_, err = BuildImage(spec)
+	assert.ErrorContains(t, err, "2 DIRECT mailboxes for 3 ranks")
+}

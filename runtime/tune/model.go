@@ -21,8 +21,9 @@ import (
 //     measured Hopper limits, and converted to algorithm bandwidth (a ring
 //     moves n/nsteps of the data per step; a tree halves it).
 //
-// RING and TREE have this model; PAT, the third algorithm the device
-// library implements (kspace.Implemented), has its own (pat.go). Times are in microseconds and
+// RING and TREE have this model; PAT (pat.go) and DIRECT (direct.go) have
+// their own. They are the algorithms the device library implements
+// (kspace.Implemented). Times are in microseconds and
 // bandwidths in GB/s (= bytes per ns, so bytes / (1000 × GB/s) is µs).
 
 // Hardware classes of NCCL's latency table.
@@ -252,7 +253,7 @@ func modeled(c kspace.Coll, a kspace.Algo) bool {
 	switch a {
 	case kspace.Ring:
 		return c != kspace.SendRecv
-	case kspace.Tree:
+	case kspace.Tree, kspace.Direct:
 		return c == kspace.AllReduce
 	case kspace.PAT: // pat.go
 		return c == kspace.AllGather || c == kspace.ReduceScatter

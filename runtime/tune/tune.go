@@ -70,6 +70,11 @@ type Topology struct {
 	// NChannels is how many channels the communicator has set up; 0 means
 	// as many as the limits allow (see Tuner.MaxChannels).
 	NChannels int
+	// Direct is true when every rank can load and store every other
+	// rank's user buffers (one process, and every pair of ranks on the
+	// same GPU or on GPUs with peer access) and the device set up the
+	// DIRECT mailboxes: only then may DIRECT run (see direct.go).
+	Direct bool
 }
 
 // Choice is the tuner's answer for one call.
@@ -304,6 +309,9 @@ func (t *Tuner) usable(c kspace.Coll, op kspace.RedOp, ty kspace.Type, a kspace.
 			return false
 		}
 	}
+	if a == kspace.Direct && !t.topo.Direct {
+		return false
+	}
 	f := funcOf(c, op, ty, a, p)
 	if _, _, ok := kspace.Requirements(f); !ok {
 		return false
@@ -397,7 +405,11 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 			nc = min(nc, PATMaxChannels) // the channels with PAT connections
 		}
 		us := 0.0
-		if t.topo.NRanks > 1 {
+		if a == kspace.Direct {
+			var oneShot bool
+			nc, nt, oneShot = t.directChannels(nBytes)
+			us = t.directTime(nBytes, nc, oneShot)
+		} else if t.topo.NRanks > 1 {
 			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
 		} else if !(a == kspace.Ring && p == kspace.Simple) {
 			us = 1e-3 // one rank: prefer RING/SIMPLE, as NCCL does

@@ -10,6 +10,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE, AllReduce, Pro
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE, AllReduce, Prod, __nv_bfloat16, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC(AllReduce_Prod_bf16_DIRECT_SIMPLE, AllReduce, Prod, __nv_bfloat16, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC(AllReduce_Prod_bf16_RING_LL, AllReduce, Prod, __nv_bfloat16, RING, LL)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0

@@ -10,6 +10,9 @@ NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE, AllReduce, Su
 NG_DEV_FUNC_UNSUPPORTED(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE, AllReduce, Sum, __nv_fp8_e4m3, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE, AllReduce, Sum, __nv_fp8_e4m3, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(AllReduce_Sum_f8e4m3_RING_LL, AllReduce, Sum, __nv_fp8_e4m3, RING, LL)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -30,15 +33,15 @@ NG_DEV_FUNC(AllReduce_Sum_f8e4m3_TREE_SIMPLE, AllReduce, Sum, __nv_fp8_e4m3, TRE
 
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_RING_LL, 44)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_RING_LL, 48)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_RING_LL, AllReduce, Sum, __nv_fp8_e4m3, RING, LL, 44, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_RING_LL, AllReduce, Sum, __nv_fp8_e4m3, RING, LL, 48, -1)
   #endif
 #endif
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_TREE_LL, 47)
+NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_TREE_LL, 51)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_TREE_LL, AllReduce, Sum, __nv_fp8_e4m3, TREE, LL, 47, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_TREE_LL, AllReduce, Sum, __nv_fp8_e4m3, TREE, LL, 51, -1)
   #endif
 #endif

@@ -19,6 +19,7 @@ NG_DEV_FUNC_DECL(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_MinMax_u32_RING_SIMPLE)
@@ -40,6 +41,9 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_RING_LL)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
@@ -59,6 +63,7 @@ NG_DEV_FUNC_DECL(AllReduce_Prod_bf16_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_f32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f32_NVLS_SIMPLE)
 #endif
@@ -76,6 +81,9 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_RING_LL)
@@ -97,6 +105,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_f8e4m3_TREE_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_Sum_u32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_NVLS_SIMPLE)
 #endif
@@ -111,6 +120,7 @@ NG_DEV_FUNC_DECL(AllReduce_Sum_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_Sum_u32_TREE_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_SIMPLE)
@@ -159,165 +169,179 @@ extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 #endif
 /*   8*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
 /*   9*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
-/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
-/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
-/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
-/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
-/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
-/*  16*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
-/*  17*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/*  18*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
+/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
+/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
+/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
+/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
+/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
+/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
+/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
+/*  17*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
+/*  18*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/*  24*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  24*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
-#else
-/*  24*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  25*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/*  25*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /*  25*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /*  26*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
 #else
 /*  27*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
 #else
 /*  28*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
 #else
 /*  29*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
 #else
 /*  30*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
 #else
 /*  31*/ nullptr,
 #endif
-/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+#else
+/*  32*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+#else
+/*  33*/ nullptr,
+#endif
+/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
 #else
-/*  34*/ nullptr,
+/*  37*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
+/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
-/*  35*/ nullptr,
+/*  38*/ nullptr,
 #endif
-/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
+/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
-#else
-/*  42*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/*  43*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
-#else
-/*  44*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /*  45*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /*  46*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
 #else
 /*  47*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
 #else
 /*  48*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
 #else
 /*  49*/ nullptr,
 #endif
-/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+#else
+/*  50*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+#else
+/*  51*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
 #else
 /*  52*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
 #else
 /*  53*/ nullptr,
 #endif
-/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/*  60*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/*  61*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/*  62*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/*  63*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/*  64*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/*  65*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/*  68*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/*  69*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/*  70*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
-/*  71*/ NG_DEV_FUNC_PTR(Nop),
-/*  72*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/*  73*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/*  74*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/*  75*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  76*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
 #else
-/*  76*/ nullptr,
+/*  57*/ nullptr,
 #endif
-/*  77*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/*  78*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/*  79*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/*  80*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/*  81*/ NG_DEV_FUNC_PTR(SendRecv),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+#else
+/*  58*/ nullptr,
+#endif
+/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/*  60*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/*  61*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/*  62*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/*  63*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/*  64*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/*  65*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/*  68*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/*  69*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/*  70*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/*  71*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/*  72*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/*  73*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/*  74*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/*  75*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/*  76*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
+/*  77*/ NG_DEV_FUNC_PTR(Nop),
+/*  78*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/*  79*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/*  80*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/*  81*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  82*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+#else
+/*  82*/ nullptr,
+#endif
+/*  83*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/*  84*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/*  85*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/*  86*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/*  87*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 82;
+extern "C" __device__ int const ngDevFuncCount = 88;
 
 NG_DEV_KERNEL_GENERIC(Generic)
 

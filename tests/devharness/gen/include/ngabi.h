@@ -18,6 +18,9 @@
 #define NG_CONN_STEP_SIZES 4 // ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes)
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
 #define NG_DEV_ERR_ABORTED 2 // ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set
+#define NG_DIRECT_SAME_GPU 1 // ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)
+#define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
+#define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
@@ -33,10 +36,11 @@
 #define NG_ALGO_NVLS 4 // algorithm
 #define NG_ALGO_NVLS_TREE 5 // algorithm
 #define NG_ALGO_PAT 6 // algorithm
+#define NG_ALGO_DIRECT 7 // algorithm
 #define NG_PROTO_LL 0 // protocol
 #define NG_PROTO_LL128 1 // protocol
 #define NG_PROTO_SIMPLE 2 // protocol
-#define NG_NUM_ALGORITHMS 7 // algorithms
+#define NG_NUM_ALGORITHMS 8 // algorithms
 #define NG_NUM_PROTOCOLS 3 // protocols
 
 
@@ -93,7 +97,16 @@ struct ngDevComm {
   uint64_t errorFlag; // uint32_t* in host-mapped memory: the device stores an NG_DEV_ERR_* code here (first error wins)
   uint64_t channels; // ngDevChannel*: nChannels entries
   uint32_t buffSizes[3]; // per protocol: bytes of each FIFO
-  uint32_t pad2;
+  uint32_t directFlags; // NG_DIRECT_* bits
+  uint64_t direct; // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
+};
+
+// one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup)
+struct ngDirectSlot {
+  uint64_t sendbuff;
+  uint64_t recvbuff;
+  uint64_t phase;
+  uint64_t pad[13]; // to 128 bytes: slots of different channels share no cache line
 };
 
 // one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none).
@@ -155,7 +168,7 @@ static_assert(offsetof(struct ngDevChannel, tree) == 24, "ngabi: ngDevChannel.tr
 static_assert(offsetof(struct ngDevChannel, peers) == 48, "ngabi: ngDevChannel.peers");
 static_assert(offsetof(struct ngDevChannel, id) == 56, "ngabi: ngDevChannel.id");
 static_assert(offsetof(struct ngDevChannel, pad) == 60, "ngabi: ngDevChannel.pad");
-static_assert(sizeof(struct ngDevComm) == 56, "ngabi: sizeof(ngDevComm)");
+static_assert(sizeof(struct ngDevComm) == 64, "ngabi: sizeof(ngDevComm)");
 static_assert(offsetof(struct ngDevComm, rank) == 0, "ngabi: ngDevComm.rank");
 static_assert(offsetof(struct ngDevComm, nRanks) == 4, "ngabi: ngDevComm.nRanks");
 static_assert(offsetof(struct ngDevComm, nChannels) == 8, "ngabi: ngDevComm.nChannels");
@@ -164,7 +177,13 @@ static_assert(offsetof(struct ngDevComm, abortFlag) == 16, "ngabi: ngDevComm.abo
 static_assert(offsetof(struct ngDevComm, errorFlag) == 24, "ngabi: ngDevComm.errorFlag");
 static_assert(offsetof(struct ngDevComm, channels) == 32, "ngabi: ngDevComm.channels");
 static_assert(offsetof(struct ngDevComm, buffSizes) == 40, "ngabi: ngDevComm.buffSizes");
-static_assert(offsetof(struct ngDevComm, pad2) == 52, "ngabi: ngDevComm.pad2");
+static_assert(offsetof(struct ngDevComm, directFlags) == 52, "ngabi: ngDevComm.directFlags");
+static_assert(offsetof(struct ngDevComm, direct) == 56, "ngabi: ngDevComm.direct");
+static_assert(sizeof(struct ngDirectSlot) == 128, "ngabi: sizeof(ngDirectSlot)");
+static_assert(offsetof(struct ngDirectSlot, sendbuff) == 0, "ngabi: ngDirectSlot.sendbuff");
+static_assert(offsetof(struct ngDirectSlot, recvbuff) == 8, "ngabi: ngDirectSlot.recvbuff");
+static_assert(offsetof(struct ngDirectSlot, phase) == 16, "ngabi: ngDirectSlot.phase");
+static_assert(offsetof(struct ngDirectSlot, pad) == 24, "ngabi: ngDirectSlot.pad");
 static_assert(sizeof(struct ngDevWork) == 64, "ngabi: sizeof(ngDevWork)");
 static_assert(offsetof(struct ngDevWork, sendbuff) == 0, "ngabi: ngDevWork.sendbuff");
 static_assert(offsetof(struct ngDevWork, recvbuff) == 8, "ngabi: ngDevWork.recvbuff");

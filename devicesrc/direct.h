@@ -1,0 +1,266 @@
+// direct.h — DIRECT AllReduce: ranks that share memory (one process, one GPU
+// or GPUs with peer access) read each other's user buffers themselves, with
+// no connection FIFO in between.
+//
+// Mailboxes. comm.direct lists, per rank, that rank's ngDirectSlot array
+// (one slot per channel); a rank writes only its own slots and polls its
+// peers'. A slot holds the user buffers of the call in progress and `phase`,
+// the number of DIRECT barriers the rank has arrived at on that channel
+// (zero at setup, stored back by thread 0 only, never reset). Every rank
+// runs the same DIRECT works on a channel in the same order and each work
+// takes the same number of barriers on every rank (it depends only on the
+// channel's element count, which every rank has), so barrier k of a call
+// is phase value start+k on every rank: no per-call sequence number is
+// exchanged, and a peer that already arrived at a later barrier (it is at
+// most one ahead) satisfies the wait as well (>=).
+//
+// Barrier (ngDirectBarrier): the group syncs, thread 0 fences (gpu scope when
+// every rank is on this GPU, NG_DIRECT_SAME_GPU, system scope otherwise),
+// stores phase = target into its slot, waits until every peer's phase >=
+// target, fences, and the group syncs again. The waits poll the abort flag
+// like every other wait (ngWaitGE), so an abort ends them.
+//
+// One-shot (the channel's share is at most NG_DIRECT_ONESHOT_BYTES):
+//   barrier 1: publish sendbuff/recvbuff, read the peers' pointers;
+//   every rank reduces the whole share from every rank's sendbuff, in rank
+//   order 0..n-1 (so every rank gets the same bits), into registers;
+//   barrier 2: nobody reads any sendbuff any more; store the result. (The
+//   result waits in registers because an in-place peer's recvbuff is its
+//   sendbuff.)
+// Two-shot (larger shares): the share splits into nRanks slices on 16-byte
+// boundaries; rank r owns slice r.
+//   barrier 1: publish and read the pointers;
+//   reduce-scatter: rank r reduces slice r from every rank's sendbuff (rank
+//   order) into its own recvbuff; in place this overwrites only slice r of
+//   its sendbuff, which no peer reads;
+//   barrier 2: every slice is reduced;
+//   all-gather: rank r copies slice p from rank p's recvbuff into its own;
+//   barrier 3: no peer still reads this rank's recvbuff when it returns.
+// Peer data is loaded with ld.global.cg (L2, not the SM's L1, which could
+// hold a line of an earlier call of the same kernel).
+//
+// Co-residency: a rank's block waits at a barrier for the same channel's
+// block of every peer. The ranks of a group are one kernel each (launched
+// one after the other), and their blocks must all be resident at once, as
+// the ring's must: the tuner's residency cap (runtime/tune) guarantees it
+// for ranks that share a GPU, and on distinct GPUs each kernel has its own.
+#ifndef NG_DIRECT_H_
+#define NG_DIRECT_H_
+
+__device__ __forceinline__ struct ngDirectSlot* ngDirectSlotOf(struct ngShmem* sh, int rank) {
+  const uint64_t* table = reinterpret_cast<const uint64_t*>(sh->comm.direct);
+  return reinterpret_cast<struct ngDirectSlot*>(table[rank]) + sh->channelId;
+}
+
+__device__ __forceinline__ void ngDirectFence(struct ngShmem* sh) {
+  if (sh->comm.directFlags & NG_DIRECT_SAME_GPU) __threadfence();
+  else __threadfence_system();
+}
+
+// ngDirectBarrier: see the header. Every thread of g calls it; target
+// matters in thread 0 only. Returns false on abort.
+__device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGroup& g, uint64_t target) {
+  ngBarrier(g);
+  if (g.tid == 0) {
+    const int n = sh->comm.nRanks, me = sh->comm.rank;
+    ngDirectFence(sh); // the group's writes before the barrier, then the arrival
+    ngStVolatile(&ngDirectSlotOf(sh, me)->phase, target);
+    bool ok = true;
+    for (int p = 0; p < n && ok; p++)
+      if (p != me) ok = ngWaitGE(sh, &ngDirectSlotOf(sh, p)->phase, target);
+    ngDirectFence(sh); // the peers' writes before their arrival, then our reads
+  }
+  ngBarrier(g);
+  return !ngAborted(sh);
+}
+
+// ngDirectOpen publishes this rank's buffers, passes barrier 1 and copies
+// every rank's buffers into sh->directSend/directRecv. phase is set (in
+// thread 0) to the slot's count before the call. Returns false on abort.
+__device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& g, const void* send, void* recv,
+                                             uint64_t& phase) {
+  phase = 0;
+  if (g.tid == 0) {
+    struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
+    phase = ngLdVolatile(&mine->phase);
+    ngStVolatile(&mine->sendbuff, (uint64_t)(uintptr_t)send);
+    ngStVolatile(&mine->recvbuff, (uint64_t)(uintptr_t)recv);
+  }
+  if (!ngDirectBarrier(sh, g, phase + 1)) return false;
+  for (int p = g.tid; p < sh->comm.nRanks; p += g.nThreads) {
+    struct ngDirectSlot* s = ngDirectSlotOf(sh, p);
+    sh->directSend[p] = ngLdVolatile(&s->sendbuff);
+    sh->directRecv[p] = ngLdVolatile(&s->recvbuff);
+  }
+  ngBarrier(g);
+  return true;
+}
+
+// 8 bytes [8*pack, 8*pack+8) of a peer's buffer of nbytes bytes, through
+// L2; bytes past the end read as 0.
+template <typename T>
+__device__ __forceinline__ uint64_t ngLoadPack8CG(const T* base, int pack, int nbytes) {
+  const char* p = reinterpret_cast<const char*>(base) + 8 * (size_t)pack;
+  if (((uintptr_t)p & 7) == 0 && 8 * pack + 8 <= nbytes) return ngLoadCG(reinterpret_cast<const uint64_t*>(p));
+  constexpr int N = 8 / sizeof(T);
+  T e[N];
+  uint64_t zero = 0;
+  memcpy(e, &zero, 8);
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    if (8 * pack + i * (int)sizeof(T) < nbytes) e[i] = ngLoadCG(reinterpret_cast<const T*>(p) + i);
+  }
+  uint64_t v;
+  memcpy(&v, e, 8);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ const T* ngDirectSendBuf(struct ngShmem* sh, int p) {
+  return reinterpret_cast<const T*>(sh->directSend[p]);
+}
+template <typename T>
+__device__ __forceinline__ const T* ngDirectRecvBuf(struct ngShmem* sh, int p) {
+  return reinterpret_cast<const T*>(sh->directRecv[p]);
+}
+
+// Start of slice s (of nSlices) of n elements: interior bounds rounded down
+// to 16 bytes; the same on every rank.
+template <typename T>
+__device__ __forceinline__ int64_t ngDirectBound(int64_t n, int s, int nSlices) {
+  if (s >= nSlices) return n;
+  const int64_t gran = ngGranule<T>();
+  return n * s / nSlices / gran * gran;
+}
+
+// dst[at, at+cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))).
+template <typename T, typename Op>
+__device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ngGroup& g, const Op& op, int64_t at,
+                                                    int64_t cnt, T* dst) {
+  const int n = sh->comm.nRanks;
+  uintptr_t bits = (uintptr_t)(dst + at);
+  for (int p = 0; p < n; p++) bits |= (uintptr_t)(ngDirectSendBuf<T>(sh, p) + at);
+  constexpr int EPP = 16 / sizeof(T);
+  const int64_t nPacks = (bits & 15) == 0 ? cnt / EPP : 0;
+  const int tid = g.tid, nt = g.nThreads;
+  uint4* out = reinterpret_cast<uint4*>(dst + at);
+  constexpr int U = 4;
+  int64_t i = tid;
+  for (; i + (U - 1) * nt < nPacks; i += U * nt) {
+    uint4 v[U];
+    const uint4* s0 = reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, 0) + at);
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = ngPackPre<T>(op, ngLoadCG16(s0 + i + u * nt));
+    for (int p = 1; p < n; p++) {
+      const uint4* sp = reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, p) + at);
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) r[u] = ngLoadCG16(sp + i + u * nt);
+#pragma unroll
+      for (int u = 0; u < U; u++) v[u] = ngPackReduce<T>(op, v[u], ngPackPre<T>(op, r[u]));
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) out[i + u * nt] = ngPackPost<T>(op, v[u]);
+  }
+  for (; i < nPacks; i += nt) {
+    uint4 v = ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, 0) + at) + i));
+    for (int p = 1; p < n; p++)
+      v = ngPackReduce<T>(op, v, ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, p) + at) + i)));
+    out[i] = ngPackPost<T>(op, v);
+  }
+  // Element-wise remainder (or everything, when a pointer is misaligned).
+  for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) {
+    T v = op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, 0) + at + e));
+    for (int p = 1; p < n; p++) v = op.reduce(v, op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, p) + at + e)));
+    dst[at + e] = op.post(v);
+  }
+}
+
+// dst[0, cnt) = src[0, cnt), src a peer's buffer.
+template <typename T>
+__device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* dst, int64_t cnt) {
+  constexpr int EPP = 16 / sizeof(T);
+  const int64_t nPacks = (((uintptr_t)src | (uintptr_t)dst) & 15) == 0 ? cnt / EPP : 0;
+  const int tid = g.tid, nt = g.nThreads;
+  const uint4* in = reinterpret_cast<const uint4*>(src);
+  uint4* out = reinterpret_cast<uint4*>(dst);
+  constexpr int U = 4;
+  int64_t i = tid;
+  for (; i + (U - 1) * nt < nPacks; i += U * nt) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = ngLoadCG16(in + i + u * nt);
+#pragma unroll
+    for (int u = 0; u < U; u++) out[i + u * nt] = v[u];
+  }
+  for (; i < nPacks; i += nt) out[i] = ngLoadCG16(in + i);
+  for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) dst[e] = ngLoadCG(src + e);
+}
+
+// Packs of 8 bytes one thread holds in the one-shot: enough for
+// NG_DIRECT_ONESHOT_BYTES with the smallest group the planner gives a
+// DIRECT work (128 threads; see runtime/tune).
+#define NG_DIRECT_ONESHOT_PACKS (NG_DIRECT_ONESHOT_BYTES / (8 * 128))
+
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const struct ngDevWork w = sh->work;
+  const int n = sh->comm.nRanks;
+  if (sh->comm.direct == 0 || n > NG_DIRECT_MAX_RANKS) {
+    // The host sets comm.direct on every rank or on none, so every rank
+    // stops here alike and none waits for another.
+    ngReportUnsupported(sh);
+    return;
+  }
+  const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  const Op op(w);
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+
+  if (cnt * (int64_t)sizeof(T) <= NG_DIRECT_ONESHOT_BYTES) {
+    const int nbytes = (int)(cnt * (int64_t)sizeof(T));
+    const int nPacks = (nbytes + 7) / 8;
+    if (nPacks > NG_DIRECT_ONESHOT_PACKS * g.nThreads) {
+      // A group smaller than the planner ever gives: every rank has the
+      // same one, so every rank reports and passes the last barrier alike.
+      if (g.tid == 0) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+      ngDirectBarrier(sh, g, phase + 2);
+      return;
+    }
+    uint64_t v[NG_DIRECT_ONESHOT_PACKS];
+#pragma unroll
+    for (int k = 0; k < NG_DIRECT_ONESHOT_PACKS; k++) {
+      const int i = g.tid + k * g.nThreads;
+      v[k] = 0;
+      if (i < nPacks) {
+        uint64_t a = ngPackPre<T>(op, ngLoadPack8CG(ngDirectSendBuf<T>(sh, 0) + off, i, nbytes));
+        for (int p = 1; p < n; p++)
+          a = ngPackReduce<T>(op, a, ngPackPre<T>(op, ngLoadPack8CG(ngDirectSendBuf<T>(sh, p) + off, i, nbytes)));
+        v[k] = ngPackPost<T>(op, a);
+      }
+    }
+    if (!ngDirectBarrier(sh, g, phase + 2)) return; // no rank reads a sendbuff any more
+#pragma unroll
+    for (int k = 0; k < NG_DIRECT_ONESHOT_PACKS; k++) {
+      const int i = g.tid + k * g.nThreads;
+      if (i < nPacks) ngStorePack8(dst + off, i, nbytes, v[k]);
+    }
+    return;
+  }
+
+  const int me = sh->comm.rank;
+  const int64_t lo = ngDirectBound<T>(cnt, me, n), hi = ngDirectBound<T>(cnt, me + 1, n);
+  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst);
+  if (!ngDirectBarrier(sh, g, phase + 2)) return; // every slice is reduced
+  for (int q = 1; q < n; q++) {
+    const int p = me + q < n ? me + q : me + q - n;
+    const int64_t plo = ngDirectBound<T>(cnt, p, n), phi = ngDirectBound<T>(cnt, p + 1, n);
+    ngDirectCopy<T>(g, ngDirectRecvBuf<T>(sh, p) + off + plo, dst + off + plo, phi - plo);
+  }
+  ngDirectBarrier(sh, g, phase + 3); // no peer reads our recvbuff any more
+}
+
+#endif // NG_DIRECT_H_
