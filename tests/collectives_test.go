@@ -239,13 +239,6 @@ var ops = []op{
 // allows it, else one element.
 func offsetFor(t kspace.Type) uint64 { return uint64(max(2, t.Size())) }
 
-type config1 struct{ algo, proto string }
-
-var configs = []config1{
-	{"ring", "LL"}, {"ring", "LL128"}, {"ring", "SIMPLE"},
-	{"allreduce:tree", "LL"}, {"allreduce:tree", "LL128"}, {"allreduce:tree", "SIMPLE"},
-}
-
 // huge is the largest count the suite runs: AllReduce f32 sum and
 // AllGather u8 only, out-of-place (TestHugeCollectives).
 const huge = 64 << 20
@@ -306,36 +299,37 @@ var callSeq atomic.Uint64
 
 func nextCallSeed(seed uint64) uint64 { return pattern.Mix(seed, callSeq.Add(1)) }
 
+// TestCollectives runs, for every rank count (NCCLGO_TEST_RANKS) and every
+// configuration derived from the kernel-space model (configs), the full
+// case list of each collective the configuration forces its algorithm for;
+// a configuration that cannot run in one process (configApplies) is
+// skipped with the reason.
 func TestCollectives(t *testing.T) {
 	gpu(t)
 	seed := suiteSeed(t)
 	for _, n := range rankCounts(t) {
 		for _, cfg := range configs {
-			t.Run(fmt.Sprintf("ranks=%d/%s/%s", n, cfg.algo, cfg.proto), func(t *testing.T) {
+			t.Run(fmt.Sprintf("ranks=%d/%s", n, cfg.name()), func(t *testing.T) {
+				skipUnlessApplies(t, cfg, n)
 				runConfig(t, n, cfg, seed)
 			})
 		}
 	}
 }
 
+// runConfig runs, on a fresh world of n ranks under cfg, the full case
+// list of every collective cfg runs: every type (the byte-moving
+// collectives: three sizes of element), every op the function exists for
+// (built), the counts of counts(), in place and out of place, every other
+// call misaligned.
 func runConfig(t *testing.T, n int, cfg config1, seed uint64) {
-	proto, err := kspace.ParseProto(cfg.proto)
-	require.NoError(t, err)
-	tree := strings.Contains(cfg.algo, "tree")
 	// The arena holds a call's input and output with their guards:
 	// AllGather's output and ReduceScatter's input hold n chunks.
 	bufBytes := 2*(uint64(1<<20+3)*8*uint64(n)) + 4096
-	w := newWorld(t, n, cfg.algo, cfg.proto, bufBytes)
-	colls := []kspace.Coll{kspace.AllReduce}
-	if !tree {
-		colls = append(colls, kspace.ReduceScatter, kspace.Reduce, kspace.AllGather, kspace.Broadcast)
-	}
-	algo := kspace.Ring
-	if tree {
-		algo = kspace.Tree
-	}
+	w := newWorld(t, n, cfg.algoEnv(), cfg.protoEnv(), bufBytes)
+	algo, proto := cfg.algo, cfg.proto
 	checks := 0
-	for _, coll := range colls {
+	for _, coll := range cfg.colls {
 		for ty := kspace.I8; ty < kspace.NumTypes; ty++ {
 			opList := ops
 			if !coll.HasRedOp() {
@@ -539,18 +533,14 @@ func TestHugeCollectives(t *testing.T) {
 	seed := suiteSeed(t)
 	for _, n := range rankCounts(t) {
 		for _, cfg := range configs {
-			t.Run(fmt.Sprintf("ranks=%d/%s/%s", n, cfg.algo, cfg.proto), func(t *testing.T) {
-				proto, err := kspace.ParseProto(cfg.proto)
-				require.NoError(t, err)
-				algo := kspace.Ring
-				if strings.Contains(cfg.algo, "tree") {
-					algo = kspace.Tree
-				}
-				w := newWorld(t, n, cfg.algo, cfg.proto, uint64(huge)*uint64(max(4, n))+2*pattern.Guard)
-				if built(kspace.AllReduce, ops[0], kspace.F32, algo, proto) {
+			t.Run(fmt.Sprintf("ranks=%d/%s", n, cfg.name()), func(t *testing.T) {
+				skipUnlessApplies(t, cfg, n)
+				algo, proto := cfg.algo, cfg.proto
+				w := newWorld(t, n, cfg.algoEnv(), cfg.protoEnv(), uint64(huge)*uint64(max(4, n))+2*pattern.Guard)
+				if cfg.runs(kspace.AllReduce) && built(kspace.AllReduce, ops[0], kspace.F32, algo, proto) {
 					runHuge(t, w, kspace.AllReduce, kspace.F32, nextCallSeed(seed))
 				}
-				if algo == kspace.Ring && built(kspace.AllGather, ops[0], kspace.U8, algo, proto) {
+				if cfg.runs(kspace.AllGather) && built(kspace.AllGather, ops[0], kspace.U8, algo, proto) {
 					runHuge(t, w, kspace.AllGather, kspace.U8, nextCallSeed(seed))
 				}
 			})

@@ -71,26 +71,22 @@ func graphRankCounts(t *testing.T) []int {
 // calls only (a replay of an in-place reduction would reduce its own
 // result again), of every collective the configuration runs, and, with
 // many, enough small AllReduces that the works do not fit in the kernel
-// arguments (the launcher's work FIFO path).
+// arguments (the launcher's work FIFO path). The configurations come from
+// the model (configs), so every algorithm and protocol is captured;
+// SendRecv, which NCCL_ALGO does not steer, rides with the configurations
+// that run every collective (RING).
 func graphCalls(cfg config1, n int, many bool) []call {
-	proto, _ := kspace.ParseProto(cfg.proto)
-	algo := kspace.Ring
-	if cfg.algo != "ring" {
-		algo = kspace.Tree
-	}
 	sum, mx := ops[0], ops[2]
 	cands := []call{
 		{kind: kindColl, coll: kspace.AllReduce, ty: kspace.F32, o: sum, count: 1023},
 		{kind: kindColl, coll: kspace.AllReduce, ty: kspace.I32, o: mx, count: 65536 + 5, mis: true},
+		{kind: kindColl, coll: kspace.ReduceScatter, ty: kspace.F32, o: sum, count: 1000},
+		{kind: kindColl, coll: kspace.AllGather, ty: kspace.U8, o: sum, count: 4099},
+		{kind: kindColl, coll: kspace.Broadcast, ty: kspace.F16, o: sum, count: 777, root: n / 2},
+		{kind: kindColl, coll: kspace.Reduce, ty: kspace.F32, o: sum, count: 513, root: n - 1},
 	}
-	if algo == kspace.Ring {
-		cands = append(cands,
-			call{kind: kindColl, coll: kspace.ReduceScatter, ty: kspace.F32, o: sum, count: 1000},
-			call{kind: kindColl, coll: kspace.AllGather, ty: kspace.U8, o: sum, count: 4099},
-			call{kind: kindColl, coll: kspace.Broadcast, ty: kspace.F16, o: sum, count: 777, root: n / 2},
-			call{kind: kindColl, coll: kspace.Reduce, ty: kspace.F32, o: sum, count: 513, root: n - 1},
-			call{kind: kindSendRecv, ty: kspace.U8, count: 3001, shift: 1},
-		)
+	if cfg.every() {
+		cands = append(cands, call{kind: kindSendRecv, ty: kspace.U8, count: 3001, shift: 1})
 	}
 	if many {
 		for i := range 70 {
@@ -99,7 +95,7 @@ func graphCalls(cfg config1, n int, many bool) []call {
 	}
 	var out []call
 	for _, c := range cands {
-		if c.kind == kindColl && !built(c.coll, c.o, c.ty, algo, proto) {
+		if c.kind == kindColl && (!cfg.runs(c.coll) || !built(c.coll, c.o, c.ty, cfg.algo, cfg.proto)) {
 			continue
 		}
 		out = append(out, c)
@@ -119,11 +115,12 @@ func TestGraphReplay(t *testing.T) {
 					if many && mode != "streams" {
 						continue // the work FIFO path once per configuration
 					}
-					name := fmt.Sprintf("ranks=%d/%s/%s/%s", n, cfg.algo, cfg.proto, mode)
+					name := fmt.Sprintf("ranks=%d/%s/%s", n, cfg.name(), mode)
 					if many {
 						name += "/many"
 					}
 					t.Run(name, func(t *testing.T) {
+						skipUnlessApplies(t, cfg, n)
 						placed := rankDevices(devs, n)
 						oneDev := !slices.ContainsFunc(placed, func(d int) bool { return d != placed[0] })
 						switch {
@@ -161,7 +158,7 @@ func runGraph(t *testing.T, n int, cfg config1, mode string, many bool, seed uin
 	for r := range n {
 		end = max(end, len(g.before[r]))
 	}
-	w := newWorld(t, n, cfg.algo, cfg.proto, uint64(end)+4096)
+	w := newWorld(t, n, cfg.algoEnv(), cfg.protoEnv(), uint64(end)+4096)
 	if mode == "default" {
 		for r := range w.streams {
 			w.streams[r] = cuda.WrapStream(w.ctxs[r], cuda.StreamPerThread) // Destroy leaves it alone

@@ -23,9 +23,26 @@ import (
 //     then in-place (the reference's in-place too, though -compare prints
 //     only its out-of-place column, so that every measurement follows the
 //     same work as in nccl-tests and in ncclgo's sweep), each one untimed
-//     iteration and a drain (ncclperf checks results on this one), then a
-//     host clock around -n iterations issued back to back and the drain
-//     after them, divided by -n;
+//     iteration and a drain, then a host clock around -n iterations issued
+//     back to back and the drain after them, divided by -n;
+//   - with -c 1, where ncclperf departs from nccl-tests: the results of
+//     the untimed iteration are checked before the timed loop (nccl-tests
+//     checks a fresh iteration after it), and the check is followed by a
+//     barrier of the job's processes (-np, mpirun, torchrun: the control
+//     channel's; none in one process) and a second untimed iteration and
+//     drain. A check takes each process its own time (whole outputs up to
+//     -check-max), so without them a rank that finished early would start
+//     its clock and its first iteration would wait on the GPU for the
+//     late rank, counting the other's check as its own time (2 processes
+//     under MPS, AllReduce -c 1: 8 MiB 1.6 ms and 64 MiB 4.8 ms, where -c 0
+//     gives a smooth sweep; -w does not help, warm-ups run only before the
+//     first size). The barrier keeps an early rank's kernel from spinning
+//     on the GPU through the other's check; its release is only as even
+//     as the control channel's messages, so the untimed iteration is what
+//     aligns the clocks: it completes on every rank at once, and each
+//     rank's clock starts as its drain sees that. In one process every
+//     rank's check ends before any rank issues again, and the second
+//     iteration only leaves the caches as -c 0 leaves them;
 //   - -compare's library has the -n iterations issued from C in one cgo
 //     call (-ref-loop=c), as nccl-tests issues them, so that Go's cost per
 //     cgo call is not counted as NCCL's; ncclgo's are issued from Go, its
@@ -166,6 +183,13 @@ type iterator struct {
 	// done reports whether rank r's stream is idle (cuStreamQuery); tests
 	// replace it.
 	done func(r int) (bool, error)
+	// fill writes the inputs of count elements at it.send, verify counts
+	// the wrong values at it.recv (config's fill and verify), and barrier
+	// waits for every process of the job (nothing in one process); tests
+	// replace them.
+	fill    func(count int64) error
+	verify  func(count int64) (int, error)
+	barrier func() error
 }
 
 func newIterator(c *config, b backend, ranks []rankBuffers) *iterator {
@@ -176,6 +200,9 @@ func newIterator(c *config, b backend, ranks []rankBuffers) *iterator {
 		it.streams[r] = ranks[r].stream
 	}
 	it.done = func(r int) (bool, error) { return streamIdle(it.streams[r]) }
+	it.fill = func(count int64) error { return c.fill(it.ranks, it.send, count) }
+	it.verify = func(count int64) (int, error) { return c.verify(it.ranks, it.recv, count) }
+	it.barrier = func() error { return c.mp.barrier() }
 	return it
 }
 
@@ -219,31 +246,46 @@ func (it *iterator) warmUp() error {
 	return nil
 }
 
-// bench times one size and placement (nccl-tests' BenchTime).
+// untimed issues iteration 0 and drains it: the iteration before a timed
+// loop, which ends at once on every rank.
+func (it *iterator) untimed(count int64, inPlace bool) error {
+	if err := it.b.Begin(); err != nil {
+		return err
+	}
+	if err := it.start(count, inPlace, 0); err != nil {
+		return err
+	}
+	return it.drain()
+}
+
+// bench times one size and placement (nccl-tests' BenchTime; with -c 1,
+// the check and the realignment after it, see the top of this file).
 func (it *iterator) bench(count int64, inPlace bool) (result, error) {
 	c := it.c
 	var res result
 	if c.check {
 		c.pointers(it.ranks, count, inPlace, 0, it.send, it.recv)
-		if err := c.fill(it.ranks, it.send, count); err != nil {
+		if err := it.fill(count); err != nil {
 			return res, err
 		}
 	}
-	if err := it.b.Begin(); err != nil {
-		return res, err
-	}
-	if err := it.start(count, inPlace, 0); err != nil {
-		return res, err
-	}
-	if err := it.drain(); err != nil {
+	if err := it.untimed(count, inPlace); err != nil {
 		return res, err
 	}
 	if c.check {
-		wrong, err := c.verify(it.ranks, it.recv, count)
+		wrong, err := it.verify(count)
 		if err != nil {
 			return res, err
 		}
 		res.wrong = wrong
+		// Each process's check took its own time: meet, then let
+		// an untimed iteration align the ranks on the GPU.
+		if err := it.barrier(); err != nil {
+			return res, fmt.Errorf("barrier after the check: %w", err)
+		}
+		if err := it.untimed(count, inPlace); err != nil {
+			return res, err
+		}
 		if err := it.b.Begin(); err != nil {
 			return res, err
 		}

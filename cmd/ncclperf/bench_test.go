@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/stretchr/testify/assert"
@@ -109,6 +112,118 @@ func TestTimingLoopIsNcclTests(t *testing.T) {
 	assert.False(t, rows[0].ipNA)
 	assert.Greater(t, rows[0].oop.usec, 0.0)
 	assert.Greater(t, rows[1].ip.usec, 0.0)
+}
+
+// TestTimingLoopCheckRealigns: with -c 1 each placement fills, runs the
+// untimed iteration and checks it, then meets the job's other processes
+// (barrier) and runs a second untimed iteration and drain before the
+// clock starts, so that no rank's timed loop holds another's check.
+func TestTimingLoopCheckRealigns(t *testing.T) {
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, minBytes: 8, maxBytes: 8, factor: 2, iters: 2, check: true}
+	f := &fakeBackend{}
+	it := fakeIterator(c, f)
+	it.fill = func(count int64) error { f.log = append(f.log, fmt.Sprintf("fill %d", count)); return nil }
+	it.verify = func(count int64) (int, error) { f.log = append(f.log, fmt.Sprintf("verify %d", count)); return 1, nil }
+	it.barrier = func() error { f.log = append(f.log, "barrier"); return nil }
+	var rows []row
+	require.NoError(t, it.sweep(false, func(rw row) { rows = append(rows, rw) }))
+	drain := []string{"idle 0", "idle 1"}
+	var want []string
+	add := func(s ...string) { want = append(want, s...) }
+	add("fill 2", "begin", "run 2 0:0,0:0")
+	add(drain...)
+	add("verify 2", "barrier", "begin", "run 2 0:0,0:0")
+	add(drain...)
+	add("begin", "run 2 0:0,0:0", "run 2 0:0,0:0")
+	add(drain...)
+	assert.Equal(t, want, f.log)
+	require.Len(t, rows, 1)
+	assert.Equal(t, 1, rows[0].oop.wrong)
+
+	assert.NoError(t, (*mpRank)(nil).barrier(), "one process: no barrier")
+
+	// A failed barrier (a rank lost) ends the sweep, naming the size.
+	f = &fakeBackend{}
+	it = fakeIterator(c, f)
+	it.fill = func(int64) error { return nil }
+	it.verify = func(int64) (int, error) { return 0, nil }
+	it.barrier = func() error { return errors.New("rank 1 lost") }
+	assert.ErrorContains(t, it.sweep(false, func(row) {}), "size 8, out-of-place: barrier after the check: rank 1 lost")
+}
+
+// fakeJob simulates one collective over processes of one rank each: a
+// process's call completes once every process has issued its matching
+// call, as on the GPU.
+type fakeJob struct {
+	mu     sync.Mutex
+	issued []int // calls issued, per process
+}
+
+// fakeProc is one process's backend in a fakeJob.
+type fakeProc struct {
+	fakeBackend
+	job *fakeJob
+	p   int
+}
+
+func (f *fakeProc) Run(coll, []cuda.DevicePtr, []cuda.DevicePtr, int, dataType, redOp, int, []*cuda.Stream) error {
+	f.job.mu.Lock()
+	defer f.job.mu.Unlock()
+	f.job.issued[f.p]++
+	return nil
+}
+
+// idle reports whether every call process p issued has completed.
+func (j *fakeJob) idle(p int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.issued[p] <= slices.Min(j.issued)
+}
+
+// TestTimingLoopChecksDoNotSkew runs two simulated processes whose checks
+// take different times (process 1's 100 ms, process 0's none): process
+// 0's time must not hold process 1's check. Without the barrier and the
+// realigning iteration after the check, process 0's clock starts while
+// process 1 still checks, and its first timed call waits for process 1's:
+// 100 ms / -n 2 = 50 ms per iteration.
+func TestTimingLoopChecksDoNotSkew(t *testing.T) {
+	const slow = 100 * time.Millisecond
+	job := &fakeJob{issued: make([]int, 2)}
+	arrive := make(chan struct{}, 2)
+	var meet sync.WaitGroup // the processes' barrier, used once per placement
+	meet.Add(2)
+	rows := make([]row, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			c := &config{coll: collAllReduce, dt: float32T, nRanks: 2, rank0: p, minBytes: 8, maxBytes: 8, factor: 2, iters: 2, check: true}
+			f := &fakeProc{job: job, p: p}
+			it := newIterator(c, f, []rankBuffers{{send: 1 << 20, recv: 1 << 30}})
+			it.done = func(int) (bool, error) { return job.idle(p), nil }
+			it.fill = func(int64) error { return nil }
+			it.verify = func(int64) (int, error) {
+				if p == 1 {
+					time.Sleep(slow)
+				}
+				return 0, nil
+			}
+			it.barrier = func() error {
+				arrive <- struct{}{}
+				meet.Done()
+				meet.Wait()
+				return nil
+			}
+			errs[p] = it.sweep(false, func(rw row) { rows[p] = rw })
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	for p, rw := range rows {
+		t.Logf("process %d: %.1f us per iteration", p, rw.oop.usec)
+		assert.Less(t, rw.oop.usec, float64(slow.Microseconds())/4, "process %d's time holds the other's check", p)
+	}
+	assert.Len(t, arrive, 2, "each process met the other once")
 }
 
 func TestTimingLoopOutOfPlaceOnly(t *testing.T) {

@@ -70,7 +70,10 @@
 // rank uploads at most fillChunk elements and the device replicates them;
 // outputs up to -check-max bytes per rank are checked whole, larger ones on
 // sampled windows (evenly spread, plus the rank-chunk boundaries of
-// AllGather). Checks run on the untimed iteration before each timed loop.
+// AllGather). Checks run on the untimed iteration before each timed loop;
+// after a check the job's processes meet and run a second untimed
+// iteration, so that one process's longer check is not timed as another's
+// (bench.go says how this departs from nccl-tests).
 // The data derive from one seed per job, rank 0's when the ranks are
 // processes: NCCLGO_TEST_SEED, else drawn from the clock; the table's
 // header prints it.

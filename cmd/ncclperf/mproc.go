@@ -133,6 +133,22 @@ func (m *mpRank) alive() error {
 	return m.g.Err()
 }
 
+// barrier waits until every rank of the job has reached it (the control
+// channel's Barrier); with nil m (one process) it returns at once. It ends
+// with an error naming the rank lost, should one be.
+func (m *mpRank) barrier() error {
+	if m == nil {
+		return nil
+	}
+	if err := m.g.Barrier(context.Background()); err != nil {
+		if lost := m.g.Err(); lost != nil {
+			return lost
+		}
+		return err
+	}
+	return nil
+}
+
 // runRank runs this process's one rank of a launched job (c.place).
 func runRank(c *config, w io.Writer) (err error) {
 	p := *c.place
