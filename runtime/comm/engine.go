@@ -67,6 +67,7 @@ type Engine struct {
 	events    map[uintptr]*cuda.Event // last launch per stream
 	res       residencyState          // guarded by mu (residency.go)
 	lanes     laneState               // guarded by mu (lane.go)
+	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
 	split     splitState              // Split and Shrink (split.go)
 }
 

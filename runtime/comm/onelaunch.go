@@ -195,6 +195,7 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 		e := l.Engine
 		ev := e.events[l.Stream.Handle()]
 		e.res.seq++
+		e.multi++
 		if err := ev.Record(s0); err != nil {
 			join(fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
 			continue
@@ -208,6 +209,14 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MultiLaunches returns how many of the rank's launches ran as part of a
+// multi-rank launch (EnvOneLaunch).
+func (e *Engine) MultiLaunches() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.multi
 }
 
 // ranksOf names the ranks of ls for errors.
