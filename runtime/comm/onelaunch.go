@@ -68,16 +68,17 @@ func mutual(tasks []enqueue.Task) bool {
 // (not empty). It reads e's lease under e.mu.
 func (l *Launch) candidate() mergeCand {
 	e := l.Engine
-	if !e.s.OneLaunch || e.hostOnly || e.launcher == nil || len(l.Plan.Copies) > 0 ||
-		len(l.Plan.Launches) != 1 || !mutual(l.Tasks) {
+	if !e.s.OneLaunch || e.hostOnly || len(l.Plan.Copies) > 0 || len(l.Plan.Launches) != 1 || !mutual(l.Tasks) {
 		return mergeCand{}
 	}
-	e.mu.Lock()
-	lease := e.res.lease
-	e.mu.Unlock()
+	e.mu.Lock() // Destroy frees the launcher once destroyed is set under mu
+	defer e.mu.Unlock()
+	if e.destroyed || e.launcher == nil || e.res.lease == nil {
+		return mergeCand{}
+	}
 	return mergeCand{
-		key:  mergeKey{lease: lease, ctx: e.cctx.Handle()},
-		ok:   lease != nil,
+		key:  mergeKey{lease: e.res.lease, ctx: e.cctx.Handle()},
+		ok:   true,
 		rank: e.rank,
 		part: enqueue.Part{Comm: e.launcher.Comm(), Launch: &l.Plan.Launches[0]},
 	}
