@@ -251,9 +251,9 @@ type merger struct {
 
 // newMerger plans the multi-rank launches of the requests idx (indexes
 // into ls) of a group. It allocates nothing when no launch may merge.
-func newMerger(ls []Launch, idx []int) *merger {
-	m := &merger{ls: ls, idx: idx}
-	if !slices.ContainsFunc(idx, func(i int) bool { return ls[i].Engine.s.OneLaunch }) || len(idx) < 2 {
+func newMerger(ls []Launch, idx []int) merger {
+	m := merger{ls: ls, idx: idx}
+	if len(idx) < 2 || !slices.ContainsFunc(idx, func(i int) bool { return ls[i].Engine.s.OneLaunch }) {
 		return m
 	}
 	cs := make([]mergeCand, len(idx))
