@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -15,6 +16,7 @@ import (
 // right data; the caller's stream orders the results (copied back on it).
 func TestGPULanes(t *testing.T) {
 	gpuOrSkip(t)
+	t.Setenv(comm.EnvOneLaunch, "0") // a group's ranks launch one by one, on their lanes
 	for _, n := range []int{2, 4} {
 		for _, h := range []uintptr{0, cuda.StreamLegacy, cuda.StreamPerThread} {
 			t.Run(fmt.Sprintf("ranks=%d/stream=%#x", n, h), func(t *testing.T) {

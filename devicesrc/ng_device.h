@@ -176,9 +176,19 @@ template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNo
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
-  const int c = ngNthSetBit(args.channelMask, blockIdx.x);
-  if (c < 0) return; // more blocks than channels: nothing to do (uniform over the block)
+  // This block's slot: one rank's channel. A one-rank launch's slot is its
+  // channel; a multi-rank launch (nParts > 0) maps it to a rank and a channel
+  // through the ngLaunchParts table after its inline works.
+  const int v = ngNthSetBit(args.channelMask, blockIdx.x);
+  if (v < 0) return; // more blocks than slots: nothing to do (uniform over the block)
+  int c = v;
   const struct ngDevComm* comm = reinterpret_cast<const struct ngDevComm*>(args.comm);
+  if (args.nParts != 0) {
+    const struct ngLaunchParts* parts = reinterpret_cast<const struct ngLaunchParts*>(args.works + args.nWork);
+    const uint32_t e = parts->chans[v];
+    c = e & (NG_MAX_CHANNELS - 1);
+    comm = reinterpret_cast<const struct ngDevComm*>(parts->comms[e >> 6]);
+  }
   // Copy the communicator (8 words) and the channel (8 words) into shared memory.
   static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8, "ngKernelMain copies 8 words of each");
   if (tid < 8) {
@@ -193,8 +203,8 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __syncthreads();
   const struct ngDevWork* works =
       args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
-  const int wEnd = args.chanWorkStart[c + 1];
-  for (int w = args.chanWorkStart[c]; w < wEnd; w++) {
+  const int wEnd = args.chanWorkStart[v + 1];
+  for (int w = args.chanWorkStart[v]; w < wEnd; w++) {
     if (tid < 8) reinterpret_cast<uint64_t*>(&sh.work)[tid] = reinterpret_cast<const uint64_t*>(works + w)[tid];
     __syncthreads();
     const int fid = sh.work.funcId;

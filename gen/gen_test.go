@@ -103,15 +103,16 @@ func TestBadInput(t *testing.T) {
 // TestGoABILayout checks the emitted Go structs against the declaration.
 func TestGoABILayout(t *testing.T) {
 	types := map[string]reflect.Type{
-		"ConnInfo":   reflect.TypeOf(generated.ConnInfo{}),
-		"DevPeer":    reflect.TypeOf(generated.DevPeer{}),
-		"DevRing":    reflect.TypeOf(generated.DevRing{}),
-		"DevTree":    reflect.TypeOf(generated.DevTree{}),
-		"DevChannel": reflect.TypeOf(generated.DevChannel{}),
-		"DevComm":    reflect.TypeOf(generated.DevComm{}),
-		"DirectSlot": reflect.TypeOf(generated.DirectSlot{}),
-		"DevWork":    reflect.TypeOf(generated.DevWork{}),
-		"KernelArgs": reflect.TypeOf(generated.KernelArgs{}),
+		"ConnInfo":    reflect.TypeOf(generated.ConnInfo{}),
+		"DevPeer":     reflect.TypeOf(generated.DevPeer{}),
+		"DevRing":     reflect.TypeOf(generated.DevRing{}),
+		"DevTree":     reflect.TypeOf(generated.DevTree{}),
+		"DevChannel":  reflect.TypeOf(generated.DevChannel{}),
+		"DevComm":     reflect.TypeOf(generated.DevComm{}),
+		"DirectSlot":  reflect.TypeOf(generated.DirectSlot{}),
+		"DevWork":     reflect.TypeOf(generated.DevWork{}),
+		"LaunchParts": reflect.TypeOf(generated.LaunchParts{}),
+		"KernelArgs":  reflect.TypeOf(generated.KernelArgs{}),
 	}
 	require.Len(t, types, len(abi.Structs))
 	for _, st := range abi.Structs {

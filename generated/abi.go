@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "f036dedc4839bb9a"
+const ABIVersion = "6157cdc54d69fd32"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -36,6 +36,8 @@ const (
 	DirectMaxRanks = 32
 	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
 	DirectOneshotBytes = 8192
+	// LaunchMaxParts is NG_LAUNCH_MAX_PARTS: most ranks one multi-rank launch serves (ngLaunchParts.comms).
+	LaunchMaxParts = 8
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size.
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
@@ -161,13 +163,19 @@ type DevWork struct {
 	RecvPeer   int32
 }
 
-// KernelArgs is ngKernelArgs: every kernel's argument, passed by value. Block b serves the channel of the b-th set bit of channelMask; channel c runs works [chanWorkStart[c], chanWorkStart[c+1]) in order, read from workBuf when it is not 0 and from works otherwise..
+// LaunchParts is ngLaunchParts: the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6].
+type LaunchParts struct {
+	Comms [8]uint64  // ngDevComm* of each rank of the launch (NG_LAUNCH_MAX_PARTS)
+	Chans [64]uint16 // per slot: part << 6 | channel
+}
+
+// KernelArgs is ngKernelArgs: every kernel's argument, passed by value. Block b serves slot v, the b-th set bit of channelMask; slot v runs works [chanWorkStart[v], chanWorkStart[v+1]) in order, read from workBuf when it is not 0 and from works otherwise. With nParts 0 the launch is one rank's: slot v is that rank's channel v and comm its ngDevComm. With nParts > 0 it is a multi-rank launch of nParts ranks: its works are inline, an ngLaunchParts follows them (at works[nWork]) and maps each slot to a rank and a channel, and comm is unused..
 type KernelArgs struct {
-	Comm          uint64 // ngDevComm*
+	Comm          uint64 // ngDevComm* (nParts 0)
 	ChannelMask   uint64
 	WorkBuf       uint64 // ngDevWork* in device-visible memory, or 0 when the works are inline
 	NWork         uint32
-	Pad           uint32
+	NParts        uint32 // 0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)
 	ChanWorkStart [65]uint16
 	Pad2          [15]uint16
 	Works         [61]DevWork
@@ -178,13 +186,14 @@ var Layouts = map[string]struct {
 	Size    int
 	Offsets []int
 }{
-	"ConnInfo":   {Size: 72, Offsets: []int{0, 24, 32, 40, 48, 56, 68}},
-	"DevPeer":    {Size: 144, Offsets: []int{0, 72}},
-	"DevRing":    {Size: 24, Offsets: []int{0, 4, 8, 12, 16}},
-	"DevTree":    {Size: 24, Offsets: []int{0, 4, 16, 20}},
-	"DevChannel": {Size: 64, Offsets: []int{0, 24, 48, 56, 60}},
-	"DevComm":    {Size: 64, Offsets: []int{0, 4, 8, 12, 16, 24, 32, 40, 52, 56}},
-	"DirectSlot": {Size: 128, Offsets: []int{0, 8, 16, 24}},
-	"DevWork":    {Size: 64, Offsets: []int{0, 8, 16, 24, 32, 40, 48, 50, 51, 52, 56, 60}},
-	"KernelArgs": {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 192}},
+	"ConnInfo":    {Size: 72, Offsets: []int{0, 24, 32, 40, 48, 56, 68}},
+	"DevPeer":     {Size: 144, Offsets: []int{0, 72}},
+	"DevRing":     {Size: 24, Offsets: []int{0, 4, 8, 12, 16}},
+	"DevTree":     {Size: 24, Offsets: []int{0, 4, 16, 20}},
+	"DevChannel":  {Size: 64, Offsets: []int{0, 24, 48, 56, 60}},
+	"DevComm":     {Size: 64, Offsets: []int{0, 4, 8, 12, 16, 24, 32, 40, 52, 56}},
+	"DirectSlot":  {Size: 128, Offsets: []int{0, 8, 16, 24}},
+	"DevWork":     {Size: 64, Offsets: []int{0, 8, 16, 24, 32, 40, 48, 50, 51, 52, 56, 60}},
+	"LaunchParts": {Size: 192, Offsets: []int{0, 64}},
+	"KernelArgs":  {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 192}},
 }

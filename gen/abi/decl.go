@@ -18,6 +18,7 @@ var Consts = []Const{
 	{"NG_DIRECT_SAME_GPU", 1, "ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)"},
 	{"NG_DIRECT_MAX_RANKS", 32, "most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)"},
 	{"NG_DIRECT_ONESHOT_BYTES", 8192, "DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot"},
+	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size"},
 }
 
@@ -151,18 +152,35 @@ var DevWork = &Struct{
 	Size: 64,
 }
 
+// LaunchParts is the table of a multi-rank launch: one kernel launch that
+// runs the blocks of several ranks of this process on one GPU.
+var LaunchParts = &Struct{
+	Name: "ngLaunchParts",
+	Doc: "the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the " +
+		"launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel " +
+		"chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6]",
+	Fields: []Field{
+		{Name: "comms", Scalar: U64, Count: 8, Doc: "ngDevComm* of each rank of the launch (NG_LAUNCH_MAX_PARTS)"},
+		{Name: "chans", Scalar: U16, Count: 64, Doc: "per slot: part << 6 | channel"},
+	},
+	Size: 192,
+}
+
 // KernelArgs is what every kernel receives by value.
 var KernelArgs = &Struct{
 	Name: "ngKernelArgs",
-	Doc: "every kernel's argument, passed by value. Block b serves the channel of the b-th set bit of " +
-		"channelMask; channel c runs works [chanWorkStart[c], chanWorkStart[c+1]) in order, read from " +
-		"workBuf when it is not 0 and from works otherwise.",
+	Doc: "every kernel's argument, passed by value. Block b serves slot v, the b-th set bit of channelMask; " +
+		"slot v runs works [chanWorkStart[v], chanWorkStart[v+1]) in order, read from workBuf when it is not 0 " +
+		"and from works otherwise. With nParts 0 the launch is one rank's: slot v is that rank's channel v and " +
+		"comm its ngDevComm. With nParts > 0 it is a multi-rank launch of nParts ranks: its works are inline, " +
+		"an ngLaunchParts follows them (at works[nWork]) and maps each slot to a rank and a channel, and comm " +
+		"is unused.",
 	Fields: []Field{
-		{Name: "comm", Scalar: U64, Doc: "ngDevComm*"},
+		{Name: "comm", Scalar: U64, Doc: "ngDevComm* (nParts 0)"},
 		{Name: "channelMask", Scalar: U64},
 		{Name: "workBuf", Scalar: U64, Doc: "ngDevWork* in device-visible memory, or 0 when the works are inline"},
 		{Name: "nWork", Scalar: U32},
-		{Name: "pad", Scalar: U32},
+		{Name: "nParts", Scalar: U32, Doc: "0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)"},
 		{Name: "chanWorkStart", Scalar: U16, Count: 65},
 		{Name: "pad2", Scalar: U16, Count: 15},
 		{Name: "works", Struct: DevWork, Count: 61},
@@ -171,4 +189,4 @@ var KernelArgs = &Struct{
 }
 
 // Structs lists every declared struct in dependency order.
-var Structs = []*Struct{ConnInfo, DevPeer, DevRing, DevTree, DevChannel, DevComm, DirectSlot, DevWork, KernelArgs}
+var Structs = []*Struct{ConnInfo, DevPeer, DevRing, DevTree, DevChannel, DevComm, DirectSlot, DevWork, LaunchParts, KernelArgs}

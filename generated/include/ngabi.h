@@ -21,6 +21,7 @@
 #define NG_DIRECT_SAME_GPU 1 // ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)
 #define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
+#define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
@@ -125,13 +126,19 @@ struct ngDevWork {
   int32_t recvPeer;
 };
 
-// every kernel's argument, passed by value. Block b serves the channel of the b-th set bit of channelMask; channel c runs works [chanWorkStart[c], chanWorkStart[c+1]) in order, read from workBuf when it is not 0 and from works otherwise.
+// the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6]
+struct ngLaunchParts {
+  uint64_t comms[8]; // ngDevComm* of each rank of the launch (NG_LAUNCH_MAX_PARTS)
+  uint16_t chans[64]; // per slot: part << 6 | channel
+};
+
+// every kernel's argument, passed by value. Block b serves slot v, the b-th set bit of channelMask; slot v runs works [chanWorkStart[v], chanWorkStart[v+1]) in order, read from workBuf when it is not 0 and from works otherwise. With nParts 0 the launch is one rank's: slot v is that rank's channel v and comm its ngDevComm. With nParts > 0 it is a multi-rank launch of nParts ranks: its works are inline, an ngLaunchParts follows them (at works[nWork]) and maps each slot to a rank and a channel, and comm is unused.
 struct ngKernelArgs {
-  uint64_t comm; // ngDevComm*
+  uint64_t comm; // ngDevComm* (nParts 0)
   uint64_t channelMask;
   uint64_t workBuf; // ngDevWork* in device-visible memory, or 0 when the works are inline
   uint32_t nWork;
-  uint32_t pad;
+  uint32_t nParts; // 0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)
   uint16_t chanWorkStart[65];
   uint16_t pad2[15];
   struct ngDevWork works[61];
@@ -197,12 +204,15 @@ static_assert(offsetof(struct ngDevWork, nWarps) == 51, "ngabi: ngDevWork.nWarps
 static_assert(offsetof(struct ngDevWork, root) == 52, "ngabi: ngDevWork.root");
 static_assert(offsetof(struct ngDevWork, sendPeer) == 56, "ngabi: ngDevWork.sendPeer");
 static_assert(offsetof(struct ngDevWork, recvPeer) == 60, "ngabi: ngDevWork.recvPeer");
+static_assert(sizeof(struct ngLaunchParts) == 192, "ngabi: sizeof(ngLaunchParts)");
+static_assert(offsetof(struct ngLaunchParts, comms) == 0, "ngabi: ngLaunchParts.comms");
+static_assert(offsetof(struct ngLaunchParts, chans) == 64, "ngabi: ngLaunchParts.chans");
 static_assert(sizeof(struct ngKernelArgs) == 4096, "ngabi: sizeof(ngKernelArgs)");
 static_assert(offsetof(struct ngKernelArgs, comm) == 0, "ngabi: ngKernelArgs.comm");
 static_assert(offsetof(struct ngKernelArgs, channelMask) == 8, "ngabi: ngKernelArgs.channelMask");
 static_assert(offsetof(struct ngKernelArgs, workBuf) == 16, "ngabi: ngKernelArgs.workBuf");
 static_assert(offsetof(struct ngKernelArgs, nWork) == 24, "ngabi: ngKernelArgs.nWork");
-static_assert(offsetof(struct ngKernelArgs, pad) == 28, "ngabi: ngKernelArgs.pad");
+static_assert(offsetof(struct ngKernelArgs, nParts) == 28, "ngabi: ngKernelArgs.nParts");
 static_assert(offsetof(struct ngKernelArgs, chanWorkStart) == 32, "ngabi: ngKernelArgs.chanWorkStart");
 static_assert(offsetof(struct ngKernelArgs, pad2) == 162, "ngabi: ngKernelArgs.pad2");
 static_assert(offsetof(struct ngKernelArgs, works) == 192, "ngabi: ngKernelArgs.works");

@@ -67,6 +67,7 @@ type Engine struct {
 	events    map[uintptr]*cuda.Event // last launch per stream
 	res       residencyState          // guarded by mu (residency.go)
 	lanes     laneState               // guarded by mu (lane.go)
+	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
 	split     splitState              // Split and Shrink (split.go)
 }
 
@@ -443,13 +444,7 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	if e.destroyed {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
 	}
-	for _, d := range p.Decisions {
-		if !e.log.Enabled(context.Background(), slog.LevelInfo) {
-			break // skip formatting on the launch path when nobody listens
-		}
-		e.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
-			config.SubsysColl.Attr())
-	}
+	e.logDecisions(p)
 	stream, err := e.laneFor(stream)
 	if err != nil {
 		return nil, err
@@ -461,14 +456,9 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	h := stream.Handle()
-	ev := e.events[h]
-	if ev == nil {
-		var err error
-		if ev, err = e.cctx.NewEvent(true); err != nil {
-			return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
-		}
-		e.events[h] = ev
+	ev, err := e.eventFor(stream)
+	if err != nil {
+		return nil, err
 	}
 	if last := e.res.last; last != nil && last != ev {
 		if err := capture.Wait(stream, last); err != nil {
@@ -484,6 +474,32 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	e.res.last = ev
 	if runErr != nil {
 		return ev, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)
+	}
+	return ev, nil
+}
+
+// logDecisions logs how p runs its calls, at level INFO. e.mu is held.
+func (e *Engine) logDecisions(p *enqueue.Plan) {
+	for _, d := range p.Decisions {
+		if !e.log.Enabled(context.Background(), slog.LevelInfo) {
+			break // skip formatting on the launch path when nobody listens
+		}
+		e.log.Info(fmt.Sprintf("%s %d bytes: %s/%s channels %d threads %d", d.Coll, d.Bytes, algoName(d.Choice), d.Choice.Proto, d.NChannels, d.Choice.NThreads),
+			config.SubsysColl.Attr())
+	}
+}
+
+// eventFor returns the completion event of e's launches on stream, made
+// at its first use. e.mu is held.
+func (e *Engine) eventFor(stream *cuda.Stream) (*cuda.Event, error) {
+	h := stream.Handle()
+	ev := e.events[h]
+	if ev == nil {
+		var err error
+		if ev, err = e.cctx.NewEvent(true); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		}
+		e.events[h] = ev
 	}
 	return ev, nil
 }

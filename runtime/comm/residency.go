@@ -259,12 +259,17 @@ func admitAndRun(ls []Launch) error {
 	if timeout <= 0 {
 		timeout = bootstrap.DefaultTimeout
 	}
+	m := newMerger(ls, idx)
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
 	for range reqs {
 		k, ok := tk.TryNext()
 		if !ok {
+			// Nothing admitted waits behind a wait for room: launches held
+			// for a multi-rank launch whose other ranks are not admitted
+			// yet run on their own now.
+			errs = append(errs, m.flush(tk)...)
 			if ctx == nil {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(context.Background(), timeout)
@@ -276,18 +281,25 @@ func admitAndRun(ls []Launch) error {
 				break
 			}
 		}
-		l := ls[idx[k]]
-		ev, err := l.Engine.run(l.Plan, l.Stream)
-		if ev != nil {
-			tk.Done(k, ev)
-		} else {
-			tk.Done(k, nil)
+		if m.hold(k) {
+			errs = append(errs, m.admitted(k, tk))
+			continue
 		}
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, runAlone(ls[idx[k]], k, tk))
 	}
+	errs = append(errs, m.flush(tk)...)
 	return errors.Join(errs...)
+}
+
+// runAlone runs l, the launch of request k of tk, on its own.
+func runAlone(l Launch, k int, tk *residency.Ticket) error {
+	ev, err := l.Engine.run(l.Plan, l.Stream)
+	if ev != nil {
+		tk.Done(k, ev)
+	} else {
+		tk.Done(k, nil)
+	}
+	return err
 }
 
 // awaitEvents polls evs until every one has completed or d has passed, and

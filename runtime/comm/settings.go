@@ -26,6 +26,9 @@ type Settings struct {
 	ImageBytes []byte // the kernel set itself (wins over Image)
 	P2PPerPeer int    // channels between two ranks; 0: what their paths support (p2pchan.go)
 	Contexts   map[int]*cuda.Context
+	// OneLaunch lets a group launch once for the ranks of this process on
+	// one GPU (onelaunch.go); EnvOneLaunch sets it.
+	OneLaunch bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -34,6 +37,11 @@ type Settings struct {
 // The log file comes with no reference: each communicator retains it, and
 // a caller that ends up with none calls LogFile.CloseUnused.
 func (s *Settings) Complete(cfg config.Config) error {
+	on, err := oneLaunchFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	s.OneLaunch = on
 	s.Config = cfg
 	if cfg.SocketIfname.IsSet() {
 		s.Bootstrap.Interface = cfg.SocketIfname.String()

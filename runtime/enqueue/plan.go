@@ -151,7 +151,7 @@ func (l *Launch) PutArgs(a *generated.KernelArgs, comm, workBuf uint64) {
 	a.ChannelMask = l.ChannelMask
 	a.WorkBuf = 0
 	a.NWork = uint32(len(l.Works))
-	a.Pad = 0
+	a.NParts = 0
 	a.ChanWorkStart = l.ChanWorkStart
 	a.Pad2 = [len(a.Pad2)]uint16{}
 	if l.Inline() {

@@ -1,0 +1,332 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+)
+
+// EnvOneLaunch turns the multi-rank launch on ("1") or off ("0", the
+// default): a group that holds the calls of several ranks of one
+// communicator on one GPU of this process launches one kernel for them
+// all instead of one per rank (docs/notes/20261201-onelaunch.md).
+const EnvOneLaunch = "NCCLGO_ONE_LAUNCH"
+
+// oneLaunchFromEnv reads EnvOneLaunch through lookup.
+func oneLaunchFromEnv(lookup func(string) (string, bool)) (bool, error) {
+	v, ok := lookup(EnvOneLaunch)
+	switch {
+	case !ok || v == "" || v == "0":
+		return false, nil
+	case v == "1":
+		return true, nil
+	}
+	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU)", EnvOneLaunch, v)
+}
+
+// mergeKey is what the launches of one multi-rank launch share: the
+// communicator (its lease on the residency ledger, one per communicator
+// in the process) and the CUDA context, so the GPU.
+type mergeKey struct {
+	lease *residency.Lease
+	ctx   uintptr
+}
+
+// mergeCand is one launch of a group as the merge planning sees it.
+type mergeCand struct {
+	key  mergeKey
+	ok   bool // the launch may share a kernel launch (mergeable)
+	rank int
+	part enqueue.Part
+}
+
+// mutual reports whether every rank's part of the tasks waits for every
+// other rank's: true for AllReduce, AllGather and ReduceScatter, whose
+// every rank's result depends on every rank's input. Only then does
+// starting the ranks' kernels together (each waiting for what every
+// rank's stream queued before) add no wait that a kernel per rank lacks:
+// each rank's kernel already finishes only after all the others started.
+// A Broadcast's root, a Reduce's leaves and point-to-point calls finish on
+// their own, so their launches stay apart.
+func mutual(tasks []enqueue.Task) bool {
+	for _, t := range tasks {
+		switch t.Coll {
+		case kspace.AllReduce, kspace.AllGather, kspace.ReduceScatter:
+		default:
+			return false
+		}
+	}
+	return len(tasks) > 0
+}
+
+// candidate describes l for the merge planning; l's plan is on the ledger
+// (not empty). It reads e's lease under e.mu.
+func (l *Launch) candidate() mergeCand {
+	e := l.Engine
+	if !e.s.OneLaunch || e.hostOnly || len(l.Plan.Copies) > 0 || len(l.Plan.Launches) != 1 || !mutual(l.Tasks) {
+		return mergeCand{}
+	}
+	e.mu.Lock() // Destroy frees the launcher once destroyed is set under mu
+	defer e.mu.Unlock()
+	if e.destroyed || e.launcher == nil || e.res.lease == nil {
+		return mergeCand{}
+	}
+	return mergeCand{
+		key:  mergeKey{lease: e.res.lease, ctx: e.cctx.Handle()},
+		ok:   true,
+		rank: e.rank,
+		part: enqueue.Part{Comm: e.launcher.Comm(), Launch: &l.Plan.Launches[0]},
+	}
+}
+
+// planMerges returns the multi-rank launches of a group's launches cs:
+// sets of at least two indexes into cs, mergeable launches of one
+// communicator on one GPU, each set in increasing rank order, which
+// enqueue.CheckMulti accepts. Launches of one key are taken in the
+// group's order; one that does not fit in its key's current set starts
+// the next. A launch in no set runs on its own.
+func planMerges(cs []mergeCand) [][]int {
+	var sets [][]int
+	taken := make([]bool, len(cs))
+	var parts []enqueue.Part
+	for i := range cs {
+		if !cs[i].ok || taken[i] {
+			continue
+		}
+		var set []int
+		parts = parts[:0]
+		for j := i; j < len(cs); j++ {
+			if taken[j] || !cs[j].ok || cs[j].key != cs[i].key {
+				continue
+			}
+			if len(set) > 0 && enqueue.CheckMulti(append(parts, cs[j].part)) != nil {
+				continue // left for a later set of this key
+			}
+			set = append(set, j)
+			parts = append(parts, cs[j].part)
+			taken[j] = true
+		}
+		if len(set) < 2 {
+			continue
+		}
+		slices.SortFunc(set, func(a, b int) int { return cs[a].rank - cs[b].rank })
+		sets = append(sets, set)
+	}
+	return sets
+}
+
+// runMulti queues the plans of ls, launches of ranks of one communicator
+// on one GPU in increasing rank order (a set of planMerges), as one
+// multi-rank launch, on the first launch's stream: that stream first
+// waits for what every other launch's stream queued so far (and for each
+// rank's previous launch on another stream, as run does), and every other
+// stream then waits for the launch. It stores each launch's completion
+// event, recorded after the launch, in evs (nil where nothing was
+// queued). When a stream is being captured into a CUDA graph, or a rank
+// was destroyed, it runs each plan on its own (run) instead.
+func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
+	for _, l := range ls { // in rank order: two groups never lock the other way round
+		l.Engine.mu.Lock()
+	}
+	alone := false
+	for _, l := range ls {
+		if l.Engine.destroyed {
+			alone = true
+			break
+		}
+		if c, err := enqueue.CaptureOf(l.Stream); err != nil || bool(c) {
+			alone = true // run reports the error, or captures the launch alone
+			break
+		}
+	}
+	if alone {
+		for _, l := range ls {
+			l.Engine.mu.Unlock()
+		}
+		var errs []error
+		for i, l := range ls {
+			ev, err := l.Engine.run(l.Plan, l.Stream)
+			evs[i] = ev
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		for _, l := range ls {
+			l.Engine.mu.Unlock()
+		}
+	}()
+	s0 := ls[0].Stream
+	var errs []error
+	join := func(what error) {
+		errs = append(errs, what)
+	}
+	for i, l := range ls {
+		e := l.Engine
+		e.logDecisions(l.Plan)
+		ev, err := e.eventFor(l.Stream)
+		if err != nil {
+			return err // nothing queued yet
+		}
+		if last := e.res.last; last != nil && last != ev {
+			if err := s0.WaitEvent(last); err != nil {
+				return fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
+			}
+		}
+		if i > 0 && l.Stream.Handle() != s0.Handle() {
+			if err := ev.Record(l.Stream); err != nil {
+				return fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", e.rank, l.Stream.Handle(), err)
+			}
+			if err := s0.WaitEvent(ev); err != nil {
+				return fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", e.rank, l.Stream.Handle(), err)
+			}
+		}
+	}
+	if err := ls[0].Engine.launcher.RunMulti(parts, s0); err != nil {
+		join(fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err))
+	}
+	// Something may be queued even when the launch failed: track it all
+	// the same, as run does.
+	for i, l := range ls {
+		e := l.Engine
+		ev := e.events[l.Stream.Handle()]
+		e.res.seq++
+		e.multi++
+		if err := ev.Record(s0); err != nil {
+			join(fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
+			continue
+		}
+		e.res.last = ev
+		evs[i] = ev
+		if l.Stream.Handle() != s0.Handle() {
+			if err := l.Stream.WaitEvent(ev); err != nil {
+				join(fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", e.rank, l.Stream.Handle(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MultiLaunches returns how many of the rank's launches ran as part of a
+// multi-rank launch (EnvOneLaunch).
+func (e *Engine) MultiLaunches() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.multi
+}
+
+// ranksOf names the ranks of ls for errors.
+func ranksOf(ls []Launch) string {
+	s := ""
+	for i, l := range ls {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprint(l.Engine.rank)
+	}
+	return s
+}
+
+// merger holds back, within one group's admission (admitAndRun), the
+// admitted launches of each multi-rank launch until all its ranks are
+// admitted, then runs them as one (runMulti). Admission does not wait
+// while it holds a launch: before a wait for room (or at the end) flush
+// runs what it holds on its own, so a launch its peers spin on is never
+// held back.
+type merger struct {
+	ls      []Launch
+	idx     []int   // request → index in ls
+	setOf   []int   // request → its multi-rank launch, -1 for none
+	sets    [][]int // per multi-rank launch: its requests, in rank order
+	parts   [][]enqueue.Part
+	arrived []int  // per multi-rank launch: its requests admitted so far
+	broken  []bool // per multi-rank launch: run, or given up (flush)
+	held    []bool // per request: admitted and held
+}
+
+// newMerger plans the multi-rank launches of the requests idx (indexes
+// into ls) of a group. It allocates nothing when no launch may merge.
+func newMerger(ls []Launch, idx []int) merger {
+	m := merger{ls: ls, idx: idx}
+	if len(idx) < 2 || !slices.ContainsFunc(idx, func(i int) bool { return ls[i].Engine.s.OneLaunch }) {
+		return m
+	}
+	cs := make([]mergeCand, len(idx))
+	for k, i := range idx {
+		cs[k] = ls[i].candidate()
+	}
+	sets := planMerges(cs)
+	if len(sets) == 0 {
+		return m
+	}
+	m.setOf = make([]int, len(idx))
+	for k := range m.setOf {
+		m.setOf[k] = -1
+	}
+	m.sets = sets
+	m.parts = make([][]enqueue.Part, len(sets))
+	for s, set := range sets {
+		for _, k := range set {
+			m.setOf[k] = s
+			m.parts[s] = append(m.parts[s], cs[k].part)
+		}
+	}
+	m.arrived = make([]int, len(sets))
+	m.broken = make([]bool, len(sets))
+	m.held = make([]bool, len(idx))
+	return m
+}
+
+// hold reports whether admitted request k belongs to a multi-rank launch
+// still to run (admitted then takes it).
+func (m *merger) hold(k int) bool {
+	return m.setOf != nil && m.setOf[k] >= 0 && !m.broken[m.setOf[k]]
+}
+
+// admitted holds request k and runs its multi-rank launch once every
+// request of it is admitted.
+func (m *merger) admitted(k int, tk *residency.Ticket) error {
+	s := m.setOf[k]
+	m.held[k] = true
+	m.arrived[s]++
+	if m.arrived[s] < len(m.sets[s]) {
+		return nil
+	}
+	set := m.sets[s]
+	ls := make([]Launch, len(set))
+	for j, r := range set {
+		ls[j] = m.ls[m.idx[r]]
+	}
+	evs := make([]*cuda.Event, len(set))
+	err := runMulti(ls, m.parts[s], evs)
+	for j, r := range set {
+		if evs[j] != nil {
+			tk.Done(r, evs[j])
+		} else {
+			tk.Done(r, nil)
+		}
+		m.held[r] = false
+	}
+	m.broken[s] = true
+	return err
+}
+
+// flush runs every held request on its own and gives up their multi-rank
+// launches: their other requests run on their own once admitted.
+func (m *merger) flush(tk *residency.Ticket) []error {
+	var errs []error
+	for k, h := range m.held {
+		if !h {
+			continue
+		}
+		m.held[k] = false
+		m.broken[m.setOf[k]] = true
+		errs = append(errs, runAlone(m.ls[m.idx[k]], k, tk))
+	}
+	return errs
+}

@@ -1,0 +1,141 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+func TestOneLaunchFromEnv(t *testing.T) {
+	env := func(v string, set bool) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k != EnvOneLaunch {
+				return "", false
+			}
+			return v, set
+		}
+	}
+	for _, c := range []struct {
+		v    string
+		set  bool
+		want bool
+	}{{"", false, false}, {"", true, false}, {"0", true, false}, {"1", true, true}} {
+		got, err := oneLaunchFromEnv(env(c.v, c.set))
+		require.NoError(t, err, c.v)
+		assert.Equal(t, c.want, got, "%q", c.v)
+	}
+	_, err := oneLaunchFromEnv(env("yes", true))
+	assert.EqualError(t, err, `ncclgo: NCCLGO_ONE_LAUNCH="yes": want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU)`)
+}
+
+func TestMutual(t *testing.T) {
+	task := func(c kspace.Coll) enqueue.Task { return enqueue.Task{Coll: c} }
+	assert.True(t, mutual([]enqueue.Task{task(kspace.AllReduce)}))
+	assert.True(t, mutual([]enqueue.Task{task(kspace.AllGather), task(kspace.ReduceScatter)}))
+	assert.False(t, mutual(nil))
+	for _, c := range []kspace.Coll{kspace.Broadcast, kspace.Reduce, kspace.SendRecv, kspace.AllGatherV} {
+		assert.False(t, mutual([]enqueue.Task{task(kspace.AllReduce), task(c)}), "%s", c)
+	}
+}
+
+// ringChooser runs every collective as RING SIMPLE on nc channels.
+type ringChooser int
+
+func (nc ringChooser) Choose(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, n int64) (tune.Choice, error) {
+	f := kspace.Func{Coll: coll, RedOp: op, Type: ty, Algo: kspace.Ring, Proto: kspace.Simple}
+	return tune.Choice{Func: f, Algo: kspace.Ring, Proto: kspace.Simple, NChannels: int(nc), NThreads: 512}, nil
+}
+
+// cand is rank's candidate for an AllReduce over nc channels, of the
+// communicator lease on the GPU of context ctx.
+func cand(t *testing.T, lease *residency.Lease, ctx uintptr, rank, nRanks, nc int) mergeCand {
+	t.Helper()
+	p, err := enqueue.Build(enqueue.Comm{Rank: rank, NRanks: nRanks, NChannels: 64, P2PChannelsPerPeer: 2},
+		[]enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Bytes: 1 << 20, Type: kspace.F32, Op: kspace.Sum}},
+		ringChooser(nc), func(kspace.Func) (int, int, error) { return 1, 0, nil })
+	require.NoError(t, err)
+	return mergeCand{key: mergeKey{lease: lease, ctx: ctx}, ok: true, rank: rank,
+		part: enqueue.Part{Comm: uint64(0x100 * (rank + 1)), Launch: &p.Launches[0]}}
+}
+
+func TestPlanMerges(t *testing.T) {
+	a, b := new(residency.Lease), new(residency.Lease) // two communicators
+	const gpu0, gpu1 = 0x10, 0x20
+
+	t.Run("one communicator on one GPU", func(t *testing.T) {
+		// Entries in any order: the set is in rank order.
+		cs := []mergeCand{cand(t, a, gpu0, 2, 4, 2), cand(t, a, gpu0, 0, 4, 2), cand(t, a, gpu0, 3, 4, 2), cand(t, a, gpu0, 1, 4, 2)}
+		assert.Equal(t, [][]int{{1, 3, 0, 2}}, planMerges(cs))
+	})
+	t.Run("per communicator and GPU", func(t *testing.T) {
+		cs := []mergeCand{
+			cand(t, a, gpu0, 0, 4, 2), cand(t, a, gpu1, 1, 4, 2), cand(t, b, gpu0, 0, 2, 2),
+			cand(t, a, gpu0, 2, 4, 2), cand(t, a, gpu1, 3, 4, 2), cand(t, b, gpu0, 1, 2, 2),
+		}
+		assert.Equal(t, [][]int{{0, 3}, {1, 4}, {2, 5}}, planMerges(cs))
+	})
+	t.Run("alone", func(t *testing.T) {
+		// One rank per GPU, or a launch that may not merge: no set.
+		cs := []mergeCand{cand(t, a, gpu0, 0, 2, 2), cand(t, a, gpu1, 1, 2, 2)}
+		assert.Empty(t, planMerges(cs))
+		cs = []mergeCand{cand(t, a, gpu0, 0, 2, 2), cand(t, a, gpu0, 1, 2, 2)}
+		cs[1].ok = false
+		assert.Empty(t, planMerges(cs))
+		assert.Empty(t, planMerges(nil))
+	})
+	t.Run("split where the arguments run out", func(t *testing.T) {
+		// 8 ranks × 8 channels: 64 works, more than one launch carries
+		// (58): the first 7 ranks (56 blocks) share one launch, the last
+		// runs alone.
+		var cs []mergeCand
+		for r := range 8 {
+			cs = append(cs, cand(t, a, gpu0, r, 8, 8))
+		}
+		assert.Equal(t, [][]int{{0, 1, 2, 3, 4, 5, 6}}, planMerges(cs))
+		// 8 ranks × 16 channels (48 works for 3): launches of 3, 3 and 2.
+		cs = cs[:0]
+		for r := range 8 {
+			cs = append(cs, cand(t, a, gpu0, r, 8, 16))
+		}
+		assert.Equal(t, [][]int{{0, 1, 2}, {3, 4, 5}, {6, 7}}, planMerges(cs))
+	})
+	t.Run("different kernels", func(t *testing.T) {
+		cs := []mergeCand{cand(t, a, gpu0, 0, 3, 2), cand(t, a, gpu0, 1, 3, 2), cand(t, a, gpu0, 2, 3, 2)}
+		other := *cs[1].part.Launch
+		other.Kernel = 5
+		cs[1].part.Launch = &other
+		assert.Equal(t, [][]int{{0, 2}}, planMerges(cs))
+	})
+	t.Run("every set is one launch", func(t *testing.T) {
+		var cs []mergeCand
+		for r := range 8 {
+			cs = append(cs, cand(t, a, gpu0, r, 8, 1+r%5))
+		}
+		for _, set := range planMerges(cs) {
+			var parts []enqueue.Part
+			for _, k := range set {
+				parts = append(parts, cs[k].part)
+			}
+			require.NoError(t, enqueue.CheckMulti(parts))
+			a := new(generated.KernelArgs)
+			_, n := enqueue.PutMultiArgs(a, parts)
+			assert.Equal(t, int(a.NParts), len(set))
+			assert.Positive(t, n)
+		}
+	})
+}
+
+func TestCandidate(t *testing.T) {
+	// A host-only engine never merges: it launches nothing.
+	e := NewHostOnly(nil, 0, 2, 0, Settings{OneLaunch: true}, nil)
+	p := enqueue.Plan{Launches: make([]enqueue.Launch, 1)}
+	l := Launch{Engine: e, Plan: &p, Tasks: []enqueue.Task{{Coll: kspace.AllReduce}}}
+	assert.False(t, l.candidate().ok)
+}

@@ -1,0 +1,118 @@
+package enqueue
+
+import (
+	"fmt"
+	"math/bits"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// Part is one rank's share of a multi-rank launch: the address of the
+// rank's device communicator and the one launch of its plan.
+type Part struct {
+	Comm   uint64
+	Launch *Launch
+}
+
+// partsSlots is how many inline work slots the ngLaunchParts table of a
+// multi-rank launch takes.
+const partsSlots = (int(unsafe.Sizeof(generated.LaunchParts{})) + int(unsafe.Sizeof(generated.DevWork{})) - 1) /
+	int(unsafe.Sizeof(generated.DevWork{}))
+
+// MaxMultiWorks is the most works, all ranks together, a multi-rank launch
+// carries: they are inline, followed by the ngLaunchParts table.
+const MaxMultiWorks = generated.WorkInlineMax - partsSlots
+
+// CheckMulti reports whether parts can run as one multi-rank launch (see
+// generated.KernelArgs): at least two and at most generated.LaunchMaxParts
+// of them, with one kernel and one block size, every part's works inline,
+// at most generated.MaxChannels blocks and MaxMultiWorks works in all. The
+// error says which condition fails; the caller then launches the parts one
+// by one.
+func CheckMulti(parts []Part) error {
+	if len(parts) < 2 || len(parts) > generated.LaunchMaxParts {
+		return fmt.Errorf("enqueue: multi-rank launch of %d ranks: want 2..%d", len(parts), generated.LaunchMaxParts)
+	}
+	first := parts[0].Launch
+	blocks, works := 0, 0
+	for i, p := range parts {
+		l := p.Launch
+		if l.Kernel != first.Kernel || l.NThreads != first.NThreads {
+			return fmt.Errorf("enqueue: multi-rank launch: part %d runs %s with %d threads, part 0 %s with %d",
+				i, l.Func, l.NThreads, first.Func, first.NThreads)
+		}
+		if !l.Inline() {
+			return fmt.Errorf("enqueue: multi-rank launch: part %d has %d works, more than fit inline (%d)", i, len(l.Works), generated.WorkInlineMax)
+		}
+		blocks += l.NBlocks()
+		works += len(l.Works)
+	}
+	if blocks > generated.MaxChannels {
+		return fmt.Errorf("enqueue: multi-rank launch: %d blocks in all, want at most %d", blocks, generated.MaxChannels)
+	}
+	if works > MaxMultiWorks {
+		return fmt.Errorf("enqueue: multi-rank launch: %d works in all, want at most %d", works, MaxMultiWorks)
+	}
+	return nil
+}
+
+// PutMultiArgs writes the kernel arguments of the multi-rank launch of
+// parts (which CheckMulti accepted) into a and returns how many leading
+// bytes of them the launch passes and its grid size. Slots are numbered
+// part by part, each part's channels in increasing order; slot v's works
+// are its channel's works of that part.
+func PutMultiArgs(a *generated.KernelArgs, parts []Part) (size, nBlocks int) {
+	var t generated.LaunchParts
+	w := 0
+	for pi, p := range parts {
+		l := p.Launch
+		t.Comms[pi] = p.Comm
+		for m := l.ChannelMask; m != 0; m &= m - 1 {
+			c := bits.TrailingZeros64(m)
+			a.ChanWorkStart[nBlocks] = uint16(w)
+			t.Chans[nBlocks] = uint16(pi<<6 | c)
+			w += copy(a.Works[w:], l.Works[l.ChanWorkStart[c]:l.ChanWorkStart[c+1]])
+			nBlocks++
+		}
+	}
+	for v := nBlocks; v <= generated.MaxChannels; v++ {
+		a.ChanWorkStart[v] = uint16(w)
+	}
+	a.Comm = 0
+	a.ChannelMask = ^uint64(0) >> (64 - nBlocks)
+	a.WorkBuf = 0
+	a.NWork = uint32(w)
+	a.NParts = uint32(len(parts))
+	a.Pad2 = [len(a.Pad2)]uint16{}
+	*(*generated.LaunchParts)(unsafe.Pointer(&a.Works[w])) = t
+	n := argsHeaderSize + (w+partsSlots)*int(unsafe.Sizeof(generated.DevWork{}))
+	return min(KernelArgsSize, (n+15)&^15), nBlocks
+}
+
+// Comm returns the address of the device communicator the launcher's
+// launches serve.
+func (l *Launcher) Comm() uint64 { return l.comm }
+
+// RunMulti queues the multi-rank launch of parts (which CheckMulti
+// accepted) on s, with the kernel of the first part's function. It queues
+// no copy: the parts' plans must have none.
+func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
+	first := parts[0].Launch
+	fn, err := l.kernels(first.Func)
+	if err != nil {
+		return fmt.Errorf("enqueue: kernel for %s: %w", first.Func, err)
+	}
+	l.argsMu.Lock()
+	defer l.argsMu.Unlock()
+	if l.args == nil {
+		l.args = new(generated.KernelArgs)
+	}
+	size, nBlocks := PutMultiArgs(l.args, parts)
+	if err := s.Launch(fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), 0, argBytes(l.args, size)); err != nil {
+		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
+			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)
+	}
+	return nil
+}
