@@ -176,7 +176,10 @@ __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ng
   }
 }
 
-// dst[0, cnt) = src[0, cnt), src a peer's buffer.
+// dst[0, cnt) = src[0, cnt), src and dst this rank's or a peer's buffers,
+// by every thread of g: 16-byte packs when both are 16-byte aligned, U of
+// them in flight per thread (8: 64 KiB per 512-thread block, what one SM
+// needs to keep its share of HBM busy), then element-wise.
 template <typename T>
 __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* dst, int64_t cnt) {
   constexpr int EPP = 16 / sizeof(T);
@@ -184,7 +187,7 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
   const int tid = g.tid, nt = g.nThreads;
   const uint4* in = reinterpret_cast<const uint4*>(src);
   uint4* out = reinterpret_cast<uint4*>(dst);
-  constexpr int U = 4;
+  constexpr int U = 8;
   int64_t i = tid;
   for (; i + (U - 1) * nt < nPacks; i += U * nt) {
     uint4 v[U];
