@@ -1,6 +1,9 @@
-// direct.h — DIRECT AllReduce: ranks that share memory (one process, one GPU
-// or GPUs with peer access) read each other's user buffers themselves, with
-// no connection FIFO in between.
+// direct.h — DIRECT AllReduce, AllGather, ReduceScatter and Broadcast: ranks
+// that share memory (one process, one GPU or GPUs with peer access) read
+// each other's user buffers themselves, with no connection FIFO in between.
+// AllReduce is described here; the others (barrier 1 publishes the
+// pointers, every rank pulls what it needs, barrier 2 ends the call) at
+// their functions below.
 //
 // Mailboxes. comm.direct lists, per rank, that rank's ngDirectSlot array
 // (one slot per channel); a rank writes only its own slots and polls its
@@ -96,6 +99,15 @@ __device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& 
   return true;
 }
 
+// ngDirectRuns reports whether DIRECT can run on this communicator, or
+// reports the work unsupported. The host sets comm.direct on every rank or
+// on none, so every rank stops alike and none waits for another.
+__device__ __forceinline__ bool ngDirectRuns(struct ngShmem* sh) {
+  if (sh->comm.direct != 0 && sh->comm.nRanks <= NG_DIRECT_MAX_RANKS) return true;
+  ngReportUnsupported(sh);
+  return false;
+}
+
 // 8 bytes [8*pack, 8*pack+8) of a peer's buffer of nbytes bytes, through
 // L2; bytes past the end read as 0.
 template <typename T>
@@ -133,17 +145,20 @@ __device__ __forceinline__ int64_t ngDirectBound(int64_t n, int s, int nSlices) 
   return n * s / nSlices / gran * gran;
 }
 
-// dst[at, at+cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))).
+// out[0, cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))):
+// element at of every rank's sendbuff lands at out[0]. A thread reads every
+// input of an element before it writes that element, so out may be this
+// rank's sendbuff + at (in place).
 template <typename T, typename Op>
 __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ngGroup& g, const Op& op, int64_t at,
-                                                    int64_t cnt, T* dst) {
+                                                    int64_t cnt, T* out) {
   const int n = sh->comm.nRanks;
-  uintptr_t bits = (uintptr_t)(dst + at);
+  uintptr_t bits = (uintptr_t)out;
   for (int p = 0; p < n; p++) bits |= (uintptr_t)(ngDirectSendBuf<T>(sh, p) + at);
   constexpr int EPP = 16 / sizeof(T);
   const int64_t nPacks = (bits & 15) == 0 ? cnt / EPP : 0;
   const int tid = g.tid, nt = g.nThreads;
-  uint4* out = reinterpret_cast<uint4*>(dst + at);
+  uint4* out4 = reinterpret_cast<uint4*>(out);
   constexpr int U = 4;
   int64_t i = tid;
   for (; i + (U - 1) * nt < nPacks; i += U * nt) {
@@ -160,19 +175,19 @@ __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ng
       for (int u = 0; u < U; u++) v[u] = ngPackReduce<T>(op, v[u], ngPackPre<T>(op, r[u]));
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) out[i + u * nt] = ngPackPost<T>(op, v[u]);
+    for (int u = 0; u < U; u++) out4[i + u * nt] = ngPackPost<T>(op, v[u]);
   }
   for (; i < nPacks; i += nt) {
     uint4 v = ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, 0) + at) + i));
     for (int p = 1; p < n; p++)
       v = ngPackReduce<T>(op, v, ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, p) + at) + i)));
-    out[i] = ngPackPost<T>(op, v);
+    out4[i] = ngPackPost<T>(op, v);
   }
   // Element-wise remainder (or everything, when a pointer is misaligned).
   for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) {
     T v = op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, 0) + at + e));
     for (int p = 1; p < n; p++) v = op.reduce(v, op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, p) + at + e)));
-    dst[at + e] = op.post(v);
+    out[e] = op.post(v);
   }
 }
 
@@ -211,12 +226,7 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
   if (g.tid >= g.nThreads) return;
   const struct ngDevWork w = sh->work;
   const int n = sh->comm.nRanks;
-  if (sh->comm.direct == 0 || n > NG_DIRECT_MAX_RANKS) {
-    // The host sets comm.direct on every rank or on none, so every rank
-    // stops here alike and none waits for another.
-    ngReportUnsupported(sh);
-    return;
-  }
+  if (!ngDirectRuns(sh)) return;
   const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
   T* dst = reinterpret_cast<T*>(w.recvbuff);
   const Op op(w);
@@ -256,7 +266,7 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
 
   const int me = sh->comm.rank;
   const int64_t lo = ngDirectBound<T>(cnt, me, n), hi = ngDirectBound<T>(cnt, me + 1, n);
-  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst);
+  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst + off + lo);
   if (!ngDirectBarrier(sh, g, phase + 2)) return; // every slice is reduced
   for (int q = 1; q < n; q++) {
     const int p = me + q < n ? me + q : me + q - n;
@@ -264,6 +274,84 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
     ngDirectCopy<T>(g, ngDirectRecvBuf<T>(sh, p) + off + plo, dst + off + plo, phi - plo);
   }
   ngDirectBarrier(sh, g, phase + 3); // no peer reads our recvbuff any more
+}
+
+// AllGather (bytes): block p of every rank's recvbuff is rank p's sendbuff
+// (work: count bytes per block, the channel's [chanOffset, +chanCount) of
+// each). Barrier 1 publishes the pointers; every rank copies each rank's
+// block straight from its sendbuff into its own recvbuff, its own first,
+// then the others from the next rank on (so the ranks spread their reads);
+// barrier 2: no peer reads this rank's sendbuff when it returns. In place
+// (sendbuff == recvbuff + rank*count) the own block is already there and a
+// rank writes only the other blocks of its recvbuff, which no peer reads
+// (peer p reads recvbuff_p's block p only through its sendbuff).
+template <typename T>
+__device__ __forceinline__ void ngAllGatherDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int n = sh->comm.nRanks, me = sh->comm.rank;
+  const int64_t count = (int64_t)w.count, off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  for (int q = 0; q < n; q++) {
+    const int p = me + q < n ? me + q : me + q - n;
+    const T* src = ngDirectSendBuf<T>(sh, p) + off;
+    T* d = dst + (int64_t)p * count + off;
+    if (src != d) ngDirectCopy<T>(g, src, d, cnt);
+  }
+  ngDirectBarrier(sh, g, phase + 2); // no peer reads our sendbuff any more
+}
+
+// ReduceScatter: rank r's recvbuff is the reduction of block r of every
+// rank's sendbuff (work: count elements per block, the channel's
+// [chanOffset, +chanCount) of each). Barrier 1 publishes the pointers; rank
+// r reduces its block from every sendbuff, in rank order, into its
+// recvbuff; barrier 2: no peer reads this rank's sendbuff when it returns.
+// In place (recvbuff == sendbuff + rank*count) a rank overwrites only block
+// r of its own sendbuff, which no peer reads (peer p reads block p), each
+// element after reading it.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngReduceScatterDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int me = sh->comm.rank;
+  const int64_t count = (int64_t)w.count, off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  const Op op(w);
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  ngDirectReduceSlice<T, Op>(sh, g, op, (int64_t)me * count + off, cnt, dst + off);
+  ngDirectBarrier(sh, g, phase + 2); // no peer reads our sendbuff any more
+}
+
+// Broadcast (bytes): every rank copies the root's sendbuff into its own
+// recvbuff (the root too, unless in place). Barrier 1 publishes the
+// pointers; barrier 2: no rank reads the root's sendbuff when it returns.
+// Every rank takes both barriers, so the phase counts stay equal.
+template <typename T>
+__device__ __forceinline__ void ngBroadcastDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int root = w.root;
+  const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  if (root < 0 || root >= sh->comm.nRanks) {
+    // Every rank has the same work: all stop here alike.
+    if (g.tid == 0) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+    return;
+  }
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  const T* src = ngDirectSendBuf<T>(sh, root) + off;
+  if (src != dst + off) ngDirectCopy<T>(g, src, dst + off, cnt);
+  ngDirectBarrier(sh, g, phase + 2); // nobody reads the root's sendbuff any more
 }
 
 #endif // NG_DIRECT_H_
