@@ -18,10 +18,11 @@
 // most one ahead) satisfies the wait as well (>=).
 //
 // Barrier (ngDirectBarrier): the group syncs, thread 0 fences (gpu scope when
-// every rank is on this GPU, NG_DIRECT_SAME_GPU, system scope otherwise),
-// stores phase = target into its slot, waits until every peer's phase >=
-// target, fences, and the group syncs again. The waits poll the abort flag
-// like every other wait (ngWaitGE), so an abort ends them.
+// every rank is on this GPU, NG_DIRECT_SAME_GPU, system scope otherwise) and
+// stores phase = target into its slot, thread p waits until peer p's phase
+// >= target and fences (all peers at once), and the group syncs again. The
+// waits poll the abort flag like every other wait (ngWaitGE), so an abort
+// ends them.
 //
 // One-shot (the channel's share is at most NG_DIRECT_ONESHOT_BYTES):
 //   barrier 1: publish sendbuff/recvbuff, read the peers' pointers;
@@ -60,18 +61,22 @@ __device__ __forceinline__ void ngDirectFence(struct ngShmem* sh) {
   else __threadfence_system();
 }
 
-// ngDirectBarrier: see the header. Every thread of g calls it; target
-// matters in thread 0 only. Returns false on abort.
+// ngDirectBarrier: see the header. Every thread of g calls it with the
+// same target. Thread 0 arrives; thread p (p != rank, p < nRanks) waits for
+// peer p, so the peers are polled at once rather than one after another
+// (one poll's latency per barrier instead of nRanks-1). Returns false on
+// abort.
 __device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGroup& g, uint64_t target) {
   ngBarrier(g);
+  const int n = sh->comm.nRanks, me = sh->comm.rank;
   if (g.tid == 0) {
-    const int n = sh->comm.nRanks, me = sh->comm.rank;
     ngDirectFence(sh); // the group's writes before the barrier, then the arrival
     ngStVolatile(&ngDirectSlotOf(sh, me)->phase, target);
-    bool ok = true;
-    for (int p = 0; p < n && ok; p++)
-      if (p != me) ok = ngWaitGE(sh, &ngDirectSlotOf(sh, p)->phase, target);
-    ngDirectFence(sh); // the peers' writes before their arrival, then our reads
+  }
+  if (g.tid < n && g.tid != me) {
+    // The peer's writes before its arrival, then the group's reads (the
+    // barrier below passes the order on to the other threads).
+    if (ngWaitGE(sh, &ngDirectSlotOf(sh, g.tid)->phase, target)) ngDirectFence(sh);
   }
   ngBarrier(g);
   return !ngAborted(sh);
@@ -79,13 +84,15 @@ __device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGrou
 
 // ngDirectOpen publishes this rank's buffers, passes barrier 1 and copies
 // every rank's buffers into sh->directSend/directRecv. phase is set (in
-// thread 0) to the slot's count before the call. Returns false on abort.
+// every thread) to the slot's count before the call. Returns false on
+// abort.
 __device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& g, const void* send, void* recv,
                                              uint64_t& phase) {
-  phase = 0;
+  struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
+  // Every thread reads the count (one load per warp); thread 0 stores the
+  // next one only after ngDirectBarrier's first group barrier.
+  phase = ngLdVolatile(&mine->phase);
   if (g.tid == 0) {
-    struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
-    phase = ngLdVolatile(&mine->phase);
     ngStVolatile(&mine->sendbuff, (uint64_t)(uintptr_t)send);
     ngStVolatile(&mine->recvbuff, (uint64_t)(uintptr_t)recv);
   }
