@@ -1,4 +1,4 @@
-// all_gather.h — AllGather, RING and PAT (pat.h) (bytes): rank r's sendbuff lands at
+// all_gather.h — AllGather, RING, PAT (pat.h) and DIRECT (direct.h) (bytes): rank r's sendbuff lands at
 // recvbuff + r*count on every rank. Each rank copies its own block to
 // recvbuff while sending it, then forwards the others' blocks nRanks-2 times.
 // Work: count = bytes per rank, the channel handles [chanOffset,
@@ -7,6 +7,7 @@
 #define NG_ALL_GATHER_H_
 #include "ng_coll_common.h"
 #include "pat.h"
+#include "direct.h"
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngAllGatherRing(struct ngShmem* sh) {
@@ -47,6 +48,7 @@ struct ngCollFunc<NG_COLL_AllGather, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {
     if constexpr (Algo == NG_ALGO_RING) ngAllGatherRing<T, Op, Proto>(sh);
     else if constexpr (Algo == NG_ALGO_PAT && Proto == NG_PROTO_SIMPLE) ngAllGatherPat<T, Op>(sh);
+    else if constexpr (Algo == NG_ALGO_DIRECT && Proto == NG_PROTO_SIMPLE) ngAllGatherDirect<T>(sh);
     else ngReportUnsupported(sh);
   }
 };

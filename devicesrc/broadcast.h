@@ -1,10 +1,12 @@
-// broadcast.h — Broadcast, RING (bytes): the root's sendbuff is copied to
-// every rank's recvbuff, chunk by chunk along the ring starting at the root;
-// the rank before the root only receives. Work: count = bytes, the channel
+// broadcast.h — Broadcast, RING and DIRECT (direct.h) (bytes): the root's
+// sendbuff is copied to every rank's recvbuff; RING passes it chunk by chunk
+// along the ring starting at the root (the rank before the root only
+// receives). Work: count = bytes, the channel
 // handles [chanOffset, chanOffset+chanCount); root = work.root.
 #ifndef NG_BROADCAST_H_
 #define NG_BROADCAST_H_
 #include "ng_coll_common.h"
+#include "direct.h"
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngBroadcastRing(struct ngShmem* sh) {
@@ -38,6 +40,7 @@ template <typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc<NG_COLL_Broadcast, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {
     if constexpr (Algo == NG_ALGO_RING) ngBroadcastRing<T, Op, Proto>(sh);
+    else if constexpr (Algo == NG_ALGO_DIRECT && Proto == NG_PROTO_SIMPLE) ngBroadcastDirect<T>(sh);
     else ngReportUnsupported(sh);
   }
 };

@@ -1,6 +1,9 @@
-// direct.h — DIRECT AllReduce: ranks that share memory (one process, one GPU
-// or GPUs with peer access) read each other's user buffers themselves, with
-// no connection FIFO in between.
+// direct.h — DIRECT AllReduce, AllGather, ReduceScatter and Broadcast: ranks
+// that share memory (one process, one GPU or GPUs with peer access) read
+// each other's user buffers themselves, with no connection FIFO in between.
+// AllReduce is described here; the others (barrier 1 publishes the
+// pointers, every rank pulls what it needs, barrier 2 ends the call) at
+// their functions below.
 //
 // Mailboxes. comm.direct lists, per rank, that rank's ngDirectSlot array
 // (one slot per channel); a rank writes only its own slots and polls its
@@ -15,10 +18,11 @@
 // most one ahead) satisfies the wait as well (>=).
 //
 // Barrier (ngDirectBarrier): the group syncs, thread 0 fences (gpu scope when
-// every rank is on this GPU, NG_DIRECT_SAME_GPU, system scope otherwise),
-// stores phase = target into its slot, waits until every peer's phase >=
-// target, fences, and the group syncs again. The waits poll the abort flag
-// like every other wait (ngWaitGE), so an abort ends them.
+// every rank is on this GPU, NG_DIRECT_SAME_GPU, system scope otherwise) and
+// stores phase = target into its slot, thread p waits until peer p's phase
+// >= target and fences (all peers at once), and the group syncs again. The
+// waits poll the abort flag like every other wait (ngWaitGE), so an abort
+// ends them.
 //
 // One-shot (the channel's share is at most NG_DIRECT_ONESHOT_BYTES):
 //   barrier 1: publish sendbuff/recvbuff, read the peers' pointers;
@@ -57,18 +61,22 @@ __device__ __forceinline__ void ngDirectFence(struct ngShmem* sh) {
   else __threadfence_system();
 }
 
-// ngDirectBarrier: see the header. Every thread of g calls it; target
-// matters in thread 0 only. Returns false on abort.
+// ngDirectBarrier: see the header. Every thread of g calls it with the
+// same target. Thread 0 arrives; thread p (p != rank, p < nRanks) waits for
+// peer p, so the peers are polled at once rather than one after another
+// (one poll's latency per barrier instead of nRanks-1). Returns false on
+// abort.
 __device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGroup& g, uint64_t target) {
   ngBarrier(g);
+  const int n = sh->comm.nRanks, me = sh->comm.rank;
   if (g.tid == 0) {
-    const int n = sh->comm.nRanks, me = sh->comm.rank;
     ngDirectFence(sh); // the group's writes before the barrier, then the arrival
     ngStVolatile(&ngDirectSlotOf(sh, me)->phase, target);
-    bool ok = true;
-    for (int p = 0; p < n && ok; p++)
-      if (p != me) ok = ngWaitGE(sh, &ngDirectSlotOf(sh, p)->phase, target);
-    ngDirectFence(sh); // the peers' writes before their arrival, then our reads
+  }
+  if (g.tid < n && g.tid != me) {
+    // The peer's writes before its arrival, then the group's reads (the
+    // barrier below passes the order on to the other threads).
+    if (ngWaitGE(sh, &ngDirectSlotOf(sh, g.tid)->phase, target)) ngDirectFence(sh);
   }
   ngBarrier(g);
   return !ngAborted(sh);
@@ -76,13 +84,15 @@ __device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGrou
 
 // ngDirectOpen publishes this rank's buffers, passes barrier 1 and copies
 // every rank's buffers into sh->directSend/directRecv. phase is set (in
-// thread 0) to the slot's count before the call. Returns false on abort.
+// every thread) to the slot's count before the call. Returns false on
+// abort.
 __device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& g, const void* send, void* recv,
                                              uint64_t& phase) {
-  phase = 0;
+  struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
+  // Every thread reads the count (one load per warp); thread 0 stores the
+  // next one only after ngDirectBarrier's first group barrier.
+  phase = ngLdVolatile(&mine->phase);
   if (g.tid == 0) {
-    struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
-    phase = ngLdVolatile(&mine->phase);
     ngStVolatile(&mine->sendbuff, (uint64_t)(uintptr_t)send);
     ngStVolatile(&mine->recvbuff, (uint64_t)(uintptr_t)recv);
   }
@@ -94,6 +104,15 @@ __device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& 
   }
   ngBarrier(g);
   return true;
+}
+
+// ngDirectRuns reports whether DIRECT can run on this communicator, or
+// reports the work unsupported. The host sets comm.direct on every rank or
+// on none, so every rank stops alike and none waits for another.
+__device__ __forceinline__ bool ngDirectRuns(struct ngShmem* sh) {
+  if (sh->comm.direct != 0 && sh->comm.nRanks <= NG_DIRECT_MAX_RANKS) return true;
+  ngReportUnsupported(sh);
+  return false;
 }
 
 // 8 bytes [8*pack, 8*pack+8) of a peer's buffer of nbytes bytes, through
@@ -133,17 +152,20 @@ __device__ __forceinline__ int64_t ngDirectBound(int64_t n, int s, int nSlices) 
   return n * s / nSlices / gran * gran;
 }
 
-// dst[at, at+cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))).
+// out[0, cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))):
+// element at of every rank's sendbuff lands at out[0]. A thread reads every
+// input of an element before it writes that element, so out may be this
+// rank's sendbuff + at (in place).
 template <typename T, typename Op>
 __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ngGroup& g, const Op& op, int64_t at,
-                                                    int64_t cnt, T* dst) {
+                                                    int64_t cnt, T* out) {
   const int n = sh->comm.nRanks;
-  uintptr_t bits = (uintptr_t)(dst + at);
+  uintptr_t bits = (uintptr_t)out;
   for (int p = 0; p < n; p++) bits |= (uintptr_t)(ngDirectSendBuf<T>(sh, p) + at);
   constexpr int EPP = 16 / sizeof(T);
   const int64_t nPacks = (bits & 15) == 0 ? cnt / EPP : 0;
   const int tid = g.tid, nt = g.nThreads;
-  uint4* out = reinterpret_cast<uint4*>(dst + at);
+  uint4* out4 = reinterpret_cast<uint4*>(out);
   constexpr int U = 4;
   int64_t i = tid;
   for (; i + (U - 1) * nt < nPacks; i += U * nt) {
@@ -160,23 +182,26 @@ __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ng
       for (int u = 0; u < U; u++) v[u] = ngPackReduce<T>(op, v[u], ngPackPre<T>(op, r[u]));
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) out[i + u * nt] = ngPackPost<T>(op, v[u]);
+    for (int u = 0; u < U; u++) out4[i + u * nt] = ngPackPost<T>(op, v[u]);
   }
   for (; i < nPacks; i += nt) {
     uint4 v = ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, 0) + at) + i));
     for (int p = 1; p < n; p++)
       v = ngPackReduce<T>(op, v, ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, p) + at) + i)));
-    out[i] = ngPackPost<T>(op, v);
+    out4[i] = ngPackPost<T>(op, v);
   }
   // Element-wise remainder (or everything, when a pointer is misaligned).
   for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) {
     T v = op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, 0) + at + e));
     for (int p = 1; p < n; p++) v = op.reduce(v, op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, p) + at + e)));
-    dst[at + e] = op.post(v);
+    out[e] = op.post(v);
   }
 }
 
-// dst[0, cnt) = src[0, cnt), src a peer's buffer.
+// dst[0, cnt) = src[0, cnt), src and dst this rank's or a peer's buffers,
+// by every thread of g: 16-byte packs when both are 16-byte aligned, U of
+// them in flight per thread (8: 64 KiB per 512-thread block, what one SM
+// needs to keep its share of HBM busy), then element-wise.
 template <typename T>
 __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* dst, int64_t cnt) {
   constexpr int EPP = 16 / sizeof(T);
@@ -184,7 +209,7 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
   const int tid = g.tid, nt = g.nThreads;
   const uint4* in = reinterpret_cast<const uint4*>(src);
   uint4* out = reinterpret_cast<uint4*>(dst);
-  constexpr int U = 4;
+  constexpr int U = 8;
   int64_t i = tid;
   for (; i + (U - 1) * nt < nPacks; i += U * nt) {
     uint4 v[U];
@@ -208,12 +233,7 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
   if (g.tid >= g.nThreads) return;
   const struct ngDevWork w = sh->work;
   const int n = sh->comm.nRanks;
-  if (sh->comm.direct == 0 || n > NG_DIRECT_MAX_RANKS) {
-    // The host sets comm.direct on every rank or on none, so every rank
-    // stops here alike and none waits for another.
-    ngReportUnsupported(sh);
-    return;
-  }
+  if (!ngDirectRuns(sh)) return;
   const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
   T* dst = reinterpret_cast<T*>(w.recvbuff);
   const Op op(w);
@@ -253,7 +273,7 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
 
   const int me = sh->comm.rank;
   const int64_t lo = ngDirectBound<T>(cnt, me, n), hi = ngDirectBound<T>(cnt, me + 1, n);
-  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst);
+  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst + off + lo);
   if (!ngDirectBarrier(sh, g, phase + 2)) return; // every slice is reduced
   for (int q = 1; q < n; q++) {
     const int p = me + q < n ? me + q : me + q - n;
@@ -261,6 +281,84 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
     ngDirectCopy<T>(g, ngDirectRecvBuf<T>(sh, p) + off + plo, dst + off + plo, phi - plo);
   }
   ngDirectBarrier(sh, g, phase + 3); // no peer reads our recvbuff any more
+}
+
+// AllGather (bytes): block p of every rank's recvbuff is rank p's sendbuff
+// (work: count bytes per block, the channel's [chanOffset, +chanCount) of
+// each). Barrier 1 publishes the pointers; every rank copies each rank's
+// block straight from its sendbuff into its own recvbuff, its own first,
+// then the others from the next rank on (so the ranks spread their reads);
+// barrier 2: no peer reads this rank's sendbuff when it returns. In place
+// (sendbuff == recvbuff + rank*count) the own block is already there and a
+// rank writes only the other blocks of its recvbuff, which no peer reads
+// (peer p reads recvbuff_p's block p only through its sendbuff).
+template <typename T>
+__device__ __forceinline__ void ngAllGatherDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int n = sh->comm.nRanks, me = sh->comm.rank;
+  const int64_t count = (int64_t)w.count, off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  for (int q = 0; q < n; q++) {
+    const int p = me + q < n ? me + q : me + q - n;
+    const T* src = ngDirectSendBuf<T>(sh, p) + off;
+    T* d = dst + (int64_t)p * count + off;
+    if (src != d) ngDirectCopy<T>(g, src, d, cnt);
+  }
+  ngDirectBarrier(sh, g, phase + 2); // no peer reads our sendbuff any more
+}
+
+// ReduceScatter: rank r's recvbuff is the reduction of block r of every
+// rank's sendbuff (work: count elements per block, the channel's
+// [chanOffset, +chanCount) of each). Barrier 1 publishes the pointers; rank
+// r reduces its block from every sendbuff, in rank order, into its
+// recvbuff; barrier 2: no peer reads this rank's sendbuff when it returns.
+// In place (recvbuff == sendbuff + rank*count) a rank overwrites only block
+// r of its own sendbuff, which no peer reads (peer p reads block p), each
+// element after reading it.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngReduceScatterDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int me = sh->comm.rank;
+  const int64_t count = (int64_t)w.count, off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  const Op op(w);
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  ngDirectReduceSlice<T, Op>(sh, g, op, (int64_t)me * count + off, cnt, dst + off);
+  ngDirectBarrier(sh, g, phase + 2); // no peer reads our sendbuff any more
+}
+
+// Broadcast (bytes): every rank copies the root's sendbuff into its own
+// recvbuff (the root too, unless in place). Barrier 1 publishes the
+// pointers; barrier 2: no rank reads the root's sendbuff when it returns.
+// Every rank takes both barriers, so the phase counts stay equal.
+template <typename T>
+__device__ __forceinline__ void ngBroadcastDirect(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  if (!ngDirectRuns(sh)) return;
+  const struct ngDevWork w = sh->work;
+  const int root = w.root;
+  const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  if (root < 0 || root >= sh->comm.nRanks) {
+    // Every rank has the same work: all stop here alike.
+    if (g.tid == 0) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+    return;
+  }
+  uint64_t phase;
+  if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
+  const T* src = ngDirectSendBuf<T>(sh, root) + off;
+  if (src != dst + off) ngDirectCopy<T>(g, src, dst + off, cnt);
+  ngDirectBarrier(sh, g, phase + 2); // nobody reads the root's sendbuff any more
 }
 
 #endif // NG_DIRECT_H_

@@ -1,4 +1,4 @@
-// reduce_scatter.h — ReduceScatter, RING and PAT (pat.h): block b of the result (count
+// reduce_scatter.h — ReduceScatter, RING, PAT (pat.h) and DIRECT (direct.h): block b of the result (count
 // elements, b = rank) is the reduction of every rank's sendbuff block b.
 // Each chunk travels nRanks-1 hops; the final hop lands in recvbuff.
 // Work: count = elements per rank, sendbuff holds nRanks*count, the channel
@@ -7,6 +7,7 @@
 #define NG_REDUCE_SCATTER_H_
 #include "ng_coll_common.h"
 #include "pat.h"
+#include "direct.h"
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngReduceScatterRing(struct ngShmem* sh) {
@@ -45,6 +46,7 @@ struct ngCollFunc<NG_COLL_ReduceScatter, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {
     if constexpr (Algo == NG_ALGO_RING) ngReduceScatterRing<T, Op, Proto>(sh);
     else if constexpr (Algo == NG_ALGO_PAT && Proto == NG_PROTO_SIMPLE) ngReduceScatterPat<T, Op>(sh);
+    else if constexpr (Algo == NG_ALGO_DIRECT && Proto == NG_PROTO_SIMPLE) ngReduceScatterDirect<T, Op>(sh);
     else ngReportUnsupported(sh);
   }
 };

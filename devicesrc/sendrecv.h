@@ -1,9 +1,9 @@
 // sendrecv.h — SendRecv (bytes): one work sends work.count bytes of sendbuff
 // to sendPeer and receives work.chanCount bytes into recvbuff from recvPeer
 // (peer -1 or chanCount == ~0: that direction is idle; 0 bytes: no steps).
-// When both directions are busy the block's warps split in two halves (named
-// barriers 2 and 3) that run concurrently, so two ranks sending to each
-// other never wait on one another.
+// When both directions are busy and go through FIFOs the block's warps split
+// in two halves (named barriers 2 and 3) that run concurrently, so two ranks
+// sending to each other never wait on one another.
 //
 // Direct mode (SIMPLE, connections flagged NG_CONN_DIRECT: the peer's user
 // buffers are load/store accessible): instead of staging through the FIFO,
@@ -17,35 +17,64 @@
 // in sequence. A sender whose size differs from the receiver's copies no
 // more than the receiver holds, records NG_DEV_ERR_BAD_WORK and still posts,
 // so neither side hangs.
+//
+// When both directions of a work are direct the block does not split: it
+// publishes its receive buffer first (a store, no wait), then the whole
+// block copies the send (ngDirectCopy: 16-byte packs, unrolled), then it
+// waits for its own receive. Every rank publishes before it waits, so the
+// pairs of a round never wait on one another in a cycle.
 #ifndef NG_SENDRECV_H_
 #define NG_SENDRECV_H_
 #include "ng_coll_common.h"
+#include "direct.h"
 
 __device__ __forceinline__ void ngFenceFor(const struct ngConnInfo* ci) {
   if (ci->flags & NG_CONN_SAME_GPU) __threadfence();
   else __threadfence_system();
 }
 
+// ngDirectPublish (thread 0 of the receiving group) publishes dst (total
+// elements) for the sender of connection ci at the connection's step.
+template <typename T>
+__device__ __forceinline__ void ngDirectPublish(const struct ngConnInfo* ci, T* dst, int64_t total) {
+  uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
+  const uint64_t r = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->step));
+  ngStVolatile(xch, (uint64_t)(uintptr_t)dst);
+  ngStVolatile(xch + 2, (uint64_t)total * sizeof(T));
+  ngFenceFor(ci);
+  ngStVolatile(xch + 1, r + 1);
+}
+
 // ngDirectSend copies total elements from src into the receiver's published
-// buffer. Returns false on abort.
-template <typename T, typename Op, int Proto>
+// buffer with every thread of g. Returns false on abort.
+template <typename T>
 __device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, const T* src,
                                              int64_t total) {
   uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
   uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
-  const uint64_t s = ngLdVolatile(stepPtr);
-  if (!ngWaitGE(sh, xch + 1, s + 1)) return false;
-  __threadfence(); // the pointer and size were written before the generation
-  T* dst = reinterpret_cast<T*>(ngLdVolatile(xch));
-  const int64_t room = (int64_t)(ngLdVolatile(xch + 2) / sizeof(T));
-  const int64_t n = ngMin64(total, room);
-  ngPrims<T, Op, Proto, 1, 1> copier(sh, g, nullptr, 0, nullptr, 0);
-  const int64_t cap = ngStepElems<T, Proto>(sh);
-  for (int64_t off = 0; off < n; off += cap) {
-    if (!copier.step(src + off, dst + off, (int)ngMin64(cap, n - off), false, false, false)) return false;
+  // Thread 0 waits for the receiver and hands its buffer to the group
+  // through shared memory (the DIRECT slots, which a SendRecv work does not
+  // otherwise use; a split block's receiving half never touches them).
+  if (g.tid == 0) {
+    const uint64_t s = ngLdVolatile(stepPtr);
+    uint64_t dst = 0, room = 0;
+    if (ngWaitGE(sh, xch + 1, s + 1)) {
+      __threadfence(); // the pointer and size were written before the generation
+      dst = ngLdVolatile(xch);
+      room = ngLdVolatile(xch + 2);
+    }
+    sh->directSend[0] = dst;
+    sh->directRecv[0] = room;
   }
   ngBarrier(g);
+  if (ngAborted(sh)) return false;
+  T* dst = reinterpret_cast<T*>(sh->directSend[0]);
+  const int64_t room = (int64_t)(sh->directRecv[0] / sizeof(T));
+  const int64_t n = ngMin64(total, room);
+  ngDirectCopy<T>(g, src, dst, n);
+  ngBarrier(g);
   if (g.tid == 0) {
+    const uint64_t s = ngLdVolatile(stepPtr);
     if (n != total || room != total) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
     ngFenceFor(ci);
     ngStVolatile(reinterpret_cast<uint64_t*>(ci->tail), s + 1);
@@ -54,20 +83,18 @@ __device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, cons
   return true;
 }
 
-// ngDirectRecv publishes dst (total elements) and waits for the sender's
-// copy. Returns false on abort.
+// ngDirectRecv waits (thread 0 of g) for the sender's copy into the
+// buffer published at the connection's step and returns the credit.
+// publish: publish the buffer first (else ngDirectPublish did). Returns
+// false on abort.
 template <typename T>
 __device__ __forceinline__ bool ngDirectRecv(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, T* dst,
-                                             int64_t total) {
+                                             int64_t total, bool publish) {
   uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
-  uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
-  const uint64_t r = ngLdVolatile(stepPtr);
   bool ok = true;
   if (g.tid == 0) {
-    ngStVolatile(xch, (uint64_t)(uintptr_t)dst);
-    ngStVolatile(xch + 2, (uint64_t)total * sizeof(T));
-    ngFenceFor(ci);
-    ngStVolatile(xch + 1, r + 1);
+    if (publish) ngDirectPublish<T>(ci, dst, total);
+    const uint64_t r = ngLdVolatile(stepPtr);
     ok = ngWaitGE(sh, reinterpret_cast<const uint64_t*>(ci->tail), r + 1);
     __threadfence();
     if (ok) {
@@ -87,6 +114,21 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
   const bool doRecv = recvPeer >= 0 && w.chanCount != ~0ull && w.chanCount > 0;
   int nt = ngWorkThreads(sh);
   const int tid = threadIdx.x;
+  if (Proto == NG_PROTO_SIMPLE && doSend && doRecv && (ngSendConnInfo(sh, sendPeer)->flags & NG_CONN_DIRECT) &&
+      (ngRecvConnInfo(sh, recvPeer)->flags & NG_CONN_DIRECT)) {
+    // Both directions direct: publish, copy with the whole block, then wait
+    // for our own receive (see the header).
+    if (tid >= nt) return;
+    const ngGroup all = {tid, nt, 1};
+    const struct ngConnInfo* rci = ngRecvConnInfo(sh, recvPeer);
+    T* dst = reinterpret_cast<T*>(w.recvbuff);
+    const int64_t rtotal = (int64_t)w.chanCount;
+    if (tid == 0) ngDirectPublish<T>(rci, dst, rtotal);
+    if (!ngDirectSend<T>(sh, all, ngSendConnInfo(sh, sendPeer), reinterpret_cast<const T*>(w.sendbuff), (int64_t)w.count))
+      return;
+    ngDirectRecv<T>(sh, all, rci, dst, rtotal, false);
+    return;
+  }
   if (doSend && doRecv && nt < 64) nt = (blockDim.x & ~31) >= 64 ? 64 : nt;
   if (tid >= nt) return;
   ngGroup g;
@@ -110,7 +152,7 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
     const int64_t total = (int64_t)w.count;
     const struct ngConnInfo* ci = ngSendConnInfo(sh, sendPeer);
     if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
-      ngDirectSend<T, Op, Proto>(sh, g, ci, src, total);
+      ngDirectSend<T>(sh, g, ci, src, total);
       return;
     }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, nullptr, 0, &sendPeer, 1);
@@ -118,16 +160,12 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
       if (!prims.step(src + off, nullptr, (int)ngMin64(cap, total - off), false, true, false)) return;
     }
     prims.finish();
-    // Both directions requested but only one half could run: do the other now.
-    if (doRecv && !(nt >= 64)) {
-      // unreachable: splitting is always possible with >= 64 threads
-    }
   } else {
     T* dst = reinterpret_cast<T*>(w.recvbuff);
     const int64_t total = (int64_t)w.chanCount;
     const struct ngConnInfo* ci = ngRecvConnInfo(sh, recvPeer);
     if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
-      ngDirectRecv<T>(sh, g, ci, dst, total);
+      ngDirectRecv<T>(sh, g, ci, dst, total, true);
       return;
     }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &recvPeer, 1, nullptr, 0);

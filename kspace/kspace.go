@@ -171,18 +171,19 @@ func (p Proto) String() string {
 // AlgosOf lists, per collective, the algorithms it has device functions for,
 // in row order.
 var AlgosOf = [NumColls][]Algo{
-	Broadcast:     {Ring},
+	Broadcast:     {Ring, Direct},
 	Reduce:        {Ring},
-	AllGather:     {Ring, CollNetDirect, NVLS, PAT},
+	AllGather:     {Ring, CollNetDirect, NVLS, PAT, Direct},
 	AllGatherV:    {Ring},
-	ReduceScatter: {Ring, CollNetDirect, NVLS, PAT},
+	ReduceScatter: {Ring, CollNetDirect, NVLS, PAT, Direct},
 	AllReduce:     {Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, Direct},
 	SendRecv:      nil,
 }
 
 // Implemented reports whether ncclgo's device library implements the
 // algorithm: RING for every collective, TREE for AllReduce, PAT for
-// AllGather and ReduceScatter (devicesrc/pat.h). Functions of other
+// AllGather and ReduceScatter (devicesrc/pat.h), DIRECT for AllReduce,
+// AllGather, ReduceScatter and Broadcast (devicesrc/direct.h). Functions of other
 // algorithms are enumerated and compiled to stubs that report
 // "unsupported"; the runtime never selects them.
 func Implemented(c Coll, a Algo) bool {
@@ -196,7 +197,7 @@ func Implemented(c Coll, a Algo) bool {
 	case a == PAT:
 		return c == AllGather || c == ReduceScatter
 	case a == Direct:
-		return c == AllReduce
+		return c == AllReduce || c == AllGather || c == ReduceScatter || c == Broadcast
 	}
 	return false
 }

@@ -11,11 +11,13 @@ func TestNCCLParity(t *testing.T) {
 	s, err := NewSpace(Filter{})
 	require.NoError(t, err)
 	// NCCL's algorithms keep NCCL's 1999 rows (SendRecv and its 1998
-	// collective rows), in NCCL's order; ncclgo's own algorithms (DIRECT:
-	// AllReduce × 5 ops × 12 types × 3 protocols, 48 of them valid: no PreMulSum) follow.
+	// collective rows), in NCCL's order; ncclgo's own algorithms follow:
+	// DIRECT's AllGather and Broadcast (3 protocols each, SIMPLE valid),
+	// AllReduce and ReduceScatter (5 ops × 12 types × 3 protocols each; 42
+	// valid: SIMPLE, no PreMulSum, SumPostDiv on integers only).
 	assert.Len(t, rowsOf(false), 1998)
-	assert.Len(t, rowsOf(true), 180)
-	assert.Equal(t, Summary{Rows: 2179, Valid: 961, Functions: 703, Kernels: 40}, s.Summary())
+	assert.Len(t, rowsOf(true), 3+3+180+180)
+	assert.Equal(t, Summary{Rows: 2365, Valid: 961 + 2 + 42, Functions: 735, Kernels: 40}, s.Summary())
 }
 
 // Rows of NCCL's algorithms sit where NCCL puts them whatever ncclgo adds.
@@ -24,10 +26,13 @@ func TestOwnAlgosFollowNCCLRows(t *testing.T) {
 	row, ok := RowOf(f)
 	require.True(t, ok)
 	assert.Equal(t, 1998, row, "NCCL's last row")
+	row, ok = RowOf(Func{Coll: AllGather, RedOp: Unset, Type: Unset, Algo: Direct, Proto: LL})
+	require.True(t, ok)
+	assert.Equal(t, 1999, row, "the first DIRECT row follows NCCL's")
 	d := Func{Coll: AllReduce, RedOp: Sum, Type: I8, Algo: Direct, Proto: LL}
 	row, ok = RowOf(d)
 	require.True(t, ok)
-	assert.Equal(t, 1999, row, "the first DIRECT row follows NCCL's")
+	assert.Equal(t, 1999+6, row, "AllReduce's DIRECT rows follow AllGather's and Broadcast's")
 	_, why, ok := Requirements(d)
 	assert.False(t, ok, "DIRECT moves data with SIMPLE only")
 	assert.Contains(t, why, "DIRECT")
@@ -38,8 +43,11 @@ func TestOwnAlgosFollowNCCLRows(t *testing.T) {
 	_, why, ok = Requirements(d)
 	assert.False(t, ok, "PreMulSum's scalar is per rank")
 	assert.Contains(t, why, "PreMulSum")
-	assert.True(t, Implemented(AllReduce, Direct))
-	assert.False(t, Implemented(AllGather, Direct))
+	for _, c := range []Coll{AllReduce, AllGather, ReduceScatter, Broadcast} {
+		assert.True(t, Implemented(c, Direct), c.String())
+	}
+	assert.False(t, Implemented(Reduce, Direct))
+	assert.False(t, Implemented(AllGatherV, Direct))
 }
 
 // The design's filter examples (docs/ARCHITECTURE.md) and their (functions, kernels).
@@ -49,7 +57,7 @@ func TestFilterExamples(t *testing.T) {
 		fns, krn int
 	}{
 		{"SendRecv", 2, 2},
-		{"AllGather * *|Broadcast * *|SendRecv", 11, 4},
+		{"AllGather * *|Broadcast * *|SendRecv", 13, 4},
 		{"AllReduce Sum f32 * *", 12, 3},
 		{"AllReduce MinMax i32 NVLS *", 2, 1},
 		{"AllReduce Sum f32 RING LL128", 2, 1},
@@ -59,8 +67,8 @@ func TestFilterExamples(t *testing.T) {
 			s, err := NewSpace(MustParseFilter(c.pattern))
 			require.NoError(t, err)
 			sum := s.Summary()
-			assert.Equal(t, 2179, sum.Rows)
-			assert.Equal(t, 961, sum.Valid)
+			assert.Equal(t, 2365, sum.Rows)
+			assert.Equal(t, 1005, sum.Valid)
 			assert.Equal(t, c.fns, sum.Functions)
 			assert.Equal(t, c.krn, sum.Kernels)
 		})
@@ -81,7 +89,7 @@ func TestImplemented(t *testing.T) {
 			want := c == SendRecv || a == Ring ||
 				a == Tree && c == AllReduce ||
 				a == PAT && (c == AllGather || c == ReduceScatter) ||
-				a == Direct && c == AllReduce
+				a == Direct && (c == AllReduce || c == AllGather || c == ReduceScatter || c == Broadcast)
 			assert.Equal(t, want, Implemented(c, a), "%s %s", c, a)
 		}
 	}

@@ -4,6 +4,7 @@
 #include "all_gather.h"
 
 NG_DEV_FUNC_UNSUPPORTED(AllGather_COLLNET_DIRECT_SIMPLE, AllGather, Copy, int8_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(AllGather_DIRECT_SIMPLE, AllGather, Copy, int8_t, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(AllGather_NVLS_SIMPLE, AllGather, Copy, int8_t, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(AllGather_RING_LL128, AllGather, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(AllGather_RING_SIMPLE, AllGather, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL, 3, 5)
+NG_DEV_KERNEL(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL, 4, 6)

@@ -4,6 +4,7 @@
 #include "ng_device.h"
 
 NG_DEV_FUNC_DECL(AllGather_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllGather_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllGather_NVLS_SIMPLE)
 #endif
@@ -638,6 +639,7 @@ NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_RING_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_TREE_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u8_TREE_SIMPLE)
+NG_DEV_FUNC_DECL(Broadcast_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(Broadcast_RING_LL)
 NG_DEV_FUNC_DECL(Broadcast_RING_LL128)
 NG_DEV_FUNC_DECL(Broadcast_RING_SIMPLE)
@@ -833,6 +835,9 @@ NG_DEV_FUNC_DECL(Reduce_SumPostDiv_u8_RING_SIMPLE)
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_bf16_DIRECT_SIMPLE)
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_bf16_NVLS_SIMPLE)
 #endif
@@ -849,6 +854,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_bf16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_bf16_RING_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_NVLS_SIMPLE)
 #endif
@@ -857,17 +863,22 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f16_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f64_RING_SIMPLE)
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE)
@@ -883,6 +894,9 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e5m2_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE)
@@ -903,6 +917,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_i32_NVLS_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_i64_NVLS_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_NVLS_SIMPLE)
 #endif
@@ -911,6 +926,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_NVLS_SIMPLE)
 #endif
@@ -919,6 +935,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u64_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u8_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u8_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_MinMax_u8_RING_LL128)
@@ -1002,6 +1019,9 @@ NG_DEV_FUNC_DECL(ReduceScatter_PreMulSum_u8_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_bf16_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_bf16_PAT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
@@ -1014,22 +1034,28 @@ NG_DEV_FUNC_DECL(ReduceScatter_Prod_bf16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_bf16_RING_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f16_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f64_RING_SIMPLE)
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE)
@@ -1047,6 +1073,9 @@ NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e4m3_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e5m2_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -1059,22 +1088,28 @@ NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e5m2_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_f8e5m2_RING_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u64_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Prod_u8_RING_SIMPLE)
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_bf16_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_bf16_NVLS_SIMPLE)
@@ -1092,6 +1127,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_bf16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_bf16_RING_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_NVLS_SIMPLE)
 #endif
@@ -1100,6 +1136,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f16_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_NVLS_SIMPLE)
 #endif
@@ -1108,6 +1145,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f64_NVLS_SIMPLE)
 #endif
@@ -1117,6 +1155,9 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_f64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f64_RING_SIMPLE)
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e4m3_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE)
@@ -1134,6 +1175,9 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e4m3_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e5m2_DIRECT_SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -1146,6 +1190,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e5m2_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f8e5m2_RING_SIMPLE)
 #endif
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_NVLS_SIMPLE)
 #endif
@@ -1154,6 +1199,7 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_NVLS_SIMPLE)
 #endif
@@ -1162,21 +1208,25 @@ NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u64_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_u8_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_RING_LL128)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u64_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u8_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u8_RING_LL)
 NG_DEV_FUNC_DECL(ReduceScatter_SumPostDiv_u8_RING_LL128)
@@ -1185,1661 +1235,1729 @@ NG_DEV_FUNC_DECL(SendRecv)
 
 extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 /*   0*/ NG_DEV_FUNC_PTR(AllGather_COLLNET_DIRECT_SIMPLE),
+/*   1*/ NG_DEV_FUNC_PTR(AllGather_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*   1*/ NG_DEV_FUNC_PTR(AllGather_NVLS_SIMPLE),
+/*   2*/ NG_DEV_FUNC_PTR(AllGather_NVLS_SIMPLE),
 #else
-/*   1*/ nullptr,
+/*   2*/ nullptr,
 #endif
-/*   2*/ NG_DEV_FUNC_PTR(AllGather_PAT_SIMPLE),
-/*   3*/ NG_DEV_FUNC_PTR(AllGather_RING_LL),
-/*   4*/ NG_DEV_FUNC_PTR(AllGather_RING_LL128),
-/*   5*/ NG_DEV_FUNC_PTR(AllGather_RING_SIMPLE),
-/*   6*/ NG_DEV_FUNC_PTR(AllGatherV_RING_LL),
-/*   7*/ NG_DEV_FUNC_PTR(AllGatherV_RING_LL128),
-/*   8*/ NG_DEV_FUNC_PTR(AllGatherV_RING_SIMPLE),
+/*   3*/ NG_DEV_FUNC_PTR(AllGather_PAT_SIMPLE),
+/*   4*/ NG_DEV_FUNC_PTR(AllGather_RING_LL),
+/*   5*/ NG_DEV_FUNC_PTR(AllGather_RING_LL128),
+/*   6*/ NG_DEV_FUNC_PTR(AllGather_RING_SIMPLE),
+/*   7*/ NG_DEV_FUNC_PTR(AllGatherV_RING_LL),
+/*   8*/ NG_DEV_FUNC_PTR(AllGatherV_RING_LL128),
+/*   9*/ NG_DEV_FUNC_PTR(AllGatherV_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*   9*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_COLLNET_CHAIN_SIMPLE),
-#else
-/*   9*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
+/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /*  10*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_DIRECT_SIMPLE),
+/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /*  11*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_DIRECT_SIMPLE),
 #else
 /*  12*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_TREE_SIMPLE),
+/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_SIMPLE),
 #else
 /*  13*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_NVLS_TREE_SIMPLE),
 #else
 /*  14*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL128),
+/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL),
 #else
 /*  15*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_SIMPLE),
+/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_LL128),
 #else
 /*  16*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  17*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL),
+/*  17*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_RING_SIMPLE),
 #else
 /*  17*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  18*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL128),
+/*  18*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL),
 #else
 /*  18*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  19*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_SIMPLE),
+/*  19*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_LL128),
 #else
 /*  19*/ nullptr,
 #endif
-/*  20*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_CHAIN_SIMPLE),
-/*  21*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_DIRECT_SIMPLE),
-/*  22*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  23*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  20*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_bf16_TREE_SIMPLE),
 #else
-/*  23*/ nullptr,
+/*  20*/ nullptr,
 #endif
+/*  21*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_CHAIN_SIMPLE),
+/*  22*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_COLLNET_DIRECT_SIMPLE),
+/*  23*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  24*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_TREE_SIMPLE),
+/*  24*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_SIMPLE),
 #else
 /*  24*/ nullptr,
 #endif
-/*  25*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL),
-/*  26*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL128),
-/*  27*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_SIMPLE),
-/*  28*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL),
-/*  29*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL128),
-/*  30*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_SIMPLE),
-/*  31*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE),
-/*  32*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE),
-/*  33*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_DIRECT_SIMPLE),
-/*  34*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL),
-/*  35*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL128),
-/*  36*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_SIMPLE),
-/*  37*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL),
-/*  38*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL128),
-/*  39*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_SIMPLE),
-/*  40*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE),
-/*  41*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE),
-/*  42*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_DIRECT_SIMPLE),
-/*  43*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL),
-/*  44*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL128),
-/*  45*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_SIMPLE),
-/*  46*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL),
-/*  47*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL128),
-/*  48*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  49*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  25*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_NVLS_TREE_SIMPLE),
 #else
-/*  49*/ nullptr,
+/*  25*/ nullptr,
 #endif
+/*  26*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL),
+/*  27*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_LL128),
+/*  28*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_RING_SIMPLE),
+/*  29*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL),
+/*  30*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_LL128),
+/*  31*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f16_TREE_SIMPLE),
+/*  32*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_CHAIN_SIMPLE),
+/*  33*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_COLLNET_DIRECT_SIMPLE),
+/*  34*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_DIRECT_SIMPLE),
+/*  35*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL),
+/*  36*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_LL128),
+/*  37*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_RING_SIMPLE),
+/*  38*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL),
+/*  39*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_LL128),
+/*  40*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f32_TREE_SIMPLE),
+/*  41*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_CHAIN_SIMPLE),
+/*  42*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_COLLNET_DIRECT_SIMPLE),
+/*  43*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_DIRECT_SIMPLE),
+/*  44*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL),
+/*  45*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_LL128),
+/*  46*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_RING_SIMPLE),
+/*  47*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL),
+/*  48*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_LL128),
+/*  49*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  50*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/*  50*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /*  50*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  51*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_DIRECT_SIMPLE),
+/*  51*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /*  51*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  52*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL),
+/*  52*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_DIRECT_SIMPLE),
 #else
 /*  52*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  53*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL128),
+/*  53*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL),
 #else
 /*  53*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  54*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_SIMPLE),
+/*  54*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_LL128),
 #else
 /*  54*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  55*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL),
+/*  55*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_RING_SIMPLE),
 #else
 /*  55*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  56*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL128),
+/*  56*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL),
 #else
 /*  56*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  57*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_SIMPLE),
+/*  57*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_LL128),
 #else
 /*  57*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  58*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/*  58*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e4m3_TREE_SIMPLE),
 #else
 /*  58*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  59*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/*  59*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /*  59*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  60*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_DIRECT_SIMPLE),
+/*  60*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /*  60*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  61*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL),
+/*  61*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_DIRECT_SIMPLE),
 #else
 /*  61*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  62*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL128),
+/*  62*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL),
 #else
 /*  62*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  63*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_SIMPLE),
+/*  63*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_LL128),
 #else
 /*  63*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  64*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL),
+/*  64*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_RING_SIMPLE),
 #else
 /*  64*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  65*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL128),
+/*  65*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL),
 #else
 /*  65*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  66*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_SIMPLE),
+/*  66*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_LL128),
 #else
 /*  66*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  67*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  67*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_f8e5m2_TREE_SIMPLE),
 #else
 /*  67*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  68*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
+/*  68*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
 #else
 /*  68*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  69*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_SIMPLE),
+/*  69*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
 #else
 /*  69*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  70*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_TREE_SIMPLE),
+/*  70*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_SIMPLE),
 #else
 /*  70*/ nullptr,
 #endif
-/*  71*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
-/*  72*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-/*  73*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  74*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_SIMPLE),
+/*  71*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i64_NVLS_TREE_SIMPLE),
 #else
-/*  74*/ nullptr,
+/*  71*/ nullptr,
 #endif
+/*  72*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
+/*  73*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+/*  74*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  75*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_TREE_SIMPLE),
+/*  75*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_SIMPLE),
 #else
 /*  75*/ nullptr,
 #endif
-/*  76*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
-/*  77*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
-/*  78*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
-/*  79*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
-/*  80*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
-/*  81*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
-/*  82*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_CHAIN_SIMPLE),
-/*  83*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_DIRECT_SIMPLE),
-/*  84*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  85*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_SIMPLE),
+/*  76*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_NVLS_TREE_SIMPLE),
 #else
-/*  85*/ nullptr,
+/*  76*/ nullptr,
 #endif
+/*  77*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
+/*  78*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
+/*  79*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
+/*  80*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
+/*  81*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
+/*  82*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
+/*  83*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_CHAIN_SIMPLE),
+/*  84*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+/*  85*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  86*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_TREE_SIMPLE),
+/*  86*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_SIMPLE),
 #else
 /*  86*/ nullptr,
 #endif
-/*  87*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL),
-/*  88*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL128),
-/*  89*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_SIMPLE),
-/*  90*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL),
-/*  91*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL128),
-/*  92*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_SIMPLE),
-/*  93*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE),
-/*  94*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE),
-/*  95*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_DIRECT_SIMPLE),
-/*  96*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL),
-/*  97*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL128),
-/*  98*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_SIMPLE),
-/*  99*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL),
-/* 100*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL128),
-/* 101*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 102*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  87*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_NVLS_TREE_SIMPLE),
 #else
-/* 102*/ nullptr,
+/*  87*/ nullptr,
 #endif
+/*  88*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL),
+/*  89*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_LL128),
+/*  90*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_RING_SIMPLE),
+/*  91*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL),
+/*  92*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_LL128),
+/*  93*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u64_TREE_SIMPLE),
+/*  94*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_CHAIN_SIMPLE),
+/*  95*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_COLLNET_DIRECT_SIMPLE),
+/*  96*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_DIRECT_SIMPLE),
+/*  97*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL),
+/*  98*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_LL128),
+/*  99*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_RING_SIMPLE),
+/* 100*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL),
+/* 101*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_LL128),
+/* 102*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 103*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 103*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /* 103*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
+/* 104*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 104*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
+/* 105*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL),
 #else
 /* 105*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
+/* 106*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_LL128),
 #else
 /* 106*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
+/* 107*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_RING_SIMPLE),
 #else
 /* 107*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
+/* 108*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL),
 #else
 /* 108*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
+/* 109*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_LL128),
 #else
 /* 109*/ nullptr,
 #endif
-/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
-/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
-/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
-/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
-/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
-/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
-/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
-/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
-/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
-/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
-/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
-/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
-/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
-/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
-/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
-/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 110*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_bf16_TREE_SIMPLE),
 #else
-/* 134*/ nullptr,
+/* 110*/ nullptr,
 #endif
+/* 111*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
+/* 112*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 113*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/* 114*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/* 115*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/* 116*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/* 117*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/* 118*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
+/* 119*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_CHAIN_SIMPLE),
+/* 120*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 121*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL),
+/* 122*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_LL128),
+/* 123*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_RING_SIMPLE),
+/* 124*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL),
+/* 125*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_LL128),
+/* 126*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f32_TREE_SIMPLE),
+/* 127*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_CHAIN_SIMPLE),
+/* 128*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 129*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL),
+/* 130*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_LL128),
+/* 131*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_RING_SIMPLE),
+/* 132*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL),
+/* 133*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_LL128),
+/* 134*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 135*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /* 135*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
+/* 136*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 136*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
+/* 137*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL),
 #else
 /* 137*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
+/* 138*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_LL128),
 #else
 /* 138*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
+/* 139*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
 /* 139*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
+/* 140*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL),
 #else
 /* 140*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
+/* 141*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_LL128),
 #else
 /* 141*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/* 142*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e4m3_TREE_SIMPLE),
 #else
 /* 142*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 143*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 143*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
+/* 144*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 144*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
+/* 145*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL),
 #else
 /* 145*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
+/* 146*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_LL128),
 #else
 /* 146*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
+/* 147*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_RING_SIMPLE),
 #else
 /* 147*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
+/* 148*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL),
 #else
 /* 148*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
+/* 149*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_LL128),
 #else
 /* 149*/ nullptr,
 #endif
-/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
-/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
-/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
-/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
-/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
-/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
-/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
-/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
-/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
-/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
-/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
-/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
-/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
-/* 165*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
-/* 166*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
-/* 167*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 168*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
-/* 169*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
-/* 170*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
-/* 171*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
-/* 172*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
-/* 173*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 174*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 150*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f8e5m2_TREE_SIMPLE),
 #else
-/* 174*/ nullptr,
+/* 150*/ nullptr,
 #endif
+/* 151*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_CHAIN_SIMPLE),
+/* 152*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 153*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL),
+/* 154*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_LL128),
+/* 155*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_RING_SIMPLE),
+/* 156*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL),
+/* 157*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_LL128),
+/* 158*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u32_TREE_SIMPLE),
+/* 159*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_CHAIN_SIMPLE),
+/* 160*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 161*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL),
+/* 162*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_LL128),
+/* 163*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_RING_SIMPLE),
+/* 164*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL),
+/* 165*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_LL128),
+/* 166*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u64_TREE_SIMPLE),
+/* 167*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_CHAIN_SIMPLE),
+/* 168*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 169*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL),
+/* 170*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_LL128),
+/* 171*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_RING_SIMPLE),
+/* 172*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL),
+/* 173*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_LL128),
+/* 174*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 175*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/* 175*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /* 175*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 176*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
+/* 176*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 176*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 177*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+/* 177*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
 #else
 /* 177*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 178*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+/* 178*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
 #else
 /* 178*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 179*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+/* 179*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
 #else
 /* 179*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 180*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+/* 180*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
 #else
 /* 180*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 181*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+/* 181*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
 #else
 /* 181*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 182*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+/* 182*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
 #else
 /* 182*/ nullptr,
 #endif
-/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
-/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_DIRECT_SIMPLE),
-/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
-/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
-/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
-/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
-/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
-/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
-/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
-/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_DIRECT_SIMPLE),
-/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
-/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
-/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
-/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
-/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
-/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
-/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
-/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_DIRECT_SIMPLE),
-/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
-/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
-/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
-/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
-/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
-/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 183*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
 #else
-/* 210*/ nullptr,
+/* 183*/ nullptr,
 #endif
+/* 184*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_CHAIN_SIMPLE),
+/* 185*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 186*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_DIRECT_SIMPLE),
+/* 187*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL),
+/* 188*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_LL128),
+/* 189*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_RING_SIMPLE),
+/* 190*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL),
+/* 191*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_LL128),
+/* 192*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f16_TREE_SIMPLE),
+/* 193*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_CHAIN_SIMPLE),
+/* 194*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 195*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_DIRECT_SIMPLE),
+/* 196*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL),
+/* 197*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_LL128),
+/* 198*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_RING_SIMPLE),
+/* 199*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL),
+/* 200*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_LL128),
+/* 201*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f32_TREE_SIMPLE),
+/* 202*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_CHAIN_SIMPLE),
+/* 203*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 204*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_DIRECT_SIMPLE),
+/* 205*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL),
+/* 206*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_LL128),
+/* 207*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_RING_SIMPLE),
+/* 208*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL),
+/* 209*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_LL128),
+/* 210*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 211*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /* 211*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE),
+/* 212*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 212*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
+/* 213*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_DIRECT_SIMPLE),
 #else
 /* 213*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
+/* 214*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL),
 #else
 /* 214*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
+/* 215*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_LL128),
 #else
 /* 215*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
+/* 216*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_RING_SIMPLE),
 #else
 /* 216*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
+/* 217*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL),
 #else
 /* 217*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
+/* 218*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_LL128),
 #else
 /* 218*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/* 219*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e4m3_TREE_SIMPLE),
 #else
 /* 219*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 220*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 220*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE),
+/* 221*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 221*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
+/* 222*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_DIRECT_SIMPLE),
 #else
 /* 222*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
+/* 223*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL),
 #else
 /* 223*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
+/* 224*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_LL128),
 #else
 /* 224*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
+/* 225*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_RING_SIMPLE),
 #else
 /* 225*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
+/* 226*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL),
 #else
 /* 226*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
+/* 227*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_LL128),
 #else
 /* 227*/ nullptr,
 #endif
-/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
-/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_DIRECT_SIMPLE),
-/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
-/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
-/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
-/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
-/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
-/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
-/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
-/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_DIRECT_SIMPLE),
-/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
-/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
-/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
-/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
-/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
-/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
-/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
-/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_DIRECT_SIMPLE),
-/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
-/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
-/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
-/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
-/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
-/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 228*/ NG_DEV_FUNC_PTR(AllReduce_Prod_f8e5m2_TREE_SIMPLE),
 #else
-/* 255*/ nullptr,
+/* 228*/ nullptr,
 #endif
+/* 229*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_CHAIN_SIMPLE),
+/* 230*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 231*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_DIRECT_SIMPLE),
+/* 232*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL),
+/* 233*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_LL128),
+/* 234*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_RING_SIMPLE),
+/* 235*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL),
+/* 236*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_LL128),
+/* 237*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u32_TREE_SIMPLE),
+/* 238*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_CHAIN_SIMPLE),
+/* 239*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 240*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_DIRECT_SIMPLE),
+/* 241*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL),
+/* 242*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_LL128),
+/* 243*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_RING_SIMPLE),
+/* 244*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL),
+/* 245*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_LL128),
+/* 246*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u64_TREE_SIMPLE),
+/* 247*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_CHAIN_SIMPLE),
+/* 248*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 249*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_DIRECT_SIMPLE),
+/* 250*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL),
+/* 251*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_LL128),
+/* 252*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_RING_SIMPLE),
+/* 253*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL),
+/* 254*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_LL128),
+/* 255*/ NG_DEV_FUNC_PTR(AllReduce_Prod_u8_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 256*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /* 256*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_DIRECT_SIMPLE),
+/* 257*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 257*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 258*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_DIRECT_SIMPLE),
 #else
 /* 258*/ nullptr,
 #endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
+/* 259*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_SIMPLE),
 #else
 /* 259*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 260*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_NVLS_TREE_SIMPLE),
 #else
 /* 260*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
+/* 261*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL),
 #else
 /* 261*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
+/* 262*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_LL128),
 #else
 /* 262*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
+/* 263*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_RING_SIMPLE),
 #else
 /* 263*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
+/* 264*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL),
 #else
 /* 264*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
+/* 265*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_LL128),
 #else
 /* 265*/ nullptr,
 #endif
-/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
-/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
-/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 266*/ NG_DEV_FUNC_PTR(AllReduce_Sum_bf16_TREE_SIMPLE),
 #else
-/* 269*/ nullptr,
+/* 266*/ nullptr,
 #endif
+/* 267*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_CHAIN_SIMPLE),
+/* 268*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_COLLNET_DIRECT_SIMPLE),
+/* 269*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
+/* 270*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_SIMPLE),
 #else
 /* 270*/ nullptr,
 #endif
-/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
-/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
-/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
-/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
-/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
-/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
-/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
-/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+/* 271*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_NVLS_TREE_SIMPLE),
 #else
-/* 280*/ nullptr,
+/* 271*/ nullptr,
 #endif
+/* 272*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL),
+/* 273*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_LL128),
+/* 274*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_RING_SIMPLE),
+/* 275*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL),
+/* 276*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_LL128),
+/* 277*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f16_TREE_SIMPLE),
+/* 278*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/* 279*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/* 280*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
+/* 281*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
 #else
 /* 281*/ nullptr,
 #endif
-/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
-/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
-/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
-/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
+/* 282*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
-/* 291*/ nullptr,
+/* 282*/ nullptr,
 #endif
+/* 283*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/* 284*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/* 285*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/* 286*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/* 287*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/* 288*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
+/* 289*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_CHAIN_SIMPLE),
+/* 290*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_COLLNET_DIRECT_SIMPLE),
+/* 291*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
+/* 292*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_SIMPLE),
 #else
 /* 292*/ nullptr,
 #endif
-/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
-/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
-/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
-/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
-/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
-/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 293*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_NVLS_TREE_SIMPLE),
 #else
-/* 299*/ nullptr,
+/* 293*/ nullptr,
 #endif
+/* 294*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL),
+/* 295*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_LL128),
+/* 296*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_RING_SIMPLE),
+/* 297*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL),
+/* 298*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_LL128),
+/* 299*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f64_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 300*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /* 300*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
+/* 301*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 301*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+/* 302*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
 #else
 /* 302*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/* 303*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
 #else
 /* 303*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+/* 304*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
 #else
 /* 304*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+/* 305*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
 #else
 /* 305*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+/* 306*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
 #else
 /* 306*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+/* 307*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
 #else
 /* 307*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
+/* 308*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
 #else
 /* 308*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 309*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_CHAIN_SIMPLE),
 #else
 /* 309*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE),
+/* 310*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
 /* 310*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
+/* 311*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_DIRECT_SIMPLE),
 #else
 /* 311*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
+/* 312*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL),
 #else
 /* 312*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
+/* 313*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_LL128),
 #else
 /* 313*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
+/* 314*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_RING_SIMPLE),
 #else
 /* 314*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
+/* 315*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL),
 #else
 /* 315*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
+/* 316*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_LL128),
 #else
 /* 316*/ nullptr,
 #endif
-/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 317*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e5m2_TREE_SIMPLE),
 #else
-/* 320*/ nullptr,
+/* 317*/ nullptr,
 #endif
+/* 318*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/* 319*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/* 320*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 321*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+/* 321*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
 #else
 /* 321*/ nullptr,
 #endif
-/* 322*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/* 323*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/* 324*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/* 325*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/* 326*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/* 327*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/* 328*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
-/* 329*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
-/* 330*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 331*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
+/* 322*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
 #else
-/* 331*/ nullptr,
+/* 322*/ nullptr,
 #endif
+/* 323*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/* 324*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/* 325*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/* 326*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/* 327*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/* 328*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/* 329*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_CHAIN_SIMPLE),
+/* 330*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 331*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 332*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
+/* 332*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_SIMPLE),
 #else
 /* 332*/ nullptr,
 #endif
-/* 333*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
-/* 334*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
-/* 335*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
-/* 336*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
-/* 337*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
-/* 338*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
-/* 339*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
-/* 340*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 341*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_DIRECT_SIMPLE),
-/* 342*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
-/* 343*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
-/* 344*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
-/* 345*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
-/* 346*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
-/* 347*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
-/* 348*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/* 349*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 350*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
-/* 351*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/* 352*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/* 353*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/* 354*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/* 355*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/* 356*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/* 357*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
-/* 358*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 359*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE),
-/* 360*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
-/* 361*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
-/* 362*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
-/* 363*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
-/* 364*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
-/* 365*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
-/* 366*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
-/* 367*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 368*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE),
-/* 369*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
-/* 370*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
-/* 371*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
-/* 372*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
-/* 373*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
-/* 374*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
-/* 375*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/* 376*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/* 377*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 378*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 333*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_NVLS_TREE_SIMPLE),
 #else
-/* 378*/ nullptr,
+/* 333*/ nullptr,
 #endif
+/* 334*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL),
+/* 335*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_LL128),
+/* 336*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_RING_SIMPLE),
+/* 337*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL),
+/* 338*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_LL128),
+/* 339*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u64_TREE_SIMPLE),
+/* 340*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_CHAIN_SIMPLE),
+/* 341*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 342*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_DIRECT_SIMPLE),
+/* 343*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL),
+/* 344*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_LL128),
+/* 345*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_RING_SIMPLE),
+/* 346*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL),
+/* 347*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_LL128),
+/* 348*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u8_TREE_SIMPLE),
+/* 349*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/* 350*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 351*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/* 352*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/* 353*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/* 354*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/* 355*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/* 356*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/* 357*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/* 358*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_CHAIN_SIMPLE),
+/* 359*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 360*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_DIRECT_SIMPLE),
+/* 361*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL),
+/* 362*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_LL128),
+/* 363*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_RING_SIMPLE),
+/* 364*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL),
+/* 365*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_LL128),
+/* 366*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u64_TREE_SIMPLE),
+/* 367*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_CHAIN_SIMPLE),
+/* 368*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 369*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_DIRECT_SIMPLE),
+/* 370*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL),
+/* 371*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_LL128),
+/* 372*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_RING_SIMPLE),
+/* 373*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL),
+/* 374*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_LL128),
+/* 375*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u8_TREE_SIMPLE),
+/* 376*/ NG_DEV_FUNC_PTR(Broadcast_DIRECT_SIMPLE),
+/* 377*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/* 378*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/* 379*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 379*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
-#else
-/* 379*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 380*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
+/* 380*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL),
 #else
 /* 380*/ nullptr,
 #endif
-/* 381*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
-/* 382*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
-/* 383*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
-/* 384*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
-/* 385*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
-/* 386*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
-/* 387*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
-/* 388*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
-/* 389*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 390*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 381*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_LL128),
 #else
-/* 390*/ nullptr,
+/* 381*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 391*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 382*/ NG_DEV_FUNC_PTR(Reduce_MinMax_bf16_RING_SIMPLE),
 #else
-/* 391*/ nullptr,
+/* 382*/ nullptr,
 #endif
+/* 383*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL),
+/* 384*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_LL128),
+/* 385*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f16_RING_SIMPLE),
+/* 386*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL),
+/* 387*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_LL128),
+/* 388*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f32_RING_SIMPLE),
+/* 389*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL),
+/* 390*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_LL128),
+/* 391*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 392*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
+/* 392*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL),
 #else
 /* 392*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 393*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
+/* 393*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_LL128),
 #else
 /* 393*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 394*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
+/* 394*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e4m3_RING_SIMPLE),
 #else
 /* 394*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 395*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
+/* 395*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL),
 #else
 /* 395*/ nullptr,
 #endif
-/* 396*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
-/* 397*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
-/* 398*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
-/* 399*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
-/* 400*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
-/* 401*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
-/* 402*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
-/* 403*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
-/* 404*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 405*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 396*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_LL128),
 #else
-/* 405*/ nullptr,
+/* 396*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 406*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 397*/ NG_DEV_FUNC_PTR(Reduce_MinMax_f8e5m2_RING_SIMPLE),
 #else
-/* 406*/ nullptr,
+/* 397*/ nullptr,
 #endif
+/* 398*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL),
+/* 399*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_LL128),
+/* 400*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u32_RING_SIMPLE),
+/* 401*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL),
+/* 402*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_LL128),
+/* 403*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u64_RING_SIMPLE),
+/* 404*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL),
+/* 405*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_LL128),
+/* 406*/ NG_DEV_FUNC_PTR(Reduce_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 407*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
+/* 407*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL),
 #else
 /* 407*/ nullptr,
 #endif
-/* 408*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
-/* 409*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
-/* 410*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
-/* 411*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
-/* 412*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
-/* 413*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
-/* 414*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
-/* 415*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
-/* 416*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 417*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 408*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_LL128),
 #else
-/* 417*/ nullptr,
+/* 408*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 418*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 409*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 418*/ nullptr,
+/* 409*/ nullptr,
 #endif
+/* 410*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL),
+/* 411*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_LL128),
+/* 412*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f16_RING_SIMPLE),
+/* 413*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL),
+/* 414*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_LL128),
+/* 415*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f32_RING_SIMPLE),
+/* 416*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL),
+/* 417*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_LL128),
+/* 418*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 419*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
+/* 419*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL),
 #else
 /* 419*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 420*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
+/* 420*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_LL128),
 #else
 /* 420*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 421*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
+/* 421*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
 /* 421*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 422*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
+/* 422*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL),
 #else
 /* 422*/ nullptr,
 #endif
-/* 423*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
-/* 424*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
-/* 425*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
-/* 426*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
-/* 427*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
-/* 428*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
-/* 429*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
-/* 430*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
-/* 431*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 432*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 423*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_LL128),
 #else
-/* 432*/ nullptr,
+/* 423*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 433*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 424*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_f8e5m2_RING_SIMPLE),
 #else
-/* 433*/ nullptr,
+/* 424*/ nullptr,
 #endif
+/* 425*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL),
+/* 426*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_LL128),
+/* 427*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u32_RING_SIMPLE),
+/* 428*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL),
+/* 429*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_LL128),
+/* 430*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u64_RING_SIMPLE),
+/* 431*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL),
+/* 432*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_LL128),
+/* 433*/ NG_DEV_FUNC_PTR(Reduce_PreMulSum_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 434*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
+/* 434*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL),
 #else
 /* 434*/ nullptr,
 #endif
-/* 435*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
-/* 436*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
-/* 437*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
-/* 438*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
-/* 439*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
-/* 440*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
-/* 441*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
-/* 442*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
-/* 443*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 444*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 435*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_LL128),
 #else
-/* 444*/ nullptr,
+/* 435*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 445*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 436*/ NG_DEV_FUNC_PTR(Reduce_Prod_bf16_RING_SIMPLE),
 #else
-/* 445*/ nullptr,
+/* 436*/ nullptr,
 #endif
+/* 437*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL),
+/* 438*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_LL128),
+/* 439*/ NG_DEV_FUNC_PTR(Reduce_Prod_f16_RING_SIMPLE),
+/* 440*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL),
+/* 441*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_LL128),
+/* 442*/ NG_DEV_FUNC_PTR(Reduce_Prod_f32_RING_SIMPLE),
+/* 443*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL),
+/* 444*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_LL128),
+/* 445*/ NG_DEV_FUNC_PTR(Reduce_Prod_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 446*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
+/* 446*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL),
 #else
 /* 446*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 447*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
+/* 447*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_LL128),
 #else
 /* 447*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 448*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
+/* 448*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e4m3_RING_SIMPLE),
 #else
 /* 448*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 449*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
+/* 449*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL),
 #else
 /* 449*/ nullptr,
 #endif
-/* 450*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
-/* 451*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
-/* 452*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
-/* 453*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
-/* 454*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
-/* 455*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
-/* 456*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
-/* 457*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
-/* 458*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 459*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 450*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_LL128),
 #else
-/* 459*/ nullptr,
+/* 450*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 460*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 451*/ NG_DEV_FUNC_PTR(Reduce_Prod_f8e5m2_RING_SIMPLE),
 #else
-/* 460*/ nullptr,
+/* 451*/ nullptr,
 #endif
+/* 452*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL),
+/* 453*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_LL128),
+/* 454*/ NG_DEV_FUNC_PTR(Reduce_Prod_u32_RING_SIMPLE),
+/* 455*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL),
+/* 456*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_LL128),
+/* 457*/ NG_DEV_FUNC_PTR(Reduce_Prod_u64_RING_SIMPLE),
+/* 458*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL),
+/* 459*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_LL128),
+/* 460*/ NG_DEV_FUNC_PTR(Reduce_Prod_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 461*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
+/* 461*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL),
 #else
 /* 461*/ nullptr,
 #endif
-/* 462*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
-/* 463*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
-/* 464*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
-/* 465*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/* 466*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/* 467*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/* 468*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
-/* 469*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
-/* 470*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 471*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 462*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_LL128),
 #else
-/* 471*/ nullptr,
+/* 462*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 472*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 463*/ NG_DEV_FUNC_PTR(Reduce_Sum_bf16_RING_SIMPLE),
 #else
-/* 472*/ nullptr,
+/* 463*/ nullptr,
 #endif
+/* 464*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL),
+/* 465*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_LL128),
+/* 466*/ NG_DEV_FUNC_PTR(Reduce_Sum_f16_RING_SIMPLE),
+/* 467*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/* 468*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/* 469*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/* 470*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL),
+/* 471*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_LL128),
+/* 472*/ NG_DEV_FUNC_PTR(Reduce_Sum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 473*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
+/* 473*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL),
 #else
 /* 473*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 474*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
+/* 474*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_LL128),
 #else
 /* 474*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 475*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
+/* 475*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e4m3_RING_SIMPLE),
 #else
 /* 475*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 476*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
+/* 476*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL),
 #else
 /* 476*/ nullptr,
 #endif
-/* 477*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
-/* 478*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
-/* 479*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
-/* 480*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
-/* 481*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
-/* 482*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
-/* 483*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
-/* 484*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
-/* 485*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
-/* 486*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
-/* 487*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
-/* 488*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
-/* 489*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
-/* 490*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
-/* 491*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
-/* 492*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
-/* 493*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
-/* 494*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 495*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 477*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_LL128),
 #else
-/* 495*/ nullptr,
+/* 477*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 496*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 478*/ NG_DEV_FUNC_PTR(Reduce_Sum_f8e5m2_RING_SIMPLE),
 #else
-/* 496*/ nullptr,
+/* 478*/ nullptr,
 #endif
+/* 479*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL),
+/* 480*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_LL128),
+/* 481*/ NG_DEV_FUNC_PTR(Reduce_Sum_u32_RING_SIMPLE),
+/* 482*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL),
+/* 483*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_LL128),
+/* 484*/ NG_DEV_FUNC_PTR(Reduce_Sum_u64_RING_SIMPLE),
+/* 485*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL),
+/* 486*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_LL128),
+/* 487*/ NG_DEV_FUNC_PTR(Reduce_Sum_u8_RING_SIMPLE),
+/* 488*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL),
+/* 489*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_LL128),
+/* 490*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u32_RING_SIMPLE),
+/* 491*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL),
+/* 492*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_LL128),
+/* 493*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u64_RING_SIMPLE),
+/* 494*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL),
+/* 495*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_LL128),
+/* 496*/ NG_DEV_FUNC_PTR(Reduce_SumPostDiv_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 497*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
+/* 497*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /* 497*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 498*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
+/* 498*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_DIRECT_SIMPLE),
 #else
 /* 498*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 499*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 499*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_NVLS_SIMPLE),
 #else
 /* 499*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 500*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
+/* 500*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_PAT_SIMPLE),
 #else
 /* 500*/ nullptr,
 #endif
-/* 501*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 502*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 501*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL),
+#else
+/* 501*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 502*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_LL128),
 #else
 /* 502*/ nullptr,
 #endif
-/* 503*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
-/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
-/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
-/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
-/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
-/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
-/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
-/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
-/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
-/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
-/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
-/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
-/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
-/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 503*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_bf16_RING_SIMPLE),
 #else
-/* 517*/ nullptr,
+/* 503*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
+/* 504*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE),
+/* 505*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 506*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_NVLS_SIMPLE),
 #else
-/* 518*/ nullptr,
+/* 506*/ nullptr,
 #endif
+/* 507*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_PAT_SIMPLE),
+/* 508*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL),
+/* 509*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_LL128),
+/* 510*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f16_RING_SIMPLE),
+/* 511*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE),
+/* 512*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_DIRECT_SIMPLE),
+/* 513*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_PAT_SIMPLE),
+/* 514*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL),
+/* 515*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_LL128),
+/* 516*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f32_RING_SIMPLE),
+/* 517*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE),
+/* 518*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_DIRECT_SIMPLE),
+/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_PAT_SIMPLE),
+/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL),
+/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_LL128),
+/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 519*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
-#else
-/* 519*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 520*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
-#else
-/* 520*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 521*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
-#else
-/* 521*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 522*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 522*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
+/* 523*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /* 523*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
+/* 524*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_DIRECT_SIMPLE),
 #else
 /* 524*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
+/* 525*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_PAT_SIMPLE),
 #else
 /* 525*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
+/* 526*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL),
 #else
 /* 526*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 527*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_LL128),
 #else
 /* 527*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 528*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e4m3_RING_SIMPLE),
 #else
 /* 528*/ nullptr,
 #endif
-/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 529*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 529*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 530*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_DIRECT_SIMPLE),
 #else
 /* 530*/ nullptr,
 #endif
-/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
-/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
-/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
-/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
-/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 531*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_PAT_SIMPLE),
+#else
+/* 531*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 532*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL),
+#else
+/* 532*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 533*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_LL128),
+#else
+/* 533*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 534*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_f8e5m2_RING_SIMPLE),
+#else
+/* 534*/ nullptr,
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
+/* 535*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i32_NVLS_SIMPLE),
+#else
+/* 535*/ nullptr,
+#endif
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 536*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_i64_NVLS_SIMPLE),
 #else
 /* 536*/ nullptr,
 #endif
-/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
-/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
-/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
-/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
-/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
-/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
-/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
-/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
-/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 537*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+/* 538*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 539*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_NVLS_SIMPLE),
+#else
+/* 539*/ nullptr,
+#endif
+/* 540*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_PAT_SIMPLE),
+/* 541*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL),
+/* 542*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_LL128),
+/* 543*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u32_RING_SIMPLE),
+/* 544*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_COLLNET_DIRECT_SIMPLE),
+/* 545*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 546*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_NVLS_SIMPLE),
 #else
 /* 546*/ nullptr,
 #endif
+/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_PAT_SIMPLE),
+/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL),
+/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_LL128),
+/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u64_RING_SIMPLE),
+/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE),
+/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_DIRECT_SIMPLE),
+/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_PAT_SIMPLE),
+/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL),
+/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_LL128),
+/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_MinMax_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 547*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
+/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 547*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 548*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
-#else
-/* 548*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 549*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
-#else
-/* 549*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 550*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
-#else
-/* 550*/ nullptr,
-#endif
-/* 551*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/* 552*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
-/* 553*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
-/* 554*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
-/* 555*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
-/* 556*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
-/* 557*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
-/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
-/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
-/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
-/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
-/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
-/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
-/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
-/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
-#else
-/* 566*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
-#else
-/* 567*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
-#else
-/* 568*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
-#else
-/* 569*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
-#else
-/* 570*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
-#else
-/* 571*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
-#else
-/* 572*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
-#else
-/* 573*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
-#else
-/* 574*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
-#else
-/* 575*/ nullptr,
-#endif
-/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
-/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
-/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
-/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
-/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
-/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
-/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
-/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
-/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
-/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
-/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
-/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
-/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
-/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
-/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
-#else
-/* 591*/ nullptr,
+/* 557*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
+/* 558*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_PAT_SIMPLE),
 #else
-/* 592*/ nullptr,
+/* 558*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
+/* 559*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL),
 #else
-/* 593*/ nullptr,
+/* 559*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
+/* 560*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_LL128),
 #else
-/* 594*/ nullptr,
+/* 560*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
+/* 561*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_bf16_RING_SIMPLE),
 #else
-/* 595*/ nullptr,
+/* 561*/ nullptr,
 #endif
-/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
-/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
-/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
-/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
-/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
-/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
-/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
-/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
-/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
-/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
-/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
-/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
-/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
-/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
-/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
+/* 562*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/* 563*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_PAT_SIMPLE),
+/* 564*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL),
+/* 565*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_LL128),
+/* 566*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f16_RING_SIMPLE),
+/* 567*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_COLLNET_DIRECT_SIMPLE),
+/* 568*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_PAT_SIMPLE),
+/* 569*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL),
+/* 570*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_LL128),
+/* 571*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f32_RING_SIMPLE),
+/* 572*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_COLLNET_DIRECT_SIMPLE),
+/* 573*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_PAT_SIMPLE),
+/* 574*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL),
+/* 575*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_LL128),
+/* 576*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f64_RING_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/* 577*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
-/* 611*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
-#else
-/* 612*/ nullptr,
+/* 577*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
+/* 578*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_PAT_SIMPLE),
 #else
-/* 613*/ nullptr,
+/* 578*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
+/* 579*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL),
 #else
-/* 614*/ nullptr,
+/* 579*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
+/* 580*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_LL128),
 #else
-/* 615*/ nullptr,
+/* 580*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 581*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e4m3_RING_SIMPLE),
 #else
-/* 616*/ nullptr,
+/* 581*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
+/* 582*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_COLLNET_DIRECT_SIMPLE),
 #else
-/* 617*/ nullptr,
+/* 582*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
+/* 583*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_PAT_SIMPLE),
 #else
-/* 618*/ nullptr,
+/* 583*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
+/* 584*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL),
 #else
-/* 619*/ nullptr,
+/* 584*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
+/* 585*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_LL128),
 #else
-/* 620*/ nullptr,
+/* 585*/ nullptr,
 #endif
-/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
-/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
-/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
-/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
-/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
-/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
-/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
-/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
-/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
-/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
-/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
-/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
-/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
-/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
-/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 586*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_f8e5m2_RING_SIMPLE),
+#else
+/* 586*/ nullptr,
+#endif
+/* 587*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_COLLNET_DIRECT_SIMPLE),
+/* 588*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_PAT_SIMPLE),
+/* 589*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL),
+/* 590*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_LL128),
+/* 591*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u32_RING_SIMPLE),
+/* 592*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_COLLNET_DIRECT_SIMPLE),
+/* 593*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_PAT_SIMPLE),
+/* 594*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL),
+/* 595*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_LL128),
+/* 596*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u64_RING_SIMPLE),
+/* 597*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_COLLNET_DIRECT_SIMPLE),
+/* 598*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_PAT_SIMPLE),
+/* 599*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL),
+/* 600*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_LL128),
+/* 601*/ NG_DEV_FUNC_PTR(ReduceScatter_PreMulSum_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
+/* 602*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+#else
+/* 602*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 603*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_DIRECT_SIMPLE),
+#else
+/* 603*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 604*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_PAT_SIMPLE),
+#else
+/* 604*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 605*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL),
+#else
+/* 605*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 606*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_LL128),
+#else
+/* 606*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 607*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_bf16_RING_SIMPLE),
+#else
+/* 607*/ nullptr,
+#endif
+/* 608*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE),
+/* 609*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_DIRECT_SIMPLE),
+/* 610*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_PAT_SIMPLE),
+/* 611*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL),
+/* 612*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_LL128),
+/* 613*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f16_RING_SIMPLE),
+/* 614*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE),
+/* 615*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_DIRECT_SIMPLE),
+/* 616*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_PAT_SIMPLE),
+/* 617*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL),
+/* 618*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_LL128),
+/* 619*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f32_RING_SIMPLE),
+/* 620*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE),
+/* 621*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_DIRECT_SIMPLE),
+/* 622*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_PAT_SIMPLE),
+/* 623*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL),
+/* 624*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_LL128),
+/* 625*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 626*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 626*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 627*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_DIRECT_SIMPLE),
+#else
+/* 627*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 628*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_PAT_SIMPLE),
+#else
+/* 628*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 629*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL),
+#else
+/* 629*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 630*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_LL128),
+#else
+/* 630*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 631*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e4m3_RING_SIMPLE),
+#else
+/* 631*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 632*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 632*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 633*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_DIRECT_SIMPLE),
+#else
+/* 633*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 634*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE),
+#else
+/* 634*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 635*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL),
+#else
+/* 635*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 636*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_LL128),
 #else
 /* 636*/ nullptr,
 #endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 637*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_f8e5m2_RING_SIMPLE),
 #else
 /* 637*/ nullptr,
 #endif
+/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE),
+/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_DIRECT_SIMPLE),
+/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_PAT_SIMPLE),
+/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL),
+/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_LL128),
+/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u32_RING_SIMPLE),
+/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_COLLNET_DIRECT_SIMPLE),
+/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_DIRECT_SIMPLE),
+/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_PAT_SIMPLE),
+/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL),
+/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_LL128),
+/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u64_RING_SIMPLE),
+/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_COLLNET_DIRECT_SIMPLE),
+/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_DIRECT_SIMPLE),
+/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_PAT_SIMPLE),
+/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL),
+/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_LL128),
+/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Prod_u8_RING_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 638*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
+/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE),
 #else
-/* 638*/ nullptr,
+/* 656*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 639*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
+/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_DIRECT_SIMPLE),
 #else
-/* 639*/ nullptr,
+/* 657*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 640*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
-#else
-/* 640*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/* 641*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
-#else
-/* 641*/ nullptr,
-#endif
-/* 642*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 643*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
+/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_NVLS_SIMPLE),
 #else
-/* 643*/ nullptr,
+/* 658*/ nullptr,
 #endif
-/* 644*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
-/* 645*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
-/* 646*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
-/* 647*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
-/* 648*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 649*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_PAT_SIMPLE),
 #else
-/* 649*/ nullptr,
+/* 659*/ nullptr,
 #endif
-/* 650*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/* 651*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/* 652*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/* 653*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/* 654*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 655*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
-#else
-/* 655*/ nullptr,
-#endif
-/* 656*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
-/* 657*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
-/* 658*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
-/* 659*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 660*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL),
 #else
 /* 660*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 661*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_LL128),
 #else
 /* 661*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/* 662*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_bf16_RING_SIMPLE),
 #else
 /* 662*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
-#else
-/* 663*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
-#else
-/* 664*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+/* 663*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE),
+/* 664*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 665*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_NVLS_SIMPLE),
 #else
 /* 665*/ nullptr,
 #endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
-#else
-/* 666*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
-#else
-/* 667*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
-#else
-/* 668*/ nullptr,
-#endif
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
-#else
-/* 669*/ nullptr,
-#endif
-/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/* 666*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_PAT_SIMPLE),
+/* 667*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL),
+/* 668*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_LL128),
+/* 669*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f16_RING_SIMPLE),
+/* 670*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 671*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
+/* 672*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
 #else
-/* 671*/ nullptr,
+/* 672*/ nullptr,
 #endif
-/* 672*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
-/* 673*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
-/* 674*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
-/* 675*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
-/* 676*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 673*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/* 674*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/* 675*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/* 676*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/* 677*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE),
+/* 678*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/* 677*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
+/* 679*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_NVLS_SIMPLE),
 #else
-/* 677*/ nullptr,
+/* 679*/ nullptr,
 #endif
-/* 678*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
-/* 679*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
-/* 680*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
-/* 681*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
-/* 682*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
-/* 683*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
-/* 684*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
-/* 685*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
-/* 686*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
-/* 687*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/* 688*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
-/* 689*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
-/* 690*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
-/* 691*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
-/* 692*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
-/* 693*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
-/* 694*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
-/* 695*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
-/* 696*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
-/* 697*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
-/* 698*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
-/* 699*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
-/* 700*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
-/* 701*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
-/* 702*/ NG_DEV_FUNC_PTR(SendRecv),
+/* 680*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_PAT_SIMPLE),
+/* 681*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL),
+/* 682*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_LL128),
+/* 683*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f64_RING_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 684*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+#else
+/* 684*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 685*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_DIRECT_SIMPLE),
+#else
+/* 685*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 686*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE),
+#else
+/* 686*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 687*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL),
+#else
+/* 687*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 688*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_LL128),
+#else
+/* 688*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 689*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e4m3_RING_SIMPLE),
+#else
+/* 689*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 690*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE),
+#else
+/* 690*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 691*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_DIRECT_SIMPLE),
+#else
+/* 691*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 692*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE),
+#else
+/* 692*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 693*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL),
+#else
+/* 693*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 694*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_LL128),
+#else
+/* 694*/ nullptr,
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/* 695*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f8e5m2_RING_SIMPLE),
+#else
+/* 695*/ nullptr,
+#endif
+/* 696*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/* 697*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 698*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_NVLS_SIMPLE),
+#else
+/* 698*/ nullptr,
+#endif
+/* 699*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_PAT_SIMPLE),
+/* 700*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL),
+/* 701*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_LL128),
+/* 702*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u32_RING_SIMPLE),
+/* 703*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE),
+/* 704*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/* 705*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_NVLS_SIMPLE),
+#else
+/* 705*/ nullptr,
+#endif
+/* 706*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_PAT_SIMPLE),
+/* 707*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL),
+/* 708*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_LL128),
+/* 709*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u64_RING_SIMPLE),
+/* 710*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE),
+/* 711*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_DIRECT_SIMPLE),
+/* 712*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_PAT_SIMPLE),
+/* 713*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL),
+/* 714*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_LL128),
+/* 715*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_u8_RING_SIMPLE),
+/* 716*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/* 717*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_DIRECT_SIMPLE),
+/* 718*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_PAT_SIMPLE),
+/* 719*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL),
+/* 720*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_LL128),
+/* 721*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u32_RING_SIMPLE),
+/* 722*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE),
+/* 723*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_DIRECT_SIMPLE),
+/* 724*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE),
+/* 725*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL),
+/* 726*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_LL128),
+/* 727*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u64_RING_SIMPLE),
+/* 728*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_COLLNET_DIRECT_SIMPLE),
+/* 729*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_DIRECT_SIMPLE),
+/* 730*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_PAT_SIMPLE),
+/* 731*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL),
+/* 732*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_LL128),
+/* 733*/ NG_DEV_FUNC_PTR(ReduceScatter_SumPostDiv_u8_RING_SIMPLE),
+/* 734*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 703;
+extern "C" __device__ int const ngDevFuncCount = 735;
 

@@ -6,6 +6,9 @@
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_bf16_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, COLLNET_DIRECT, SIMPLE)
 #endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC(ReduceScatter_MinMax_bf16_DIRECT_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, DIRECT, SIMPLE)
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_bf16_NVLS_SIMPLE, ReduceScatter, MinMax, __nv_bfloat16, NVLS, SIMPLE)
 #endif

@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f16_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, half, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_f16_DIRECT_SIMPLE, ReduceScatter, MinMax, half, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f16_NVLS_SIMPLE, ReduceScatter, MinMax, half, NVLS, SIMPLE)
 #endif

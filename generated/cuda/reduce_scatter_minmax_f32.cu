@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f32_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_f32_DIRECT_SIMPLE, ReduceScatter, MinMax, float, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_f32_PAT_SIMPLE, ReduceScatter, MinMax, float, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_f32_RING_LL, ReduceScatter, MinMax, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_MinMax_f32_RING_LL128, ReduceScatter, MinMax, float, RING, LL128)

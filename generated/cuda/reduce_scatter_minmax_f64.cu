@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_f64_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_f64_DIRECT_SIMPLE, ReduceScatter, MinMax, double, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_f64_PAT_SIMPLE, ReduceScatter, MinMax, double, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_f64_RING_LL, ReduceScatter, MinMax, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_MinMax_f64_RING_LL128, ReduceScatter, MinMax, double, RING, LL128)

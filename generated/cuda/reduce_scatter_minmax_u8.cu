@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_MinMax_u8_COLLNET_DIRECT_SIMPLE, ReduceScatter, MinMax, uint8_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_MinMax_u8_DIRECT_SIMPLE, ReduceScatter, MinMax, uint8_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_u8_PAT_SIMPLE, ReduceScatter, MinMax, uint8_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_MinMax_u8_RING_LL, ReduceScatter, MinMax, uint8_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_MinMax_u8_RING_LL128, ReduceScatter, MinMax, uint8_t, RING, LL128)

@@ -7,6 +7,9 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_bf16_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, __nv_bfloat16, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC(ReduceScatter_Prod_bf16_DIRECT_SIMPLE, ReduceScatter, Prod, __nv_bfloat16, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC(ReduceScatter_Prod_bf16_PAT_SIMPLE, ReduceScatter, Prod, __nv_bfloat16, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0

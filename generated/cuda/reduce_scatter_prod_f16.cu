@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_f16_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, half, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Prod_f16_DIRECT_SIMPLE, ReduceScatter, Prod, half, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f16_PAT_SIMPLE, ReduceScatter, Prod, half, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f16_RING_LL, ReduceScatter, Prod, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Prod_f16_RING_LL128, ReduceScatter, Prod, half, RING, LL128)

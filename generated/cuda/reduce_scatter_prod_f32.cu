@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_f32_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Prod_f32_DIRECT_SIMPLE, ReduceScatter, Prod, float, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f32_PAT_SIMPLE, ReduceScatter, Prod, float, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f32_RING_LL, ReduceScatter, Prod, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Prod_f32_RING_LL128, ReduceScatter, Prod, float, RING, LL128)

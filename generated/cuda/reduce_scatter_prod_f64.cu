@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_f64_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Prod_f64_DIRECT_SIMPLE, ReduceScatter, Prod, double, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f64_PAT_SIMPLE, ReduceScatter, Prod, double, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_f64_RING_LL, ReduceScatter, Prod, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Prod_f64_RING_LL128, ReduceScatter, Prod, double, RING, LL128)

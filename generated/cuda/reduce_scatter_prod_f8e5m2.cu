@@ -7,6 +7,9 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_f8e5m2_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, __nv_fp8_e5m2, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(ReduceScatter_Prod_f8e5m2_DIRECT_SIMPLE, ReduceScatter, Prod, __nv_fp8_e5m2, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(ReduceScatter_Prod_f8e5m2_PAT_SIMPLE, ReduceScatter, Prod, __nv_fp8_e5m2, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900

@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Prod_u32_COLLNET_DIRECT_SIMPLE, ReduceScatter, Prod, uint32_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Prod_u32_DIRECT_SIMPLE, ReduceScatter, Prod, uint32_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_u32_PAT_SIMPLE, ReduceScatter, Prod, uint32_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Prod_u32_RING_LL, ReduceScatter, Prod, uint32_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Prod_u32_RING_LL128, ReduceScatter, Prod, uint32_t, RING, LL128)

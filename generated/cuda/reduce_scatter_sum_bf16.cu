@@ -6,6 +6,9 @@
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_bf16_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_bfloat16, COLLNET_DIRECT, SIMPLE)
 #endif
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+NG_DEV_FUNC(ReduceScatter_Sum_bf16_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_bfloat16, DIRECT, SIMPLE)
+#endif
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_bf16_NVLS_SIMPLE, ReduceScatter, Sum, __nv_bfloat16, NVLS, SIMPLE)
 #endif
@@ -24,8 +27,8 @@ NG_DEV_FUNC(ReduceScatter_Sum_bf16_RING_SIMPLE, ReduceScatter, Sum, __nv_bfloat1
 
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
-NG_DEV_KERNEL_NOP(ReduceScatter_Sum_bf16_RING_LL, 639)
+NG_DEV_KERNEL_NOP(ReduceScatter_Sum_bf16_RING_LL, 660)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 639, 641)
+NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 660, 662)
   #endif
 #endif

@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f16_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, half, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f16_DIRECT_SIMPLE, ReduceScatter, Sum, half, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f16_NVLS_SIMPLE, ReduceScatter, Sum, half, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL128, ReduceScatter, Sum, half, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_SIMPLE, ReduceScatter, Sum, half, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL, 645, 647)
+NG_DEV_KERNEL(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL, 667, 669)

@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, float, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f32_DIRECT_SIMPLE, ReduceScatter, Sum, float, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f32_NVLS_SIMPLE, ReduceScatter, Sum, float, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL128, ReduceScatter, Sum, float, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_SIMPLE, ReduceScatter, Sum, float, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL, 651, 653)
+NG_DEV_KERNEL(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL, 674, 676)

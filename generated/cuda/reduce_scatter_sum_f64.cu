@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f64_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, double, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_f64_DIRECT_SIMPLE, ReduceScatter, Sum, double, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f64_NVLS_SIMPLE, ReduceScatter, Sum, double, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL128, ReduceScatter, Sum, double, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_SIMPLE, ReduceScatter, Sum, double, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL, 657, 659)
+NG_DEV_KERNEL(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL, 681, 683)

@@ -7,6 +7,9 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e4m3, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(ReduceScatter_Sum_f8e4m3_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e4m3, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(ReduceScatter_Sum_f8e4m3_PAT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e4m3, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -21,8 +24,8 @@ NG_DEV_FUNC(ReduceScatter_Sum_f8e4m3_RING_SIMPLE, ReduceScatter, Sum, __nv_fp8_e
 
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e4m3_RING_LL, 662)
+NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e4m3_RING_LL, 687)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_f8e4m3_RING_LL, ReduceScatter, Sum, __nv_fp8_e4m3, RING, LL, 662, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f8e4m3_RING_LL, ReduceScatter, Sum, __nv_fp8_e4m3, RING, LL, 687, -1)
   #endif
 #endif

@@ -7,6 +7,9 @@
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_f8e5m2_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e5m2, COLLNET_DIRECT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+NG_DEV_FUNC(ReduceScatter_Sum_f8e5m2_DIRECT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e5m2, DIRECT, SIMPLE)
+#endif
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC(ReduceScatter_Sum_f8e5m2_PAT_SIMPLE, ReduceScatter, Sum, __nv_fp8_e5m2, PAT, SIMPLE)
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
@@ -21,8 +24,8 @@ NG_DEV_FUNC(ReduceScatter_Sum_f8e5m2_RING_SIMPLE, ReduceScatter, Sum, __nv_fp8_e
 
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e5m2_RING_LL, 667)
+NG_DEV_KERNEL_NOP(ReduceScatter_Sum_f8e5m2_RING_LL, 693)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_f8e5m2_RING_LL, ReduceScatter, Sum, __nv_fp8_e5m2, RING, LL, 667, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f8e5m2_RING_LL, ReduceScatter, Sum, __nv_fp8_e5m2, RING, LL, 693, -1)
   #endif
 #endif

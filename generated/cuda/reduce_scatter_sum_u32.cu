@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u32_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, uint32_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_u32_DIRECT_SIMPLE, ReduceScatter, Sum, uint32_t, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u32_NVLS_SIMPLE, ReduceScatter, Sum, uint32_t, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, L
 NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_LL128, ReduceScatter, Sum, uint32_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_SIMPLE, ReduceScatter, Sum, uint32_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, LL, 673, 675)
+NG_DEV_KERNEL(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, LL, 700, 702)

@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u64_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, uint64_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_u64_DIRECT_SIMPLE, ReduceScatter, Sum, uint64_t, DIRECT, SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u64_NVLS_SIMPLE, ReduceScatter, Sum, uint64_t, NVLS, SIMPLE)
 #endif
@@ -12,4 +13,4 @@ NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, L
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL128, ReduceScatter, Sum, uint64_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_SIMPLE, ReduceScatter, Sum, uint64_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, LL, 679, 681)
+NG_DEV_KERNEL(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, LL, 707, 709)

@@ -4,9 +4,10 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_Sum_u8_COLLNET_DIRECT_SIMPLE, ReduceScatter, Sum, uint8_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_Sum_u8_DIRECT_SIMPLE, ReduceScatter, Sum, uint8_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_PAT_SIMPLE, ReduceScatter, Sum, uint8_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL128, ReduceScatter, Sum, uint8_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_SIMPLE, ReduceScatter, Sum, uint8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 684, 686)
+NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 713, 715)

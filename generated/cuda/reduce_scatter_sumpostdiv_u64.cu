@@ -4,6 +4,7 @@
 #include "reduce_scatter.h"
 
 NG_DEV_FUNC_UNSUPPORTED(ReduceScatter_SumPostDiv_u64_COLLNET_DIRECT_SIMPLE, ReduceScatter, SumPostDiv, uint64_t, COLLNET_DIRECT, SIMPLE)
+NG_DEV_FUNC(ReduceScatter_SumPostDiv_u64_DIRECT_SIMPLE, ReduceScatter, SumPostDiv, uint64_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_SumPostDiv_u64_PAT_SIMPLE, ReduceScatter, SumPostDiv, uint64_t, PAT, SIMPLE)
 NG_DEV_FUNC(ReduceScatter_SumPostDiv_u64_RING_LL, ReduceScatter, SumPostDiv, uint64_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_SumPostDiv_u64_RING_LL128, ReduceScatter, SumPostDiv, uint64_t, RING, LL128)

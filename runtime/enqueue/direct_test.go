@@ -12,14 +12,29 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
+// directTuner is a tuner for 2 ranks on one GPU that share memory, with
+// NCCL_ALGO=algo.
+func directTuner(t *testing.T, algo string) *tune.Tuner {
+	t.Helper()
+	cfg, err := config.FromEnv(func(k string) (string, bool) {
+		if k == "NCCL_ALGO" && algo != "" {
+			return algo, true
+		}
+		return "", false
+	})
+	require.NoError(t, err)
+	tp := tune.Topology{NRanks: 2, NNodes: 1, NGPUs: 1, RanksPerGPU: 2, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 32, Direct: true}
+	tn, err := tune.New(tp, cfg, nil)
+	require.NoError(t, err)
+	return tn
+}
+
 // DIRECT AllReduce plans like any collective: one work per channel, with
 // the user's own buffers (each rank's kernel finds its peers' through the
 // mailboxes, not the plan), and every one-shot share within the device's
 // NG_DIRECT_ONESHOT_BYTES.
 func TestPlanDirectAllReduce(t *testing.T) {
-	tp := tune.Topology{NRanks: 2, NNodes: 1, NGPUs: 1, RanksPerGPU: 2, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 32, Direct: true}
-	tn, err := tune.New(tp, config.Config{}, nil)
-	require.NoError(t, err)
+	tn := directTuner(t, "allreduce:direct")
 	c := Comm{Rank: 1, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
 	lookup := func(f kspace.Func) (int, int, error) { return 7, 0, nil }
 	for _, tc := range []struct {
@@ -53,5 +68,52 @@ func TestPlanDirectAllReduce(t *testing.T) {
 			}
 		}
 		assert.Equal(t, tc.bytes/es, covered)
+	}
+}
+
+// DIRECT AllGather, ReduceScatter and Broadcast plan as their rings do:
+// every channel handles the same [ChanOffset, +ChanCount) of each rank's
+// block (Count units per block), which is what the device's pull loops
+// index; in place the buffers are the user's own (recvbuff + rank*count
+// for AllGather's input, sendbuff + rank*count for ReduceScatter's
+// output), untouched by the plan. Chosen by cost at 256 MiB.
+func TestPlanDirectOthers(t *testing.T) {
+	const rank = 1
+	c := Comm{Rank: rank, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
+	lookup := func(f kspace.Func) (int, int, error) { return 9, 0, nil }
+	big := uint64(0x7f00_0000_0000)
+	for _, tc := range []struct {
+		name  string
+		algo  string
+		task  Task
+		units uint64 // Count per block
+		nc    int
+	}{
+		{"AllGather in place", "", Task{Coll: kspace.AllGather, Send: big + rank*(128<<20), Recv: big, Bytes: 128 << 20}, 128 << 20, 32},
+		{"AllGather 8 B forced", "allgather:direct", Task{Coll: kspace.AllGather, Send: big, Recv: big + 4096, Bytes: 8}, 8, 1},
+		{"ReduceScatter in place", "", Task{Coll: kspace.ReduceScatter, Send: big, Recv: big + rank*(128<<20), Bytes: 128 << 20, Type: kspace.F32, Op: kspace.Sum}, 32 << 20, 32},
+		{"ReduceScatter 1 KiB forced", "reducescatter:direct", Task{Coll: kspace.ReduceScatter, Send: big, Recv: big + 4096, Bytes: 1024, Type: kspace.BF16, Op: kspace.MinMax}, 512, 1},
+		{"Broadcast", "", Task{Coll: kspace.Broadcast, Send: big, Recv: big + (1 << 30), Bytes: 256 << 20, Root: 1}, 256 << 20, 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Build(c, []Task{tc.task}, directTuner(t, tc.algo), lookup)
+			require.NoError(t, err)
+			require.Len(t, p.Launches, 1)
+			l := p.Launches[0]
+			assert.Equal(t, kspace.Direct, l.Func.Algo)
+			assert.Equal(t, kspace.Simple, l.Func.Proto)
+			assert.Equal(t, tc.task.Coll, l.Func.Coll)
+			require.Len(t, l.Works, tc.nc)
+			var covered uint64
+			for _, w := range l.Works {
+				assert.Equal(t, tc.task.Send, w.Sendbuff)
+				assert.Equal(t, tc.task.Recv, w.Recvbuff)
+				assert.Equal(t, tc.units, w.Count)
+				assert.Equal(t, int32(tc.task.Root), w.Root)
+				assert.Equal(t, covered, w.ChanOffset)
+				covered += w.ChanCount
+			}
+			assert.Equal(t, tc.units, covered)
+		})
 	}
 }

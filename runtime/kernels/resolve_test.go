@@ -75,8 +75,8 @@ func TestResolveEveryRow(t *testing.T) {
 		}
 	}
 	t.Logf("rows: %d runnable, %d unsupported, %d invalid", ok, unsupported, invalid)
-	assert.Equal(t, 2179, ok+unsupported+invalid) // NCCL's 1999 rows and DIRECT's 180
-	assert.Equal(t, 961, ok+unsupported)
+	assert.Equal(t, 2365, ok+unsupported+invalid) // NCCL's 1999 rows and DIRECT's 366
+	assert.Equal(t, 1005, ok+unsupported)
 }
 
 func TestResolveExamples(t *testing.T) {

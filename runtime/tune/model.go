@@ -253,8 +253,10 @@ func modeled(c kspace.Coll, a kspace.Algo) bool {
 	switch a {
 	case kspace.Ring:
 		return c != kspace.SendRecv
-	case kspace.Tree, kspace.Direct:
+	case kspace.Tree:
 		return c == kspace.AllReduce
+	case kspace.Direct:
+		return kspace.Implemented(c, kspace.Direct)
 	case kspace.PAT: // pat.go
 		return c == kspace.AllGather || c == kspace.ReduceScatter
 	default:

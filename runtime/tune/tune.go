@@ -407,8 +407,8 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		us := 0.0
 		if a == kspace.Direct {
 			var oneShot bool
-			nc, nt, oneShot = t.directChannels(nBytes)
-			us = t.directTime(nBytes, nc, oneShot)
+			nc, nt, oneShot = t.directChannels(coll, nBytes)
+			us = t.directTime(coll, nBytes, nc, oneShot)
 		} else if t.topo.NRanks > 1 {
 			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
 		} else if !(a == kspace.Ring && p == kspace.Simple) {

@@ -3,8 +3,9 @@
 #include "ng_device.h"
 #include "broadcast.h"
 
+NG_DEV_FUNC(Broadcast_DIRECT_SIMPLE, Broadcast, Copy, int8_t, DIRECT, SIMPLE)
 NG_DEV_FUNC(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(Broadcast_RING_LL128, Broadcast, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(Broadcast_RING_SIMPLE, Broadcast, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL, 74, 76)
+NG_DEV_KERNEL(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL, 76, 78)

@@ -4,6 +4,7 @@
 #include "ng_device.h"
 
 NG_DEV_FUNC_DECL(AllGather_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(AllGather_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(AllGather_NVLS_SIMPLE)
 #endif
@@ -127,6 +128,7 @@ NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_TREE_LL)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_TREE_LL128)
 NG_DEV_FUNC_DECL(AllReduce_SumPostDiv_u32_TREE_SIMPLE)
+NG_DEV_FUNC_DECL(Broadcast_DIRECT_SIMPLE)
 NG_DEV_FUNC_DECL(Broadcast_RING_LL)
 NG_DEV_FUNC_DECL(Broadcast_RING_LL128)
 NG_DEV_FUNC_DECL(Broadcast_RING_SIMPLE)
@@ -135,6 +137,7 @@ NG_DEV_FUNC_DECL(Reduce_Sum_f32_RING_LL)
 NG_DEV_FUNC_DECL(Reduce_Sum_f32_RING_LL128)
 NG_DEV_FUNC_DECL(Reduce_Sum_f32_RING_SIMPLE)
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE)
+NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_DIRECT_SIMPLE)
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
 NG_DEV_FUNC_DECL(ReduceScatter_Sum_f32_NVLS_SIMPLE)
 #endif
@@ -148,200 +151,203 @@ NG_DEV_FUNC_NOP(Nop)
 
 extern "C" __device__ ngDevFuncPtr_t const ngDevFuncTable[] = {
 /*   0*/ NG_DEV_FUNC_PTR(AllGather_COLLNET_DIRECT_SIMPLE),
+/*   1*/ NG_DEV_FUNC_PTR(AllGather_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*   1*/ NG_DEV_FUNC_PTR(AllGather_NVLS_SIMPLE),
+/*   2*/ NG_DEV_FUNC_PTR(AllGather_NVLS_SIMPLE),
 #else
-/*   1*/ nullptr,
+/*   2*/ nullptr,
 #endif
-/*   2*/ NG_DEV_FUNC_PTR(AllGather_PAT_SIMPLE),
-/*   3*/ NG_DEV_FUNC_PTR(AllGather_RING_LL),
-/*   4*/ NG_DEV_FUNC_PTR(AllGather_RING_LL128),
-/*   5*/ NG_DEV_FUNC_PTR(AllGather_RING_SIMPLE),
+/*   3*/ NG_DEV_FUNC_PTR(AllGather_PAT_SIMPLE),
+/*   4*/ NG_DEV_FUNC_PTR(AllGather_RING_LL),
+/*   5*/ NG_DEV_FUNC_PTR(AllGather_RING_LL128),
+/*   6*/ NG_DEV_FUNC_PTR(AllGather_RING_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*   6*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
-#else
-/*   6*/ nullptr,
-#endif
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*   7*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
+/*   7*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_SIMPLE),
 #else
 /*   7*/ nullptr,
 #endif
-/*   8*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
-/*   9*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
-/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
-/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
-/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
-/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
-/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
-/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
-/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
-/*  17*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
-/*  18*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
-/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
-/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
-/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
-/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
-/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
-/*  24*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
-#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  25*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*   8*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_i32_NVLS_TREE_SIMPLE),
 #else
-/*  25*/ nullptr,
+/*   8*/ nullptr,
 #endif
+/*   9*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_CHAIN_SIMPLE),
+/*  10*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_COLLNET_DIRECT_SIMPLE),
+/*  11*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_DIRECT_SIMPLE),
+/*  12*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL),
+/*  13*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_LL128),
+/*  14*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_RING_SIMPLE),
+/*  15*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL),
+/*  16*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_LL128),
+/*  17*/ NG_DEV_FUNC_PTR(AllReduce_MinMax_u32_TREE_SIMPLE),
+/*  18*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_CHAIN_SIMPLE),
+/*  19*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_COLLNET_DIRECT_SIMPLE),
+/*  20*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL),
+/*  21*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_LL128),
+/*  22*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_RING_SIMPLE),
+/*  23*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL),
+/*  24*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_LL128),
+/*  25*/ NG_DEV_FUNC_PTR(AllReduce_PreMulSum_f16_TREE_SIMPLE),
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
+/*  26*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_CHAIN_SIMPLE),
 #else
 /*  26*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
+/*  27*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_COLLNET_DIRECT_SIMPLE),
 #else
 /*  27*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
+/*  28*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_DIRECT_SIMPLE),
 #else
 /*  28*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
+/*  29*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL),
 #else
 /*  29*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
+/*  30*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_LL128),
 #else
 /*  30*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
+/*  31*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_RING_SIMPLE),
 #else
 /*  31*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
+/*  32*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL),
 #else
 /*  32*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
-/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
+/*  33*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_LL128),
 #else
 /*  33*/ nullptr,
 #endif
-/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
-/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
-/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11000 && __CUDA_ARCH__ >= 0
+/*  34*/ NG_DEV_FUNC_PTR(AllReduce_Prod_bf16_TREE_SIMPLE),
 #else
-/*  37*/ nullptr,
+/*  34*/ nullptr,
 #endif
+/*  35*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_CHAIN_SIMPLE),
+/*  36*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/*  37*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
+/*  38*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_SIMPLE),
 #else
 /*  38*/ nullptr,
 #endif
-/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
-/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
-/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
-/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
-/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
-/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
-#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  39*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_NVLS_TREE_SIMPLE),
 #else
-/*  45*/ nullptr,
+/*  39*/ nullptr,
 #endif
+/*  40*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL),
+/*  41*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_LL128),
+/*  42*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_RING_SIMPLE),
+/*  43*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL),
+/*  44*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_LL128),
+/*  45*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f32_TREE_SIMPLE),
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
+/*  46*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_CHAIN_SIMPLE),
 #else
 /*  46*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
+/*  47*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_COLLNET_DIRECT_SIMPLE),
 #else
 /*  47*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
+/*  48*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_DIRECT_SIMPLE),
 #else
 /*  48*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
+/*  49*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL),
 #else
 /*  49*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
+/*  50*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_LL128),
 #else
 /*  50*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
+/*  51*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_RING_SIMPLE),
 #else
 /*  51*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
+/*  52*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL),
 #else
 /*  52*/ nullptr,
 #endif
 #if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
-/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
+/*  53*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_LL128),
 #else
 /*  53*/ nullptr,
 #endif
-/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
-/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
-/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
-#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
+#if CUDART_VERSION >= 11080 && __CUDA_ARCH__ >= 900
+/*  54*/ NG_DEV_FUNC_PTR(AllReduce_Sum_f8e4m3_TREE_SIMPLE),
 #else
-/*  57*/ nullptr,
+/*  54*/ nullptr,
 #endif
+/*  55*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_CHAIN_SIMPLE),
+/*  56*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_COLLNET_DIRECT_SIMPLE),
+/*  57*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
+/*  58*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_SIMPLE),
 #else
 /*  58*/ nullptr,
 #endif
-/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
-/*  60*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
-/*  61*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
-/*  62*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
-/*  63*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
-/*  64*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
-/*  65*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
-/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
-/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
-/*  68*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
-/*  69*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
-/*  70*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
-/*  71*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
-/*  72*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
-/*  73*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
-/*  74*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
-/*  75*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
-/*  76*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
-/*  77*/ NG_DEV_FUNC_PTR(Nop),
-/*  78*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
-/*  79*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
-/*  80*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
-/*  81*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
 #if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
-/*  82*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+/*  59*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_NVLS_TREE_SIMPLE),
 #else
-/*  82*/ nullptr,
+/*  59*/ nullptr,
 #endif
-/*  83*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
-/*  84*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
-/*  85*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
-/*  86*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
-/*  87*/ NG_DEV_FUNC_PTR(SendRecv),
+/*  60*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL),
+/*  61*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_LL128),
+/*  62*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_RING_SIMPLE),
+/*  63*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL),
+/*  64*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_LL128),
+/*  65*/ NG_DEV_FUNC_PTR(AllReduce_Sum_u32_TREE_SIMPLE),
+/*  66*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_CHAIN_SIMPLE),
+/*  67*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_COLLNET_DIRECT_SIMPLE),
+/*  68*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_DIRECT_SIMPLE),
+/*  69*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL),
+/*  70*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_LL128),
+/*  71*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_RING_SIMPLE),
+/*  72*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL),
+/*  73*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_LL128),
+/*  74*/ NG_DEV_FUNC_PTR(AllReduce_SumPostDiv_u32_TREE_SIMPLE),
+/*  75*/ NG_DEV_FUNC_PTR(Broadcast_DIRECT_SIMPLE),
+/*  76*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL),
+/*  77*/ NG_DEV_FUNC_PTR(Broadcast_RING_LL128),
+/*  78*/ NG_DEV_FUNC_PTR(Broadcast_RING_SIMPLE),
+/*  79*/ NG_DEV_FUNC_PTR(Nop),
+/*  80*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL),
+/*  81*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_LL128),
+/*  82*/ NG_DEV_FUNC_PTR(Reduce_Sum_f32_RING_SIMPLE),
+/*  83*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_COLLNET_DIRECT_SIMPLE),
+/*  84*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_DIRECT_SIMPLE),
+#if CUDART_VERSION >= 12010 && __CUDA_ARCH__ >= 900
+/*  85*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_NVLS_SIMPLE),
+#else
+/*  85*/ nullptr,
+#endif
+/*  86*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_PAT_SIMPLE),
+/*  87*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL),
+/*  88*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_LL128),
+/*  89*/ NG_DEV_FUNC_PTR(ReduceScatter_Sum_f32_RING_SIMPLE),
+/*  90*/ NG_DEV_FUNC_PTR(SendRecv),
 nullptr};
 
-extern "C" __device__ int const ngDevFuncCount = 88;
+extern "C" __device__ int const ngDevFuncCount = 91;
 
 NG_DEV_KERNEL_GENERIC(Generic)
 
