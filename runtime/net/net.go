@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/runtime/config"
 )
@@ -195,6 +196,18 @@ func FromEnv(getenv func(string) string) (Net, error) {
 	}
 	o.Interface, o.Family = getenv("NCCL_SOCKET_IFNAME"), getenv("NCCL_SOCKET_FAMILY")
 	return NewSocket(o)
+}
+
+var logger struct {
+	once sync.Once
+	l    *slog.Logger
+}
+
+// Logger is the process's logger for NET's lines: stderr, filtered by
+// NCCL_DEBUG and NCCL_DEBUG_SUBSYS as read from the environment once.
+func Logger() *slog.Logger {
+	logger.once.Do(func() { logger.l = envLogger(os.Getenv) })
+	return logger.l
 }
 
 // envLogger is a logger to stderr filtered by NCCL_DEBUG and

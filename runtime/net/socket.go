@@ -48,7 +48,16 @@ type SocketOptions struct {
 	// HandshakeTimeout bounds a new connection's hello; 0 means
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// BufSize (NCCLGO_SOCKET_BUFSIZE, bytes) is the data sockets' kernel
+	// buffer: SO_SNDBUF on the sending side, SO_RCVBUF on the receiving
+	// one (the kernel doubles it, and caps it at net.core.wmem_max and
+	// rmem_max). 0 leaves the kernel's autotuning, which over loopback
+	// grows them to tcp_wmem's and tcp_rmem's maximum.
+	BufSize int
 }
+
+// maxBufSize bounds NCCLGO_SOCKET_BUFSIZE.
+const maxBufSize = 1 << 30
 
 // SocketOptionsFromEnv reads NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD
 // through getenv (the interfaces and the family are read when the backend
@@ -69,6 +78,13 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 			return o, fmt.Errorf("net: %s=%q: want an integer from 1 to %d", v.name, s, v.max)
 		}
 		*v.dst = n
+	}
+	if s := strings.TrimSpace(getenv("NCCLGO_SOCKET_BUFSIZE")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > maxBufSize {
+			return o, fmt.Errorf("net: NCCLGO_SOCKET_BUFSIZE=%q: want a byte count from 0 (the kernel's autotuning) to %d", s, maxBufSize)
+		}
+		o.BufSize = n
 	}
 	return o, o.check()
 }
@@ -432,7 +448,7 @@ func (s *Socket) Accept(l Listener) (RecvComm, error) {
 	case len(sl.ready) > 0:
 		g := sl.ready[0]
 		sl.ready = sl.ready[1:]
-		rc, err := newRecvComm(g)
+		rc, err := newRecvComm(g, s.opts.BufSize)
 		if err != nil {
 			g.close()
 			return nil, err
@@ -484,7 +500,7 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt)
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize)
 	if err != nil {
 		return fail(err)
 	}

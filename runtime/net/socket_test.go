@@ -243,6 +243,11 @@ func TestSocketOptionsFromEnv(t *testing.T) {
 	require.ErrorContains(t, err, `NCCL_SOCKET_NTHREADS="17": want an integer from 1 to 16`)
 	_, err = SocketOptionsFromEnv(env("NCCL_NSOCKS_PERTHREAD", "x"))
 	require.ErrorContains(t, err, "NCCL_NSOCKS_PERTHREAD")
+	o, err = SocketOptionsFromEnv(env("NCCLGO_SOCKET_BUFSIZE", "4194304"))
+	require.NoError(t, err)
+	assert.Equal(t, 4<<20, o.BufSize)
+	_, err = SocketOptionsFromEnv(env("NCCLGO_SOCKET_BUFSIZE", "-1"))
+	require.ErrorContains(t, err, `NCCLGO_SOCKET_BUFSIZE="-1": want a byte count from 0`)
 	_, err = SocketOptionsFromEnv(env("NCCL_SOCKET_NTHREADS", "16", "NCCL_NSOCKS_PERTHREAD", "8"))
 	require.ErrorContains(t, err, "128 sockets per connection: want at most 64")
 	_, err = NewSocket(SocketOptions{Interface: "=no-such-if0"})
@@ -266,4 +271,59 @@ func settles(n int) bool {
 		}
 	}
 	return false
+}
+
+// The control socket costs one writev per small message on the sending
+// side, and the receiver reads it only when a posted receive wants bytes:
+// a request whose header is in, or a new posted receive, reads nothing.
+func TestSocketSyscallsPerMessage(t *testing.T) {
+	n := loopback(t, 1, 1)
+	sc, rc := pair(t, n)
+	stats := func(c any) SocketStats { return c.(interface{ Stats() SocketStats }).Stats() }
+	const msgs = 50
+	buf := make([]byte, 8)
+	for i := range msgs {
+		r, err := rc.Irecv(buf, 1, nil)
+		require.NoError(t, err)
+		require.NotNil(t, r)
+		s, err := sc.Isend([]byte{byte(i), 1, 2, 3, 4, 5, 6, 7}, 1, nil)
+		require.NoError(t, err)
+		require.NotNil(t, s)
+		waitDone(t, s)
+		waitDone(t, r)
+		require.Equal(t, byte(i), buf[0])
+	}
+	assert.Equal(t, uint64(msgs), stats(sc).Writes, "one writev per 8-byte message")
+	st := stats(rc)
+	assert.Equal(t, uint64(msgs), st.Reads-st.EmptyReads, "one read with data per message")
+	assert.Less(t, st.EmptyReads, uint64(msgs/2), "a posted receive reads nothing before it is tested")
+	// A large message: once its header is in, testing it reads no more on
+	// the control socket (its chunks are the helpers'), however long they
+	// take, even with a receive posted behind it (as the proxy keeps one
+	// for the next header).
+	big := make([]byte, 64<<20)
+	r, err := rc.Irecv(big, 2, nil)
+	require.NoError(t, err)
+	next, err := rc.Irecv(buf, 1, nil)
+	require.NoError(t, err)
+	require.NotNil(t, next)
+	before := stats(rc).Reads
+	s, err := sc.Isend(big, 2, nil)
+	require.NoError(t, err)
+	tests := waitDone(t, r)
+	waitDone(t, s)
+	assert.LessOrEqual(t, stats(rc).Reads-before, uint64(3), "control socket reads while %d tests waited for the chunks", tests)
+}
+
+// waitDone tests r until it is done and returns how many tests it took.
+func waitDone(t *testing.T, r Request) int {
+	t.Helper()
+	for deadline, n := time.Now().Add(5*time.Second), 1; ; n++ {
+		done, _, err := r.Test()
+		require.NoError(t, err)
+		if done {
+			return n
+		}
+		require.True(t, time.Now().Before(deadline), "request not done within 5 s")
+	}
 }

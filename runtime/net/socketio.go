@@ -61,6 +61,7 @@ type comm struct {
 	// pmu serializes the control socket's progress and the queues below;
 	// Close takes it too.
 	pmu      sync.Mutex
+	stats    SocketStats
 	seq      uint32 // the next message's number
 	sendSide *sendComm
 	recvSide *recvComm
@@ -71,6 +72,7 @@ type comm struct {
 type request struct {
 	c       *comm
 	pending atomic.Int32 // parts not done yet
+	ctrl    atomic.Bool  // the control part is done: only helpers can move it on
 	size    int          // set before the control part is done
 }
 
@@ -86,11 +88,19 @@ func (r *request) Test() (bool, int, error) {
 		if done {
 			return true, r.size, nil
 		}
-		if try > 0 {
+		if try > 0 || r.ctrl.Load() {
+			// The control socket no longer concerns r: a read there would
+			// be a system call for nothing.
 			return false, 0, nil
 		}
 		r.c.progress()
 	}
+}
+
+// ctrlDone completes r's control part.
+func (r *request) ctrlDone() {
+	r.ctrl.Store(true)
+	r.finish()
 }
 
 func (r *request) finish() {
@@ -153,7 +163,7 @@ func rawFD(c *gonet.TCPConn) (int, error) {
 	return fd, nil
 }
 
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int, send bool) (*comm, error) {
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, send bool) (*comm, error) {
 	c := &comm{peer: peer, ctrl: ctrl, data: data, nThreads: nThreads, dataFD: make([]int, len(data))}
 	var err error
 	if c.ctrlFD, err = rawFD(ctrl); err != nil {
@@ -161,6 +171,16 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads i
 	}
 	for i, s := range data {
 		_ = s.SetNoDelay(true)
+		if bufSize > 0 {
+			if send {
+				err = s.SetWriteBuffer(bufSize)
+			} else {
+				err = s.SetReadBuffer(bufSize)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("net: data socket %d to %s: a %d-byte buffer: %w", i, peer, bufSize, err)
+			}
+		}
 		if c.dataFD[i], err = rawFD(s); err != nil {
 			return nil, fmt.Errorf("net: data socket %d to %s: %w", i, peer, err)
 		}
@@ -243,6 +263,21 @@ func (c *comm) closeHelpers() {
 }
 
 func (c *comm) Peer() string { return c.peer }
+
+// SocketStats counts the system calls on a socket comm's control socket,
+// which the caller's thread makes (the data sockets' are the helpers').
+type SocketStats struct {
+	Writes     uint64 // writev calls (the sending side)
+	Reads      uint64 // read calls (the receiving side)
+	EmptyReads uint64 // reads that found nothing
+}
+
+// Stats returns the comm's counts so far.
+func (c *comm) Stats() SocketStats {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return c.stats
+}
 
 // progress advances the control socket: the sender's or the receiver's.
 func (c *comm) progress() {
@@ -564,8 +599,8 @@ type ctrlOut struct {
 	req     *request
 }
 
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads int) (*sendComm, error) {
-	c, err := newComm(peer, ctrl, data, nThreads, true)
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, bufSize, true)
 	if err != nil {
 		return nil, err
 	}
@@ -624,6 +659,7 @@ func (s *sendComm) progress() {
 			}
 		}
 		n, err := writev(s.ctrlFD, iov)
+		s.stats.Writes++
 		if err != nil {
 			s.fail("sending a message header", vanished(err))
 			return
@@ -637,7 +673,7 @@ func (s *sendComm) progress() {
 			o.off += k
 			n -= k
 			if o.off == msgSize+len(o.payload) {
-				o.req.finish()
+				o.req.ctrlDone()
 				s.sendQ[0] = ctrlOut{}
 				s.sendQ = s.sendQ[1:]
 			}
@@ -663,8 +699,8 @@ type posted struct {
 	req *request
 }
 
-func newRecvComm(g *pendingComm) (*recvComm, error) {
-	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, false)
+func newRecvComm(g *pendingComm, bufSize int) (*recvComm, error) {
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, false)
 	if err != nil {
 		return nil, err
 	}
@@ -686,8 +722,8 @@ func (r *recvComm) Irecv(buf []byte, tag int, _ MemHandle) (Request, error) {
 	r.inflight.Add(1)
 	req := &request{c: r.comm}
 	req.pending.Store(1)
+	// No read here: the caller tests the request next, and that reads.
 	r.posted = append(r.posted, posted{buf: buf, tag: tag, req: req})
-	r.progress()
 	return req, nil
 }
 
@@ -733,11 +769,13 @@ func (r *recvComm) progress() {
 			r.lo = 0
 		}
 		n, err := read(r.ctrlFD, r.buf[r.hi:])
+		r.stats.Reads++
 		if err != nil {
 			r.fail("reading a message header", vanished(err))
 			return
 		}
 		if n == 0 {
+			r.stats.EmptyReads++
 			return
 		}
 		r.hi += n
@@ -750,7 +788,7 @@ func (r *recvComm) matched(p posted, n int) {
 	r.posted[0] = posted{}
 	r.posted = r.posted[1:]
 	r.seq++
-	p.req.finish()
+	p.req.ctrlDone()
 }
 
 // Close implements RecvComm.

@@ -20,6 +20,14 @@ type Conn interface {
 	Progress() (busy bool, err error)
 }
 
+// Idler is a Conn with work that can wait for a quiet moment: Idle runs
+// after a pass in which no connection was busy, so that such work (NET's
+// credits) delays no one's data. Idle follows Progress's rules, and its
+// busy counts as a busy pass.
+type Idler interface {
+	Idle() (busy bool, err error)
+}
+
 // The engine's idle policy. After a pass that did something it spins
 // (SpinIdle: a step's data is usually right behind the one before), then
 // sleeps NapIdle at a time on its own thread (a kernel sleep, with the
@@ -233,22 +241,14 @@ func (e *Engine) run() {
 		busy := false
 		e.pass.Lock()
 		for _, en := range snapshot {
-			if en.failed || en.removed.Load() {
-				continue
-			}
-			if en.ctx != nil {
-				if err := en.ctx.Err(); err != nil {
-					en.err, en.failed = fmt.Errorf("proxy: connection %v: %w", en.conn, context.Cause(en.ctx)), true
-					failed = append(failed, en)
-					continue
+			busy = e.step(en, en.conn.Progress, &failed) || busy
+		}
+		if !busy {
+			for _, en := range snapshot {
+				if i, ok := en.conn.(Idler); ok {
+					busy = e.step(en, i.Idle, &failed) || busy
 				}
 			}
-			b, err := en.conn.Progress()
-			if err != nil {
-				en.err, en.failed = err, true
-				failed = append(failed, en)
-			}
-			busy = busy || b
 		}
 		e.pass.Unlock()
 		for _, en := range failed {
@@ -284,6 +284,27 @@ func (e *Engine) run() {
 			t.Stop()
 		}
 	}
+}
+
+// step runs f (a Progress or an Idle) for en unless en is out, and
+// records a failure (its error or its context's end) in *failed.
+func (e *Engine) step(en *entry, f func() (bool, error), failed *[]*entry) bool {
+	if en.failed || en.removed.Load() {
+		return false
+	}
+	if en.ctx != nil {
+		if err := en.ctx.Err(); err != nil {
+			en.err, en.failed = fmt.Errorf("proxy: connection %v: %w", en.conn, context.Cause(en.ctx)), true
+			*failed = append(*failed, en)
+			return false
+		}
+	}
+	b, err := f()
+	if err != nil {
+		en.err, en.failed = err, true
+		*failed = append(*failed, en)
+	}
+	return b
 }
 
 // setTimerSlack makes the engine's thread's short sleeps short: the

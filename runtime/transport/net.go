@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/bits"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
 	"github.com/ncclgo/ncclgo/runtime/proxy"
@@ -215,22 +219,34 @@ type netRegion struct {
 }
 
 // Scratch memory of a proxy connection (mmap'd, so that plugins may keep
-// pointers into it): the credit listener's handle, the message headers,
-// the credits, then the LL bounce buffer.
+// pointers into it): the credit listener's handle, the message slots
+// (a header and an inline payload each), the credits, then the bounce
+// buffers of LL payloads that travel apart.
 const (
-	scrHandle  = 0
+	scrHandle = 0
+	hdrSize   = 32
+	// inlineStep is the largest step payload that rides in its header's
+	// message (one writev, one read: a small step's hop); a longer one
+	// follows its header as a message of its own, which the receiver
+	// posts straight into the slot (SIMPLE) or a bounce buffer (LL).
+	inlineStep = 4096
+	msgSlot    = hdrSize + inlineStep
 	scrHeaders = scrHandle + ncclnet.HandleSize
-	hdrSize    = 32
 	maxPairs   = ncclnet.MaxRequests / 2 // header+payload sends in flight
-	scrCredits = scrHeaders + maxPairs*hdrSize
+	scrCredits = scrHeaders + maxPairs*msgSlot
 	creditSize = 16
 	maxCredits = 8
 	scrBye     = scrCredits + (1+maxCredits)*creditSize
-	scrBounce  = 4096
+	scrBounce  = (scrBye + hdrSize + 4095) / 4096 * 4096
 	// recvAhead is how many payloads the receiver has posted at once (each
-	// LL one with its own bounce buffer), so that the next step's header
-	// and bytes are taken while a step's chunks are still arriving.
+	// in a message slot of its own, or with its own bounce buffer), so
+	// that the next step's header and bytes are taken while a step's
+	// chunks are still arriving.
 	recvAhead = 8
+	// creditLag is how many consumed steps of one connection the receiver
+	// may hold back from its sender while it is busy; the rest go when a
+	// pass finds nothing to do (Idle).
+	creditLag = generated.Steps / 2
 )
 
 func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
@@ -363,8 +379,10 @@ type netConn struct {
 
 	// Receiver.
 	recvHdrReq   ncclnet.Request
-	recvHdrDone  bool // the header in scrHeaders is checked, its payload not yet posted
+	recvHdrDone  bool // recvHdr is checked, its payload not yet posted
 	recvHdr      netHeader
+	recvHdrAt    time.Time
+	msgNext      int      // the message slot of the next header
 	pays         []netPay // posted payloads, in order
 	bounceNext   int      // the next LL bounce buffer
 	credited     []uint64 // head sent back, per connection
@@ -374,13 +392,16 @@ type netConn struct {
 	gone         bool // the peer said goodbye
 	creditBroken bool // receiver: the credit connection failed
 	killed       bool // tests: close as a killed process would, without goodbye
+
+	stats netStats
 }
 
-// netPay is a payload the receiver posted.
+// netPay is a payload the receiver posted or received inline.
 type netPay struct {
 	h   netHeader
-	dst []byte // where it lands (the slot, or an LL bounce buffer)
-	req ncclnet.Request
+	dst []byte          // where it lands (the slot, a bounce buffer, or the message slot when inline)
+	req ncclnet.Request // nil: it came inline, in dst
+	at  time.Time       // its header's arrival
 }
 
 // netMsg is a step's data (or part of it) on its way: a header, then the
@@ -388,9 +409,10 @@ type netPay struct {
 type netMsg struct {
 	h          netHeader
 	payload    []byte
-	slot       int // header slot in the scratch, -1 before posting
+	slot       int // message slot in the scratch, -1 before posting
 	hreq, preq ncclnet.Request
-	posted     int // 0: nothing, 1: the header, 2: both
+	posted     int // 0: nothing, 1: the header, 2: both (or inline)
+	seen       time.Time
 }
 
 type netHeader struct {
@@ -398,6 +420,10 @@ type netHeader struct {
 	conn   int
 	step   uint64
 	off, n uint64
+	// sent is the low 32 bits of the sender's wall clock (ns) when its
+	// proxy saw the step ready: the receiver's summary times the hop
+	// with it, meaningful only between processes of one host.
+	sent uint32
 }
 
 func (h netHeader) encode(b []byte) {
@@ -408,11 +434,12 @@ func (h netHeader) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[12:], h.step)
 	binary.LittleEndian.PutUint32(b[20:], uint32(h.off))
 	binary.LittleEndian.PutUint32(b[24:], uint32(h.n))
+	binary.LittleEndian.PutUint32(b[28:], h.sent)
 }
 
 func decodeHeader(b []byte) (netHeader, uint32) {
 	return netHeader{kind: b[4], conn: int(binary.LittleEndian.Uint32(b[8:])), step: binary.LittleEndian.Uint64(b[12:]),
-		off: uint64(binary.LittleEndian.Uint32(b[20:])), n: uint64(binary.LittleEndian.Uint32(b[24:]))}, binary.LittleEndian.Uint32(b)
+		off: uint64(binary.LittleEndian.Uint32(b[20:])), n: uint64(binary.LittleEndian.Uint32(b[24:])), sent: binary.LittleEndian.Uint32(b[28:])}, binary.LittleEndian.Uint32(b)
 }
 
 func (c *netConn) initState() {
@@ -428,6 +455,7 @@ func (c *netConn) initState() {
 		}
 	}
 	c.credited = make([]uint64, c.nconn)
+	c.stats.start = time.Now()
 	for i := range maxPairs {
 		c.freeHdr = append(c.freeHdr, i)
 	}
@@ -490,6 +518,11 @@ func (c *netConn) bye() {
 }
 
 func (c *netConn) close() error {
+	if c.ready {
+		if l := ncclnet.Logger(); l.Enabled(context.Background(), slog.LevelInfo) {
+			l.Info(c.stats.summary(c), config.SubsysNet.Attr())
+		}
+	}
 	c.bye()
 	var errs []error
 	for i, mh := range c.mhSend {
@@ -697,12 +730,17 @@ func (c *netConn) progressSend() (bool, error) {
 		}
 		busy = true
 	}
-	// New steps.
+	// New steps. Steps below simpleDone are settled (SIMPLE ones shipped;
+	// LL ones had every line visible when tail passed them, and the pass
+	// that moved simpleDone shipped them), so LL lines are looked for from
+	// there only: a connection streaming SIMPLE costs no LL scan of its
+	// busy slots.
+	var now time.Time
 	for i := range c.nconn {
 		base := uint64(i) * c.total
 		tail := atomic.LoadUint64(c.word(base + offTail))
 		head := c.head[i]
-		for s := head; s < head+generated.Steps; s++ {
+		for s := max(head, c.simpleDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
 				c.llStep[i][k], c.llCursor[i][k] = s, 0
@@ -715,8 +753,11 @@ func (c *netConn) progressSend() (bool, error) {
 				end++
 			}
 			if end > cur {
-				c.queue = append(c.queue, netMsg{slot: -1, payload: slot[cur*16 : end*16],
-					h: netHeader{kind: kindLL, conn: i, step: s, off: uint64(cur * 16), n: uint64((end - cur) * 16)}})
+				if now.IsZero() {
+					now = time.Now()
+				}
+				c.queue = append(c.queue, netMsg{slot: -1, payload: slot[cur*16 : end*16], seen: now,
+					h: netHeader{kind: kindLL, conn: i, step: s, off: uint64(cur * 16), n: uint64((end - cur) * 16), sent: uint32(now.UnixNano())}})
 				c.llCursor[i][k] = end
 				if s >= c.simpleDone[i] {
 					c.llSeen[i][s] = true
@@ -734,7 +775,10 @@ func (c *netConn) progressSend() (bool, error) {
 			if n > uint64(len(sb)) {
 				return busy, c.fail("the kernel posted SIMPLE step %d on connection %d with %d bytes, more than its %d-byte slot", s, i, n, len(sb))
 			}
-			c.queue = append(c.queue, netMsg{slot: -1, payload: sb[:n], h: netHeader{kind: kindSimple, conn: i, step: s, n: n}})
+			if now.IsZero() {
+				now = time.Now()
+			}
+			c.queue = append(c.queue, netMsg{slot: -1, payload: sb[:n], seen: now, h: netHeader{kind: kindSimple, conn: i, step: s, n: n, sent: uint32(now.UnixNano())}})
 			busy = true
 		}
 		if tail > c.simpleDone[i] {
@@ -745,27 +789,49 @@ func (c *netConn) progressSend() (bool, error) {
 	return busy || b, err
 }
 
-// pump posts the queued messages in order (as header slots and the
+// msg is message slot k of the scratch.
+func (c *netConn) msg(k int) []byte {
+	return c.scratch[scrHeaders+k*msgSlot : scrHeaders+(k+1)*msgSlot]
+}
+
+// pump posts the queued messages in order (as message slots and the
 // network allow) and retires the completed ones.
 func (c *netConn) pump() (bool, error) {
 	busy := false
 	for len(c.queue) > 0 {
 		m := &c.queue[0]
 		if m.posted == 0 {
+			inline := len(m.payload) <= inlineStep
 			if m.slot < 0 {
 				if len(c.freeHdr) == 0 {
 					break
 				}
 				m.slot = c.freeHdr[len(c.freeHdr)-1]
 				c.freeHdr = c.freeHdr[:len(c.freeHdr)-1]
-				m.h.encode(c.scratch[scrHeaders+m.slot*hdrSize:])
+				b := c.msg(m.slot)
+				m.h.encode(b)
+				if inline {
+					// The lines and bytes stay put until the receiver
+					// credits the step, which it cannot before this goes.
+					copy(b[hdrSize:], m.payload)
+				}
 			}
-			b := c.scratch[scrHeaders+m.slot*hdrSize : scrHeaders+(m.slot+1)*hdrSize]
-			r, err := c.send.Isend(b, tagHeader, c.mhSend[1])
+			n := hdrSize
+			if inline {
+				n += len(m.payload)
+			}
+			r, err := c.send.Isend(c.msg(m.slot)[:n], tagHeader, c.mhSend[1])
 			if err != nil || r == nil {
 				return busy, c.wrap(err)
 			}
 			m.hreq, m.posted = r, 1
+			if inline {
+				m.posted = 2
+				c.inflight = append(c.inflight, *m)
+				c.queue = c.queue[1:]
+				busy = true
+				continue
+			}
 		}
 		r, err := c.send.Isend(m.payload, tagPayload, c.mhSend[0])
 		if err != nil || r == nil {
@@ -793,6 +859,7 @@ func (c *netConn) pump() (bool, error) {
 		if m.hreq != nil || m.preq != nil {
 			break
 		}
+		c.stats.sent(m.h.kind, m.h.n, time.Since(m.seen))
 		c.freeHdr = append(c.freeHdr, m.slot)
 		c.inflight = c.inflight[1:]
 		busy = true
@@ -804,15 +871,20 @@ func (c *netConn) progressRecv() (bool, error) {
 	busy := false
 	for {
 		moved := false
-		// Payloads that arrived, in order.
+		// Payloads that arrived, in order (a SIMPLE step's tail must not
+		// pass an earlier step's bytes still in flight).
 		for len(c.pays) > 0 {
 			p := c.pays[0]
-			done, n, err := p.req.Test()
-			if err != nil {
-				return busy, c.wrap(err)
-			}
-			if !done {
-				break
+			n := int(p.h.n)
+			if p.req != nil {
+				done, got, err := p.req.Test()
+				if err != nil {
+					return busy, c.wrap(err)
+				}
+				if !done {
+					break
+				}
+				n = got
 			}
 			c.pays[0] = netPay{}
 			c.pays = c.pays[1:]
@@ -822,22 +894,30 @@ func (c *netConn) progressRecv() (bool, error) {
 				return true, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n, h.n)
 			}
 			if h.kind == kindSimple {
+				if p.req == nil {
+					copy(c.slot(h.conn, 2, h.step)[h.off:h.off+h.n], p.dst)
+				}
 				tail := c.word(uint64(h.conn)*c.total + offTail)
 				if atomic.LoadUint64(tail) < h.step+1 {
 					atomic.StoreUint64(tail, h.step+1)
 				}
-				continue
+			} else {
+				// LL lines land 8 bytes at a time, each half with its flag.
+				dst := c.slot(h.conn, 0, h.step)[h.off : h.off+h.n]
+				for o := 0; o < len(dst); o += 8 {
+					atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(p.dst[o:]))
+				}
 			}
-			// LL lines land 8 bytes at a time, each half with its flag.
-			dst := c.slot(h.conn, 0, h.step)[h.off : h.off+h.n]
-			for o := 0; o < len(dst); o += 8 {
-				atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[o])), binary.LittleEndian.Uint64(p.dst[o:]))
-			}
+			c.stats.stored(h, p.at)
 		}
-		// The next header, while payloads may still be in flight.
+		// The next header (with its payload when inline), while payloads
+		// may still be in flight.
 		if !c.recvHdrDone && len(c.pays) < recvAhead {
+			// Message slots go round in order and are freed in order: with
+			// fewer than recvAhead payloads pending, this one is free.
+			b := c.msg(c.msgNext)
 			if c.recvHdrReq == nil {
-				r, err := c.recv.Irecv(c.scratch[scrHeaders:scrHeaders+hdrSize], tagHeader, c.mhRecv[1])
+				r, err := c.recv.Irecv(b, tagHeader, c.mhRecv[1])
 				if err != nil {
 					return busy, c.wrap(err)
 				}
@@ -850,20 +930,28 @@ func (c *netConn) progressRecv() (bool, error) {
 				}
 				if done {
 					c.recvHdrReq = nil
-					if err := c.checkHeader(n); err != nil {
+					inline, err := c.checkHeader(b, n)
+					if err != nil {
 						return true, err
 					}
 					if c.gone {
 						return true, nil
 					}
-					c.recvHdrDone, moved = true, true
+					c.msgNext = (c.msgNext + 1) % recvAhead
+					if inline {
+						c.pays = append(c.pays, netPay{h: c.recvHdr, dst: b[hdrSize : hdrSize+c.recvHdr.n], at: c.stats.now()})
+					} else {
+						c.recvHdrDone, c.recvHdrAt = true, c.stats.now()
+					}
+					busy = true
+					continue
 				}
 			}
 		}
-		// Its payload.
+		// A payload that travels apart.
 		if c.recvHdrDone && len(c.pays) < recvAhead {
 			h := c.recvHdr
-			p := netPay{h: h}
+			p := netPay{h: h, at: c.recvHdrAt}
 			mh := c.mhRecv[0]
 			if h.kind == kindSimple {
 				p.dst = c.slot(h.conn, 2, h.step)[h.off : h.off+h.n]
@@ -887,33 +975,41 @@ func (c *netConn) progressRecv() (bool, error) {
 			}
 		}
 		if !moved {
-			return c.sendCredits(busy)
+			return c.sendCredits(busy, creditLag)
 		}
 		busy = true
 	}
 }
 
-// checkHeader validates the header of n bytes just received and chooses
-// where its payload goes.
-func (c *netConn) checkHeader(n int) error {
-	b := c.scratch[scrHeaders : scrHeaders+hdrSize]
+// Idle implements proxy.Idler: the receiver's credits that could wait go
+// now that no connection of the process has work.
+func (c *netConn) Idle() (bool, error) {
+	if !c.ready || c.gone || c.sender {
+		return false, nil
+	}
+	return c.sendCredits(false, 1)
+}
+
+// checkHeader validates message slot b's n bytes just received, and says
+// whether the step's payload came with it (inline) or follows apart.
+func (c *netConn) checkHeader(b []byte, n int) (inline bool, err error) {
 	h, magic := decodeHeader(b)
-	if n != hdrSize || magic != netMagic {
-		return c.peerErr("a %d-byte message header with magic %#x: want %d bytes and %#x (garbage from the peer)", n, magic, hdrSize, netMagic)
+	if n < hdrSize || magic != netMagic {
+		return false, c.peerErr("a %d-byte message header with magic %#x: want at least %d bytes and %#x (garbage from the peer)", n, magic, hdrSize, netMagic)
 	}
 	if h.kind == kindBye {
 		c.gone = true
-		return nil
+		return false, nil
 	}
 	if h.kind != kindSimple && h.kind != kindLL {
-		return c.peerErr("message kind %d: want %d (SIMPLE) or %d (LL)", h.kind, kindSimple, kindLL)
+		return false, c.peerErr("message kind %d: want %d (SIMPLE) or %d (LL)", h.kind, kindSimple, kindLL)
 	}
 	if h.conn < 0 || h.conn >= c.nconn {
-		return c.peerErr("connection %d of %d", h.conn, c.nconn)
+		return false, c.peerErr("connection %d of %d", h.conn, c.nconn)
 	}
 	head := atomic.LoadUint64(c.word(uint64(h.conn)*c.total + offHead))
 	if h.step < head || h.step >= head+generated.Steps {
-		return c.peerErr("step %d on connection %d whose receiver consumed %d steps (want %d..%d)", h.step, h.conn, head, head, head+generated.Steps-1)
+		return false, c.peerErr("step %d on connection %d whose receiver consumed %d steps (want %d..%d)", h.step, h.conn, head, head, head+generated.Steps-1)
 	}
 	p, align := 2, uint64(1)
 	if h.kind == kindLL {
@@ -921,17 +1017,26 @@ func (c *netConn) checkHeader(n int) error {
 	}
 	sb := c.slotBytes(p)
 	if (h.n == 0 && h.kind == kindLL) || h.off%align != 0 || h.n%align != 0 || h.off > sb || h.n > sb-h.off {
-		return c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
+		return false, c.peerErr("%d bytes at offset %d of a %d-byte slot (step %d, connection %d)", h.n, h.off, sb, h.step, h.conn)
+	}
+	inline = h.n <= inlineStep
+	switch {
+	case inline && uint64(n-hdrSize) != h.n:
+		return false, c.peerErr("step %d on connection %d: %d bytes where the header announced %d", h.step, h.conn, n-hdrSize, h.n)
+	case !inline && n != hdrSize:
+		return false, c.peerErr("step %d on connection %d: %d bytes behind a header announcing %d to follow apart (steps of more than %d bytes do)", h.step, h.conn, n-hdrSize, h.n, inlineStep)
 	}
 	c.recvHdr = h
-	return nil
+	return inline, nil
 }
 
-// sendCredits returns the receiving kernels' heads to the sender. A
-// failure here is not reported: the sender closed (its goodbye follows on
-// the data connection) or died (the data connection fails too, and that
-// is reported).
-func (c *netConn) sendCredits(busy bool) (bool, error) {
+// sendCredits returns the receiving kernels' heads to the sender: of
+// the connections whose kernel consumed at least lag steps not yet
+// credited (progressRecv holds back a few while it is busy, Idle sends
+// every one). A failure here is not reported: the sender closed (its
+// goodbye follows on the data connection) or died (the data connection
+// fails too, and that is reported).
+func (c *netConn) sendCredits(busy bool, lag uint64) (bool, error) {
 	if c.creditBroken {
 		return busy, nil
 	}
@@ -952,7 +1057,7 @@ func (c *netConn) sendCredits(busy bool) (bool, error) {
 			break
 		}
 		h := atomic.LoadUint64(c.word(uint64(i)*c.total + offHead))
-		if h <= c.credited[i] {
+		if h < c.credited[i]+lag {
 			continue
 		}
 		k := (c.creditNext + len(c.creditsOut)) % maxCredits
@@ -970,6 +1075,7 @@ func (c *netConn) sendCredits(busy bool) (bool, error) {
 		}
 		c.creditsOut = append(c.creditsOut, r)
 		c.credited[i], busy = h, true
+		c.stats.credits++
 	}
 	return busy, nil
 }
@@ -993,4 +1099,109 @@ func (c *netConn) credit(n int) error {
 	c.head[conn] = head
 	atomic.StoreUint64(c.word(uint64(conn)*c.total+offHead), head)
 	return nil
+}
+
+// netStats is what a proxy connection did, summarized at close in one
+// NET log line (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET): steps and bytes
+// by protocol, and times as log-scale histograms. The sender times each
+// step from the pass that saw it ready to the pass that saw its send
+// complete; the receiver from its header's arrival to its store, and
+// from the sender's "seen ready" (the header's clock) to its store: the
+// hop, which only means something between processes of one host.
+type netStats struct {
+	start        time.Time
+	msgs, bytes  [3]uint64 // by kind (kindSimple, kindLL)
+	credits      uint64
+	sendT, recvT histogram
+	hopT         histogram
+	hopBad       uint64 // hops beyond the clock's 32-bit range, or negative
+}
+
+func (s *netStats) now() time.Time { return time.Now() }
+
+func (s *netStats) sent(kind byte, n uint64, d time.Duration) {
+	s.msgs[kind%3]++
+	s.bytes[kind%3] += n
+	s.sendT.add(d)
+}
+
+func (s *netStats) stored(h netHeader, at time.Time) {
+	now := time.Now()
+	s.msgs[h.kind%3]++
+	s.bytes[h.kind%3] += h.n
+	s.recvT.add(now.Sub(at))
+	if hop := int32(uint32(now.UnixNano()) - h.sent); hop >= 0 {
+		s.hopT.add(time.Duration(hop))
+	} else {
+		s.hopBad++
+	}
+}
+
+// summary is the log line's text.
+func (s *netStats) summary(c *netConn) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "NET/stats %s over %s: SIMPLE %d steps %d B, LL %d steps %d B", c.name, time.Since(s.start).Round(time.Millisecond),
+		s.msgs[kindSimple], s.bytes[kindSimple], s.msgs[kindLL], s.bytes[kindLL])
+	if c.sender {
+		fmt.Fprintf(&b, "; ready->sent %s", s.sendT.String())
+	} else {
+		fmt.Fprintf(&b, "; arrived->stored %s; hop (sender saw ready->stored, one host's clock) %s", s.recvT.String(), s.hopT.String())
+		if s.hopBad > 0 {
+			fmt.Fprintf(&b, " (%d out of range)", s.hopBad)
+		}
+		fmt.Fprintf(&b, "; credits sent %d", s.credits)
+	}
+	for _, x := range []struct {
+		side string
+		c    any
+	}{{"data", map[bool]any{true: c.send, false: c.recv}[c.sender]}, {"credits", map[bool]any{true: c.recv, false: c.send}[c.sender]}} {
+		if st, ok := x.c.(interface{ Stats() ncclnet.SocketStats }); ok {
+			v := st.Stats()
+			fmt.Fprintf(&b, "; %s socket writes %d reads %d (%d empty)", x.side, v.Writes, v.Reads, v.EmptyReads)
+		}
+	}
+	return b.String()
+}
+
+// histogram counts durations in buckets of a quarter of a power of two
+// (ns), enough for medians and tails.
+type histogram struct {
+	n      uint64
+	bucket [256]uint64
+}
+
+func (h *histogram) add(d time.Duration) {
+	v := uint64(max(d, 0))
+	k := 0
+	if v >= 4 {
+		e := bits.Len64(v) - 1 // v in [2^e, 2^(e+1))
+		k = e*4 + int(v>>(e-2)&3)
+	} else {
+		k = int(v)
+	}
+	h.bucket[min(k, len(h.bucket)-1)]++
+	h.n++
+}
+
+// quantile is the lower bound of the bucket holding quantile q.
+func (h *histogram) quantile(q float64) time.Duration {
+	want := uint64(q*float64(h.n-1)) + 1
+	var sum uint64
+	for k, c := range h.bucket {
+		if sum += c; sum >= want {
+			if k < 4 {
+				return time.Duration(k)
+			}
+			e := k / 4
+			return time.Duration(uint64(4+k%4) << (e - 2))
+		}
+	}
+	return 0
+}
+
+func (h *histogram) String() string {
+	if h.n == 0 {
+		return "n=0"
+	}
+	return fmt.Sprintf("n=%d p50 %v p99 %v max %v", h.n, h.quantile(0.5), h.quantile(0.99), h.quantile(1))
 }

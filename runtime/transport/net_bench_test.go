@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/generated"
+	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
 )
 
 // BenchmarkNETStepLL measures NET's one-hop latency for one LL line (8 B
@@ -87,15 +88,24 @@ var benchSimpleSizes = Sizes{netSizes[0], netSizes[1], 4 << 20}
 // stand-in kernel to rank 1's, over loopback; an op is one slot. The
 // kernels only move tail and head, so this is the transport's cost.
 // Sub-benchmarks: the socket backend's threads × sockets per thread
-// (4x1 is its loopback default).
+// (4x1 is its loopback default), and with 4 MiB socket buffers
+// (NCCLGO_SOCKET_BUFSIZE) instead of the kernel's autotuning.
 func BenchmarkNETSimpleBandwidth(b *testing.B) {
-	for _, c := range []struct{ threads, socks int }{{1, 1}, {4, 1}, {2, 2}} {
-		b.Run(fmt.Sprintf("%dx%d", c.threads, c.socks), func(b *testing.B) { benchSimpleBandwidth(b, c.threads, c.socks) })
+	for _, c := range []struct{ threads, socks, buf int }{{1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 1, 4 << 20}} {
+		name := fmt.Sprintf("%dx%d", c.threads, c.socks)
+		if c.buf > 0 {
+			name += fmt.Sprintf("_buf%dM", c.buf>>20)
+		}
+		b.Run(name, func(b *testing.B) {
+			nt, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: c.threads, NSocksPerThread: c.socks, BufSize: c.buf})
+			require.NoError(b, err)
+			benchSimpleBandwidth(b, nt)
+		})
 	}
 }
 
-func benchSimpleBandwidth(b *testing.B, threads, socks int) {
-	sets, mems := connectNETSizes(b, loNet(b, threads, socks), 2, 1, benchSimpleSizes, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+func benchSimpleBandwidth(b *testing.B, nt ncclnet.Net) {
+	sets, mems := connectNETSizes(b, nt, 2, 1, benchSimpleSizes, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
 	defer func() {
 		for _, s := range sets {
 			require.NoError(b, s.Close())

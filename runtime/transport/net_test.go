@@ -380,6 +380,9 @@ func header(kind byte, conn int, step, off, n uint64) []byte {
 	return b
 }
 
+// withBytes is header b with n bytes of payload behind it (an inline step).
+func withBytes(b []byte, n int) []byte { return append(b, make([]byte, n)...) }
+
 func TestNETRejectsMalformedTraffic(t *testing.T) {
 	nt := loNet(t, 1, 1)
 	llSlot, simpleSlot := uint64(netSizes[0]/generated.Steps), uint64(netSizes[2]/generated.Steps)
@@ -399,8 +402,12 @@ func TestNETRejectsMalformedTraffic(t *testing.T) {
 		{"step beyond the window", [][]byte{header(kindSimple, 0, generated.Steps, 0, 8)}, []int{tagHeader}, "step 8 on connection 0 whose receiver consumed 0 steps", false},
 		{"past the slot", [][]byte{header(kindSimple, 0, 0, simpleSlot-4, 8)}, []int{tagHeader}, fmt.Sprintf("8 bytes at offset %d of a %d-byte slot", simpleSlot-4, simpleSlot), false},
 		{"misaligned LL", [][]byte{header(kindLL, 1, 0, 8, 16)}, []int{tagHeader}, fmt.Sprintf("16 bytes at offset 8 of a %d-byte slot", llSlot), false},
-		{"more than announced", [][]byte{header(kindSimple, 0, 0, 0, 8), make([]byte, 9)}, []int{tagHeader, tagPayload}, "message 2 of 9 bytes for a posted receive of 8 bytes", true},
-		{"less than announced", [][]byte{header(kindLL, 0, 0, 0, 32), make([]byte, 16)}, []int{tagHeader, tagPayload}, "16 bytes where the header announced 32", false},
+		{"more than announced", [][]byte{withBytes(header(kindSimple, 0, 0, 0, 8), 9)}, []int{tagHeader}, "9 bytes where the header announced 8", false},
+		{"less than announced", [][]byte{withBytes(header(kindLL, 0, 0, 0, 32), 16)}, []int{tagHeader}, "16 bytes where the header announced 32", false},
+		{"small step without its bytes", [][]byte{header(kindSimple, 0, 0, 0, 8)}, []int{tagHeader}, "0 bytes where the header announced 8", false},
+		{"long step inline", [][]byte{withBytes(header(kindSimple, 0, 0, 0, inlineStep+8), 8)}, []int{tagHeader}, fmt.Sprintf("8 bytes behind a header announcing %d to follow apart", inlineStep+8), false},
+		{"more than announced apart", [][]byte{header(kindSimple, 0, 0, 0, inlineStep+8), make([]byte, inlineStep+9)}, []int{tagHeader, tagPayload}, fmt.Sprintf("message 2 of %d bytes for a posted receive of %d bytes", inlineStep+9, inlineStep+8), true},
+		{"less than announced apart", [][]byte{header(kindSimple, 0, 0, 0, inlineStep+8), make([]byte, 16)}, []int{tagHeader, tagPayload}, fmt.Sprintf("16 bytes where the header announced %d", inlineStep+8), false},
 		{"wrong tag", [][]byte{header(kindSimple, 0, 0, 0, 8)}, []int{tagCredit}, "tag 4 where the posted receive has tag 2", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -477,4 +484,60 @@ func TestNETRejectsBadCredits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// netConnOf is rank set's proxy connection that sends (or receives).
+func netConnOf(t *testing.T, set *Set, sender bool) *netConn {
+	for _, r := range set.regions {
+		if nr, ok := r.(*netRegion); ok && nr.pc.sender == sender {
+			return nr.pc
+		}
+	}
+	t.Fatalf("no NET region (sender %v)", sender)
+	return nil
+}
+
+// A small step is one message (header and bytes, one writev), and the
+// receiver's credits wait for idle passes: over a ping of single LL lines
+// the sender writes once per step, and the summary counts them.
+func TestNETSmallStepIsOneMessage(t *testing.T) {
+	sets, mems := connectNET(t, loNet(t, 1, 1), 2, 1, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+	defer func() {
+		for _, s := range sets {
+			require.NoError(t, s.Close())
+		}
+	}()
+	send, recv := sets[0].Send[Key{0, 1}], sets[1].Recv[Key{0, 0}]
+	line := func(m *hostMem, ci generated.ConnInfo, s uint64) []byte {
+		slot := uint64(ci.BuffSizes[0]) / generated.Steps
+		return m.at(ci.Buffs[0]+(s%generated.Steps)*slot, 16)
+	}
+	sc := netConnOf(t, sets[0], true)
+	st := sc.send.(interface{ Stats() ncclnet.SocketStats })
+	before := st.Stats().Writes
+	const steps = 40
+	for s := uint64(0); s < steps; s++ {
+		require.True(t, spin(t, "send head", func() bool { return atomic.LoadUint64(mems[0].word(send.Head))+generated.Steps > s }))
+		buf, f := line(mems[0], send, s), uint64(llFlag(s))
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[8])), f<<32|s)
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[0])), f<<32|s)
+		in := line(mems[1], recv, s)
+		require.True(t, spin(t, "recv line", func() bool { return llReady(in, llFlag(s)) }))
+		require.Equal(t, byte(s), in[0])
+		atomic.StoreUint64(mems[1].word(recv.Head), s+1)
+	}
+	require.True(t, spin(t, "credits", func() bool { return atomic.LoadUint64(mems[0].word(send.Head)) == steps }))
+	assert.Equal(t, uint64(steps), st.Stats().Writes-before, "writev calls for %d one-line LL steps", steps)
+
+	rc := netConnOf(t, sets[1], false)
+	e := proxy.Acquire()
+	for _, c := range []*netConn{sc, rc} {
+		require.NoError(t, e.Remove(c)) // the proxy lets go of its stats
+	}
+	e.Release()
+	t.Log(sc.stats.summary(sc))
+	t.Log(rc.stats.summary(rc))
+	assert.Contains(t, sc.stats.summary(sc), fmt.Sprintf("LL %d steps %d B; ready->sent n=%d", steps, 16*steps, steps))
+	assert.Contains(t, rc.stats.summary(rc), fmt.Sprintf("LL %d steps %d B; arrived->stored n=%d", steps, 16*steps, steps))
+	assert.Contains(t, rc.stats.summary(rc), "hop (sender saw ready->stored, one host's clock) n=40")
 }
