@@ -9,14 +9,25 @@
 // buffers are load/store accessible): instead of staging through the FIFO,
 // the sender copies straight into the receiver's recvbuff, one logical step
 // per work. The receiver, at its step r, publishes its buffer and size in
-// the connection's ptrExchange slots ([0] pointer, [2] bytes, then [1] =
-// r+1 as the generation); the sender, at the same step (both count the
-// connection's steps), waits for generation s+1, copies, fences and posts
-// tail = s+1; the receiver waits for it and returns the credit (head = r+1).
-// Both step counters advance by one, so FIFO works before and after stay
-// in sequence. A sender whose size differs from the receiver's copies no
-// more than the receiver holds, records NG_DEV_ERR_BAD_WORK and still posts,
-// so neither side hangs.
+// the connection's ptrExchange slots ([0] pointer, [2] bytes, [3] the whole
+// message's bytes, then [1] = r+1 as the generation); the sender, at the
+// same step (both count the connection's steps), waits for generation s+1,
+// copies, writes its own message's bytes into [3], fences and posts
+// tail = s+1; the receiver waits for it, reads [3] and returns the credit
+// (head = r+1). Both step counters advance by one, so FIFO works before and
+// after stay in sequence.
+//
+// Size mismatch (direct mode): every part carries the sizes of the whole
+// messages (work.chanOffset: the Send's, work.redOpArg: the Recv's). A Send
+// and a Recv of different sizes may split into different numbers of parts,
+// so some parts of one side have no partner and would wait forever; but
+// part 0 of both always meet. A sender whose part or message differs from
+// the receiver's copies nothing, still posts (writing [3] so that the
+// receiver sees the mismatch too) and calls ngP2PMismatch; a receiver whose
+// [3] differs from its message calls it as well. ngP2PMismatch records
+// NG_DEV_ERR_BAD_WORK and sets the rank's abort flag, so that the rank's
+// parts on other channels stop waiting: both ranks end with the error, and
+// nothing lands in the receive buffer from a mismatched part.
 //
 // When both directions of a work are direct the block does not split: it
 // publishes its receive buffer first (a store, no wait), then the whole
@@ -33,23 +44,39 @@ __device__ __forceinline__ void ngFenceFor(const struct ngConnInfo* ci) {
   else __threadfence_system();
 }
 
+// ngP2PMismatch (one thread) reports a Send and a Recv of different sizes:
+// it records NG_DEV_ERR_BAD_WORK first (so that it, not NG_DEV_ERR_ABORTED,
+// is the rank's error), then sets the rank's abort flag, so that its parts
+// on other channels, which may wait for parts the peer does not have, stop.
+__device__ __forceinline__ void ngP2PMismatch(struct ngShmem* sh) {
+  ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+  __threadfence_system();
+  volatile uint32_t* af = reinterpret_cast<volatile uint32_t*>(sh->comm.abortFlag);
+  if (af) *af = 1u;
+  ngSetAborted(sh);
+}
+
 // ngDirectPublish (thread 0 of the receiving group) publishes dst (total
-// elements) for the sender of connection ci at the connection's step.
+// elements) and msg (the whole Recv's bytes) for the sender of connection
+// ci at the connection's step.
 template <typename T>
-__device__ __forceinline__ void ngDirectPublish(const struct ngConnInfo* ci, T* dst, int64_t total) {
+__device__ __forceinline__ void ngDirectPublish(const struct ngConnInfo* ci, T* dst, int64_t total, uint64_t msg) {
   uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
   const uint64_t r = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->step));
   ngStVolatile(xch, (uint64_t)(uintptr_t)dst);
   ngStVolatile(xch + 2, (uint64_t)total * sizeof(T));
+  ngStVolatile(xch + 3, msg);
   ngFenceFor(ci);
   ngStVolatile(xch + 1, r + 1);
 }
 
 // ngDirectSend copies total elements from src into the receiver's published
-// buffer with every thread of g. Returns false on abort.
+// buffer with every thread of g; msg is the whole Send's bytes. A receiver
+// that disagrees on the part's or the message's size gets nothing (see the
+// header). Returns false on abort.
 template <typename T>
 __device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, const T* src,
-                                             int64_t total) {
+                                             int64_t total, uint64_t msg) {
   uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
   uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
   // Thread 0 waits for the receiver and hands its buffer to the group
@@ -57,25 +84,30 @@ __device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, cons
   // otherwise use; a split block's receiving half never touches them).
   if (g.tid == 0) {
     const uint64_t s = ngLdVolatile(stepPtr);
-    uint64_t dst = 0, room = 0;
+    uint64_t dst = 0, room = 0, theirs = 0;
     if (ngWaitGE(sh, xch + 1, s + 1)) {
-      __threadfence(); // the pointer and size were written before the generation
+      __threadfence(); // the pointer and sizes were written before the generation
       dst = ngLdVolatile(xch);
       room = ngLdVolatile(xch + 2);
+      theirs = ngLdVolatile(xch + 3);
     }
+    const bool ok = room == (uint64_t)total * sizeof(T) && theirs == msg;
     sh->directSend[0] = dst;
-    sh->directRecv[0] = room;
+    sh->directRecv[0] = ok ? 1 : 0;
+    // What the receiver reads in [3]: our message's bytes, or, when only
+    // the parts disagree, a size that differs from its own.
+    sh->directSend[1] = (ok || msg != theirs) ? msg : ~theirs;
   }
   ngBarrier(g);
   if (ngAborted(sh)) return false;
   T* dst = reinterpret_cast<T*>(sh->directSend[0]);
-  const int64_t room = (int64_t)(sh->directRecv[0] / sizeof(T));
-  const int64_t n = ngMin64(total, room);
-  ngDirectCopy<T>(g, src, dst, n);
+  const bool ok = sh->directRecv[0] != 0;
+  ngDirectCopy<T>(g, src, dst, ok ? total : 0);
   ngBarrier(g);
   if (g.tid == 0) {
     const uint64_t s = ngLdVolatile(stepPtr);
-    if (n != total || room != total) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+    ngStVolatile(xch + 3, sh->directSend[1]);
+    if (!ok) ngP2PMismatch(sh);
     ngFenceFor(ci);
     ngStVolatile(reinterpret_cast<uint64_t*>(ci->tail), s + 1);
     ngStVolatile(stepPtr, s + 1);
@@ -84,22 +116,30 @@ __device__ __forceinline__ bool ngDirectSend(struct ngShmem* sh, ngGroup g, cons
 }
 
 // ngDirectRecv waits (thread 0 of g) for the sender's copy into the
-// buffer published at the connection's step and returns the credit.
-// publish: publish the buffer first (else ngDirectPublish did). Returns
-// false on abort.
+// buffer published at the connection's step, checks the sender's message
+// size (msg is the whole Recv's bytes) and returns the credit. publish:
+// publish the buffer first (else ngDirectPublish did). Returns false on
+// abort or mismatch.
 template <typename T>
 __device__ __forceinline__ bool ngDirectRecv(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, T* dst,
-                                             int64_t total, bool publish) {
+                                             int64_t total, uint64_t msg, bool publish) {
   uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
   bool ok = true;
   if (g.tid == 0) {
-    if (publish) ngDirectPublish<T>(ci, dst, total);
+    if (publish) ngDirectPublish<T>(ci, dst, total, msg);
     const uint64_t r = ngLdVolatile(stepPtr);
     ok = ngWaitGE(sh, reinterpret_cast<const uint64_t*>(ci->tail), r + 1);
     __threadfence();
     if (ok) {
+      // The sender wrote [3] before it fenced and posted tail; we publish
+      // the next [3] only at our next step, after this read.
+      const uint64_t theirs = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->ptrExchange) + 3);
       ngStVolatile(reinterpret_cast<uint64_t*>(ci->head), r + 1);
       ngStVolatile(stepPtr, r + 1);
+      if (theirs != msg) {
+        ngP2PMismatch(sh);
+        ok = false;
+      }
     }
   }
   ngBarrier(g);
@@ -123,10 +163,11 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
     const struct ngConnInfo* rci = ngRecvConnInfo(sh, recvPeer);
     T* dst = reinterpret_cast<T*>(w.recvbuff);
     const int64_t rtotal = (int64_t)w.chanCount;
-    if (tid == 0) ngDirectPublish<T>(rci, dst, rtotal);
-    if (!ngDirectSend<T>(sh, all, ngSendConnInfo(sh, sendPeer), reinterpret_cast<const T*>(w.sendbuff), (int64_t)w.count))
+    if (tid == 0) ngDirectPublish<T>(rci, dst, rtotal, w.redOpArg);
+    if (!ngDirectSend<T>(sh, all, ngSendConnInfo(sh, sendPeer), reinterpret_cast<const T*>(w.sendbuff), (int64_t)w.count,
+                         w.chanOffset))
       return;
-    ngDirectRecv<T>(sh, all, rci, dst, rtotal, false);
+    ngDirectRecv<T>(sh, all, rci, dst, rtotal, w.redOpArg, false);
     return;
   }
   if (doSend && doRecv && nt < 64) nt = (blockDim.x & ~31) >= 64 ? 64 : nt;
@@ -152,7 +193,7 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
     const int64_t total = (int64_t)w.count;
     const struct ngConnInfo* ci = ngSendConnInfo(sh, sendPeer);
     if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
-      ngDirectSend<T>(sh, g, ci, src, total);
+      ngDirectSend<T>(sh, g, ci, src, total, w.chanOffset);
       return;
     }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, nullptr, 0, &sendPeer, 1);
@@ -165,7 +206,7 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
     const int64_t total = (int64_t)w.chanCount;
     const struct ngConnInfo* ci = ngRecvConnInfo(sh, recvPeer);
     if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
-      ngDirectRecv<T>(sh, g, ci, dst, total, true);
+      ngDirectRecv<T>(sh, g, ci, dst, total, w.redOpArg, true);
       return;
     }
     ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &recvPeer, 1, nullptr, 0);

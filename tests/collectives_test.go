@@ -478,40 +478,54 @@ func TestRankDevices(t *testing.T) {
 	require.Equal(t, []int{0, 1}, rankDevices(devs, 2))
 }
 
-// TestSendRecvSizeMismatch: a Send larger than its Recv must neither write
-// past the receive buffer nor hang; the sender's communicator reports a
-// device error.
+// TestSendRecvSizeMismatch: a Send and a Recv of different sizes split into
+// different numbers of parts (one per channel the size asks for), so parts
+// of one side have no partner. Both ranks must end with the device error
+// (NG_DEV_ERR_BAD_WORK: ErrDevice, not ErrAborted) instead of hanging, and
+// nothing may land in the receive buffer (every part compares the whole
+// messages' sizes before it copies), small against large both ways. Each
+// case gets its own communicators: the error aborts them.
 func TestSendRecvSizeMismatch(t *testing.T) {
 	gpu(t)
-	const sent, room = 1 << 20, 1 << 19
-	w := newWorld(t, 2, "ring", "SIMPLE", sent+64)
-	poison := pattern.Bytes(pattern.Mix(suiteSeed(t), 0x5e), 1, 0, sent)
-	require.NoError(t, w.ctxs[0].MemcpyHtoD(w.send[0], unsafe.Pointer(&pattern.Bytes(1, 0, 0, sent)[0]), sent))
-	require.NoError(t, w.ctxs[1].MemcpyHtoD(w.recv[1], unsafe.Pointer(&poison[0]), sent))
-	for _, ctx := range w.ctxs {
-		require.NoError(t, ctx.Synchronize())
+	cases := []struct{ sent, room uint64 }{
+		{1 << 20, 1 << 19}, // the sender has more parts
+		{1 << 19, 1 << 20}, // the receiver has more parts
+		{100, 64 << 20},    // one part against every channel of the peer
+		{64 << 20, 100},
+		{1, 2}, // one part each
 	}
-	g := ncclgo.NewGroup()
-	require.NoError(t, g.Send(w.comms[0], w.send[0], sent, ncclgo.Uint8, 1, w.streams[0]))
-	require.NoError(t, g.Recv(w.comms[1], w.recv[1], room, ncclgo.Uint8, 0, w.streams[1]))
-	require.NoError(t, g.End())
-	errs, hang := waitAll("Send 1 MiB to a Recv of 512 KiB", w.comms)
-	if hang != nil {
-		w.hung = true
-		t.Fatal(hang)
-	}
-	err0 := errs[0]
-	require.NoError(t, errs[1], "the receiver completes")
-	require.ErrorIs(t, err0, ncclgo.ErrDevice, "the sender reports the mismatch")
-	t.Logf("sender: %v", err0)
-	// What lands inside the receive buffer is unspecified (each channel
-	// carries its own share of each side's count); nothing may land past it.
-	got := make([]byte, sent)
-	require.NoError(t, w.ctxs[1].MemcpyDtoH(unsafe.Pointer(&got[0]), w.recv[1], sent))
-	for i := room; i < sent; i++ {
-		if got[i] != poison[i] {
-			t.Fatalf("byte %d past the receive buffer was written (%#x)", i, got[i])
-		}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("send=%d/recv=%d", tc.sent, tc.room), func(t *testing.T) {
+			big := max(tc.sent, tc.room)
+			w := newWorld(t, 2, "ring", "SIMPLE", big+64)
+			poison := pattern.Bytes(pattern.Mix(suiteSeed(t), 0x5e), 1, 0, int(big))
+			require.NoError(t, w.ctxs[0].MemcpyHtoD(w.send[0], unsafe.Pointer(&pattern.Bytes(1, 0, 0, int(tc.sent))[0]), tc.sent))
+			require.NoError(t, w.ctxs[1].MemcpyHtoD(w.recv[1], unsafe.Pointer(&poison[0]), big))
+			for _, ctx := range w.ctxs {
+				require.NoError(t, ctx.Synchronize())
+			}
+			g := ncclgo.NewGroup()
+			require.NoError(t, g.Send(w.comms[0], w.send[0], int(tc.sent), ncclgo.Uint8, 1, w.streams[0]))
+			require.NoError(t, g.Recv(w.comms[1], w.recv[1], int(tc.room), ncclgo.Uint8, 0, w.streams[1]))
+			require.NoError(t, g.End())
+			errs, hang := waitAll(fmt.Sprintf("Send %d bytes to a Recv of %d", tc.sent, tc.room), w.comms)
+			if hang != nil {
+				w.hung = true
+				t.Fatal(hang)
+			}
+			for r, err := range errs {
+				require.ErrorIs(t, err, ncclgo.ErrDevice, "rank %d reports the mismatch", r)
+				require.NotErrorIs(t, err, ncclgo.ErrAborted, "rank %d: the mismatch, not the abort it caused, is the error", r)
+				t.Logf("rank %d: %v", r, err)
+			}
+			got := make([]byte, big)
+			require.NoError(t, w.ctxs[1].MemcpyDtoH(unsafe.Pointer(&got[0]), w.recv[1], big))
+			for i := range got {
+				if got[i] != poison[i] {
+					t.Fatalf("byte %d of the receive buffer was written (%#x): a mismatched part copied", i, got[i])
+				}
+			}
+		})
 	}
 }
 

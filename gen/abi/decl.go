@@ -19,7 +19,7 @@ var Consts = []Const{
 	{"NG_DIRECT_MAX_RANKS", 32, "most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)"},
 	{"NG_DIRECT_ONESHOT_BYTES", 8192, "DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot"},
 	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
-	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size"},
+	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
 }
 
 // ConnInfo is one direction of a connection between two ranks on one
@@ -33,7 +33,7 @@ var ConnInfo = &Struct{
 		{Name: "head", Scalar: U64, Doc: "uint64_t*: steps the receiver has consumed (the sender waits on it for credit)"},
 		{Name: "tail", Scalar: U64, Doc: "uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)"},
 		{Name: "step", Scalar: U64, Doc: "uint64_t*: this side's step counter, kept in device memory between kernels"},
-		{Name: "ptrExchange", Scalar: U64, Doc: "uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused"},
+		{Name: "ptrExchange", Scalar: U64, Doc: "uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver"},
 		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of the FIFO"},
 		{Name: "flags", Scalar: U32, Doc: "NG_CONN_* bits"},
 	},
@@ -134,7 +134,9 @@ var DevWork = &Struct{
 		"[chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) " +
 		"count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into " +
 		"and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, " +
-		"count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none).",
+		"count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none), " +
+		"chanOffset the whole send message's bytes and redOpArg the whole receive message's bytes (every part " +
+		"carries them; the two sides compare them).",
 	Fields: []Field{
 		{Name: "sendbuff", Scalar: U64},
 		{Name: "recvbuff", Scalar: U64},

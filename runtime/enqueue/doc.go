@@ -27,5 +27,10 @@
 // part — on the same channel (P2PChannel). Works of every channel are
 // sorted by that key, which is a global order: the lowest pending key can
 // always progress, so no set of point-to-point operations deadlocks.
+// Each side picks its number of parts from its own size, so a Send and a
+// Recv of different sizes may not pair part for part; every work therefore
+// carries the whole messages' sizes (chanOffset: the Send's, redOpArg: the
+// Recv's), which the device compares with the peer's (devicesrc/sendrecv.h)
+// to turn such a mismatch into an error on both ranks.
 // Sends and receives to oneself are device-to-device copies.
 package enqueue

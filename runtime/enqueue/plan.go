@@ -501,6 +501,7 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 type p2pPart struct {
 	buf   uint64
 	bytes uint64
+	msg   uint64 // the whole message's bytes (every part carries it)
 }
 
 // planP2P pairs and splits the point-to-point tasks (see the package doc).
@@ -553,7 +554,7 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 		out := make([]p2pPart, nParts)
 		for i := range out {
 			off, count := part(n, per, i)
-			out[i] = p2pPart{buf: buf + off, bytes: count}
+			out[i] = p2pPart{buf: buf + off, bytes: count, msg: t.Bytes}
 		}
 		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Bytes), Choice: ch, NChannels: nParts})
 		return out, ch, nil
@@ -583,11 +584,16 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 			}
 			for j := 0; j < max(len(sp), len(rp)); j++ {
 				w := generated.DevWork{SendPeer: -1, RecvPeer: -1, Root: -1}
+				// ChanOffset and RedOpArg carry the whole messages' sizes:
+				// the device compares them with the peer's (sendrecv.h), so
+				// that a Send and a Recv of different sizes, which may split
+				// into different numbers of parts, end in an error on both
+				// ranks instead of parts that wait for a peer that never comes.
 				if j < len(sp) {
-					w.Sendbuff, w.Count, w.SendPeer = sp[j].buf, sp[j].bytes, int32(to)
+					w.Sendbuff, w.Count, w.SendPeer, w.ChanOffset = sp[j].buf, sp[j].bytes, int32(to), sp[j].msg
 				}
 				if j < len(rp) {
-					w.Recvbuff, w.ChanCount, w.RecvPeer = rp[j].buf, rp[j].bytes, int32(from)
+					w.Recvbuff, w.ChanCount, w.RecvPeer, w.RedOpArg = rp[j].buf, rp[j].bytes, int32(from), rp[j].msg
 				}
 				ws = append(ws, chanWork{ch: P2PChannel(c, d, j), key: [3]int{d, i, j}, w: w, nt: nt})
 			}

@@ -38,7 +38,7 @@ const (
 	DirectOneshotBytes = 8192
 	// LaunchMaxParts is NG_LAUNCH_MAX_PARTS: most ranks one multi-rank launch serves (ngLaunchParts.comms).
 	LaunchMaxParts = 8
-	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size.
+	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
 	CollBroadcast = 0
@@ -88,7 +88,7 @@ type ConnInfo struct {
 	Head        uint64    // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
 	Tail        uint64    // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
 	Step        uint64    // uint64_t*: this side's step counter, kept in device memory between kernels
-	PtrExchange uint64    // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused
+	PtrExchange uint64    // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver
 	BuffSizes   [3]uint32 // per protocol: bytes of the FIFO
 	Flags       uint32    // NG_CONN_* bits
 }
@@ -147,7 +147,7 @@ type DirectSlot struct {
 	Pad      [13]uint64 // to 128 bytes: slots of different channels share no cache line
 }
 
-// DevWork is ngDevWork: one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none)..
+// DevWork is ngDevWork: one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none), chanOffset the whole send message's bytes and redOpArg the whole receive message's bytes (every part carries them; the two sides compare them)..
 type DevWork struct {
 	Sendbuff   uint64
 	Recvbuff   uint64

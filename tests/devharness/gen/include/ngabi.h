@@ -22,7 +22,7 @@
 #define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
 #define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
-#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a direct send and its receive disagree on the size
+#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
 #define NG_COLL_AllGather 2 // collective
@@ -51,7 +51,7 @@ struct ngConnInfo {
   uint64_t head; // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
   uint64_t tail; // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
   uint64_t step; // uint64_t*: this side's step counter, kept in device memory between kernels
-  uint64_t ptrExchange; // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes; [3] unused
+  uint64_t ptrExchange; // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver
   uint32_t buffSizes[3]; // per protocol: bytes of the FIFO
   uint32_t flags; // NG_CONN_* bits
 };
@@ -110,7 +110,7 @@ struct ngDirectSlot {
   uint64_t pad[13]; // to 128 bytes: slots of different channels share no cache line
 };
 
-// one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none).
+// one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none), chanOffset the whole send message's bytes and redOpArg the whole receive message's bytes (every part carries them; the two sides compare them).
 struct ngDevWork {
   uint64_t sendbuff;
   uint64_t recvbuff;
