@@ -255,3 +255,10 @@ func TestJoinStreams(t *testing.T) {
 		assert.Equal(t, []*cuda.Event{nil, nil}, evs, "no completion where the record failed")
 	})
 }
+
+func TestPerThread(t *testing.T) {
+	l := func(h uintptr) Launch { return Launch{Stream: cuda.WrapStream(nil, h)} }
+	assert.False(t, perThread(nil))
+	assert.False(t, perThread([]Launch{l(0), l(cuda.StreamLegacy), l(0x1000)}))
+	assert.True(t, perThread([]Launch{l(0x1000), l(cuda.StreamPerThread)}))
+}
