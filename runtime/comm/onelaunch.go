@@ -122,22 +122,23 @@ func planMerges(cs []mergeCand) [][]int {
 
 // runMulti queues the plans of ls, launches of ranks of one communicator
 // on one GPU in increasing rank order (a set of planMerges), as one
-// multi-rank launch, on the first launch's stream: that stream first
-// waits for what every other launch's stream queued so far (and for each
-// rank's previous launch on another stream, as run does), and every other
-// stream then waits for the launch. It stores each launch's completion
-// event, recorded after the launch, in evs (nil where nothing was
-// queued). When a stream is being captured into a CUDA graph, or a rank
-// was destroyed, it runs each plan on its own (run) instead.
+// multi-rank launch, on the first launch's stream s0, joined to the other
+// ranks' streams (joinBefore, joinAfter). It stores each launch's
+// completion event, recorded after the launch, in evs (nil where nothing
+// was queued). When a stream is being captured into a CUDA graph, or a
+// rank was destroyed, it runs each plan on its own (run) instead.
 func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 	for _, l := range ls { // in rank order: two groups never lock the other way round
 		l.Engine.mu.Lock()
 	}
 	alone := false
-	for _, l := range ls {
+	for i, l := range ls {
 		if l.Engine.destroyed {
 			alone = true
 			break
+		}
+		if i > 0 && l.Stream.Handle() == ls[0].Stream.Handle() {
+			continue // asked already
 		}
 		if c, err := enqueue.CaptureOf(l.Stream); err != nil || bool(c) {
 			alone = true // run reports the error, or captures the launch alone
@@ -161,11 +162,7 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 			l.Engine.mu.Unlock()
 		}
 	}()
-	s0 := ls[0].Stream
-	var errs []error
-	join := func(what error) {
-		errs = append(errs, what)
-	}
+	rs := make([]rankSync, len(ls))
 	for i, l := range ls {
 		e := l.Engine
 		e.logDecisions(l.Plan)
@@ -173,43 +170,109 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 		if err != nil {
 			return err // nothing queued yet
 		}
-		if last := e.res.last; last != nil && last != ev {
-			if err := s0.WaitEvent(last); err != nil {
-				return fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
-			}
-		}
-		if i > 0 && l.Stream.Handle() != s0.Handle() {
-			if err := ev.Record(l.Stream); err != nil {
-				return fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", e.rank, l.Stream.Handle(), err)
-			}
-			if err := s0.WaitEvent(ev); err != nil {
-				return fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", e.rank, l.Stream.Handle(), err)
-			}
-		}
+		rs[i] = rankSync{rank: e.rank, stream: l.Stream, ev: ev, last: e.res.last}
 	}
-	if err := ls[0].Engine.launcher.RunMulti(parts, s0); err != nil {
-		join(fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err))
+	if err := joinBefore(driverSync{}, rs); err != nil {
+		return err // nothing launched
+	}
+	var errs []error
+	if err := ls[0].Engine.launcher.RunMulti(parts, ls[0].Stream); err != nil {
+		errs = append(errs, fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err))
 	}
 	// Something may be queued even when the launch failed: track it all
 	// the same, as run does.
+	errs = append(errs, joinAfter(driverSync{}, rs, evs)...)
 	for i, l := range ls {
 		e := l.Engine
-		ev := e.events[l.Stream.Handle()]
 		e.res.seq++
 		e.multi++
-		if err := ev.Record(s0); err != nil {
-			join(fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
-			continue
-		}
-		e.res.last = ev
-		evs[i] = ev
-		if l.Stream.Handle() != s0.Handle() {
-			if err := l.Stream.WaitEvent(ev); err != nil {
-				join(fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", e.rank, l.Stream.Handle(), err))
-			}
+		if evs[i] != nil {
+			e.res.last = evs[i]
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rankSync is what joining a rank's stream to a multi-rank launch needs.
+type rankSync struct {
+	rank   int
+	stream *cuda.Stream
+	ev     *cuda.Event // the rank's completion event on stream (Engine.eventFor)
+	last   *cuda.Event // the rank's previous launch's event, nil for none
+}
+
+// streamSync is the driver calls that join streams: the CUDA driver's
+// (driverSync), or a test's that counts them.
+type streamSync interface {
+	idle(s *cuda.Stream) (bool, error) // cuStreamQuery: all queued work done
+	record(ev *cuda.Event, s *cuda.Stream) error
+	wait(s *cuda.Stream, ev *cuda.Event) error
+}
+
+// driverSync is streamSync through the CUDA driver.
+type driverSync struct{}
+
+func (driverSync) idle(s *cuda.Stream) (bool, error)           { return s.Query() }
+func (driverSync) record(ev *cuda.Event, s *cuda.Stream) error { return ev.Record(s) }
+func (driverSync) wait(s *cuda.Stream, ev *cuda.Event) error   { return s.WaitEvent(ev) }
+
+// joinBefore makes rs[0].stream, s0, where the multi-rank launch is
+// queued, wait for what it must come after: each rank's previous launch
+// when that was on another stream (as run orders it), and what every
+// other rank's stream has queued so far, unless that stream is idle (all
+// its work done: then there is nothing to wait for, and a record and a
+// wait, two driver calls and a cross-stream dependency on the GPU, are
+// saved; in a loop of multi-rank launches every other stream is idle but
+// for its wait for the previous launch, done by the time the host queues
+// the next). Ranks on s0's own stream (one shared default stream) need
+// nothing. It returns at the first failure, before the launch is queued.
+func joinBefore(o streamSync, rs []rankSync) error {
+	s0 := rs[0].stream
+	for i, r := range rs {
+		if r.last != nil && r.last != r.ev {
+			if err := o.wait(s0, r.last); err != nil {
+				return fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
+			}
+		}
+		if i == 0 || r.stream.Handle() == s0.Handle() {
+			continue
+		}
+		idle, err := o.idle(r.stream)
+		if err != nil {
+			return fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+		}
+		if idle {
+			continue
+		}
+		if err := o.record(r.ev, r.stream); err != nil {
+			return fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+		}
+		if err := o.wait(s0, r.ev); err != nil {
+			return fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+		}
+	}
+	return nil
+}
+
+// joinAfter records each rank's completion event on s0 after the
+// multi-rank launch, stores it in evs (nil where the record failed), and
+// makes every other stream wait for it.
+func joinAfter(o streamSync, rs []rankSync, evs []*cuda.Event) []error {
+	s0 := rs[0].stream
+	var errs []error
+	for i, r := range rs {
+		if err := o.record(r.ev, s0); err != nil {
+			errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", r.rank, err))
+			continue
+		}
+		evs[i] = r.ev
+		if r.stream.Handle() != s0.Handle() {
+			if err := o.wait(r.stream, r.ev); err != nil {
+				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.stream.Handle(), err))
+			}
+		}
+	}
+	return errs
 }
 
 // MultiLaunches returns how many of the rank's launches ran as part of a

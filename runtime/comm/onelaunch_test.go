@@ -1,6 +1,9 @@
 package comm
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -8,6 +11,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/residency"
 	"github.com/ncclgo/ncclgo/runtime/tune"
@@ -138,4 +142,123 @@ func TestCandidate(t *testing.T) {
 	p := enqueue.Plan{Launches: make([]enqueue.Launch, 1)}
 	l := Launch{Engine: e, Plan: &p, Tasks: []enqueue.Task{{Coll: kspace.AllReduce}}}
 	assert.False(t, l.candidate().ok)
+}
+
+// fakeSync is a streamSync that logs its calls, with each stream's
+// handle, and answers idle from busy.
+type fakeSync struct {
+	calls []string
+	busy  map[uintptr]bool
+	fail  string // a call that fails ("idle", "record" or "wait")
+}
+
+func (f *fakeSync) idle(s *cuda.Stream) (bool, error) {
+	f.calls = append(f.calls, fmt.Sprintf("idle %#x", s.Handle()))
+	if f.fail == "idle" {
+		return false, errors.New("boom")
+	}
+	return !f.busy[s.Handle()], nil
+}
+
+func (f *fakeSync) record(ev *cuda.Event, s *cuda.Stream) error {
+	f.calls = append(f.calls, fmt.Sprintf("record on %#x", s.Handle()))
+	if f.fail == "record" {
+		return errors.New("boom")
+	}
+	return nil
+}
+
+func (f *fakeSync) wait(s *cuda.Stream, ev *cuda.Event) error {
+	f.calls = append(f.calls, fmt.Sprintf("wait on %#x", s.Handle()))
+	if f.fail == "wait" {
+		return errors.New("boom")
+	}
+	return nil
+}
+
+// count returns how many calls begin with prefix.
+func (f *fakeSync) count(prefix string) int {
+	n := 0
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// syncs returns n ranks' rankSyncs, rank r on the stream of handle h(r),
+// each with its own event, which was its previous launch's.
+func syncs(n int, h func(r int) uintptr) []rankSync {
+	rs := make([]rankSync, n)
+	for r := range rs {
+		ev := new(cuda.Event)
+		rs[r] = rankSync{rank: r, stream: cuda.WrapStream(nil, h(r)), ev: ev, last: ev}
+	}
+	return rs
+}
+
+func TestJoinStreams(t *testing.T) {
+	own := func(r int) uintptr { return uintptr(0x1000 + r) }
+	t.Run("streams of their own, idle", func(t *testing.T) {
+		// The steady state of a loop of multi-rank launches: the other
+		// streams have done their work (their wait for the previous
+		// launch), so the launch waits for none of them.
+		f := &fakeSync{}
+		rs := syncs(8, own)
+		require.NoError(t, joinBefore(f, rs))
+		assert.Equal(t, 7, f.count("idle"))
+		assert.Zero(t, f.count("record")+f.count("wait"), "%q", f.calls)
+		f.calls = nil
+		evs := make([]*cuda.Event, 8)
+		require.Empty(t, joinAfter(f, rs, evs))
+		assert.Equal(t, 8, f.count("record on 0x1000"), "every rank's completion on s0")
+		assert.Equal(t, 7, f.count("wait"), "every other stream waits for the launch")
+		for r, ev := range evs {
+			assert.Same(t, rs[r].ev, ev, "rank %d", r)
+		}
+	})
+	t.Run("streams of their own, busy", func(t *testing.T) {
+		f := &fakeSync{busy: map[uintptr]bool{0x1002: true, 0x1005: true}}
+		require.NoError(t, joinBefore(f, syncs(8, own)))
+		assert.Equal(t, []string{"idle 0x1001", "idle 0x1002", "record on 0x1002", "wait on 0x1000",
+			"idle 0x1003", "idle 0x1004", "idle 0x1005", "record on 0x1005", "wait on 0x1000",
+			"idle 0x1006", "idle 0x1007"}, f.calls)
+	})
+	for _, h := range []uintptr{0, cuda.StreamLegacy, cuda.StreamPerThread, 0x1000} {
+		t.Run(fmt.Sprintf("one stream %#x", h), func(t *testing.T) {
+			// Ranks handed one stream (a default one, say): nothing to join.
+			f := &fakeSync{busy: map[uintptr]bool{h: true}}
+			rs := syncs(4, func(int) uintptr { return h })
+			require.NoError(t, joinBefore(f, rs))
+			assert.Empty(t, f.calls)
+			require.Empty(t, joinAfter(f, rs, make([]*cuda.Event, 4)))
+			assert.Equal(t, 4, f.count(fmt.Sprintf("record on %#x", h)))
+			assert.Equal(t, 4, len(f.calls), "%q", f.calls)
+		})
+	}
+	t.Run("previous launch on another stream", func(t *testing.T) {
+		f := &fakeSync{}
+		rs := syncs(2, own)
+		rs[1].last = new(cuda.Event) // rank 1's lane, say
+		require.NoError(t, joinBefore(f, rs))
+		assert.Equal(t, []string{"wait on 0x1000", "idle 0x1001"}, f.calls)
+	})
+	t.Run("errors name the rank", func(t *testing.T) {
+		f := &fakeSync{busy: map[uintptr]bool{0x1001: true}, fail: "idle"}
+		assert.ErrorContains(t, joinBefore(f, syncs(2, own)), "rank 1: querying stream 0x1001")
+		f = &fakeSync{busy: map[uintptr]bool{0x1001: true}, fail: "record"}
+		assert.ErrorContains(t, joinBefore(f, syncs(2, own)), "rank 1: recording stream 0x1001")
+		evs := make([]*cuda.Event, 2)
+		errs := joinAfter(f, syncs(2, own), evs)
+		assert.Len(t, errs, 2)
+		assert.Equal(t, []*cuda.Event{nil, nil}, evs, "no completion where the record failed")
+	})
+}
+
+func TestPerThread(t *testing.T) {
+	l := func(h uintptr) Launch { return Launch{Stream: cuda.WrapStream(nil, h)} }
+	assert.False(t, perThread(nil))
+	assert.False(t, perThread([]Launch{l(0), l(cuda.StreamLegacy), l(0x1000)}))
+	assert.True(t, perThread([]Launch{l(0x1000), l(cuda.StreamPerThread)}))
 }

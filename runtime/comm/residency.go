@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -185,6 +186,13 @@ type Launch struct {
 // group's communicators, and end when one of them is no longer usable
 // (aborted or destroyed, say).
 func AdmitAndRun(ls []Launch) error {
+	if perThread(ls) {
+		// Every driver call of the group on the per-thread default stream
+		// (lane joins, a multi-rank launch's joins) must name one thread's
+		// stream: the goroutine may not move while it waits for room.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	err := admitAndRun(ls)
 	// After every rank of the group has entered its lane (run), so that no
 	// rank's Enter on a shared default stream comes after another's Leave.
@@ -206,8 +214,27 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 	}
 	// Not on a ledger (destroyed meanwhile: run reports it), or admitted
 	// at once: a request for no blocks always is (residency.Ledger).
+	if stream.Handle() == cuda.StreamPerThread {
+		runtime.LockOSThread() // as AdmitAndRun
+		defer runtime.UnlockOSThread()
+	}
 	_, err := e.run(p, stream)
 	return errors.Join(err, e.leaveLane())
+}
+
+// perThread reports whether a launch of ls is on the per-thread default
+// stream (cuda.StreamPerThread), which names the calling OS thread's own
+// stream: a goroutine that moves to another thread between two driver
+// calls would join one thread's stream to a launch and leave another's.
+// Only a caller that stays on one thread (runtime.LockOSThread, or a C
+// caller of capi) means one stream by it.
+func perThread(ls []Launch) bool {
+	for _, l := range ls {
+		if l.Stream != nil && l.Stream.Handle() == cuda.StreamPerThread {
+			return true
+		}
+	}
+	return false
 }
 
 func admitAndRun(ls []Launch) error {
