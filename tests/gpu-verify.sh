@@ -587,7 +587,7 @@ if has hosts && begin hosts; then
   #     one rank per host, and it skips where the build has no PAT); each
   #     run a short case list (NCCLGO_MP_CASES: the collectives the
   #     algorithm applies to, and Send/Recv, in two of the four short types,
-  #     rotated), HOSTS_JOBS (2) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
+  #     rotated), HOSTS_JOBS (1: see MPS below) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
   #     processes, but at 3 hosts one process with two ranks, and at 4 hosts
   #     SHM (NCCL_P2P_DISABLE=1) joins them;
   #  2. the kill test over HOSTS_KILL ("2x1 2x2": hosts x ranks per host),
@@ -598,7 +598,7 @@ if has hosts && begin hosts; then
   #     (with a GPU per process: each its own, and the machine's NCCL beside),
   #     HOSTS_NT_ARGS (-b 8 -e 16M -f 8 -g 1 -c 1); needs MPI and
   #     third_party/nccl-tests (skipped, saying so, without).
-  # On one H200: about 5-10 s per matrix run (33 runs, 2 at a time), 20 s
+  # On one H200: about 3-10 s per matrix run (33 runs, 1 at a time), 20 s
   # per kill run, 30-60 s of nccl-tests (plus 1-2 min to build them with
   # MPI when no earlier step did).
   mkdir -p "$L/hosts"
@@ -610,7 +610,17 @@ if has hosts && begin hosts; then
   else
     HENV=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
       NCCLGO_TEST_DEVICES="${HOSTS_DEVICES:-0}" NCCL_SOCKET_IFNAME="${HOSTS_IFNAME:-lo}")
-    HTO=${HOSTS_TO:-90} HJOBS=${HOSTS_JOBS:-2}
+    # HOSTS_JOBS (1): matrix runs at a time. All of them are clients of ONE
+    # MPS server on one GPU, and under MPS a client's fatal GPU fault (an
+    # illegal address, or a client killed mid-kernel) is delivered to every
+    # client of the server: each running run then fails with
+    # CUDA_ERROR_ILLEGAL_ADDRESS wherever it happens to be, and until they
+    # have all exited the server refuses new clients with
+    # CUDA_ERROR_MPS_SERVER_NOT_READY. With more than one at a time a
+    # single faulting run takes its neighbours down and the logs cannot say
+    # which one faulted; one at a time, the faulting run is the one that
+    # failed, and the MPS server is restarted after it (below).
+    HTO=${HOSTS_TO:-90} HJOBS=${HOSTS_JOBS:-1}
     types=(Uint8 Int32 Float32 Bfloat16)
     HP=() HN=() hi=0 hnot=""
     # hosts_wait N: until fewer than N of the matrix's runs are running.
@@ -629,6 +639,16 @@ if has hosts && begin hosts; then
       (cd tests && exec timeout -s QUIT -k 10 "$to" env "$@" "$T/tests.test" -test.run '^TestMultiProcess$' -test.v -test.count=1 \
         -test.short -test.timeout $((to > 10 ? to - 5 : 5))s) >> "$L/hosts/$name.log" 2>&1
       echo $? > "$L/hosts/$name.rc"
+    }
+    # hosts_mps_why LOG: why a run's CUDA calls failed because of MPS, or
+    # nothing: a fault delivered by the server, or a server not accepting
+    # clients (an earlier client faulted and not every client has exited).
+    hosts_mps_why() {
+      if grep -q 'CUDA_ERROR_MPS_' "$1"; then
+        echo "$(grep -m1 -oE 'CUDA_ERROR_MPS_[A-Z_]+' "$1"): the MPS server refused this run, most likely because an earlier run's client faulted (CUDA_ERROR_ILLEGAL_ADDRESS in the first failing log) and its clients had not all exited; not a missing driver"
+      elif grep -q 'CUDA_ERROR_ILLEGAL_ADDRESS' "$1"; then
+        echo "CUDA_ERROR_ILLEGAL_ADDRESS: this run's or, with HOSTS_JOBS>1, a concurrent run's client faulted (under MPS every client gets the fault)"
+      fi
     }
     for h in ${HOSTS_LIST:-2 3 4}; do
       for rph in ${HOSTS_RPH:-1 2}; do
@@ -649,6 +669,12 @@ if has hosts && begin hosts; then
           name=h${h}r${rph}-$algo-$proto
           if (($(left) < 45)); then hnot="$hnot $name"; continue; fi
           hosts_wait "$HJOBS"
+          # After a fault the server refuses clients until all of the old
+          # ones are gone: restart it (one run at a time: nothing else runs).
+          if ((HJOBS == 1)) && ((${#HN[@]} > 0)) && [[ -n $(hosts_mps_why "$L/hosts/${HN[-1]}.log") ]]; then
+            echo "  ${HN[-1]}: $(hosts_mps_why "$L/hosts/${HN[-1]}.log" | cut -c1-60)...; restarting MPS"
+            mps_stop; mps_start || { hnot="$hnot $name(MPS restart failed)"; continue; }
+          fi
           hosts_run "$name" "${HENV[@]}" "${place[@]}" "${shm[@]}" NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
             NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
           HP+=($!) HN+=("$name")
@@ -659,8 +685,13 @@ if has hosts && begin hosts; then
     nok=0 nskip=0 nfail=0 nll128=0 skipwhy=""
     for name in "${HN[@]}"; do
       f=$L/hosts/$name.log rc=$(cat "$L/hosts/$name.rc" 2> /dev/null || echo 125)
-      line=$(grep -m1 -oE 'MPHOSTS .*' "$f")
-      if ((rc == 0)) && grep -q -- '--- SKIP: TestMultiProcess (' "$f"; then
+      line=$(grep -m1 -oE 'MPHOSTS .*' "$f") mpswhy=$(hosts_mps_why "$f")
+      if [[ -n $mpswhy ]]; then
+        # A CUDA error from MPS is a failure, even where the test skipped
+        # for "no CUDA driver" (cuInit refused by a server not ready).
+        nfail=$((nfail + 1)); hres="$hres $name:FAIL(rc=$rc, MPS)"
+        echo "  $name FAIL rc=$rc $mpswhy"; grep -m3 -E 'CUDA_ERROR_|HANG' "$f" | cut -c1-300
+      elif ((rc == 0)) && grep -q -- '--- SKIP: TestMultiProcess (' "$f"; then
         nskip=$((nskip + 1)); why=$(grep -B1 -- '--- SKIP: TestMultiProcess (' "$f" | head -1 | sed -E 's/^ +[a-z_]+\.go:[0-9]+: //')
         echo "  $name SKIP $why"; skipwhy=${why:0:90}
       elif gook "hosts/$name" "$rc"; then
@@ -674,17 +705,24 @@ if has hosts && begin hosts; then
     hres="matrix ${#HN[@]} runs: $nok ok, $nfail FAIL, $nskip skipped${skipwhy:+ ($skipwhy)}; LL128 forced refused in $nll128${hnot:+; not run (budget):$hnot}${hres:+; failed:$hres}"
     ((nfail)) && hbad=1
     [[ -n $hnot ]] && hbad=1
-    # 2. A fake host killed mid-AllReduce.
+    # 2. A fake host killed mid-AllReduce. Each on a fresh MPS server: one
+    # that a matrix run left faulted refuses clients, and killing a client
+    # mid-kernel may itself fault the server's other clients (the
+    # survivors), so the server is not reused after it either.
     for kp in ${HOSTS_KILL:-2x1 2x2}; do
       h=${kp%x*} rph=${kp#*x}
+      mps_stop; mps_start || { hres="$hres; kill $kp: FAIL(MPS restart failed)"; hbad=1; continue; }
       bt -C tests "hosts/kill-$kp" 120 env "${HENV[@]}" NCCLGO_MP_HOSTS="$h" NCCLGO_MP_NPROCS=$((h * rph)) \
         "$T/tests.test" -test.run '^TestMultiProcessKill$' -test.v -test.count=1 -test.short -test.timeout 110s
       rc=$?
       k=$(grep -m1 -oE 'slowest survivor noticed after [^ ]+' "$L/hosts/kill-$kp.log" | awk '{print $NF}')
       grep -E 'survivor|MPKILL|killed rank' "$L/hosts/kill-$kp.log" | head -6
+      mpswhy=$(hosts_mps_why "$L/hosts/kill-$kp.log")
+      [[ -n $mpswhy ]] && echo "  kill-$kp: $mpswhy (a killed MPS client may fault the others: see the survivors' errors)"
       if gook "hosts/kill-$kp" $rc; then hres="$hres; kill $kp: ok (${k:-?})"; else hres="$hres; kill $kp: FAIL(rc=$rc${k:+, $k})"; hbad=1; fi
     done
     # 3. nccl-tests over mpirun, each process its own fake host.
+    mps_stop; mps_start || hres="$hres; nccl-tests: MPS restart failed"
     SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
     if [[ ! -f $SRC/src/common.cu ]]; then
       hres="$hres; nccl-tests: skipped (no $SRC/src/common.cu: carry third_party/nccl-tests)"

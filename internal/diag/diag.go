@@ -28,6 +28,11 @@ type Conn struct {
 // program that does not link runtime/comm.
 var Connections func(comm any) ([]Conn, error)
 
+// Engine turns a public communicator (*ncclgo.Comm, which package ncclgo
+// sets it to unwrap) into its engine for Connections; nil, or a value it
+// does not know, leaves comm as it is.
+var Engine func(comm any) any
+
 // Dump reads the connections of every rank of a communicator (comms[r] is
 // rank r's engine) and formats them one line per connection and
 // channel: the sender's step, tail and head against the receiver's step.
@@ -43,6 +48,9 @@ func Dump(comms []any) string {
 	var sends []Conn
 	var errs []string
 	for r, c := range comms {
+		if Engine != nil {
+			c = Engine(c)
+		}
 		conns, err := Connections(c)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("rank %d: %v", r, err))
