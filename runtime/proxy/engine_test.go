@@ -242,16 +242,20 @@ func TestVanishedPeer(t *testing.T) {
 	require.ErrorIs(t, e.Detach("comm"), ncclnet.ErrPeer)
 }
 
-// idleConn is busy for its first busyPasses passes, recording when its
-// Idle runs.
+// idleConn is busy for its first busyPasses passes (or, with busyWhile,
+// while busyWhile reports true), recording when its Idle runs.
 type idleConn struct {
 	passes, busyPasses int64
+	busyWhile          func() bool
 	idleAt             []int64 // passes at which Idle ran
 	idleErr            error
 }
 
 func (c *idleConn) Progress() (bool, error) {
 	c.passes++
+	if c.busyWhile != nil {
+		return c.busyWhile(), nil
+	}
 	return c.passes <= c.busyPasses, nil
 }
 
@@ -267,16 +271,20 @@ func (c *idleConn) Idle() (bool, error) {
 func TestIdleWaitsForAQuietPass(t *testing.T) {
 	e := New()
 	defer e.Release()
-	a := &idleConn{busyPasses: 100}
-	b := &idleConn{busyPasses: 0} // never busy, but a keeps the passes busy
+	// b is never busy; a stays busy until b has been through 100 passes
+	// (both run on the engine's thread), so b's first 100 passes are busy
+	// ones however the two Adds interleave with the engine's passes.
+	const busyPasses = 100
+	b := &idleConn{}
+	a := &idleConn{busyWhile: func() bool { return b.passes <= busyPasses }}
 	require.NoError(t, e.Add(context.Background(), 1, a, nil))
 	require.NoError(t, e.Add(context.Background(), 1, b, nil))
 	time.Sleep(50 * time.Millisecond)
 	require.NoError(t, e.Detach(1)) // after this, the engine no longer touches them
 	require.NotEmpty(t, a.idleAt)
 	require.NotEmpty(t, b.idleAt)
-	assert.Greater(t, a.idleAt[0], a.busyPasses, "Idle ran during a busy pass")
-	assert.Greater(t, b.idleAt[0], a.busyPasses, "Idle ran while another connection was busy")
+	assert.Greater(t, a.idleAt[0], int64(busyPasses), "Idle ran during a busy pass")
+	assert.Greater(t, b.idleAt[0], int64(busyPasses), "Idle ran while another connection was busy")
 
 	boom := errors.New("boom")
 	c := &idleConn{idleErr: boom}
