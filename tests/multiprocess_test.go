@@ -230,6 +230,9 @@ func (c *mpChild) output() string {
 }
 
 // mpStart starts the rank processes of a communicator whose root runs here.
+// ctx (from mpContext) bounds them: each child's -test.timeout ends a
+// little before it (mpChildTimes), each dies with this process
+// (mpCommand, mpWatchParent).
 func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra ...string) []*mpChild {
 	t.Helper()
 	id, err := ncclgo.GetUniqueID(ctx)
@@ -246,12 +249,13 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 	}
 	var kids []*mpChild
 	for p := range l.nProcs {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMultiProcessChild$", "-test.count=1", "-test.v", "-test.timeout=10m")
+		cmd := mpCommand(ctx, "-test.run=^TestMultiProcessChild$", "-test.count=1", "-test.v", "-test.timeout="+mpChildTimes(ctx).Child.String())
 		hostEnv := l.hostEnv(p, os.Getpid(), os.Getenv(envHostID))
 		cmd.Env = append(append(append(env[:len(env):len(env)], extra...), hostEnv...),
 			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
 			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
-			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()))
+			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()),
+			mpEnvParent+"="+strconv.Itoa(os.Getpid()))
 		k := startChild(t, cmd)
 		kids = append(kids, k)
 	}
@@ -280,19 +284,31 @@ func TestMultiProcess(t *testing.T) {
 			t.Skip(why)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(8*time.Minute))
+	ctx, cancel := mpContext(t, 8*time.Minute)
 	defer cancel()
 	start := time.Now()
 	kids := mpStart(t, ctx, l, "suite")
+	// Every child's end and output first: one's failure (a hang, say)
+	// often explains another's, and all of them must show.
 	outs := make([]string, len(kids))
+	var failed []string
 	for p, k := range kids {
 		err := <-k.done
-		out := k.output()
-		outs[p] = out
-		require.NoError(t, err, "process %d:\n%s", p, out)
-		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
-			require.Regexp(t, fmt.Sprintf(`%s rank=%d pid=\d+ cases=\d+ skipped=\d+ failed=0`, mpResultLine, r), out, "process %d:\n%s", p, out)
+		outs[p] = k.output()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("process %d: %v", p, err))
+			continue
 		}
+		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+			if !regexp.MustCompile(fmt.Sprintf(`%s rank=%d pid=\d+ cases=\d+ skipped=\d+ failed=0`, mpResultLine, r)).MatchString(outs[p]) {
+				failed = append(failed, fmt.Sprintf("process %d: no clean %s line for rank %d", p, mpResultLine, r))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%s\n%s", strings.Join(failed, "\n"), allOutputs(kids))
+	}
+	for p, out := range outs {
 		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP"))
 	}
 	if l.hosts >= 2 {
@@ -484,7 +500,7 @@ func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, e
 // a suite run's time.
 func mpBudget(long time.Duration) time.Duration {
 	if testing.Short() {
-		return 2 * time.Minute
+		return min(long, 2*time.Minute)
 	}
 	return long
 }
@@ -515,7 +531,7 @@ func TestMultiProcessSharedGPURefused(t *testing.T) {
 	}
 	d := mpDevices(t)[0]
 	l := mpLayout{nProcs: 2, perProc: 1, devs: []int{d, d}}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := mpContext(t, time.Minute)
 	defer cancel()
 	start := time.Now()
 	kids := mpStart(t, ctx, l, "refused", "NCCLGO_MPS=0")
@@ -558,7 +574,7 @@ func TestMultiProcessKill(t *testing.T) {
 	}
 	l.perProc = 1
 	victim := l.nProcs - 1
-	ctx, cancel := context.WithTimeout(context.Background(), mpBudget(5*time.Minute))
+	ctx, cancel := mpContext(t, 5*time.Minute)
 	defer cancel()
 	kids := mpStart(t, ctx, l, "kill", mpEnvVictim+"="+strconv.Itoa(victim))
 	// Wait until every rank has finished two AllReduces.
@@ -630,6 +646,7 @@ func TestMultiProcessChild(t *testing.T) {
 	if role == "" {
 		t.Skip("only runs as a child of TestMultiProcess, TestMultiProcessKill or TestMultiProcessSharedGPURefused")
 	}
+	mpWatchParent(t)
 	id, err := ncclgo.ParseUniqueID(os.Getenv(mpEnvID))
 	require.NoError(t, err)
 	first := envInt(t, mpEnvRank, -1)
@@ -1003,8 +1020,9 @@ func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
 		for i, rk := range ranks {
 			comms[i] = rk.comm
 		}
-		// On a hang the dump shows this process's ranks' connections.
-		errs, hang := waitAll(what, comms)
+		// On a hang the dump shows this process's ranks' connections,
+		// before this process's -test.timeout would end it without one.
+		errs, hang := waitAllWithin(what, comms, mpWaitBound(t, 5*time.Second))
 		if hang != nil {
 			for _, c := range comms {
 				c.Abort()
