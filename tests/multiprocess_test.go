@@ -796,7 +796,14 @@ func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes
 	t.Cleanup(func() {
 		for _, r := range ranks {
 			if r.comm != nil {
-				assert.NoError(t, r.comm.Destroy())
+				// When: a peer that still waits for this rank's last
+				// sends (NET: the proxy ships them after the kernel
+				// ends) shows whether they were cut off by this Destroy.
+				rank := r.comm.Rank()
+				fmt.Printf("MPDESTROY rank=%d at=%d\n", rank, time.Now().UnixNano())
+				err := r.comm.Destroy()
+				fmt.Printf("MPDESTROY rank=%d done=%d err=%v\n", rank, time.Now().UnixNano(), err)
+				assert.NoError(t, err)
 			}
 		}
 	})
@@ -1022,8 +1029,12 @@ func mpSuite(t *testing.T, ranks []*mpRank, n int, short bool) {
 		}
 		// On a hang the dump shows this process's ranks' connections,
 		// before this process's -test.timeout would end it without one.
+		waitFrom := time.Now()
 		errs, hang := waitAllWithin(what, comms, mpWaitBound(t, 5*time.Second))
 		if hang != nil {
+			// Against the peers' MPDESTROY times: did a peer destroy
+			// while this process still waited for its data?
+			fmt.Printf("MPHANG case=%q pid=%d waited_from=%d\n", what, os.Getpid(), waitFrom.UnixNano())
 			for _, c := range comms {
 				c.Abort()
 			}
