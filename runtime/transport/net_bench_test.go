@@ -111,6 +111,7 @@ func benchStepLL(b *testing.B, oneKernel bool) {
 			}
 		})
 	}
+	sys0 := socketCalls(sets)
 	b.ResetTimer()
 	t0 := time.Now()
 	for s := uint64(0); s < uint64(b.N); s++ {
@@ -128,6 +129,35 @@ func benchStepLL(b *testing.B, oneKernel bool) {
 	b.StopTimer()
 	stop.Store(true)
 	wg.Wait()
+	sys := socketCalls(sets)
+	hops := float64(2 * b.N)
+	b.ReportMetric(float64(sys.Writes-sys0.Writes)/hops, "writes/hop")
+	b.ReportMetric(float64(sys.Reads-sys0.Reads)/hops, "reads/hop")
+	b.ReportMetric(float64(sys.EmptyReads-sys0.EmptyReads)/hops, "empty/hop")
+}
+
+// socketCalls sums the socket comms' system call counts over the NET
+// connections of sets (data and credits, both sides): unlike the times,
+// a figure that this box's noise does not move.
+func socketCalls(sets []*Set) ncclnet.SocketStats {
+	var sum ncclnet.SocketStats
+	for _, set := range sets {
+		for _, r := range set.regions {
+			nr, ok := r.(*netRegion)
+			if !ok {
+				continue
+			}
+			for _, c := range []any{nr.pc.send, nr.pc.recv} {
+				if st, ok := c.(interface{ Stats() ncclnet.SocketStats }); ok {
+					v := st.Stats()
+					sum.Writes += v.Writes
+					sum.Reads += v.Reads
+					sum.EmptyReads += v.EmptyReads
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // benchSimpleSizes gives SIMPLE NCCL's default 4 MiB buffer: 512 KiB
