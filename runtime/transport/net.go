@@ -256,7 +256,7 @@ const (
 	// steps, not once per step.
 	creditBatch = generated.Steps / 2
 	creditNear  = 2
-	creditPoll = 64
+	creditPoll  = 64
 )
 
 func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
