@@ -767,14 +767,21 @@ func (c *netConn) progressSend() (bool, error) {
 	// there only: a connection streaming SIMPLE costs no LL scan of its
 	// busy slots.
 	var now time.Time
+	llSlot := c.slotBytes(0)
 	for i := range c.nconn {
 		base := uint64(i) * c.total
 		tail := atomic.LoadUint64(c.word(base + offTail))
 		head := c.head[i]
+		ll := c.host[base+c.fifo[0] : base+c.fifo[0]+generated.Steps*llSlot]
 		for s := max(head, c.simpleDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
 				c.llStep[i][k], c.llCursor[i][k] = s, 0
+			}
+			// Most looks find nothing: one load of the first line not
+			// yet shipped says so (its low half's flag).
+			if o := k*llSlot + uint64(c.llCursor[i][k])*16; o+16 > (k+1)*llSlot || uint32(atomic.LoadUint64((*uint64)(unsafe.Pointer(&ll[o])))>>32) != llFlag(s) {
+				continue
 			}
 			slot := c.slot(i, 0, s)
 			f := llFlag(s)

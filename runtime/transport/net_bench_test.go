@@ -13,6 +13,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
+	"github.com/ncclgo/ncclgo/runtime/proxy"
 )
 
 // BenchmarkNETStepLL measures NET's one-hop latency for one LL line (8 B
@@ -216,4 +217,51 @@ func benchSimpleBandwidth(b *testing.B, nt ncclnet.Net) {
 	}
 	wg.Wait()
 	b.StopTimer()
+}
+
+// BenchmarkNETIdlePass is one pass of a sending and a receiving proxy
+// connection with nothing to do, over 1 and 32 channels (one NET
+// connection each, multiplexed on one comm): the LL scan of every
+// connection's open steps, and the receiver's read of its data socket.
+// A step that becomes ready waits on average half a pass (of the whole
+// engine) to be seen.
+func BenchmarkNETIdlePass(b *testing.B) {
+	for _, nch := range []int{1, 32} {
+		b.Run(fmt.Sprintf("ch%d", nch), func(b *testing.B) {
+			sets, _ := connectNET(b, loNet(b, 1, 1), 2, nch, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+			defer func() {
+				for _, s := range sets {
+					require.NoError(b, s.Close())
+				}
+			}()
+			var send, recv *netConn
+			for _, r := range sets[0].regions {
+				if nr, ok := r.(*netRegion); ok && nr.pc.sender {
+					send = nr.pc
+				} else if ok {
+					recv = nr.pc
+				}
+			}
+			// Out of the engine: this goroutine runs their passes.
+			e := proxy.Acquire()
+			defer e.Release()
+			for _, c := range []*netConn{send, recv} {
+				require.NoError(b, e.Remove(c))
+			}
+			b.Run("send", func(b *testing.B) {
+				for range b.N {
+					if _, err := send.Progress(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("recv", func(b *testing.B) {
+				for range b.N {
+					if _, err := recv.Progress(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }
