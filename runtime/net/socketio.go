@@ -45,10 +45,9 @@ const maxIov = 64
 // error.
 type comm struct {
 	peer     string
-	ctrl     *gonet.TCPConn
-	ctrlFD   int
-	data     []*gonet.TCPConn
-	dataFD   []int
+	ctrlFD   int   // the control socket, out of Go's poller (detach)
+	dataFD   []int // the data sockets, likewise
+	ndata    int
 	nThreads int
 	helpers  []*helper
 	wg       sync.WaitGroup // the helpers
@@ -149,29 +148,52 @@ func (c *comm) shutdown() {
 	}
 }
 
-// rawFD is c's descriptor; c stays open (and owns it) until the comm
-// closes, after its helpers are gone.
-func rawFD(c *gonet.TCPConn) (int, error) {
+// detach takes c's socket out of Go's network poller: it returns a
+// duplicate of c's descriptor (close-on-exec, non-blocking) and closes c,
+// which removes the original from the poller's epoll set. A descriptor
+// left in that set costs every message that arrives on it a wakeup of the
+// thread parked in epoll_wait (when one is): work that loopback delivery
+// does inside the sender's system call. The caller owns the descriptor.
+func detach(c *gonet.TCPConn) (int, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return -1, err
 	}
 	fd := -1
-	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+	var derr error
+	if err := rc.Control(func(f uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, f, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = e
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("duplicating the socket's descriptor: %w", derr)
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	if err := c.Close(); err != nil {
+		_ = syscall.Close(fd)
 		return -1, err
 	}
 	return fd, nil
 }
 
+// newComm takes over ctrl and data: on success their descriptors are the
+// comm's, out of Go's poller (detach); on failure the caller still closes
+// them.
 func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, send bool) (*comm, error) {
-	c := &comm{peer: peer, ctrl: ctrl, data: data, nThreads: nThreads, dataFD: make([]int, len(data))}
-	var err error
-	if c.ctrlFD, err = rawFD(ctrl); err != nil {
-		return nil, fmt.Errorf("net: the control socket to %s: %w", peer, err)
-	}
+	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), ctrlFD: -1}
 	for i, s := range data {
 		_ = s.SetNoDelay(true)
 		if bufSize > 0 {
+			var err error
 			if send {
 				err = s.SetWriteBuffer(bufSize)
 			} else {
@@ -180,9 +202,6 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 			if err != nil {
 				return nil, fmt.Errorf("net: data socket %d to %s: a %d-byte buffer: %w", i, peer, bufSize, err)
 			}
-		}
-		if c.dataFD[i], err = rawFD(s); err != nil {
-			return nil, fmt.Errorf("net: data socket %d to %s: %w", i, peer, err)
 		}
 	}
 	_ = ctrl.SetNoDelay(true)
@@ -200,6 +219,20 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 		h.wakeR, h.wakeW = p[0], p[1]
 		c.helpers = append(c.helpers, h)
 	}
+	// The descriptors last: once one is detached its conn is closed.
+	fds := make([]int, 0, 1+len(data))
+	for i, s := range append([]*gonet.TCPConn{ctrl}, data...) {
+		fd, err := detach(s)
+		if err != nil {
+			for _, fd := range fds {
+				_ = syscall.Close(fd)
+			}
+			c.closeHelpers()
+			return nil, fmt.Errorf("net: socket %d (0: control) to %s: %w", i, peer, err)
+		}
+		fds = append(fds, fd)
+	}
+	c.ctrlFD, c.dataFD = fds[0], fds[1:]
 	c.wg.Add(len(c.helpers))
 	for _, h := range c.helpers {
 		go h.run()
@@ -213,7 +246,7 @@ func (c *comm) chunks(n int) (size, count int) {
 	if n == 0 {
 		return 0, 0
 	}
-	size = max(minChunk, (n+len(c.data)-1)/len(c.data))
+	size = max(minChunk, (n+c.ndata-1)/c.ndata)
 	return size, (n + size - 1) / size
 }
 
@@ -221,9 +254,9 @@ func (c *comm) chunks(n int) (size, count int) {
 func (c *comm) postChunks(seq uint32, buf []byte, r *request) {
 	size, count := c.chunks(len(buf))
 	r.pending.Add(int32(count))
-	per := len(c.data) / c.nThreads
+	per := c.ndata / c.nThreads
 	for i := range count {
-		s := (int(seq) + i) % len(c.data)
+		s := (int(seq) + i) % c.ndata
 		c.helpers[s/per].post(task{sock: s, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r})
 	}
 }
@@ -244,9 +277,9 @@ func (c *comm) close() error {
 	c.shutdown()
 	c.wg.Wait()
 	c.closeHelpers()
-	errs := []error{c.ctrl.Close()}
-	for _, s := range c.data {
-		errs = append(errs, s.Close())
+	var errs []error
+	for _, fd := range append([]int{c.ctrlFD}, c.dataFD...) {
+		errs = append(errs, syscall.Close(fd))
 	}
 	return errors.Join(errs...)
 }

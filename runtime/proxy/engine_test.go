@@ -298,3 +298,60 @@ func TestIdleWaitsForAQuietPass(t *testing.T) {
 	}
 	require.ErrorIs(t, e.Detach(2), boom)
 }
+
+// busyEvery is busy on one pass in every, idle on the others: the engine
+// keeps spinning (each busy pass restarts SpinIdle).
+type busyEvery struct {
+	n, every int64
+}
+
+func (c *busyEvery) Progress() (bool, error) {
+	c.n++
+	return c.n%c.every == 0, nil
+}
+
+// A spinning engine yields its P only where Ps are scarce: a Gosched on
+// its locked thread costs two thread handoffs (BenchmarkGoschedLocked).
+func TestSpinYieldsOnlyWhenPsAreScarce(t *testing.T) {
+	for _, procs := range []int{yieldMaxProcs, yieldMaxProcs + 2} {
+		prev := runtime.GOMAXPROCS(procs)
+		e := New()
+		c := &busyEvery{every: 2 * yieldEvery}
+		require.NoError(t, e.Add(context.Background(), 1, c, nil))
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, e.Detach(1))
+		e.Release()
+		runtime.GOMAXPROCS(prev)
+		require.Greater(t, c.n, int64(4*yieldEvery), "GOMAXPROCS %d: too few passes to tell", procs)
+		if procs <= yieldMaxProcs {
+			assert.Positive(t, e.yields.Load(), "GOMAXPROCS %d: the spinning engine never yielded", procs)
+		} else {
+			assert.Zero(t, e.yields.Load(), "GOMAXPROCS %d: the spinning engine yielded its P", procs)
+		}
+	}
+}
+
+// BenchmarkGoschedLocked is the price of a runtime.Gosched on a goroutine
+// locked to its thread (the engine's), against an unlocked one.
+func BenchmarkGoschedLocked(b *testing.B) {
+	for _, locked := range []bool{true, false} {
+		name := "unlocked"
+		if locked {
+			name = "locked"
+		}
+		b.Run(name, func(b *testing.B) {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if locked {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+				}
+				for range b.N {
+					runtime.Gosched()
+				}
+			}()
+			<-done
+		})
+	}
+}

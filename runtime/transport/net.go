@@ -243,10 +243,20 @@ const (
 	// that the next step's header and bytes are taken while a step's
 	// chunks are still arriving.
 	recvAhead = 8
-	// creditLag is how many consumed steps of one connection the receiver
-	// may hold back from its sender while it is busy; the rest go when a
-	// pass finds nothing to do (Idle).
-	creditLag = generated.Steps / 2
+	// Credits. The receiver returns a connection's head (its kernel's
+	// consumed steps) once creditBatch steps are consumed past the last
+	// credit, or, when the sender is within creditNear free slots of
+	// stalling (as the headers that arrived tell), once any is. The sender
+	// reads its credit socket only in that second case (the credit is
+	// usually there by then) and every creditPoll passes (to see a bad
+	// credit, the receiver's goodbye or its death without a full window).
+	// The sender can then stall only on steps its receiver has not
+	// consumed, as with a credit per step; over a ping of single steps
+	// both proxies spend a system call on credits once per creditBatch
+	// steps, not once per step.
+	creditBatch = generated.Steps / 2
+	creditNear  = 2
+	creditPoll  = 64
 )
 
 func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *netRegion, err error) {
@@ -375,7 +385,9 @@ type netConn struct {
 	llStep     [][generated.Steps]uint64
 	llCursor   [][generated.Steps]int
 	llSeen     []map[uint64]bool
+	posted     []uint64 // steps below have some bytes queued, per connection
 	creditReq  ncclnet.Request
+	passes     uint64 // Progress calls since the handshake
 
 	// Receiver.
 	recvHdrReq   ncclnet.Request
@@ -386,6 +398,7 @@ type netConn struct {
 	pays         []netPay // posted payloads, in order
 	bounceNext   int      // the next LL bounce buffer
 	credited     []uint64 // head sent back, per connection
+	arrived      []uint64 // steps below had a header arrive, per connection
 	creditsOut   []ncclnet.Request
 	creditNext   int // ring index of the next credit slot
 	handleRecvd  bool
@@ -455,6 +468,8 @@ func (c *netConn) initState() {
 		}
 	}
 	c.credited = make([]uint64, c.nconn)
+	c.arrived = make([]uint64, c.nconn)
+	c.posted = make([]uint64, c.nconn)
 	c.stats.start = time.Now()
 	for i := range maxPairs {
 		c.freeHdr = append(c.freeHdr, i)
@@ -700,10 +715,26 @@ func llReady(b []byte, f uint32) bool {
 	return uint32(lo>>32) == f && uint32(hi>>32) == f
 }
 
+// creditDue reports whether the sender should read its credits this
+// pass: a connection is within creditNear free slots of stalling, or it
+// is a creditPoll'th pass.
+func (c *netConn) creditDue() bool {
+	if c.passes%creditPoll == 0 {
+		return true
+	}
+	for i, p := range c.posted {
+		if p+creditNear >= c.head[i]+generated.Steps {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *netConn) progressSend() (bool, error) {
 	busy := false
-	// Credits.
-	for {
+	c.passes++
+	// Credits, when one may matter.
+	for c.creditDue() {
 		if c.creditReq == nil {
 			r, err := c.recv.Irecv(c.scratch[scrCredits:scrCredits+creditSize], tagCredit, c.mhRecv[1])
 			if err != nil {
@@ -736,14 +767,21 @@ func (c *netConn) progressSend() (bool, error) {
 	// there only: a connection streaming SIMPLE costs no LL scan of its
 	// busy slots.
 	var now time.Time
+	llSlot := c.slotBytes(0)
 	for i := range c.nconn {
 		base := uint64(i) * c.total
 		tail := atomic.LoadUint64(c.word(base + offTail))
 		head := c.head[i]
+		ll := c.host[base+c.fifo[0] : base+c.fifo[0]+generated.Steps*llSlot]
 		for s := max(head, c.simpleDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
 				c.llStep[i][k], c.llCursor[i][k] = s, 0
+			}
+			// Most looks find nothing: one load of the first line not
+			// yet shipped says so (its low half's flag).
+			if o := k*llSlot + uint64(c.llCursor[i][k])*16; o+16 > (k+1)*llSlot || uint32(atomic.LoadUint64((*uint64)(unsafe.Pointer(&ll[o])))>>32) != llFlag(s) {
+				continue
 			}
 			slot := c.slot(i, 0, s)
 			f := llFlag(s)
@@ -759,6 +797,7 @@ func (c *netConn) progressSend() (bool, error) {
 				c.queue = append(c.queue, netMsg{slot: -1, payload: slot[cur*16 : end*16], seen: now,
 					h: netHeader{kind: kindLL, conn: i, step: s, off: uint64(cur * 16), n: uint64((end - cur) * 16), sent: uint32(now.UnixNano())}})
 				c.llCursor[i][k] = end
+				c.posted[i] = max(c.posted[i], s+1)
 				if s >= c.simpleDone[i] {
 					c.llSeen[i][s] = true
 				}
@@ -783,6 +822,7 @@ func (c *netConn) progressSend() (bool, error) {
 		}
 		if tail > c.simpleDone[i] {
 			c.simpleDone[i] = tail
+			c.posted[i] = max(c.posted[i], tail)
 		}
 	}
 	b, err := c.pump()
@@ -975,19 +1015,10 @@ func (c *netConn) progressRecv() (bool, error) {
 			}
 		}
 		if !moved {
-			return c.sendCredits(busy, creditLag)
+			return c.sendCredits(busy)
 		}
 		busy = true
 	}
-}
-
-// Idle implements proxy.Idler: the receiver's credits that could wait go
-// now that no connection of the process has work.
-func (c *netConn) Idle() (bool, error) {
-	if !c.ready || c.gone || c.sender {
-		return false, nil
-	}
-	return c.sendCredits(false, 1)
 }
 
 // checkHeader validates message slot b's n bytes just received, and says
@@ -1027,16 +1058,16 @@ func (c *netConn) checkHeader(b []byte, n int) (inline bool, err error) {
 		return false, c.peerErr("step %d on connection %d: %d bytes behind a header announcing %d to follow apart (steps of more than %d bytes do)", h.step, h.conn, n-hdrSize, h.n, inlineStep)
 	}
 	c.recvHdr = h
+	c.arrived[h.conn] = max(c.arrived[h.conn], h.step+1)
 	return inline, nil
 }
 
-// sendCredits returns the receiving kernels' heads to the sender: of
-// the connections whose kernel consumed at least lag steps not yet
-// credited (progressRecv holds back a few while it is busy, Idle sends
-// every one). A failure here is not reported: the sender closed (its
-// goodbye follows on the data connection) or died (the data connection
-// fails too, and that is reported).
-func (c *netConn) sendCredits(busy bool, lag uint64) (bool, error) {
+// sendCredits returns the receiving kernels' heads to the sender, of the
+// connections whose credit is due (creditBatch, creditNear). A failure here
+// is not reported: the sender closed (its goodbye follows on the data
+// connection) or died (the data connection fails too, and that is
+// reported).
+func (c *netConn) sendCredits(busy bool) (bool, error) {
 	if c.creditBroken {
 		return busy, nil
 	}
@@ -1057,7 +1088,8 @@ func (c *netConn) sendCredits(busy bool, lag uint64) (bool, error) {
 			break
 		}
 		h := atomic.LoadUint64(c.word(uint64(i)*c.total + offHead))
-		if h < c.credited[i]+lag {
+		near := c.arrived[i]+creditNear >= c.credited[i]+generated.Steps
+		if h < c.credited[i]+creditBatch && (!near || h == c.credited[i]) {
 			continue
 		}
 		k := (c.creditNext + len(c.creditsOut)) % maxCredits

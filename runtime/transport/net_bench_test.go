@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,20 +13,62 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
+	"github.com/ncclgo/ncclgo/runtime/proxy"
 )
 
 // BenchmarkNETStepLL measures NET's one-hop latency for one LL line (8 B
 // of payload): two fake hosts over loopback play ping-pong on a ring's
 // two connections, rank 0's stand-in kernel writing a line, rank 1's
 // seeing it and writing one back. An op is the round trip; ns/hop is
-// half of it.
+// half of it. Both fake hosts share the process's proxy engine (one
+// thread). Sub-benchmarks: "2kernels", a goroutine per stand-in kernel
+// (spinning with Gosched: on a 2-core box three spinners share two cores,
+// so this mostly measures the scheduler), and "1kernel", one goroutine
+// playing both kernels in turn (one spinner beside the proxy's thread:
+// with `taskset -c 0,1`, the closest this box gets to the GPU's case of
+// kernels that hold no CPU).
 func BenchmarkNETStepLL(b *testing.B) {
+	for _, one := range []bool{false, true} {
+		name := "2kernels"
+		if one {
+			name = "1kernel"
+		}
+		b.Run(name, func(b *testing.B) { benchStepLL(b, one) })
+	}
+}
+
+// spinHot waits for cond like spin, but yields only every 256 looks (and
+// reads the clock every 4096): the stand-in kernel of a 1kernel run
+// spins as a GPU thread would.
+func spinHot(t testing.TB, what string, cond func() bool) bool {
+	var d time.Time
+	for i := 1; !cond(); i++ {
+		if i%256 == 0 {
+			runtime.Gosched()
+		}
+		if i%4096 == 0 {
+			if d.IsZero() {
+				d = time.Now().Add(20 * time.Second)
+			} else if time.Now().After(d) {
+				t.Errorf("%s: waited 20 s", what)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func benchStepLL(b *testing.B, oneKernel bool) {
 	sets, mems := connectNET(b, loNet(b, 1, 1), 2, 1, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
 	defer func() {
 		for _, s := range sets {
 			require.NoError(b, s.Close())
 		}
 	}()
+	wait := spin
+	if oneKernel {
+		wait = spinHot
+	}
 	var stop atomic.Bool
 	// hop waits for line s on in, credits it, then writes line s on out
 	// (first is rank 0's first half: write, then wait).
@@ -42,7 +85,7 @@ func BenchmarkNETStepLL(b *testing.B) {
 	}
 	write := func(sd side, s uint64) bool {
 		head := sd.m.word(sd.out.Head)
-		if !spin(b, "send head", func() bool { return stop.Load() || atomic.LoadUint64(head)+generated.Steps > s }) {
+		if !wait(b, "send head", func() bool { return stop.Load() || atomic.LoadUint64(head)+generated.Steps > s }) {
 			return false
 		}
 		buf, f := line(sd.m, sd.out, s), uint64(llFlag(s))
@@ -52,7 +95,7 @@ func BenchmarkNETStepLL(b *testing.B) {
 	}
 	read := func(sd side, s uint64) bool {
 		buf := line(sd.m, sd.in, s)
-		if !spin(b, "recv line", func() bool { return stop.Load() || llReady(buf, llFlag(s)) }) {
+		if !wait(b, "recv line", func() bool { return stop.Load() || llReady(buf, llFlag(s)) }) {
 			return false
 		}
 		atomic.StoreUint64(sd.m.word(sd.in.Head), s+1)
@@ -60,17 +103,26 @@ func BenchmarkNETStepLL(b *testing.B) {
 	}
 	r0, r1 := rank(0), rank(1)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for s := uint64(0); s < uint64(b.N) && !stop.Load(); s++ {
-			if !read(r1, s) || !write(r1, s) {
-				return
+	if !oneKernel {
+		wg.Go(func() {
+			for s := uint64(0); s < uint64(b.N) && !stop.Load(); s++ {
+				if !read(r1, s) || !write(r1, s) {
+					return
+				}
 			}
-		}
-	})
+		})
+	}
+	sys0 := socketCalls(sets)
 	b.ResetTimer()
 	t0 := time.Now()
 	for s := uint64(0); s < uint64(b.N); s++ {
-		if !write(r0, s) || !read(r0, s) {
+		if !write(r0, s) {
+			break
+		}
+		if oneKernel && (!read(r1, s) || !write(r1, s)) {
+			break
+		}
+		if !read(r0, s) {
 			break
 		}
 	}
@@ -78,6 +130,35 @@ func BenchmarkNETStepLL(b *testing.B) {
 	b.StopTimer()
 	stop.Store(true)
 	wg.Wait()
+	sys := socketCalls(sets)
+	hops := float64(2 * b.N)
+	b.ReportMetric(float64(sys.Writes-sys0.Writes)/hops, "writes/hop")
+	b.ReportMetric(float64(sys.Reads-sys0.Reads)/hops, "reads/hop")
+	b.ReportMetric(float64(sys.EmptyReads-sys0.EmptyReads)/hops, "empty/hop")
+}
+
+// socketCalls sums the socket comms' system call counts over the NET
+// connections of sets (data and credits, both sides): unlike the times,
+// a figure that this box's noise does not move.
+func socketCalls(sets []*Set) ncclnet.SocketStats {
+	var sum ncclnet.SocketStats
+	for _, set := range sets {
+		for _, r := range set.regions {
+			nr, ok := r.(*netRegion)
+			if !ok {
+				continue
+			}
+			for _, c := range []any{nr.pc.send, nr.pc.recv} {
+				if st, ok := c.(interface{ Stats() ncclnet.SocketStats }); ok {
+					v := st.Stats()
+					sum.Writes += v.Writes
+					sum.Reads += v.Reads
+					sum.EmptyReads += v.EmptyReads
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // benchSimpleSizes gives SIMPLE NCCL's default 4 MiB buffer: 512 KiB
@@ -136,4 +217,51 @@ func benchSimpleBandwidth(b *testing.B, nt ncclnet.Net) {
 	}
 	wg.Wait()
 	b.StopTimer()
+}
+
+// BenchmarkNETIdlePass is one pass of a sending and a receiving proxy
+// connection with nothing to do, over 1 and 32 channels (one NET
+// connection each, multiplexed on one comm): the LL scan of every
+// connection's open steps, and the receiver's read of its data socket.
+// A step that becomes ready waits on average half a pass (of the whole
+// engine) to be seen.
+func BenchmarkNETIdlePass(b *testing.B) {
+	for _, nch := range []int{1, 32} {
+		b.Run(fmt.Sprintf("ch%d", nch), func(b *testing.B) {
+			sets, _ := connectNET(b, loNet(b, 1, 1), 2, nch, func(r int, err error) { b.Errorf("rank %d: proxy error: %v", r, err) })
+			defer func() {
+				for _, s := range sets {
+					require.NoError(b, s.Close())
+				}
+			}()
+			var send, recv *netConn
+			for _, r := range sets[0].regions {
+				if nr, ok := r.(*netRegion); ok && nr.pc.sender {
+					send = nr.pc
+				} else if ok {
+					recv = nr.pc
+				}
+			}
+			// Out of the engine: this goroutine runs their passes.
+			e := proxy.Acquire()
+			defer e.Release()
+			for _, c := range []*netConn{send, recv} {
+				require.NoError(b, e.Remove(c))
+			}
+			b.Run("send", func(b *testing.B) {
+				for range b.N {
+					if _, err := send.Progress(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("recv", func(b *testing.B) {
+				for range b.N {
+					if _, err := recv.Progress(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }
