@@ -67,6 +67,10 @@ type Options struct {
 	// protocol. The kernels that wait on it would wait forever: the caller
 	// aborts them. May be nil.
 	ProxyError func(err error)
+	// Aborted reports whether the caller aborted the kernels that use the
+	// connections: Set.Close then closes NET senders at once, without
+	// letting their proxy ship what the kernels posted. May be nil.
+	Aborted func() bool
 }
 
 // Set is one rank's connections. Send[k] is the ConnInfo of the sending
@@ -166,7 +170,7 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 
 	// The per-connection block: control words, then the FIFOs.
 	fifo, total := blockLayout(sizes)
-	env.sizes, env.proxyError = sizes, opts.ProxyError
+	env.sizes, env.proxyError, env.aborted = sizes, opts.ProxyError, opts.Aborted
 	edges = slices.Clone(edges)
 	slices.SortFunc(edges, func(a, b Edge) int {
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})

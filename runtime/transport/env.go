@@ -54,6 +54,7 @@ type Env struct {
 
 	sizes      Sizes       // the FIFO sizes (NET lays its staging out alike)
 	proxyError func(error) // Options.ProxyError
+	aborted    func() bool // Options.Aborted
 
 	mu      sync.Mutex
 	server  *ipc.Server

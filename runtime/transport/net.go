@@ -216,6 +216,8 @@ type netRegion struct {
 	info   []byte
 	pinned bool
 	pc     *netConn
+	// aborted is Options.Aborted (nil: never): Close does not drain.
+	aborted func() bool
 }
 
 // Scratch memory of a proxy connection (mmap'd, so that plugins may keep
@@ -270,7 +272,7 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 	}
 	page := uint64(os.Getpagesize())
 	size = roundUp(size, page)
-	r := &netRegion{mem: m, size: size}
+	r := &netRegion{mem: m, size: size, aborted: env.aborted}
 	defer func() {
 		if err != nil {
 			_ = r.Close()
@@ -308,13 +310,25 @@ func (r *netRegion) Info() []byte       { return r.info }
 func (r *netRegion) Mode() string       { return r.pc.net.Name() }
 func (r *netRegion) mappedSize() uint64 { return r.size }
 
-// Close takes the connection out of the proxy (which then no longer
-// touches the staging), closes the network connections and frees the
-// memory. The kernels that use it must be done.
+// netDrainWait bounds how long a sender's Close waits for its proxy to
+// ship what the kernels posted (drain).
+const netDrainWait = 5 * time.Second
+
+// Close lets the proxy ship what the sending kernels posted (drain), takes
+// the connection out of the proxy (which then no longer touches the
+// staging), says goodbye, closes the network connections and frees the
+// memory. The kernels that use it must be done. When the drain runs out of
+// time, the error (wrapping context.DeadlineExceeded) names the peer and
+// the steps left unsent; the rest of Close is done regardless.
 func (r *netRegion) Close() error {
 	var errs []error
 	if r.eng != nil {
-		_ = r.eng.Remove(r.pc) // its error was reported through onError
+		drained := r.drain()
+		_ = r.pc.leave(r.eng) // its error was reported through onError
+		if !drained {
+			errs = append(errs, r.pc.fail("closing: %d step(s) that the kernels posted to %s were not shipped after %v; the peer will not receive them: %w",
+				r.pc.unsent(), r.pc.peer(), netDrainWait, context.DeadlineExceeded))
+		}
 		r.eng.Release()
 		r.eng = nil
 	}
@@ -334,6 +348,110 @@ func (r *netRegion) Close() error {
 		r.host = nil
 	}
 	return errors.Join(errs...)
+}
+
+// drain waits, on a sender, until the proxy has shipped every step the
+// kernels posted and seen those sends complete: a sending kernel is done
+// once its steps are in the staging (fewer than Steps need no credit), so
+// its proxy may still hold the last ones when the communicator is
+// destroyed, and the peer would take the goodbye that follows for the end
+// of the data. It asks the proxy (drainAsk) and waits for a pass that
+// began after the ask and ended with nothing posted left to ship (or
+// found that the peer closed its side), at most netDrainWait; it reports
+// false when the time ran out. It does not wait on a receiver, nor on a
+// connection that is not up, failed, was killed or taken out of the proxy
+// (tests), or whose communicator was aborted: Abort must stay fast.
+func (r *netRegion) drain() bool {
+	c := r.pc
+	stop := func() bool { return c.failed.Load() != nil || r.aborted != nil && r.aborted() }
+	if !c.sender || !c.up.Load() || c.killed || c.out || stop() {
+		return true
+	}
+	ask := c.drainAsk.Add(1)
+	for deadline := time.Now().Add(netDrainWait); c.drained.Load() < ask; {
+		if stop() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return true
+}
+
+// leave takes c out of engine e (Close; tests that take it out behind
+// Close's back use it too, so that Close does not wait for a drain that
+// no proxy serves).
+func (c *netConn) leave(e *proxy.Engine) error {
+	c.out = true
+	return e.Remove(c)
+}
+
+// unsent counts the steps of which something that the kernels posted is
+// not shipped: queued, in flight (its send not seen complete), or SIMPLE
+// below tail and not yet queued. Only the proxy's goroutine, or anyone
+// once the connection is out of the proxy, may call it.
+func (c *netConn) unsent() int {
+	steps := map[[2]uint64]bool{}
+	for _, m := range append(c.queue[:len(c.queue):len(c.queue)], c.inflight...) {
+		steps[[2]uint64{uint64(m.h.conn), m.h.step}] = true
+	}
+	for i := range c.nconn {
+		tail := atomic.LoadUint64(c.word(uint64(i)*c.total + offTail))
+		for s := max(c.simpleDone[i], c.head[i]); s < tail; s++ {
+			if !c.llSeen[i][s] {
+				steps[[2]uint64{uint64(i), s}] = true
+			}
+		}
+	}
+	return len(steps)
+}
+
+// peer is the peer's address, for messages.
+func (c *netConn) peer() string {
+	switch {
+	case c.send != nil:
+		return c.send.Peer()
+	case c.recv != nil:
+		return c.recv.Peer()
+	}
+	return "the peer"
+}
+
+// afterBye checks a sender whose receiver closed its side. A receiver
+// closes once its kernels consumed every step they wanted, and credits
+// them all before its goodbye (bye); so a step that this side's kernels
+// posted and the receiver did not credit (shipped or not) was lost with
+// it, and a kernel that waits for credits would wait for ever: that is an
+// error naming the peer. LL lines that the kernels post after the goodbye
+// are not looked for.
+func (c *netConn) afterBye() error {
+	if len(c.queue) == 0 {
+		if _, err := c.pump(); err != nil {
+			return c.peerErr("the receiver closed its side while a step was on its way: %w", err)
+		}
+	}
+	if n := c.uncredited(); n > 0 {
+		return c.peerErr("the receiver closed its side without consuming %d step(s) that this side's kernels posted", n)
+	}
+	return nil
+}
+
+// uncredited counts the steps that the kernels posted (SIMPLE: below
+// tail; LL: lines seen) and the receiver has not credited.
+func (c *netConn) uncredited() int {
+	n := 0
+	for i := range c.nconn {
+		tail := max(atomic.LoadUint64(c.word(uint64(i)*c.total+offTail)), c.head[i])
+		n += int(tail - c.head[i])
+		for k := range generated.Steps {
+			if c.llCursor[i][k] > 0 && c.llStep[i][k] >= tail {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Message kinds of the proxy's protocol (in the header's kind byte).
@@ -405,6 +523,12 @@ type netConn struct {
 	gone         bool // the peer said goodbye
 	creditBroken bool // receiver: the credit connection failed
 	killed       bool // tests: close as a killed process would, without goodbye
+	out          bool // out of the proxy (leave)
+
+	// Close's drain (sender): Close adds to drainAsk, and the proxy
+	// stores the value it read at a pass's start into drained when the
+	// pass ends with nothing posted left to ship, or the peer closed.
+	drainAsk, drained atomic.Uint64
 
 	stats netStats
 }
@@ -506,6 +630,21 @@ func (c *netConn) bye() {
 	if !c.ready || c.gone || c.killed || c.send == nil {
 		return
 	}
+	deadline := time.Now().Add(byeWait)
+	if !c.sender {
+		// Credit every step the kernels consumed first (credits wait while
+		// the proxy is busy): the sender takes a step left uncredited at
+		// the goodbye for one lost (afterBye).
+		for !c.creditBroken && time.Now().Before(deadline) {
+			busy, _ := c.sendCredits(false, 1)
+			if !busy && len(c.creditsOut) == 0 {
+				break
+			}
+			if !busy {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+	}
 	b := c.scratch[scrBye : scrBye+hdrSize]
 	tag := tagHeader
 	if c.sender {
@@ -516,7 +655,6 @@ func (c *netConn) bye() {
 		binary.LittleEndian.PutUint32(b, byeCredit)
 		tag = tagCredit
 	}
-	deadline := time.Now().Add(byeWait)
 	var r ncclnet.Request
 	for r == nil && time.Now().Before(deadline) {
 		var err error
@@ -592,6 +730,15 @@ func (c *netConn) register(reg func([]byte, ncclnet.PtrType) (ncclnet.MemHandle,
 
 // Progress implements proxy.Conn.
 func (c *netConn) Progress() (bool, error) {
+	ask := c.drainAsk.Load()
+	busy, err := c.progress()
+	if ask != 0 && err == nil && c.ready && (c.gone || len(c.queue) == 0 && len(c.inflight) == 0) {
+		c.drained.Store(ask)
+	}
+	return busy, err
+}
+
+func (c *netConn) progress() (bool, error) {
 	if !c.ready {
 		busy, err := c.handshake()
 		if err == nil && !c.ready && time.Now().After(c.deadline) {
@@ -600,6 +747,14 @@ func (c *netConn) Progress() (bool, error) {
 		return busy, err
 	}
 	if c.gone {
+		if c.sender {
+			return false, c.afterBye()
+		}
+		if len(c.pays) > 0 {
+			// The goodbye came on the headers; the payloads posted before
+			// it still land (the sender saw their sends complete).
+			return c.progressRecv()
+		}
 		return false, nil
 	}
 	if c.sender {
@@ -952,7 +1107,7 @@ func (c *netConn) progressRecv() (bool, error) {
 		}
 		// The next header (with its payload when inline), while payloads
 		// may still be in flight.
-		if !c.recvHdrDone && len(c.pays) < recvAhead {
+		if !c.gone && !c.recvHdrDone && len(c.pays) < recvAhead {
 			// Message slots go round in order and are freed in order: with
 			// fewer than recvAhead payloads pending, this one is free.
 			b := c.msg(c.msgNext)

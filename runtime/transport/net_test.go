@@ -278,7 +278,7 @@ func TestNETVanishedPeer(t *testing.T) {
 	// goodbye).
 	for _, r := range sets[1].regions {
 		if nr, ok := r.(*netRegion); ok {
-			require.NoError(t, nr.eng.Remove(nr.pc))
+			require.NoError(t, nr.pc.leave(nr.eng))
 			nr.pc.killed = true
 		}
 	}
@@ -537,7 +537,7 @@ func TestNETSmallStepIsOneMessage(t *testing.T) {
 	rc := netConnOf(t, sets[1], false)
 	e := proxy.Acquire()
 	for _, c := range []*netConn{sc, rc} {
-		require.NoError(t, e.Remove(c)) // the proxy lets go of its stats
+		require.NoError(t, c.leave(e)) // the proxy lets go of its stats
 	}
 	e.Release()
 	t.Log(sc.stats.summary(sc))
