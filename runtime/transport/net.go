@@ -636,7 +636,7 @@ func (c *netConn) bye() {
 		// the proxy is busy): the sender takes a step left uncredited at
 		// the goodbye for one lost (afterBye).
 		for !c.creditBroken && time.Now().Before(deadline) {
-			busy, _ := c.sendCredits(false, 1)
+			busy, _ := c.sendCredits(false, true)
 			if !busy && len(c.creditsOut) == 0 {
 				break
 			}
@@ -1170,7 +1170,7 @@ func (c *netConn) progressRecv() (bool, error) {
 			}
 		}
 		if !moved {
-			return c.sendCredits(busy)
+			return c.sendCredits(busy, false)
 		}
 		busy = true
 	}
@@ -1218,11 +1218,13 @@ func (c *netConn) checkHeader(b []byte, n int) (inline bool, err error) {
 }
 
 // sendCredits returns the receiving kernels' heads to the sender, of the
-// connections whose credit is due (creditBatch, creditNear). A failure here
+// connections whose credit is due (creditBatch, creditNear), or, with all
+// (the goodbye), of every connection with a step consumed since its last
+// credit. A failure here
 // is not reported: the sender closed (its goodbye follows on the data
 // connection) or died (the data connection fails too, and that is
 // reported).
-func (c *netConn) sendCredits(busy bool) (bool, error) {
+func (c *netConn) sendCredits(busy, all bool) (bool, error) {
 	if c.creditBroken {
 		return busy, nil
 	}
@@ -1244,7 +1246,7 @@ func (c *netConn) sendCredits(busy bool) (bool, error) {
 		}
 		h := atomic.LoadUint64(c.word(uint64(i)*c.total + offHead))
 		near := c.arrived[i]+creditNear >= c.credited[i]+generated.Steps
-		if h < c.credited[i]+creditBatch && (!near || h == c.credited[i]) {
+		if h == c.credited[i] || !all && h < c.credited[i]+creditBatch && !near {
 			continue
 		}
 		k := (c.creditNext + len(c.creditsOut)) % maxCredits
