@@ -54,6 +54,12 @@ type SocketOptions struct {
 	// rmem_max). 0 leaves the kernel's autotuning, which over loopback
 	// grows them to tcp_wmem's and tcp_rmem's maximum.
 	BufSize int
+	// Splice (NCCLGO_SOCKET_SPLICE: SpliceOn "1", SpliceOff "0", empty
+	// SpliceAuto) lets a sending comm splice the chunks of buffers
+	// registered with its RegMr instead of copying them into the socket
+	// (splice.go says what that asks of the caller); it falls back to
+	// writev by itself where the kernel refuses.
+	Splice string
 }
 
 // maxBufSize bounds NCCLGO_SOCKET_BUFSIZE.
@@ -85,6 +91,13 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 			return o, fmt.Errorf("net: NCCLGO_SOCKET_BUFSIZE=%q: want a byte count from 0 (the kernel's autotuning) to %d", s, maxBufSize)
 		}
 		o.BufSize = n
+	}
+	if s := getenv("NCCLGO_SOCKET_SPLICE"); s != "" {
+		m, err := parseSplice(s)
+		if err != nil {
+			return o, fmt.Errorf("net: NCCLGO_SOCKET_SPLICE=%q: %w", s, err)
+		}
+		o.Splice = m
 	}
 	return o, o.check()
 }
@@ -126,6 +139,9 @@ func (o SocketOptions) check() error {
 		return fmt.Errorf("net: NCCL_SOCKET_NTHREADS=%d: want at most %d", t, MaxSocketThreads)
 	case t*s > MaxSockets:
 		return fmt.Errorf("net: NCCL_SOCKET_NTHREADS=%d × NCCL_NSOCKS_PERTHREAD=%d = %d sockets per connection: want at most %d", t, s, t*s, MaxSockets)
+	}
+	if _, err := parseSplice(o.Splice); err != nil {
+		return fmt.Errorf("net: socket option Splice=%q: %w", o.Splice, err)
 	}
 	return nil
 }
@@ -500,7 +516,7 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize)
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, spliceEnabled(s.opts.Splice))
 	if err != nil {
 		return fail(err)
 	}

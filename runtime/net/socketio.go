@@ -57,6 +57,14 @@ type comm struct {
 	err      error
 	inflight atomic.Int32
 
+	// Splicing (splice.go), the sending side's: a pipe per data socket
+	// (nil when the comm does not splice), splice whether it still does
+	// (a failure turns it off), spliced the bytes it moved so.
+	pipes   [][2]int
+	splice  atomic.Bool
+	spliced atomic.Uint64
+	spErr   atomic.Pointer[error] // why splicing was turned off
+
 	// pmu serializes the control socket's progress and the queues below;
 	// Close takes it too.
 	pmu      sync.Mutex
@@ -188,8 +196,11 @@ func detach(c *gonet.TCPConn) (int, error) {
 // newComm takes over ctrl and data: on success their descriptors are the
 // comm's, out of Go's poller (detach); on failure the caller still closes
 // them.
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, send bool) (*comm, error) {
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, send, splice bool) (*comm, error) {
 	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), ctrlFD: -1}
+	if send && splice && len(data) > 0 {
+		c.openPipes(len(data))
+	}
 	for i, s := range data {
 		_ = s.SetNoDelay(true)
 		if bufSize > 0 {
@@ -214,6 +225,7 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 		var p [2]int
 		if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
 			c.closeHelpers()
+			c.closePipes()
 			return nil, fmt.Errorf("net: a wake pipe for a socket thread: %w", err)
 		}
 		h.wakeR, h.wakeW = p[0], p[1]
@@ -228,6 +240,7 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 				_ = syscall.Close(fd)
 			}
 			c.closeHelpers()
+			c.closePipes()
 			return nil, fmt.Errorf("net: socket %d (0: control) to %s: %w", i, peer, err)
 		}
 		fds = append(fds, fd)
@@ -250,14 +263,55 @@ func (c *comm) chunks(n int) (size, count int) {
 	return size, (n + size - 1) / size
 }
 
-// postChunks hands message seq's chunks of buf to the helpers. pmu is held.
-func (c *comm) postChunks(seq uint32, buf []byte, r *request) {
+// openPipes gives each of n data sockets a pipe to splice through, or
+// none when a pipe cannot be had (the comm then writes).
+func (c *comm) openPipes(n int) {
+	want := pipeCap()
+	c.pipes = make([][2]int, 0, n)
+	for range n {
+		r, w, err := newPipe(want)
+		if err != nil {
+			c.closePipes()
+			c.setSpliceOff(fmt.Errorf("a pipe: %w", err))
+			return
+		}
+		c.pipes = append(c.pipes, [2]int{r, w})
+	}
+	c.splice.Store(true)
+}
+
+func (c *comm) closePipes() {
+	for _, p := range c.pipes {
+		_ = syscall.Close(p[0])
+		_ = syscall.Close(p[1])
+	}
+	c.pipes = nil
+}
+
+// setSpliceOff turns splicing off for good, remembering why.
+func (c *comm) setSpliceOff(err error) {
+	c.spErr.CompareAndSwap(nil, &err)
+	c.splice.Store(false)
+}
+
+// SpliceError is why the comm stopped splicing (or could not start); nil
+// when it splices or was not asked to.
+func (c *comm) SpliceError() error {
+	if p := c.spErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// postChunks hands message seq's chunks of buf to the helpers (spliced
+// when splice says buf may be, splice.go). pmu is held.
+func (c *comm) postChunks(seq uint32, buf []byte, r *request, splice bool) {
 	size, count := c.chunks(len(buf))
 	r.pending.Add(int32(count))
 	per := c.ndata / c.nThreads
 	for i := range count {
 		s := (int(seq) + i) % c.ndata
-		c.helpers[s/per].post(task{sock: s, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r})
+		c.helpers[s/per].post(task{sock: s, seq: seq, buf: buf[i*size : min(len(buf), (i+1)*size)], req: r, splice: splice})
 	}
 }
 
@@ -277,6 +331,7 @@ func (c *comm) close() error {
 	c.shutdown()
 	c.wg.Wait()
 	c.closeHelpers()
+	c.closePipes()
 	var errs []error
 	for _, fd := range append([]int{c.ctrlFD}, c.dataFD...) {
 		errs = append(errs, syscall.Close(fd))
@@ -303,13 +358,18 @@ type SocketStats struct {
 	Writes     uint64 // writev calls (the sending side)
 	Reads      uint64 // read calls (the receiving side)
 	EmptyReads uint64 // reads that found nothing
+	// SplicedBytes are the message bytes the data sockets were given by
+	// splice rather than writev (the sending side, splice.go).
+	SplicedBytes uint64
 }
 
 // Stats returns the comm's counts so far.
 func (c *comm) Stats() SocketStats {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
-	return c.stats
+	st := c.stats
+	st.SplicedBytes = c.spliced.Load()
+	return st
 }
 
 // progress advances the control socket: the sender's or the receiver's.
@@ -326,14 +386,21 @@ func (c *comm) progress() {
 	}
 }
 
-// socketMem is the socket backend's registration: none is needed.
-type socketMem struct{}
+// socketMem is the socket backend's registration: the kernel needs none;
+// it marks buffers that a sending comm may splice (splice.go).
+type socketMem struct{ c *comm }
 
 func (c *comm) RegMr(buf []byte, t PtrType) (MemHandle, error) {
 	if t != PtrHost {
 		return nil, fmt.Errorf("net: socket connection to %s registering memory of type %d: only host memory (%d) is supported", c.peer, t, PtrHost)
 	}
-	return socketMem{}, nil
+	return &socketMem{c: c}, nil
+}
+
+// registered reports whether mh is one of c's registrations.
+func (c *comm) registered(mh MemHandle) bool {
+	m, ok := mh.(*socketMem)
+	return ok && m.c == c
 }
 
 func (c *comm) DeregMr(MemHandle) error { return nil }
@@ -409,6 +476,9 @@ type task struct {
 	seq  uint32
 	buf  []byte
 	req  *request
+	// splice: the buffer was registered (RegMr), so the chunk may be
+	// spliced (splice.go).
+	splice bool
 }
 
 // helper moves the chunks of its data sockets.
@@ -440,6 +510,7 @@ type chunkState struct {
 	hdr     [chunkSize]byte
 	hdrDone int
 	done    int
+	inPipe  int // bytes after done in the socket's pipe (spliced chunks)
 }
 
 func (h *helper) run() {
@@ -552,6 +623,9 @@ func (h *helper) advance(s *chunkState, sock int) (bool, error) {
 		binary.LittleEndian.PutUint32(s.hdr[4:], t.seq)
 		binary.LittleEndian.PutUint64(s.hdr[8:], uint64(len(t.buf)))
 	}
+	if h.send && t.splice && h.c.pipes != nil && (s.inPipe > 0 || h.c.splice.Load()) {
+		return h.advanceSplice(s, sock)
+	}
 	var n int
 	var err error
 	if h.send {
@@ -595,6 +669,69 @@ func (h *helper) advance(s *chunkState, sock int) (bool, error) {
 	return n > 0, nil
 }
 
+// advanceSplice is advance for a chunk that is spliced: the header by
+// send(MSG_MORE), the bytes through the socket's pipe (splice.go). A
+// splice failure turns splicing off and leaves the rest to advance.
+func (h *helper) advanceSplice(s *chunkState, sock int) (bool, error) {
+	t := s.queue[0]
+	c := h.c
+	fd, pr, pw := c.dataFD[sock], c.pipes[sock][0], c.pipes[sock][1]
+	moved := false
+	if s.hdrDone < chunkSize {
+		n, err := sendMore(fd, s.hdr[s.hdrDone:])
+		if err != nil {
+			return false, vanished(err)
+		}
+		s.hdrDone += n
+		if s.hdrDone < chunkSize {
+			return n > 0, nil
+		}
+		moved = true
+	}
+	for s.done < len(t.buf) {
+		if fill := s.done + s.inPipe; fill < len(t.buf) && c.splice.Load() {
+			n, err := vmspliceFn(pw, t.buf[fill:])
+			if err != nil {
+				c.setSpliceOff(fmt.Errorf("vmsplice of %d bytes: %w", len(t.buf)-fill, err))
+			}
+			s.inPipe += n
+		}
+		if s.inPipe == 0 {
+			if c.splice.Load() {
+				return moved, nil
+			}
+			// Splicing is off and the pipe is empty: the rest is writev's.
+			adv, err := h.advance(s, sock)
+			return moved || adv, err
+		}
+		more := s.done+s.inPipe < len(t.buf) || len(s.queue) > 1
+		n, err := spliceFn(pr, fd, s.inPipe, more)
+		if err != nil {
+			if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || c.failed.Load() {
+				return moved, vanished(err)
+			}
+			// The pipe holds references to t.buf[done:done+inPipe]:
+			// dropped, those bytes go by writev.
+			c.setSpliceOff(fmt.Errorf("splice of %d bytes into a socket: %w", s.inPipe, err))
+			drainPipe(pr)
+			s.inPipe = 0
+			adv, err := h.advance(s, sock)
+			return moved || adv, err
+		}
+		if n == 0 {
+			return moved, nil
+		}
+		s.done += n
+		s.inPipe -= n
+		c.spliced.Add(uint64(n))
+		moved = true
+	}
+	t.req.finish()
+	s.queue = s.queue[1:]
+	s.hdrDone, s.done = 0, 0
+	return true, nil
+}
+
 func checkChunk(hdr []byte, t task) error {
 	magic, seq, n := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:]), binary.LittleEndian.Uint64(hdr[8:])
 	switch {
@@ -632,8 +769,8 @@ type ctrlOut struct {
 	req     *request
 }
 
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int) (*sendComm, error) {
-	c, err := newComm(peer, ctrl, data, nThreads, bufSize, true)
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, splice bool) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, bufSize, true, splice)
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +781,7 @@ func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThrea
 
 // Isend implements SendComm: the message's header (and payload, if small)
 // is written right away when the socket takes it.
-func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
+func (s *sendComm) Isend(buf []byte, tag int, mh MemHandle) (Request, error) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	if err := s.failure(); err != nil {
@@ -665,7 +802,7 @@ func (s *sendComm) Isend(buf []byte, tag int, _ MemHandle) (Request, error) {
 	if len(buf) <= inlineMax {
 		o.payload = buf
 	} else {
-		s.postChunks(seq, buf, r)
+		s.postChunks(seq, buf, r, s.pipes != nil && s.registered(mh))
 	}
 	s.sendQ = append(s.sendQ, o)
 	s.progress()
@@ -733,7 +870,7 @@ type posted struct {
 }
 
 func newRecvComm(g *pendingComm, bufSize int) (*recvComm, error) {
-	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, false)
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -789,7 +926,7 @@ func (r *recvComm) progress() {
 			} else {
 				r.lo += msgSize
 				p.req.size = int(n)
-				r.postChunks(r.seq, p.buf[:n], p.req)
+				r.postChunks(r.seq, p.buf[:n], p.req, false)
 				r.matched(p, int(n))
 				continue
 			}
