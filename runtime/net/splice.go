@@ -49,8 +49,14 @@ const (
 	SpliceOff  = "0"
 )
 
-// spliceDefault is whether SpliceAuto splices.
-const spliceDefault = true
+// spliceDefault is whether SpliceAuto splices: not yet. On the 2-core
+// development box splicing halves the sender's CPU per byte but adds
+// 35-65 % to the receiver's (its read now copies from the sender's pages,
+// which the sender's copy no longer brought into the caches), so the two
+// together cost about the same and the throughput is the same
+// (notes/20261201-net.md, "Splicing the sender's copy"); the GPU host
+// decides.
+const spliceDefault = false
 
 // spliceEnabled resolves a mode.
 func spliceEnabled(mode string) bool {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -170,7 +171,8 @@ var benchSimpleSizes = Sizes{netSizes[0], netSizes[1], 4 << 20}
 // kernels only move tail and head, so this is the transport's cost.
 // Sub-benchmarks: the socket backend's threads × sockets per thread
 // (4x1 is its loopback default), and with 4 MiB socket buffers
-// (NCCLGO_SOCKET_BUFSIZE) instead of the kernel's autotuning.
+// (NCCLGO_SOCKET_BUFSIZE) instead of the kernel's autotuning; the sender
+// splices or writes as NCCLGO_SOCKET_SPLICE says.
 func BenchmarkNETSimpleBandwidth(b *testing.B) {
 	for _, c := range []struct{ threads, socks, buf int }{{1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 1, 4 << 20}} {
 		name := fmt.Sprintf("%dx%d", c.threads, c.socks)
@@ -178,7 +180,7 @@ func BenchmarkNETSimpleBandwidth(b *testing.B) {
 			name += fmt.Sprintf("_buf%dM", c.buf>>20)
 		}
 		b.Run(name, func(b *testing.B) {
-			nt, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: c.threads, NSocksPerThread: c.socks, BufSize: c.buf})
+			nt, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: c.threads, NSocksPerThread: c.socks, BufSize: c.buf, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
 			require.NoError(b, err)
 			benchSimpleBandwidth(b, nt)
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,7 @@ func (m *hostMem) word(a uint64) *uint64 { return (*uint64)(unsafe.Pointer(&m.at
 var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
 
 func loNet(t testing.TB, threads, socks int) ncclnet.Net {
-	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks})
+	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
 	require.NoError(t, err)
 	return n
 }
