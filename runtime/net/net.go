@@ -16,6 +16,20 @@
 // plugin (C code keeps them): the transport passes host-pinned staging
 // buffers.
 //
+// The socket backend's environment (SocketOptionsFromEnv):
+// NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY select the devices;
+// NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD the data sockets of a
+// connection; NCCLGO_SOCKET_BUFSIZE their kernel buffers;
+// NCCLGO_SOCKET_SPLICE=1 lets a sender splice (vmsplice(2) + splice(2))
+// the chunks of buffers registered with RegMr into its data sockets
+// instead of copying them, 0 or unset writes them (the default). A
+// spliced buffer's bytes are read by the kernel until the receiver has
+// them, which can be after the send completed: with splicing on, a
+// registered buffer must stay unchanged until the receiver has the
+// message, and must not be Go heap memory. The NET transport's staging
+// meets both (it is mmap'd, and a slot is rewritten only after the
+// receiver's credit, which follows its read).
+//
 // A request may make progress only while it is tested (plugins such as
 // NCCL's InfiniBand one move data in test): poll every pending request,
 // sends included.
