@@ -244,7 +244,8 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
 //      each waited for), reduces them with its own in rank order 0..n-1
 //      (every rank gets the same bits) and stores the result.
 // Reuse: a rank writes buffer s&1 again at call s+2, after its call s+1,
-// which waited for every peer's s+1 lines; a peer stores those after its
+// which waited for every peer's s+1 lines (a call has at least one line:
+// an empty share is no call); a peer stores those after its
 // call s ended (the kernel's __syncthreads between works, or the kernel
 // boundary), so every peer is done reading the rank's s lines. A peer is
 // at most one call ahead (it cannot finish s+1 before this rank's s+1
@@ -305,6 +306,9 @@ __device__ __forceinline__ bool ngDirectLLWait(struct ngShmem* sh, const uint4* 
 template <typename T, typename Op>
 __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ngGroup& g, const Op& op, const T* src,
                                                     T* dst, int nbytes) {
+  // An empty share is no LL call on any rank (none counts it): a call
+  // without lines would let a rank run ahead of its peers unchecked.
+  if (nbytes <= 0) return;
   const int n = sh->comm.nRanks, me = sh->comm.rank;
   struct ngDirectSlot* mine = ngDirectSlotOf(sh, me);
   const uint64_t seq = ngLdVolatile(&mine->llSeq);
