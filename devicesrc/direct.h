@@ -233,10 +233,10 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
 // LL line: the flag travels in the same 8 bytes as each data word, so a
 // reader that sees the flag sees the data). The rank's slot counts its LL
 // one-shots on the channel (llSeq, zero at setup). Call s:
-//   1. every thread reads s; threads store the rank's share as LL lines
-//      with flag ngLLFlag(s) (never 0, so zeroed memory never matches) into
-//      the rank's own buffer s&1; threads < nRanks put every rank's buffer
-//      s&1 address in sh->directSend;
+//   1. every thread reads s; threads < nRanks put every rank's buffer s&1
+//      address in sh->directSend; threads store the rank's share as LL
+//      lines with flag ngLLFlag(s) (never 0, so zeroed memory never
+//      matches) into the rank's own buffer s&1;
 //   2. group barrier (the addresses; every thread has read s); thread 0
 //      stores s+1 into llSeq;
 //   3. every thread polls its lines in every peer's buffer s&1 until both
@@ -317,9 +317,11 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   const int nLines = (nbytes + 7) / 8;
   const int nWrite = (seq & (NG_DIRECT_LL_FULL_PERIOD - 1)) < 2 ? NG_DIRECT_LL_LINES : nLines;
   uint4* own = ngDirectLLBuf(sh, me, parity);
+  // The peers' addresses first: their loads overlap the ones above (the
+  // stores' "memory" clobber would keep them after the stores).
+  for (int p = g.tid; p < n; p += g.nThreads) sh->directSend[p] = (uint64_t)(uintptr_t)ngDirectLLBuf(sh, p, parity);
   for (int line = g.tid; line < nWrite; line += g.nThreads)
     ngDirectLLStore(own + line, line < nLines ? ngLoadPack8(src, line, nbytes) : 0, flag);
-  for (int p = g.tid; p < n; p += g.nThreads) sh->directSend[p] = (uint64_t)(uintptr_t)ngDirectLLBuf(sh, p, parity);
   ngBarrier(g);
   if (g.tid == 0) ngStVolatile(&mine->llSeq, seq + 1);
   for (int line = g.tid; line < nLines; line += g.nThreads) {
