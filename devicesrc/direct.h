@@ -24,7 +24,10 @@
 // waits poll the abort flag like every other wait (ngWaitGE), so an abort
 // ends them.
 //
-// One-shot (the channel's share is at most NG_DIRECT_ONESHOT_BYTES):
+// LL one-shot (the channel's share is at most NG_DIRECT_LL_BYTES): no
+// barrier; every rank stores its share as LL lines into its own mailbox and
+// polls its peers' (ngAllReduceDirectLL, below).
+// One-shot (a share of at most NG_DIRECT_ONESHOT_BYTES):
 //   barrier 1: publish sendbuff/recvbuff, read the peers' pointers;
 //   every rank reduces the whole share from every rank's sendbuff, in rank
 //   order 0..n-1 (so every rank gets the same bits), into registers;
@@ -222,6 +225,135 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
   for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) dst[e] = ngLoadCG(src + e);
 }
 
+// ---- LL one-shot (AllReduce, shares of at most NG_DIRECT_LL_BYTES) --------------
+//
+// No barrier, no pointer exchange, no fence. Per channel, a rank owns two LL
+// buffers in its mailbox area (after its NG_MAX_CHANNELS slots), each of
+// NG_DIRECT_LL_LINES 16-byte lines {data0, flag, data1, flag} (ng_prims.h's
+// LL line: the flag travels in the same 8 bytes as each data word, so a
+// reader that sees the flag sees the data). The rank's slot counts its LL
+// one-shots on the channel (llSeq, zero at setup). Call s:
+//   1. every thread reads s; threads < nRanks put every rank's buffer s&1
+//      address in sh->directSend; threads store the rank's share as LL
+//      lines with flag ngLLFlag(s) (never 0, so zeroed memory never
+//      matches) into the rank's own buffer s&1;
+//   2. group barrier (the addresses; every thread has read s); thread 0
+//      stores s+1 into llSeq;
+//   3. every thread polls its lines in every peer's buffer s&1 until both
+//      flags are ngLLFlag(s) (a batch of peers' lines loaded at once, then
+//      each waited for), reduces them with its own in rank order 0..n-1
+//      (every rank gets the same bits) and stores the result.
+// Reuse: a rank writes buffer s&1 again at call s+2, after its call s+1,
+// which waited for every peer's s+1 lines (a call has at least one line:
+// an empty share is no call); a peer stores those after its
+// call s ended (the kernel's __syncthreads between works, or the kernel
+// boundary), so every peer is done reading the rank's s lines. A peer is
+// at most one call ahead (it cannot finish s+1 before this rank's s+1
+// lines exist), and a peer at s+1 writes the other buffer. Stale lines:
+// line l of buffer s&1 holds the flag of the last call of that parity that
+// wrote it; a call writes only its own lines, so once in
+// NG_DIRECT_LL_FULL_PERIOD calls (s mod the period < 2: both parities) a
+// rank writes its buffers whole (zero data past its share). Every line then
+// dates from fewer than NG_DIRECT_LL_FULL_PERIOD calls back, and ngLLFlag
+// repeats only every 0xFFFFFFFF calls (odd; with the same parity, every
+// 2*0xFFFFFFFF): no stale line carries the flag a reader waits for.
+// runtime/comm's TestDirectLLProtocol runs this protocol on goroutines.
+// The result is stored only after the thread read its own share (the same
+// thread, the same lines), and peers read only the mailbox, so in place is
+// safe.
+#define NG_DIRECT_LL_LINES (NG_DIRECT_LL_BYTES / 8)
+#define NG_DIRECT_LL_FULL_PERIOD (1ull << 30)
+// Peers' lines one thread loads at once before it waits for the first.
+#define NG_DIRECT_LL_BATCH 8
+
+// Line buffer `parity` of rank r's channel (this block's).
+__device__ __forceinline__ uint4* ngDirectLLBuf(struct ngShmem* sh, int rank, int parity) {
+  const uint64_t* table = reinterpret_cast<const uint64_t*>(sh->comm.direct);
+  char* area = reinterpret_cast<char*>(table[rank]) + NG_MAX_CHANNELS * sizeof(struct ngDirectSlot);
+  return reinterpret_cast<uint4*>(area) + ((size_t)sh->channelId * 2 + parity) * NG_DIRECT_LL_LINES;
+}
+
+__device__ __forceinline__ void ngDirectLLStore(uint4* p, uint64_t v, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"((uint32_t)v), "r"(flag),
+               "r"((uint32_t)(v >> 32)), "r"(flag)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 ngDirectLLLoad(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+// Reloads line p into v until both its flags are flag; false on abort.
+__device__ __forceinline__ bool ngDirectLLWait(struct ngShmem* sh, const uint4* p, uint4& v, uint32_t flag) {
+  int spins = 0;
+  while (v.y != flag || v.w != flag) {
+    if (++spins == NG_SPINS_BEFORE_ABORT_CHECK) {
+      spins = 0;
+      if (ngCheckAbort(sh)) return false;
+    }
+    v = ngDirectLLLoad(p);
+  }
+  return true;
+}
+
+// ngAllReduceDirectLL reduces this channel's nbytes of src (the rank's
+// sendbuff + chanOffset) into dst; see above. Every thread of g calls it.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ngGroup& g, const Op& op, const T* src,
+                                                    T* dst, int nbytes) {
+  // An empty share is no LL call on any rank (none counts it): a call
+  // without lines would let a rank run ahead of its peers unchecked.
+  if (nbytes <= 0) return;
+  const int n = sh->comm.nRanks, me = sh->comm.rank;
+  struct ngDirectSlot* mine = ngDirectSlotOf(sh, me);
+  const uint64_t seq = ngLdVolatile(&mine->llSeq);
+  const int parity = (int)(seq & 1);
+  const uint32_t flag = ngLLFlag(seq);
+  const int nLines = (nbytes + 7) / 8;
+  const int nWrite = (seq & (NG_DIRECT_LL_FULL_PERIOD - 1)) < 2 ? NG_DIRECT_LL_LINES : nLines;
+  uint4* own = ngDirectLLBuf(sh, me, parity);
+  // The peers' addresses first: their loads overlap the ones above (the
+  // stores' "memory" clobber would keep them after the stores).
+  for (int p = g.tid; p < n; p += g.nThreads) sh->directSend[p] = (uint64_t)(uintptr_t)ngDirectLLBuf(sh, p, parity);
+  for (int line = g.tid; line < nWrite; line += g.nThreads)
+    ngDirectLLStore(own + line, line < nLines ? ngLoadPack8(src, line, nbytes) : 0, flag);
+  ngBarrier(g);
+  if (g.tid == 0) ngStVolatile(&mine->llSeq, seq + 1);
+  for (int line = g.tid; line < nLines; line += g.nThreads) {
+    uint64_t acc = 0;
+    for (int p0 = 0; p0 < n; p0 += NG_DIRECT_LL_BATCH) {
+      uint4 v[NG_DIRECT_LL_BATCH];
+#pragma unroll
+      for (int j = 0; j < NG_DIRECT_LL_BATCH; j++) {
+        const int p = p0 + j;
+        v[j] = make_uint4(0, 0, 0, 0);
+        if (p < n && p != me) v[j] = ngDirectLLLoad(reinterpret_cast<const uint4*>(sh->directSend[p]) + line);
+      }
+#pragma unroll
+      for (int j = 0; j < NG_DIRECT_LL_BATCH; j++) {
+        const int p = p0 + j;
+        if (p < n) {
+          uint64_t r;
+          if (p == me) {
+            r = ngLoadPack8(src, line, nbytes);
+          } else {
+            if (!ngDirectLLWait(sh, reinterpret_cast<const uint4*>(sh->directSend[p]) + line, v[j], flag)) return;
+            r = (uint64_t)v[j].x | ((uint64_t)v[j].z << 32);
+          }
+          r = ngPackPre<T>(op, r);
+          acc = p == 0 ? r : ngPackReduce<T>(op, acc, r);
+        }
+      }
+    }
+    ngStorePack8(dst, line, nbytes, ngPackPost<T>(op, acc));
+  }
+}
+
 // Packs of 8 bytes one thread holds in the one-shot: enough for
 // NG_DIRECT_ONESHOT_BYTES with the smallest group the planner gives a
 // DIRECT work (128 threads; see runtime/tune).
@@ -237,6 +369,12 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
   const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
   T* dst = reinterpret_cast<T*>(w.recvbuff);
   const Op op(w);
+  if (cnt * (int64_t)sizeof(T) <= NG_DIRECT_LL_BYTES) {
+    // Every rank has the same share, so every rank takes this path.
+    ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off, dst + off,
+                               (int)(cnt * (int64_t)sizeof(T)));
+    return;
+  }
   uint64_t phase;
   if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
 

@@ -41,7 +41,8 @@ struct ngShmem {
   int32_t aborted;             // non-zero: stop (abort flag seen or error); read through ngAborted()
   int32_t channelId;
   // DIRECT (direct.h): every rank's user buffers for the call in progress,
-  // read from the ranks' slots once per call.
+  // read from the ranks' slots once per call (the LL one-shot: every rank's
+  // line buffer in directSend).
   uint64_t directSend[NG_DIRECT_MAX_RANKS];
   uint64_t directRecv[NG_DIRECT_MAX_RANKS];
 };

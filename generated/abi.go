@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "6157cdc54d69fd32"
+const ABIVersion = "cab2545e031dfe5c"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -36,6 +36,8 @@ const (
 	DirectMaxRanks = 32
 	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
 	DirectOneshotBytes = 8192
+	// DirectLlBytes is NG_DIRECT_LL_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup.
+	DirectLlBytes = 4096
 	// LaunchMaxParts is NG_LAUNCH_MAX_PARTS: most ranks one multi-rank launch serves (ngLaunchParts.comms).
 	LaunchMaxParts = 8
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
@@ -144,7 +146,8 @@ type DirectSlot struct {
 	Sendbuff uint64
 	Recvbuff uint64
 	Phase    uint64
-	Pad      [13]uint64 // to 128 bytes: slots of different channels share no cache line
+	LlSeq    uint64     // LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1
+	Pad      [12]uint64 // to 128 bytes: slots of different channels share no cache line
 }
 
 // DevWork is ngDevWork: one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none), chanOffset the whole send message's bytes and redOpArg the whole receive message's bytes (every part carries them; the two sides compare them)..
@@ -192,7 +195,7 @@ var Layouts = map[string]struct {
 	"DevTree":     {Size: 24, Offsets: []int{0, 4, 16, 20}},
 	"DevChannel":  {Size: 64, Offsets: []int{0, 24, 48, 56, 60}},
 	"DevComm":     {Size: 64, Offsets: []int{0, 4, 8, 12, 16, 24, 32, 40, 52, 56}},
-	"DirectSlot":  {Size: 128, Offsets: []int{0, 8, 16, 24}},
+	"DirectSlot":  {Size: 128, Offsets: []int{0, 8, 16, 24, 32}},
 	"DevWork":     {Size: 64, Offsets: []int{0, 8, 16, 24, 32, 40, 48, 50, 51, 52, 56, 60}},
 	"LaunchParts": {Size: 192, Offsets: []int{0, 64}},
 	"KernelArgs":  {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 192}},

@@ -246,7 +246,9 @@ const huge = 64 << 20
 func counts(coll kspace.Coll, t kspace.Type, o op) []int {
 	c := []int{0, 1, 7, 1023}
 	if o.name == "sum" || o.name == "max" {
-		c = append(c, 1<<20+3)
+		// 8197: DIRECT AllReduce's barrier one-shot for 2-byte types and
+		// up (shares of 4-8 KiB); 1023 runs its LL one-shot.
+		c = append(c, 8197, 1<<20+3)
 	}
 	return c
 }

@@ -18,6 +18,7 @@ var Consts = []Const{
 	{"NG_DIRECT_SAME_GPU", 1, "ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)"},
 	{"NG_DIRECT_MAX_RANKS", 32, "most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)"},
 	{"NG_DIRECT_ONESHOT_BYTES", 8192, "DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot"},
+	{"NG_DIRECT_LL_BYTES", 4096, "DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup"},
 	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
 }
@@ -121,7 +122,8 @@ var DirectSlot = &Struct{
 		{Name: "sendbuff", Scalar: U64},
 		{Name: "recvbuff", Scalar: U64},
 		{Name: "phase", Scalar: U64},
-		{Name: "pad", Scalar: U64, Count: 13, Doc: "to 128 bytes: slots of different channels share no cache line"},
+		{Name: "llSeq", Scalar: U64, Doc: "LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1"},
+		{Name: "pad", Scalar: U64, Count: 12, Doc: "to 128 bytes: slots of different channels share no cache line"},
 	},
 	Size: 128,
 }

@@ -20,8 +20,9 @@ import (
 // Ranks of other processes (MPS, IPC) would need every call's user buffers
 // exported and mapped, which a kernel cannot do: DIRECT is off there.
 //
-// Each rank allocates its mailboxes (one generated.DirectSlot per channel,
-// zeroed) in its own device memory; the ranks exchange their addresses
+// Each rank allocates its mailboxes (one generated.DirectSlot per channel
+// and the LL one-shot's line buffers, zeroed: see directSlotsBytes) in its
+// own device memory; the ranks exchange their addresses
 // over the bootstrap network, and each rank's device image lists them
 // (DevComm.Direct). A rank writes only its own slots. Its slots are freed
 // with its other device memory at Destroy, once its kernels are done;
@@ -55,9 +56,16 @@ func directEligible(peers []transport.Peer, l topo.Layout, p2pDisable bool) bool
 	return true
 }
 
-// directSlotsBytes is the size of one rank's mailboxes: a slot for every
-// channel a kernel can serve.
-const directSlotsBytes = uint64(generated.MaxChannels) * uint64(unsafe.Sizeof(generated.DirectSlot{}))
+// directSlotsBytes is the size of one rank's mailboxes, zeroed at setup: a
+// slot for every channel a kernel can serve, then per channel the LL
+// one-shot's two buffers (by call parity) of generated.DirectLlBytes/8
+// 16-byte lines each (directLLChannelBytes), where devicesrc/direct.h finds them.
+// About 1 MiB per rank (64 × (128 B + 16 KiB)).
+const directSlotsBytes = uint64(generated.MaxChannels) * (uint64(unsafe.Sizeof(generated.DirectSlot{})) + directLLChannelBytes)
+
+// directLLChannelBytes is one channel's LL area: two buffers of
+// generated.DirectLlBytes/8 lines of 16 bytes (8 data bytes and two flags).
+const directLLChannelBytes = 2 * generated.DirectLlBytes / 8 * 16
 
 // exchangeDirect publishes this rank's mailboxes at addr and returns every
 // rank's, by rank.

@@ -66,3 +66,18 @@ func TestExchangeDirect(t *testing.T) {
 		assert.Equal(t, []uint64{0x1000, 0x2000, 0x3000}, tables[r])
 	}
 }
+
+// The mailbox area holds what devicesrc/direct.h addresses: the slots of
+// every channel, then per channel two LL buffers of DirectLlBytes/8 lines
+// of 16 bytes (ngDirectLLBuf: slots + (channel*2 + parity) * lines * 16).
+func TestDirectMailboxLayout(t *testing.T) {
+	const slot = 128
+	lines := uint64(generated.DirectLlBytes / 8)
+	end := func(channel, parity uint64) uint64 {
+		return generated.MaxChannels*slot + (channel*2+parity+1)*lines*16
+	}
+	assert.Equal(t, end(generated.MaxChannels-1, 1), directSlotsBytes, "the last channel's odd buffer ends the area")
+	assert.Zero(t, (generated.MaxChannels*slot)%16, "lines are 16-byte aligned")
+	assert.LessOrEqual(t, generated.DirectLlBytes, generated.DirectOneshotBytes, "the LL one-shot takes the smallest shares")
+	assert.Equal(t, 0, generated.DirectLlBytes%8)
+}

@@ -31,8 +31,9 @@ func directTuner(t *testing.T, algo string) *tune.Tuner {
 
 // DIRECT AllReduce plans like any collective: one work per channel, with
 // the user's own buffers (each rank's kernel finds its peers' through the
-// mailboxes, not the plan), and every one-shot share within the device's
-// NG_DIRECT_ONESHOT_BYTES.
+// mailboxes, not the plan), every one-shot share within the device's
+// NG_DIRECT_ONESHOT_BYTES and, up to 16 KiB, within NG_DIRECT_LL_BYTES
+// (the LL one-shot).
 func TestPlanDirectAllReduce(t *testing.T) {
 	tn := directTuner(t, "allreduce:direct")
 	c := Comm{Rank: 1, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
@@ -41,7 +42,7 @@ func TestPlanDirectAllReduce(t *testing.T) {
 		bytes   uint64
 		nc      int
 		oneShot bool
-	}{{8, 1, true}, {4, 1, true}, {65536, 8, true}, {256 << 10, 32, true}, {256 << 20, 32, false}} {
+	}{{8, 1, true}, {4, 1, true}, {16 << 10, 4, true}, {65536, 8, true}, {256 << 10, 32, true}, {256 << 20, 32, false}} {
 		buf := uint64(0x7f00_0000_0000)
 		task := Task{Coll: kspace.AllReduce, Send: buf, Recv: buf, Bytes: tc.bytes, Type: kspace.F32, Op: kspace.Sum}
 		if tc.bytes%4 != 0 {
@@ -65,6 +66,9 @@ func TestPlanDirectAllReduce(t *testing.T) {
 			covered += w.ChanCount
 			if tc.oneShot {
 				assert.LessOrEqual(t, w.ChanCount*es, uint64(generated.DirectOneshotBytes), "%d bytes: a one-shot share", tc.bytes)
+			}
+			if tc.bytes <= 16<<10 {
+				assert.LessOrEqual(t, w.ChanCount*es, uint64(generated.DirectLlBytes), "%d bytes: an LL one-shot share", tc.bytes)
 			}
 		}
 		assert.Equal(t, tc.bytes/es, covered)

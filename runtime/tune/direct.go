@@ -9,34 +9,50 @@ import (
 
 // DIRECT (kspace.Direct, devicesrc/direct.h) runs where every rank can load
 // its peers' user buffers (Topology.Direct), for AllReduce, AllGather,
-// ReduceScatter and Broadcast. AllReduce runs a channel's share of at most
-// directOneShotBytes one-shot (two barriers; every rank reads every rank's
-// whole share), a larger one two-shot (three barriers; a reduce-scatter
-// and an all-gather by direct reads). The others take two barriers: one to
-// publish the buffers, one before returning. Its model:
+// ReduceScatter and Broadcast. AllReduce runs a channel's share in one of
+// three ways (directMode), by its size: at most directLLBytes the LL
+// one-shot (no barrier: each rank stores its share as LL lines in its
+// mailbox and polls its peers'), at most directOneShotBytes the barrier
+// one-shot (two barriers; every rank reads every rank's whole share), else
+// two-shot (three barriers; a reduce-scatter and an all-gather by direct
+// reads). The others take two barriers: one to publish the buffers, one
+// before returning. Its model:
 //
-//   - latency: directBaseLat plus per barrier directBarrierLat and
-//     directBarrierPerPeer per peer polled;
+//   - latency: the LL one-shot is one LL hop, RING/LL's base latency and
+//     one intra-node LL hop of NCCL's model plus directLLPerPeer per peer
+//     (the polls of a batch of peers overlap); the others directBaseLat
+//     plus per barrier directBarrierLat and directBarrierPerPeer per peer;
 //   - bandwidth, with every rank on one GPU: the GPU's memory bandwidth
 //     (directHBMBW) shared by every byte the call reads and writes there
 //     (directTraffic); on several GPUs (NVLink peers), RING/SIMPLE's
 //     model of the collective, since each rank moves over its links what
-//     a ring rank moves.
+//     a ring rank moves; the LL one-shot RING/LL's scaled by 2/n (a ring
+//     rank moves 2(n-1)/n of the buffer, a one-shot rank pulls n-1 times
+//     it).
 //
-// The latency figures are fitted to the first measurements of the
+// The barrier latency figures are fitted to the first measurements of the
 // one-shot AllReduce (one H200, 8 B, ncclperf -g: 21.6 µs on 2 ranks and
 // 70 µs on 8, where RING/LL took 16.3 and 60), in the units of NCCL's
 // model, whose RING/LL latency is 7.8 and 15.0 µs there: 5 and 10 µs
-// above it. The bandwidth figure matches the two-shot's 731 GB/s busbw
-// at 512 MiB on 2 ranks (3600/5 = 720 GB/s algorithm bandwidth).
+// above it. The LL one-shot's are not measured yet (written without a
+// GPU): its model puts it just below RING/LL on 2 ranks (7.3 against 7.8)
+// and well below on 8 (7.9 against 15.0), where it takes 1 LL hop against
+// RING/LL's 14. The bandwidth figure matches the two-shot's 731 GB/s
+// busbw at 512 MiB on 2 ranks (3600/5 = 720 GB/s algorithm bandwidth).
 const (
 	directBaseLat        = 9.5  // µs
 	directBarrierLat     = 0.8  // µs
 	directBarrierPerPeer = 1.0  // µs: thread 0 polls the peers one after another
+	directLLPerPeer      = 0.05 // µs: a thread loads 8 peers' lines at once
 	directHBMBW          = 3600 // GB/s: ~75% of the H200's 4.8 TB/s
-	// directOneShotBytes is the largest channel share that the device
-	// runs one-shot.
+	// directLLBytes is the largest channel share that the device runs as
+	// the LL one-shot, directOneShotBytes the largest it runs one-shot.
+	directLLBytes      = generated.DirectLlBytes
 	directOneShotBytes = generated.DirectOneshotBytes
+	// directLLMaxChannels is the most channels the tuner spreads an LL
+	// one-shot over (16 KiB): beyond, until measured, the call is no longer
+	// small and the ring's bandwidth terms decide.
+	directLLMaxChannels = 4
 	// directTwoShotChannelBytes is the share a two-shot channel (or a
 	// channel of the other collectives) gets at least before the call
 	// spreads over more channels.
@@ -46,18 +62,35 @@ const (
 	directMinThreads = 128
 )
 
+// directMode is how the device runs a DIRECT AllReduce's channel shares.
+type directMode int
+
+const (
+	directTwoShot directMode = iota // and every other collective
+	directOneShot                   // barrier one-shot: share <= directOneShotBytes
+	directLL                        // LL one-shot: share <= directLLBytes
+)
+
 // directChannels returns the channels and threads of a DIRECT call of
-// coll on nBytes (as Choose counts them) and whether its shares run
-// one-shot (AllReduce only).
-func (t *Tuner) directChannels(coll kspace.Coll, nBytes int64) (nc, nt int, oneShot bool) {
+// coll on nBytes (as Choose counts them) and how its shares run. A share
+// is at most ceil(nBytes/nc) rounded up to 16 bytes (runtime/enqueue's
+// split), so the limits, multiples of 16, bound it.
+func (t *Tuner) directChannels(coll kspace.Coll, nBytes int64) (nc, nt int, mode directMode) {
 	nt = max(t.nThreads[kspace.Simple], directMinThreads)
+	spread := func(need int64) int { return min(t.maxCh, max(t.minCh, int(need), 1)) }
 	if coll == kspace.AllReduce {
-		if need := int((nBytes + directOneShotBytes - 1) / directOneShotBytes); need <= t.maxCh {
-			return min(t.maxCh, max(t.minCh, need, 1)), nt, true
+		if need := (nBytes + directLLBytes - 1) / directLLBytes; need <= int64(min(t.maxCh, directLLMaxChannels)) {
+			return spread(need), nt, directLL
+		}
+		if need := (nBytes + directOneShotBytes - 1) / directOneShotBytes; need <= int64(t.maxCh) {
+			nc = spread(need)
+			if (nBytes+int64(nc)-1)/int64(nc) <= directLLBytes { // spread by minCh
+				return nc, nt, directLL
+			}
+			return nc, nt, directOneShot
 		}
 	}
-	need := int((nBytes + directTwoShotChannelBytes - 1) / directTwoShotChannelBytes)
-	return min(t.maxCh, max(t.minCh, need, 1)), nt, false
+	return spread((nBytes + directTwoShotChannelBytes - 1) / directTwoShotChannelBytes), nt, directTwoShot
 }
 
 // directTraffic is how many times nBytes (as Choose counts them) a DIRECT
@@ -66,16 +99,21 @@ func (t *Tuner) directChannels(coll kspace.Coll, nBytes int64) (nc, nt int, oneS
 //   - AllReduce two-shot: every rank reads S (its slice of every input)
 //     and writes S/n, then reads and writes (n-1)/n·S: (3n-1)·S;
 //     one-shot: every rank reads n·S and writes S: n(n+1)·S;
+//     LL one-shot: every rank reads S and writes 2S of lines, reads
+//     (n-1)·2S of lines and writes S: 2n(n+1)·S;
 //   - AllGather (nBytes = the output, n blocks): every rank reads and
 //     writes all of it: 2n;
 //   - ReduceScatter (nBytes = the input, n blocks of nBytes/n): every
 //     rank reads its block of every input (nBytes) and writes one block
 //     (nBytes/n): (n+1)·nBytes;
 //   - Broadcast: every rank reads the root's S and writes S: 2n.
-func directTraffic(coll kspace.Coll, n int, oneShot bool) float64 {
+func directTraffic(coll kspace.Coll, n int, mode directMode) float64 {
 	switch coll {
 	case kspace.AllReduce:
-		if oneShot {
+		switch mode {
+		case directLL:
+			return float64(2 * n * (n + 1))
+		case directOneShot:
 			return float64(n * (n + 1))
 		}
 		return float64(3*n - 1)
@@ -88,17 +126,25 @@ func directTraffic(coll kspace.Coll, n int, oneShot bool) float64 {
 
 // directTime is the model's time (µs) of a DIRECT call of coll on nBytes
 // on nc channels.
-func (t *Tuner) directTime(coll kspace.Coll, nBytes int64, nc int, oneShot bool) float64 {
+func (t *Tuner) directTime(coll kspace.Coll, nBytes int64, nc int, mode directMode) float64 {
 	n := t.topo.NRanks
-	barriers := 2.0
-	if coll == kspace.AllReduce && !oneShot {
-		barriers = 3
-	}
-	lat := directBaseLat + barriers*(directBarrierLat+directBarrierPerPeer*float64(n-1))
-	var bw float64 // algorithm bandwidth, GB/s
-	if t.topo.RanksPerGPU >= n {
-		bw = directHBMBW / directTraffic(coll, n, oneShot)
+	var lat float64
+	if mode == directLL {
+		lat = baseLat[kspace.Ring][kspace.LL] + hwLat[t.intraHW()][kspace.Ring][kspace.LL] + directLLPerPeer*float64(n-1)
 	} else {
+		barriers := 2.0
+		if coll == kspace.AllReduce && mode == directTwoShot {
+			barriers = 3
+		}
+		lat = directBaseLat + barriers*(directBarrierLat+directBarrierPerPeer*float64(n-1))
+	}
+	var bw float64 // algorithm bandwidth, GB/s
+	switch {
+	case t.topo.RanksPerGPU >= n:
+		bw = directHBMBW / directTraffic(coll, n, mode)
+	case mode == directLL:
+		bw = t.ncclBandwidth(coll, kspace.Ring, kspace.LL, nc, nBytes) * 2 / float64(n)
+	default:
 		bw = t.ncclBandwidth(coll, kspace.Ring, kspace.Simple, nc, nBytes)
 	}
 	if !(bw > 0) {

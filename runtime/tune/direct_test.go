@@ -19,9 +19,11 @@ func h200Direct(nRanks int) Topology {
 }
 
 // DIRECT wins from 32 MiB up on 2-8 ranks of one GPU for the four
-// collectives it runs (from 1 MiB for most); at small sizes the ring's LL
-// latency is lower, as measured (8 B AllReduce on 2 ranks: 21.6 µs DIRECT,
-// 16.3 µs RING/LL).
+// collectives it runs (from 1 MiB for most). At small sizes AllReduce's LL
+// one-shot (one LL hop) beats RING/LL (2(n-1) hops); the other
+// collectives' barriers lose to the ring's LL latency, as measured for the
+// barrier one-shot AllReduce (8 B on 2 ranks: 21.6 µs DIRECT, 16.3 µs
+// RING/LL).
 func TestDirectChosenWhereRanksShareMemory(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		for _, c := range []kspace.Coll{kspace.AllReduce, kspace.AllGather, kspace.ReduceScatter, kspace.Broadcast} {
@@ -30,6 +32,13 @@ func TestDirectChosenWhereRanksShareMemory(t *testing.T) {
 					tu := newTuner(t, h200Direct(n), nil, nil)
 					ch, err := tu.Choose(c, kspace.Sum, kspace.F32, b)
 					require.NoError(t, err)
+					if b <= 1024 && c == kspace.AllReduce {
+						assert.Equal(t, kspace.Direct, ch.Algo, "%v", ch)
+						assert.Equal(t, 1, ch.NChannels)
+						_, _, mode := tu.directChannels(c, b)
+						assert.Equal(t, directLL, mode)
+						return
+					}
 					if b <= 1024 {
 						assert.NotEqual(t, kspace.Direct, ch.Algo, "%v", ch)
 						return
@@ -54,19 +63,20 @@ func TestDirectChosenWhereRanksShareMemory(t *testing.T) {
 // in units of the size Choose is given.
 func TestDirectTraffic(t *testing.T) {
 	for _, c := range []struct {
-		coll    kspace.Coll
-		n       int
-		oneShot bool
-		want    float64
+		coll kspace.Coll
+		n    int
+		mode directMode
+		want float64
 	}{
-		{kspace.AllReduce, 2, false, 5},     // 2 reduce 1/2 of 2 inputs, write 1/2; gather 1/2 each
-		{kspace.AllReduce, 2, true, 6},      // each reads 2, writes 1
-		{kspace.AllGather, 2, false, 4},     // each reads and writes the whole output
-		{kspace.ReduceScatter, 2, false, 3}, // each reads 2 halves, writes a half
-		{kspace.ReduceScatter, 8, false, 9}, // each reads 8 eighths, writes an eighth
-		{kspace.Broadcast, 8, false, 16},    // each reads and writes S
+		{kspace.AllReduce, 2, directTwoShot, 5},     // 2 reduce 1/2 of 2 inputs, write 1/2; gather 1/2 each
+		{kspace.AllReduce, 2, directOneShot, 6},     // each reads 2, writes 1
+		{kspace.AllReduce, 2, directLL, 12},         // each reads 1, writes 2 of lines, reads 2 of lines, writes 1
+		{kspace.AllGather, 2, directTwoShot, 4},     // each reads and writes the whole output
+		{kspace.ReduceScatter, 2, directTwoShot, 3}, // each reads 2 halves, writes a half
+		{kspace.ReduceScatter, 8, directTwoShot, 9}, // each reads 8 eighths, writes an eighth
+		{kspace.Broadcast, 8, directTwoShot, 16},    // each reads and writes S
 	} {
-		assert.Equal(t, c.want, directTraffic(c.coll, c.n, c.oneShot), "%s on %d ranks", c.coll, c.n)
+		assert.Equal(t, c.want, directTraffic(c.coll, c.n, c.mode), "%s on %d ranks", c.coll, c.n)
 	}
 	// On 2 ranks of one GPU the model's busbw at 1 GiB is 80% of the
 	// out-of-place limits the lead measured copies against (AllGather
@@ -89,32 +99,47 @@ func TestDirectChannels(t *testing.T) {
 	tp.NChannels = 32 // as runtime/comm sets up
 	tu := newTuner(t, tp, map[string]string{"NCCL_ALGO": "allreduce:direct"}, nil)
 	cases := []struct {
-		bytes   int64
-		nc      int
-		oneShot bool
+		bytes int64
+		nc    int
+		mode  directMode
 	}{
-		{8, 1, true},
-		{8192, 1, true},
-		{8193, 2, true},
-		{65536, 8, true},
-		{32 * 8192, 32, true},
-		{32*8192 + 1, 5, false}, // 64 KiB or more per two-shot channel
-		{256 << 20, 32, false},
+		{8, 1, directLL},
+		{4096, 1, directLL},
+		{4097, 2, directLL},
+		{16384, 4, directLL},
+		{16385, 3, directOneShot}, // more than 4 LL channels: 8 KiB shares
+		{65536, 8, directOneShot},
+		{32 * 8192, 32, directOneShot},
+		{32*8192 + 1, 5, directTwoShot}, // 64 KiB or more per two-shot channel
+		{256 << 20, 32, directTwoShot},
 	}
 	require.Equal(t, 32, tu.MaxChannels())
 	for _, c := range cases {
-		nc, nt, one := tu.directChannels(kspace.AllReduce, c.bytes)
+		nc, nt, mode := tu.directChannels(kspace.AllReduce, c.bytes)
 		assert.Equal(t, c.nc, nc, "%d bytes", c.bytes)
-		assert.Equal(t, c.oneShot, one, "%d bytes", c.bytes)
+		assert.Equal(t, c.mode, mode, "%d bytes", c.bytes)
 		assert.Equal(t, 512, nt)
-		if one {
-			// Every channel's share fits the device's one-shot.
-			assert.LessOrEqual(t, (c.bytes+int64(nc)-1)/int64(nc), int64(directOneShotBytes))
+		// Every channel's share fits the device's path for it, and a
+		// one-shot share is not small enough for the LL one (the device
+		// picks by the share's size).
+		share := (c.bytes + int64(nc) - 1) / int64(nc)
+		switch mode {
+		case directLL:
+			assert.LessOrEqual(t, share, int64(directLLBytes), "%d bytes", c.bytes)
+		case directOneShot:
+			assert.LessOrEqual(t, share, int64(directOneShotBytes), "%d bytes", c.bytes)
+			assert.Greater(t, share, int64(directLLBytes), "%d bytes", c.bytes)
 		}
 		ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, c.bytes)
 		require.NoError(t, err)
 		assert.Equal(t, nc, ch.NChannels)
 	}
+	// NCCL_MIN_NCHANNELS spreads a one-shot into LL shares: the model
+	// follows the device.
+	tu = newTuner(t, tp, map[string]string{"NCCL_ALGO": "allreduce:direct", "NCCL_MIN_NCHANNELS": "8"}, nil)
+	nc, _, mode := tu.directChannels(kspace.AllReduce, 20000)
+	assert.Equal(t, 8, nc)
+	assert.Equal(t, directLL, mode)
 	// The one-shot keeps its share in 128 threads' registers at least.
 	tu = newTuner(t, h200Direct(2), map[string]string{"NCCL_NTHREADS": "64"}, nil)
 	_, nt, _ := tu.directChannels(kspace.AllReduce, 8)
@@ -168,4 +193,34 @@ func TestDirectNotChosenWithoutItsFunctions(t *testing.T) {
 	ch, err := newTuner(t, h200Direct(2), nil, avail).Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)
 	require.NoError(t, err)
 	assert.NotEqual(t, kspace.Direct, ch.Algo)
+}
+
+// The LL one-shot's model: AllReduce up to 16 KiB takes it on 2-8 ranks of
+// one GPU and on NVLink peers, below RING/LL's prediction (one LL hop
+// against 2(n-1)); beyond 16 KiB the ring's bandwidth terms decide.
+func TestDirectLLChosenForSmallAllReduce(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		for _, tp := range []Topology{h200Direct(n), func() Topology {
+			tp := h200Direct(n)
+			tp.NGPUs, tp.RanksPerGPU = n, 1 // one rank per GPU, peer access
+			return tp
+		}()} {
+			tu := newTuner(t, tp, nil, nil)
+			ring := newTuner(t, tp, map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
+			for _, b := range []int64{4, 8, 4096, 16384} {
+				ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.BF16, b)
+				require.NoError(t, err)
+				require.Equal(t, kspace.Direct, ch.Algo, "%d ranks on %d GPUs, %d bytes", n, tp.NGPUs, b)
+				_, _, mode := tu.directChannels(kspace.AllReduce, b)
+				assert.Equal(t, directLL, mode)
+				r, err := ring.Choose(kspace.AllReduce, kspace.Sum, kspace.BF16, b)
+				require.NoError(t, err)
+				assert.Less(t, ch.PredictedTime, r.PredictedTime, "%d ranks, %d bytes", n, b)
+			}
+			ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.BF16, 64<<10)
+			require.NoError(t, err)
+			_, _, mode := tu.directChannels(kspace.AllReduce, 64<<10)
+			assert.False(t, ch.Algo == kspace.Direct && mode == directLL, "64 KiB is not an LL one-shot")
+		}
+	}
 }

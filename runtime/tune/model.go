@@ -105,16 +105,21 @@ func (t *Tuner) steps(c kspace.Coll) (nsteps, inter int) {
 	return nsteps, min(inter, nsteps)
 }
 
+// intraHW is the hardware class (hwLat's index) of the links within a node.
+func (t *Tuner) intraHW() int {
+	if t.topo.IntraLink == LinkPCI {
+		return hwPCI
+	}
+	return hwNVLink
+}
+
 // latency returns the latency (µs) of one call.
 func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64) float64 {
 	if a == kspace.PAT {
 		return t.patLatency()
 	}
 	nodes := t.topo.NNodes
-	intraHW := hwNVLink
-	if t.topo.IntraLink == LinkPCI {
-		intraHW = hwPCI
-	}
+	intraHW := t.intraHW()
 	intra, inter := hwLat[intraHW][a][p], t.netHopLat(a, p)
 	lat := baseLat[a][p]
 	switch a {

@@ -406,9 +406,9 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		}
 		us := 0.0
 		if a == kspace.Direct {
-			var oneShot bool
-			nc, nt, oneShot = t.directChannels(coll, nBytes)
-			us = t.directTime(coll, nBytes, nc, oneShot)
+			var mode directMode
+			nc, nt, mode = t.directChannels(coll, nBytes)
+			us = t.directTime(coll, nBytes, nc, mode)
 		} else if t.topo.NRanks > 1 {
 			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
 		} else if !(a == kspace.Ring && p == kspace.Simple) {

@@ -21,6 +21,7 @@
 #define NG_DIRECT_SAME_GPU 1 // ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)
 #define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
+#define NG_DIRECT_LL_BYTES 4096 // DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup
 #define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
@@ -107,7 +108,8 @@ struct ngDirectSlot {
   uint64_t sendbuff;
   uint64_t recvbuff;
   uint64_t phase;
-  uint64_t pad[13]; // to 128 bytes: slots of different channels share no cache line
+  uint64_t llSeq; // LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1
+  uint64_t pad[12]; // to 128 bytes: slots of different channels share no cache line
 };
 
 // one operation's share on one channel. Collectives: count is the elements of one rank's chunk for AllGather/ReduceScatter and of the whole buffer otherwise; the channel handles elements [chanOffset, chanOffset+chanCount) of it. Byte-moving collectives (Broadcast, AllGather, AllGatherV) count bytes, not elements. AllGatherV: count is the number of parts each rank's block is split into and chanOffset the part this channel moves. SendRecv: sendbuff/recvbuff are this channel's parts, count is the bytes to send to sendPeer, chanCount the bytes to receive from recvPeer (-1: none), chanOffset the whole send message's bytes and redOpArg the whole receive message's bytes (every part carries them; the two sides compare them).
@@ -190,7 +192,8 @@ static_assert(sizeof(struct ngDirectSlot) == 128, "ngabi: sizeof(ngDirectSlot)")
 static_assert(offsetof(struct ngDirectSlot, sendbuff) == 0, "ngabi: ngDirectSlot.sendbuff");
 static_assert(offsetof(struct ngDirectSlot, recvbuff) == 8, "ngabi: ngDirectSlot.recvbuff");
 static_assert(offsetof(struct ngDirectSlot, phase) == 16, "ngabi: ngDirectSlot.phase");
-static_assert(offsetof(struct ngDirectSlot, pad) == 24, "ngabi: ngDirectSlot.pad");
+static_assert(offsetof(struct ngDirectSlot, llSeq) == 24, "ngabi: ngDirectSlot.llSeq");
+static_assert(offsetof(struct ngDirectSlot, pad) == 32, "ngabi: ngDirectSlot.pad");
 static_assert(sizeof(struct ngDevWork) == 64, "ngabi: sizeof(ngDevWork)");
 static_assert(offsetof(struct ngDevWork, sendbuff) == 0, "ngabi: ngDevWork.sendbuff");
 static_assert(offsetof(struct ngDevWork, recvbuff) == 8, "ngabi: ngDevWork.recvbuff");
