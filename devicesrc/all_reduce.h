@@ -1,5 +1,7 @@
 // all_reduce.h — AllReduce: RING (reduce-scatter then all-gather around the
-// ring, 2*(nRanks-1) steps per loop) and TREE (reduce up the tree, then
+// ring, 2*(nRanks-1) steps per loop; on exactly 2 ranks with LL and a
+// channel share of at most NG_ALLREDUCE_ONEHOP_BYTES, one hop: each rank
+// sends its whole input and reduces the peer's with its own) and TREE (reduce up the tree, then
 // broadcast down, interleaved chunk by chunk; the root turns its reduced chunk
 // around in the same step).
 // Work: count = elements of the whole buffer, the channel handles
@@ -26,6 +28,20 @@ __device__ __forceinline__ void ngAllReduceRing(struct ngShmem* sh) {
   const int idx = sh->channel.ring.index;
   ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
   const int64_t cap = ngStepElems<T, Proto>(sh);
+  if constexpr (Proto == NG_PROTO_LL) {
+    // One hop on 2 ranks (prev == next): both ranks decide it from values
+    // they share (nRanks, this channel's share, the protocol) and take the
+    // operands in ring order (position 0's first), so both write the same
+    // bits. It sends as many bytes as the ring's two steps do.
+    if (N == 2 && total * (int64_t)sizeof(T) <= (int64_t)NG_ALLREDUCE_ONEHOP_BYTES) {
+      for (int64_t off = 0; off < total; off += cap) {
+        const int n = (int)ngMin64(cap, total - off);
+        if (!prims.step(src + off, dst + off, n, true, true, true, idx == 0 ? 1 : 2)) return;
+      }
+      prims.finish();
+      return;
+    }
+  }
   const int64_t gran = ngGranule<T>();
   for (int64_t off = 0; off < total;) {
     const int64_t rem = total - off;

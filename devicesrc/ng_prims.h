@@ -24,7 +24,13 @@
 //   LL128 : 128-byte lines of 16 u64: u64 0..14 hold 120 data bytes, u64 15 is
 //           the flag = step + 1; 8 threads write a line with one warp-wide
 //           st.volatile.v2.u64 (thread 7 carries the flag).
-// LL/LL128 receivers poll the flags; their senders never store tail.
+// LL/LL128 receivers poll the flags; their senders never store tail. On
+// NG_CONN_STEP_SIZES connections an LL sender stores the step's size word
+// (NG_STEP_SIZE_LL | (step & 0x7FF) << 20 | lines) in the same place as
+// SIMPLE's, then fences at system scope, before the block barrier after
+// which any thread writes a line of the step: a NET proxy that sees a line
+// of step s finds the word of s (its tag says so) and knows when the step
+// is complete. Every step, even one of 0 lines, stores its word.
 //
 // Step sizes are taken from comm.buffSizes[proto] (identical on every rank):
 //   SIMPLE elements/step = slotBytes/sizeof(T), LL = slotBytes/16*8/sizeof(T),
@@ -216,7 +222,12 @@ struct ngPrims {
   }
 
   // One step. Returns false when the work must stop (abort).
-  __device__ __forceinline__ bool step(const T* src, T* dst, int nelem, bool doRecv, bool doSend, bool post) {
+  // xchg (LL only, one send and one receive connection): instead of sending
+  // the combined value, send pre(src) and write to dst post(reduce) of it and
+  // the received line, own operand first when xchg == 1, the peer's first
+  // when 2 (ngAllReduceRing's one hop on 2 ranks).
+  __device__ __forceinline__ bool step(const T* src, T* dst, int nelem, bool doRecv, bool doSend, bool post,
+                                       int xchg = 0) {
     const int nr = doRecv ? nRecv : 0;
     const int ns = doSend ? nSend : 0;
     // Wait for credit (thread k waits on send connection k) and, SIMPLE, for
@@ -226,6 +237,19 @@ struct ngPrims {
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
         if (k < ns && g.tid == k && send[k].step >= NG_STEPS) ok = ngWaitGE(sh, send[k].head(), send[k].step + 1 - NG_STEPS) && ok;
+      if (Proto == NG_PROTO_LL) {
+        // NET: the step's size word, visible before any of its lines (the
+        // slot's previous word, of step-NG_STEPS, was shipped: head passed it).
+#pragma unroll
+        for (int k = 0; k < MaxSend; k++)
+          if (k < ns && g.tid == k && ok && (send[k].ci->flags & NG_CONN_STEP_SIZES)) {
+            uint32_t* sz = reinterpret_cast<uint32_t*>(send[k].tail() + 1) + send[k].step % NG_STEPS;
+            const uint32_t lines = (uint32_t)(nelem * (int)sizeof(T) + 7) / 8;
+            const uint32_t word = (uint32_t)NG_STEP_SIZE_LL | ((uint32_t)(send[k].step & 0x7FF) << 20) | lines;
+            asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(sz), "r"(word) : "memory");
+            __threadfence_system();
+          }
+      }
       if (Proto == NG_PROTO_SIMPLE) {
 #pragma unroll
         for (int k = 0; k < MaxRecv; k++)
@@ -240,7 +264,10 @@ struct ngPrims {
     if (ngAborted(sh)) return false;
 
     if (Proto == NG_PROTO_SIMPLE) simpleData(src, dst, nelem, nr, ns, post);
-    else if (Proto == NG_PROTO_LL) llData(src, dst, nelem, nr, ns, post);
+    else if (Proto == NG_PROTO_LL) {
+      if (xchg != 0) llExchange(src, dst, nelem, xchg == 1, post);
+      else llData(src, dst, nelem, nr, ns, post);
+    }
     else ll128Data(src, dst, nelem, nr, ns, post);
 
     ngBarrier(g);
@@ -376,6 +403,54 @@ struct ngPrims {
   }
 
   // ---- LL ----
+  // Waits for the line at p to carry flag in both halves and returns its 8
+  // data bytes in r; false on abort.
+  __device__ __forceinline__ bool llRecvLine(const uint4* p, uint32_t flag, uint64_t& r) {
+    uint32_t d0, f0, d1, f1;
+    int spins = 0;
+    while (true) {
+      asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                   : "l"(p)
+                   : "memory");
+      if (f0 == flag && f1 == flag) break;
+      if (++spins == NG_SPINS_BEFORE_ABORT_CHECK) {
+        spins = 0;
+        if (ngCheckAbort(sh)) return false;
+      }
+    }
+    r = (uint64_t)d0 | ((uint64_t)d1 << 32);
+    return true;
+  }
+
+  __device__ __forceinline__ void llSendLine(uint4* p, uint32_t flag, uint64_t v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"((uint32_t)v), "r"(flag),
+                 "r"((uint32_t)(v >> 32)), "r"(flag)
+                 : "memory");
+  }
+
+  // The one-hop exchange of step(xchg): each thread sends its lines of
+  // pre(src) before it waits for the peer's, so two ranks doing the same
+  // never wait on each other. The reduction takes the operands in an order
+  // both ranks agree on, so that both write the same bits whatever the op
+  // (PreMulSum's pre does not contract into the add: ngMulRn).
+  __device__ __forceinline__ void llExchange(const T* src, T* dst, int nelem, bool ownFirst, bool post) {
+    const int nbytes = nelem * (int)sizeof(T);
+    const int nLines = (nbytes + 7) / 8;
+    uint4* out = reinterpret_cast<uint4*>(slot(send[0]));
+    const uint4* in = reinterpret_cast<const uint4*>(slot(recv[0]));
+    const uint32_t outFlag = ngLLFlag(send[0].step), inFlag = ngLLFlag(recv[0].step);
+    for (int line = g.tid; line < nLines; line += g.nThreads) {
+      const uint64_t a = ngPackPre<T>(op, ngLoadPack8(src, line, nbytes));
+      llSendLine(out + line, outFlag, a);
+      uint64_t r;
+      if (!llRecvLine(in + line, inFlag, r)) return;
+      uint64_t v = ownFirst ? ngPackReduce<T>(op, a, r) : ngPackReduce<T>(op, r, a);
+      if (post) v = ngPackPost<T>(op, v);
+      ngStorePack8(dst, line, nbytes, v);
+    }
+  }
+
   __device__ __forceinline__ void llData(const T* src, T* dst, int nelem, int nr, int ns, bool post) {
     const int nbytes = nelem * (int)sizeof(T);
     const int nLines = (nbytes + 7) / 8;
@@ -402,21 +477,8 @@ struct ngPrims {
 #pragma unroll
       for (int k = 0; k < MaxRecv; k++) {
         if (k < nr) {
-          uint32_t d0, f0, d1, f1;
-          int spins = 0;
-          const uint4* p = in[k] + line;
-          while (true) {
-            asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-                         : "l"(p)
-                         : "memory");
-            if (f0 == inFlag[k] && f1 == inFlag[k]) break;
-            if (++spins == NG_SPINS_BEFORE_ABORT_CHECK) {
-              spins = 0;
-              if (ngCheckAbort(sh)) return;
-            }
-          }
-          uint64_t r = (uint64_t)d0 | ((uint64_t)d1 << 32);
+          uint64_t r;
+          if (!llRecvLine(in[k] + line, inFlag[k], r)) return;
           v = have ? ngPackReduce<T>(op, v, r) : r;
           have = true;
         }
@@ -425,11 +487,7 @@ struct ngPrims {
       if (dst) ngStorePack8(dst, line, nbytes, v);
 #pragma unroll
       for (int k = 0; k < MaxSend; k++) {
-        if (k < ns) {
-          asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(out[k] + line), "r"((uint32_t)v),
-                       "r"(outFlag[k]), "r"((uint32_t)(v >> 32)), "r"(outFlag[k])
-                       : "memory");
-        }
+        if (k < ns) llSendLine(out[k] + line, outFlag[k], v);
       }
     }
   }

@@ -89,6 +89,30 @@ template <>
 struct ngArith<__nv_fp8_e5m2> : ngArithFp8<__nv_fp8_e5m2> {};
 #endif
 
+// A product rounded on its own: PreMulSum's pre must not contract with the
+// add that follows into an fma, or a 2-rank one-hop AllReduce (all_reduce.h)
+// would round differently on its two ranks (fma(x0, s, p1) on one, fma(x1,
+// s, p0) on the other). nvcc contracts by default (--fmad=true); the _rn
+// intrinsics are never contracted. A half or bf16 product is exact in float
+// (11 and 8 significant bits), so one rounding to the type gives the IEEE
+// product (bf16 results below float's normal range round twice).
+template <typename T>
+__device__ __forceinline__ T ngMulRn(T a, T b) { return ngArith<T>::mul(a, b); }
+template <>
+__device__ __forceinline__ float ngMulRn<float>(float a, float b) { return __fmul_rn(a, b); }
+template <>
+__device__ __forceinline__ double ngMulRn<double>(double a, double b) { return __dmul_rn(a, b); }
+template <>
+__device__ __forceinline__ half ngMulRn<half>(half a, half b) {
+  return __float2half_rn(__fmul_rn(__half2float(a), __half2float(b)));
+}
+#if CUDART_VERSION >= 11000
+template <>
+__device__ __forceinline__ __nv_bfloat16 ngMulRn<__nv_bfloat16>(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __float2bfloat16_rn(__fmul_rn(__bfloat162float(a), __bfloat162float(b)));
+}
+#endif
+
 // Raw bit copy between a T and an integer of the same or larger size.
 template <typename T>
 __device__ __forceinline__ T ngBitsTo(uint64_t bits) {
@@ -167,7 +191,7 @@ struct ngOpPreMulSum {
     }
   }
   __device__ __forceinline__ T reduce(T a, T b) const { return ngArith<T>::add(a, b); }
-  __device__ __forceinline__ T pre(T x) const { return ngArith<T>::mul(x, scalar); }
+  __device__ __forceinline__ T pre(T x) const { return ngMulRn<T>(x, scalar); }
   __device__ __forceinline__ T post(T x) const { return x; }
 };
 

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "cab2545e031dfe5c"
+const ABIVersion = "5e3698c7682da322"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -24,8 +24,12 @@ const (
 	ConnDirect = 1
 	// ConnSameGpu is NG_CONN_SAME_GPU: ngConnInfo.flags: the peer runs on this very GPU.
 	ConnSameGpu = 2
-	// ConnStepSizes is NG_CONN_STEP_SIZES: ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes).
+	// ConnStepSizes is NG_CONN_STEP_SIZES: ngConnInfo.flags: the sender stores a size word, a u32, for every step at ((uint32_t*)(tail + 1))[step % NG_STEPS]: SIMPLE the step's byte count, before it stores tail (NET: the proxy ships only those bytes); LL an NG_STEP_SIZE_LL word, before the step's first line.
 	ConnStepSizes = 4
+	// StepSizeLl is NG_STEP_SIZE_LL: size word of an LL step (NG_CONN_STEP_SIZES): this bit | (step & 0x7FF) << 20 | the step's line count (< 2^20), stored and fenced (system scope) before any of the step's lines.
+	StepSizeLl = 2147483648
+	// AllreduceOnehopBytes is NG_ALLREDUCE_ONEHOP_BYTES: ring AllReduce on exactly 2 ranks with LL: a channel's share of at most this many bytes goes in one hop (each rank sends its own input and reduces the peer's with it, in rank order) instead of the ring's two.
+	AllreduceOnehopBytes = 65536
 	// DevErrUnsupported is NG_DEV_ERR_UNSUPPORTED: ngDevComm.errorFlag: a kernel ran a function that has no device implementation.
 	DevErrUnsupported = 1
 	// DevErrAborted is NG_DEV_ERR_ABORTED: ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set.

@@ -15,7 +15,9 @@
 #define NG_WORK_REDOP_ARG_PTR 1 // ngDevWork.flags: redOpArg is a device pointer to the scalar, not its bits
 #define NG_CONN_DIRECT 1 // ngConnInfo.flags: the peer's user buffers are load/store accessible (same process, same or peer GPU)
 #define NG_CONN_SAME_GPU 2 // ngConnInfo.flags: the peer runs on this very GPU
-#define NG_CONN_STEP_SIZES 4 // ngConnInfo.flags: a SIMPLE sender stores each step's byte count, a u32, at ((uint32_t*)(tail + 1))[step % NG_STEPS] before it stores tail (NET: the proxy ships only those bytes)
+#define NG_CONN_STEP_SIZES 4 // ngConnInfo.flags: the sender stores a size word, a u32, for every step at ((uint32_t*)(tail + 1))[step % NG_STEPS]: SIMPLE the step's byte count, before it stores tail (NET: the proxy ships only those bytes); LL an NG_STEP_SIZE_LL word, before the step's first line
+#define NG_STEP_SIZE_LL 2147483648 // size word of an LL step (NG_CONN_STEP_SIZES): this bit | (step & 0x7FF) << 20 | the step's line count (< 2^20), stored and fenced (system scope) before any of the step's lines
+#define NG_ALLREDUCE_ONEHOP_BYTES 65536 // ring AllReduce on exactly 2 ranks with LL: a channel's share of at most this many bytes goes in one hop (each rank sends its own input and reduces the peer's with it, in rank order) instead of the ring's two
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
 #define NG_DEV_ERR_ABORTED 2 // ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set
 #define NG_DIRECT_SAME_GPU 1 // ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)

@@ -33,7 +33,8 @@ import (
 // code is the SHM code. The proxy of the sending process ships every step
 // that the kernel posted (a SIMPLE step when tail passes it, as many bytes
 // as the kernel stored in the step's size word, NG_CONN_STEP_SIZES; LL
-// lines as their flags turn valid) to the peer's proxy, which writes it
+// lines as their flags turn valid, up to the line count of the step's
+// size word) to the peer's proxy, which writes it
 // into the receiving staging block (SIMPLE: then tail), and returns the
 // receiving kernel's head to the sender's proxy as credits, which it
 // stores into the sending block's head. LL128 cannot go through host
@@ -84,9 +85,34 @@ func (NET) CanConnect(Policy, Peer, Peer, Link) (bool, string) { return true, ""
 func (NET) Flags(send, recv Peer) uint32 { return generated.ConnStepSizes }
 
 // offStepSizes is where, in a sender's staging block, the kernel stores
-// the byte count of SIMPLE step s: a uint32 at offStepSizes + 4*(s %
-// Steps), right behind tail (NG_CONN_STEP_SIZES).
+// the size word of step s: a uint32 at offStepSizes + 4*(s % Steps),
+// right behind tail (NG_CONN_STEP_SIZES). A SIMPLE step's word is its
+// byte count; an LL step's is llSizeWord.
 const offStepSizes = offTail + 8
+
+// The LL size word (NG_STEP_SIZE_LL): the flag bit, the step's low
+// llTagBits bits at llTagShift, the line count below.
+const (
+	llTagShift = 20
+	llTagBits  = 11
+	llMaxLines = 1<<llTagShift - 1
+)
+
+// llSizeWord is the size word of LL step s of the given lines, as the
+// kernel stores it (devicesrc/ng_prims.h).
+func llSizeWord(s uint64, lines int) uint32 {
+	return generated.StepSizeLl | uint32(s&(1<<llTagBits-1))<<llTagShift | uint32(lines)&llMaxLines
+}
+
+// llSizeOf decodes w as the size word of LL step s: its line count, and
+// whether w is that (a SIMPLE step's count or an LL word of another step
+// is not).
+func llSizeOf(w uint32, s uint64) (lines int, ok bool) {
+	if w&generated.StepSizeLl == 0 || (w>>llTagShift)&(1<<llTagBits-1) != uint32(s&(1<<llTagBits-1)) {
+		return 0, false
+	}
+	return int(w & llMaxLines), true
+}
 
 func (t NET) net() (ncclnet.Net, error) {
 	if t.Net != nil {
@@ -294,7 +320,8 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 		return nil, fmt.Errorf("transport: NET scratch: %w", err)
 	}
 	r.pc = &netConn{name: name, net: n, dev: t.Dev, host: r.host, scratch: scratch, fifo: fifo, total: total,
-		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError}
+		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError,
+		llSizes: t.Flags(Peer{}, Peer{})&generated.ConnStepSizes != 0}
 	r.pc.initState()
 	return r, nil
 }
@@ -500,6 +527,8 @@ type netConn struct {
 	freeHdr    []int
 	head       []uint64 // credited, per connection
 	simpleDone []uint64 // steps below are shipped or known LL
+	llDone     []uint64 // steps below are settled for the LL scan (llSizes)
+	llSizes    bool     // the kernels publish LL size words (ConnStepSizes)
 	llStep     [][generated.Steps]uint64
 	llCursor   [][generated.Steps]int
 	llSeen     []map[uint64]bool
@@ -582,6 +611,7 @@ func decodeHeader(b []byte) (netHeader, uint32) {
 func (c *netConn) initState() {
 	c.head = make([]uint64, c.nconn)
 	c.simpleDone = make([]uint64, c.nconn)
+	c.llDone = make([]uint64, c.nconn)
 	c.llStep = make([][generated.Steps]uint64, c.nconn)
 	c.llCursor = make([][generated.Steps]int, c.nconn)
 	c.llSeen = make([]map[uint64]bool, c.nconn)
@@ -921,6 +951,17 @@ func (c *netConn) progressSend() (bool, error) {
 	// that moved simpleDone shipped them), so LL lines are looked for from
 	// there only: a connection streaming SIMPLE costs no LL scan of its
 	// busy slots.
+	//
+	// With LL size words (llSizes) a step is complete once its word is
+	// visible and that many lines are shipped, and llDone moves past it:
+	// the scan starts at the first step not complete and stops at the
+	// first LL step not complete or not started, as the kernel writes a
+	// step's word (fenced) before its lines and a step's lines only after
+	// the previous step's. It passes SIMPLE steps below tail (an LL step
+	// below tail had its word and lines visible before tail: it completes
+	// in this pass, before the SIMPLE loop moves simpleDone past it). A
+	// 0-line step completes on its word alone. Without words every slot in the credit window is
+	// looked at until credits pass it.
 	var now time.Time
 	llSlot := c.slotBytes(0)
 	for i := range c.nconn {
@@ -928,17 +969,37 @@ func (c *netConn) progressSend() (bool, error) {
 		tail := atomic.LoadUint64(c.word(base + offTail))
 		head := c.head[i]
 		ll := c.host[base+c.fifo[0] : base+c.fifo[0]+generated.Steps*llSlot]
-		for s := max(head, c.simpleDone[i]); s < head+generated.Steps; s++ {
+		for s := max(head, c.simpleDone[i], c.llDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
 				c.llStep[i][k], c.llCursor[i][k] = s, 0
 			}
+			c.stats.llLooks++
+			lines, known := int(llSlot/16), false
+			if c.llSizes {
+				if lines, known = llSizeOf(atomic.LoadUint32(c.sizeWord(base, s)), s); !known {
+					if s < tail {
+						continue // a SIMPLE step: shipped below
+					}
+					break // not started
+				}
+				if lines > int(llSlot/16) {
+					return busy, c.fail("the kernel posted LL step %d on connection %d with %d lines, more than its %d-line slot", s, i, lines, llSlot/16)
+				}
+			}
 			// Most looks find nothing: one load of the first line not
 			// yet shipped says so (its low half's flag).
-			if o := k*llSlot + uint64(c.llCursor[i][k])*16; o+16 > (k+1)*llSlot || uint32(atomic.LoadUint64((*uint64)(unsafe.Pointer(&ll[o])))>>32) != llFlag(s) {
+			if cur := c.llCursor[i][k]; cur >= lines || uint32(atomic.LoadUint64((*uint64)(unsafe.Pointer(&ll[k*llSlot+uint64(cur)*16])))>>32) != llFlag(s) {
+				if known && cur >= lines {
+					c.llDone[i] = s + 1
+					continue
+				}
+				if known {
+					break // its lines are on their way
+				}
 				continue
 			}
-			slot := c.slot(i, 0, s)
+			slot := c.slot(i, 0, s)[:lines*16]
 			f := llFlag(s)
 			cur := c.llCursor[i][k]
 			end := cur
@@ -958,14 +1019,34 @@ func (c *netConn) progressSend() (bool, error) {
 				}
 				busy = true
 			}
+			if known {
+				if end < lines {
+					break
+				}
+				c.llDone[i] = s + 1
+			}
 		}
+		done := tail
 		for s := c.simpleDone[i]; s < tail; s++ {
-			if c.llSeen[i][s] || s < c.head[i] {
+			if s < c.head[i] {
+				delete(c.llSeen[i], s)
+				continue
+			}
+			w := atomic.LoadUint32(c.sizeWord(base, s))
+			if _, ll := llSizeOf(w, s); ll {
+				if c.llSizes && s >= c.llDone[i] {
+					done = s // lines still to ship: the LL scan's, from here
+					break
+				}
+				delete(c.llSeen[i], s)
+				continue // an LL step of no lines or all shipped
+			}
+			if c.llSeen[i][s] {
 				delete(c.llSeen[i], s)
 				continue
 			}
 			sb := c.slot(i, 2, s)
-			n := uint64(atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.host[base+offStepSizes+4*(s%generated.Steps)]))))
+			n := uint64(w)
 			if n > uint64(len(sb)) {
 				return busy, c.fail("the kernel posted SIMPLE step %d on connection %d with %d bytes, more than its %d-byte slot", s, i, n, len(sb))
 			}
@@ -975,13 +1056,18 @@ func (c *netConn) progressSend() (bool, error) {
 			c.queue = append(c.queue, netMsg{slot: -1, payload: sb[:n], seen: now, h: netHeader{kind: kindSimple, conn: i, step: s, n: n, sent: uint32(now.UnixNano())}})
 			busy = true
 		}
-		if tail > c.simpleDone[i] {
-			c.simpleDone[i] = tail
-			c.posted[i] = max(c.posted[i], tail)
+		if done > c.simpleDone[i] {
+			c.simpleDone[i] = done
+			c.posted[i] = max(c.posted[i], done)
 		}
 	}
 	b, err := c.pump()
 	return busy || b, err
+}
+
+// sizeWord is step s's size word in the staging block at base.
+func (c *netConn) sizeWord(base, s uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&c.host[base+offStepSizes+4*(s%generated.Steps)]))
 }
 
 // msg is message slot k of the scratch.
@@ -1301,6 +1387,7 @@ type netStats struct {
 	start        time.Time
 	msgs, bytes  [3]uint64 // by kind (kindSimple, kindLL)
 	credits      uint64
+	llLooks      uint64 // sender: steps the LL scan looked at, over passes
 	sendT, recvT histogram
 	hopT         histogram
 	hopBad       uint64 // hops beyond the clock's 32-bit range, or negative
@@ -1332,7 +1419,7 @@ func (s *netStats) summary(c *netConn) string {
 	fmt.Fprintf(&b, "NET/stats %s over %s: SIMPLE %d steps %d B, LL %d steps %d B", c.name, time.Since(s.start).Round(time.Millisecond),
 		s.msgs[kindSimple], s.bytes[kindSimple], s.msgs[kindLL], s.bytes[kindLL])
 	if c.sender {
-		fmt.Fprintf(&b, "; ready->sent %s", s.sendT.String())
+		fmt.Fprintf(&b, "; ready->sent %s; LL scan %d looks in %d passes", s.sendT.String(), s.llLooks, c.passes)
 	} else {
 		fmt.Fprintf(&b, "; arrived->stored %s; hop (sender saw ready->stored, one host's clock) %s", s.recvT.String(), s.hopT.String())
 		if s.hopBad > 0 {

@@ -90,6 +90,7 @@ func benchStepLL(b *testing.B, oneKernel bool) {
 			return false
 		}
 		buf, f := line(sd.m, sd.out, s), uint64(llFlag(s))
+		postLLSize(sd.m, sd.out, s, 1)
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[8])), f<<32|uint64(s>>32))
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[0])), f<<32|uint64(uint32(s)))
 		return true

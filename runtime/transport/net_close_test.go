@@ -40,6 +40,7 @@ func postSteps(t *testing.T, m *hostMem, ci generated.ConnInfo, ll bool, k uint6
 		}
 		slot := uint64(ci.BuffSizes[0]) / generated.Steps
 		buf := m.at(ci.Buffs[0]+(s%generated.Steps)*slot, slot)
+		postLLSize(m, ci, s, llLines)
 		f := uint64(llFlag(s))
 		for l := range llLines {
 			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l+8])), uint64(closeByte(s, 2*l+1))|f<<32)

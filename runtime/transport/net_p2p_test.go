@@ -69,6 +69,7 @@ func p2pKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, sizes Sizes, ch 
 					} else {
 						f := uint64(llFlag(s))
 						lines := (n + 7) / 8
+						postLLSize(m, ci, s, lines)
 						for _, l := range rng.Perm(lines) {
 							lo := uint64(stepByte(ch, s, 2*l)) | f<<32
 							hi := uint64(stepByte(ch, s, 2*l+1)) | f<<32

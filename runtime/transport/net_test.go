@@ -161,6 +161,7 @@ func sendKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 			atomic.StoreUint64(tail, s+1)
 			continue
 		}
+		postLLSize(m, ci, s, n)
 		f := uint64(llFlag(s))
 		for l := range n {
 			lo := uint64(stepByte(ch, s, 2*l)) | f<<32
@@ -176,6 +177,15 @@ func sendKernel(t *testing.T, m *hostMem, ci generated.ConnInfo, ch int, steps u
 func postSize(m *hostMem, ci generated.ConnInfo, s uint64, n int) {
 	if ci.Flags&generated.ConnStepSizes != 0 {
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(&m.at(ci.Tail+8+4*(s%generated.Steps), 4)[0])), uint32(n))
+	}
+}
+
+// postLLSize stores LL step s's size word (lines lines) where the device
+// code does, before any of the step's lines, on connections flagged
+// ConnStepSizes.
+func postLLSize(m *hostMem, ci generated.ConnInfo, s uint64, lines int) {
+	if ci.Flags&generated.ConnStepSizes != 0 {
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&m.at(ci.Tail+8+4*(s%generated.Steps), 4)[0])), llSizeWord(s, lines))
 	}
 }
 
@@ -521,6 +531,7 @@ func TestNETSmallStepIsOneMessage(t *testing.T) {
 	for s := uint64(0); s < steps; s++ {
 		require.True(t, spin(t, "send head", func() bool { return atomic.LoadUint64(mems[0].word(send.Head))+generated.Steps > s }))
 		buf, f := line(mems[0], send, s), uint64(llFlag(s))
+		postLLSize(mems[0], send, s, 1)
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[8])), f<<32|s)
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[0])), f<<32|s)
 		in := line(mems[1], recv, s)
@@ -549,4 +560,78 @@ func TestNETSmallStepIsOneMessage(t *testing.T) {
 	// A ping never gets within creditNear slots of stalling: every
 	// credit is creditBatch steps.
 	assert.Equal(t, uint64(steps/creditBatch), rc.stats.credits, "credits for %d steps", steps)
+}
+
+// With LL size words the sender's proxy knows when an LL step is
+// complete: it ships a step of no lines (which used to stay open until
+// credits passed it) without a message, tells it from a SIMPLE step when
+// tail passes it, and, with every posted step shipped and no credits
+// back, looks at one step per pass (the next, not started) instead of
+// every slot of the credit window.
+func TestNETLLSizeWordsCloseSteps(t *testing.T) {
+	sets, mems := connectNET(t, loNet(t, 1, 1), 2, 1, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+	defer func() {
+		for _, s := range sets {
+			require.NoError(t, s.Close())
+		}
+	}()
+	send, recv := sets[0].Send[Key{0, 1}], sets[1].Recv[Key{0, 0}]
+	require.NotZero(t, send.Flags&generated.ConnStepSizes)
+	plan := []struct{ proto, n int }{{0, 3}, {0, 0}, {2, 100}, {0, 0}, {0, 2}, {0, 5}} // LL: lines, SIMPLE: bytes
+	slotOf := func(m *hostMem, ci generated.ConnInfo, proto int, s uint64) []byte {
+		slot := uint64(ci.BuffSizes[proto]) / generated.Steps
+		return m.at(ci.Buffs[proto]+(s%generated.Steps)*slot, slot)
+	}
+	for s, st := range plan {
+		s := uint64(s)
+		buf := slotOf(mems[0], send, st.proto, s)
+		if st.proto == 2 {
+			for i := range st.n {
+				buf[i] = stepByte(0, s, i)
+			}
+			postSize(mems[0], send, s, st.n)
+			atomic.StoreUint64(mems[0].word(send.Tail), s+1)
+			continue
+		}
+		postLLSize(mems[0], send, s, st.n)
+		f := uint64(llFlag(s))
+		for l := range st.n {
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l+8])), uint64(stepByte(0, s, 2*l+1))|f<<32)
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&buf[16*l])), uint64(stepByte(0, s, 2*l))|f<<32)
+		}
+	}
+	for s, st := range plan {
+		s := uint64(s)
+		buf := slotOf(mems[1], recv, st.proto, s)
+		if st.proto == 2 {
+			require.True(t, spin(t, fmt.Sprintf("step %d: tail", s), func() bool { return atomic.LoadUint64(mems[1].word(recv.Tail)) > s }))
+			for i := range st.n {
+				require.Equal(t, stepByte(0, s, i), buf[i], "step %d byte %d", s, i)
+			}
+			continue
+		}
+		for l := range st.n {
+			require.True(t, spin(t, fmt.Sprintf("step %d line %d", s, l), func() bool { return llReady(buf[16*l:], llFlag(s)) }))
+			require.Equal(t, stepByte(0, s, 2*l), buf[16*l], "step %d line %d", s, l)
+			require.Equal(t, stepByte(0, s, 2*l+1), buf[16*l+8], "step %d line %d", s, l)
+		}
+	}
+	// Everything arrived; the proxy keeps passing with no credits back.
+	time.Sleep(100 * time.Millisecond)
+	atomic.StoreUint64(mems[1].word(recv.Head), uint64(len(plan)))
+	require.True(t, spin(t, "credits", func() bool {
+		return atomic.LoadUint64(mems[0].word(send.Head)) > uint64(len(plan)-creditBatch)
+	}))
+	sc := netConnOf(t, sets[0], true)
+	e := proxy.Acquire()
+	require.NoError(t, sc.leave(e))
+	e.Release()
+	t.Log(sc.stats.summary(sc))
+	assert.Equal(t, uint64(3), sc.stats.msgs[kindLL], "LL messages: one per step with lines")
+	assert.Equal(t, uint64(1), sc.stats.msgs[kindSimple], "SIMPLE messages")
+	require.Greater(t, sc.passes, uint64(20), "proxy passes in 100 ms")
+	// Every step is looked at about once while it is open, then the
+	// next one once per pass; scanning the credit window would look at
+	// Steps-len(plan)+... several per pass.
+	assert.LessOrEqual(t, sc.stats.llLooks, sc.passes+2*uint64(len(plan)), "LL scan looks in %d passes", sc.passes)
 }

@@ -3,6 +3,7 @@ package tune
 import (
 	"math"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
 )
 
@@ -10,7 +11,8 @@ import (
 // call's time is latency + bytes / algorithm bandwidth, where
 //
 //   - latency is a base latency per (algorithm, protocol) plus one hop
-//     latency per step: a ring takes 2(n-1) steps for AllReduce, n-1 for
+//     latency per step: a ring takes 2(n-1) steps for AllReduce (one for
+//     a small LL AllReduce on 2 ranks: ringOneHop), n-1 for
 //     AllGather and ReduceScatter, n for Broadcast and Reduce; a tree
 //     climbs and descends its depth (a chain of the ranks inside a node,
 //     a binary tree of depth log2(nodes) across nodes);
@@ -113,6 +115,16 @@ func (t *Tuner) intraHW() int {
 	return hwNVLink
 }
 
+// ringOneHop reports whether a ring call runs in one hop: an LL AllReduce
+// on exactly 2 ranks whose channels' shares are at most
+// NG_ALLREDUCE_ONEHOP_BYTES (devicesrc/all_reduce.h: each rank sends its
+// input, both reduce), taken from the whole call's bytes, which bound
+// every channel's share. It moves as many bytes per rank as the ring's
+// two steps, so only the latency changes.
+func (t *Tuner) ringOneHop(c kspace.Coll, p kspace.Proto, nBytes int64) bool {
+	return c == kspace.AllReduce && p == kspace.LL && t.topo.NRanks == 2 && nBytes <= generated.AllreduceOnehopBytes
+}
+
 // latency returns the latency (µs) of one call.
 func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64) float64 {
 	if a == kspace.PAT {
@@ -125,6 +137,9 @@ func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int
 	switch a {
 	case kspace.Ring:
 		nsteps, nInter := t.steps(c)
+		if t.ringOneHop(c, p, nBytes) {
+			nsteps, nInter = 1, min(nInter, 1)
+		}
 		if c == kspace.Broadcast || c == kspace.Reduce {
 			hw := intraHW
 			if nodes > 1 {

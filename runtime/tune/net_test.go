@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
 )
 
@@ -108,4 +109,26 @@ func TestNetBWInvalid(t *testing.T) {
 		require.ErrorIs(t, err, ErrTopology, "NetBW=%v", bw)
 		assert.ErrorContains(t, err, "NetBW=")
 	}
+}
+
+// A small LL AllReduce on 2 ranks runs in one hop (devicesrc/all_reduce.h):
+// the ring's model costs it one step instead of 2(n-1) = 2, up to
+// NG_ALLREDUCE_ONEHOP_BYTES, and it is chosen over TREE on two hosts.
+func TestRingOneHopLatency(t *testing.T) {
+	hosts := newTuner(t, fakeHosts(2, 2), nil, noLL128)
+	// One rank per host: each network hop costs the tree's LL figure (5.0 µs).
+	assert.InDelta(t, 6.6+1*5.0, hosts.latency(kspace.AllReduce, kspace.Ring, kspace.LL, 8), 1e-9)
+	assert.InDelta(t, 6.6+1*5.0, hosts.latency(kspace.AllReduce, kspace.Ring, kspace.LL, generated.AllreduceOnehopBytes), 1e-9)
+	assert.InDelta(t, 6.6+2*5.0, hosts.latency(kspace.AllReduce, kspace.Ring, kspace.LL, generated.AllreduceOnehopBytes+1), 1e-9)
+	// Only LL, only AllReduce.
+	assert.InDelta(t, 8.4+2*14.0, hosts.latency(kspace.AllReduce, kspace.Ring, kspace.Simple, 8), 1e-9)
+	assert.InDelta(t, 6.6+1*5.0, hosts.latency(kspace.AllGather, kspace.Ring, kspace.LL, 8), 1e-9)
+	ch, err := hosts.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)
+	require.NoError(t, err)
+	assert.Equal(t, kspace.Ring, ch.Algo, "%v", ch)
+	assert.Equal(t, kspace.LL, ch.Proto, "%v", ch)
+
+	// Three ranks: the ring as before.
+	three := newTuner(t, fakeHosts(3, 3), nil, noLL128)
+	assert.InDelta(t, 6.6+4*5.0, three.latency(kspace.AllReduce, kspace.Ring, kspace.LL, 8), 1e-9)
 }
