@@ -557,9 +557,12 @@ func TestNETSmallStepIsOneMessage(t *testing.T) {
 	assert.Contains(t, sc.stats.summary(sc), fmt.Sprintf("LL %d steps %d B; ready->sent n=%d", steps, 16*steps, steps))
 	assert.Contains(t, rc.stats.summary(rc), fmt.Sprintf("LL %d steps %d B; arrived->stored n=%d", steps, 16*steps, steps))
 	assert.Contains(t, rc.stats.summary(rc), "hop (sender saw ready->stored, one host's clock) n=40")
-	// A ping never gets within creditNear slots of stalling: every
-	// credit is creditBatch steps.
-	assert.Equal(t, uint64(steps/creditBatch), rc.stats.credits, "credits for %d steps", steps)
+	// A ping never gets within creditNear slots of stalling: a credit
+	// covers creditBatch steps, or more when the receiving proxy ran
+	// behind (a loaded machine), never fewer; and at least one per
+	// FIFO's depth, or the sender would have stalled.
+	assert.LessOrEqual(t, rc.stats.credits, uint64(steps/creditBatch), "credits for %d steps", steps)
+	assert.GreaterOrEqual(t, rc.stats.credits, uint64(steps/generated.Steps), "credits for %d steps", steps)
 }
 
 // With LL size words the sender's proxy knows when an LL step is
