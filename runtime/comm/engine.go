@@ -439,15 +439,6 @@ func (e *Engine) free() error {
 		e.watch = nil
 	}
 	e.leaveResidency()
-	if e.cctx != nil && !e.hostOnly {
-		// The rank's launches are done; a context that failed anyway was
-		// failed by something else (another kernel of the context or,
-		// under MPS, another client of the GPU). Saying so before freeing
-		// tells that apart from a fault that freeing would cause.
-		if err := e.cctx.Synchronize(); err != nil {
-			errs = append(errs, fmt.Errorf("the CUDA context had failed before anything was freed (the rank's own launches had finished): %w", err))
-		}
-	}
 	if e.launcher != nil {
 		errs = append(errs, e.launcher.Close())
 		e.launcher = nil
