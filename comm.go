@@ -408,10 +408,14 @@ func (c *Comm) Finalize(ctx context.Context) error {
 // flag, frees everything, and returns an error that names the streams
 // whose work did not finish and matches context.DeadlineExceeded and
 // ErrAborted. After Abort it waits only for that reaction. Should the
-// kernels not stop even then, Destroy leaves c's device memory,
-// connections and events allocated (the kernels still use them; the
-// residency ledger keeps counting their blocks until they end) and says so
-// in its error. Freeing device memory waits for every kernel of the
+// kernels not stop even then, or should Destroy be unable to tell whether
+// they did (querying a launch's completion event fails, as on a CUDA
+// context that faulted), it frees nothing a kernel may touch: c's device
+// memory, host-mapped flags, connections (a NET connection's host
+// staging included), module, events and CUDA context stay allocated (the
+// residency ledger keeps counting the kernels' blocks until they end),
+// only the bootstrap network and the liveness watcher are closed, and its
+// error names the streams and what was left. Freeing device memory waits for every kernel of the
 // device; when another communicator's kernels keep it from finishing
 // within the timeout, Destroy returns an error matching
 // context.DeadlineExceeded and the release completes in the background.

@@ -64,7 +64,8 @@ type Engine struct {
 	finalized bool
 	aborted   atomic.Bool
 	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
-	events    map[uintptr]*cuda.Event // last launch per stream
+	events    map[uintptr]launchEvent // last launch per stream
+	grace     time.Duration           // Destroy's wait for kernels to react to an abort (0: abortGrace)
 	res       residencyState          // guarded by mu (residency.go)
 	lanes     laneState               // guarded by mu (lane.go)
 	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
@@ -88,6 +89,13 @@ const (
 // abort flag.
 const abortGrace = 10 * time.Second
 
+// launchEvent is the completion of a rank's latest launch on a stream: a
+// *cuda.Event recorded after it (tests stand in for one).
+type launchEvent interface {
+	residency.Completion
+	Destroy() error
+}
+
 // NewHostOnly returns an engine with no device, over net (which may be
 // nil), for tests of what lies above the device: argument checks, plans
 // (with tn; nil plans nothing), Split and Shrink (whose children are
@@ -96,7 +104,7 @@ const abortGrace = 10 * time.Second
 // launches nothing.
 func NewHostOnly(net bootstrap.Network, rank, nRanks, device int, s Settings, tn *tune.Tuner) *Engine {
 	e := &Engine{rank: rank, nRanks: nRanks, device: device, s: s, net: net, hostOnly: true, tuner: tn,
-		events: map[uintptr]*cuda.Event{}, log: s.Log, flags: new(hostFlags)}
+		events: map[uintptr]launchEvent{}, log: s.Log, flags: new(hostFlags)}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -266,7 +274,7 @@ func (e *Engine) Wait(ctx context.Context, check func() error) error {
 // query asks whether ev, one of the launch events, has completed. It runs
 // under mu: Destroy, which may be running meanwhile, destroys the events
 // under mu once it is done with them, and then the engine is destroyed.
-func (e *Engine) query(ev *cuda.Event) (bool, error) {
+func (e *Engine) query(ev launchEvent) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.destroyed {
@@ -290,7 +298,11 @@ func (e *Engine) Finalize() error {
 // Destroy waits for every operation launched, bounded by the
 // communicator's timeout (abortGrace after Abort), aborts this process's
 // ranks of the communicator when that runs out, then frees everything;
-// package ncclgo's Comm.Destroy documents the whole behaviour.
+// package ncclgo's Comm.Destroy documents the whole behaviour. It frees
+// nothing a kernel may touch unless every launch's completion event said
+// it had finished: a launch still running after the abort, or one whose
+// event cannot be queried (a failed context), leaves that memory
+// allocated (leak), and the error says what was left.
 func (e *Engine) Destroy() error {
 	e.mu.Lock()
 	if e.destroyed {
@@ -306,35 +318,48 @@ func (e *Engine) Destroy() error {
 	for i, h := range handles {
 		comps[i] = evs[h]
 	}
+	streams := func(idx []int) string {
+		s := make([]string, len(idx))
+		for i, p := range idx {
+			s[i] = fmt.Sprintf("%#x", handles[p])
+		}
+		return strings.Join(s, ", ")
+	}
 	wait := e.res.timeout
 	if wait <= 0 {
 		wait = bootstrap.DefaultTimeout
 	}
-	if e.aborted.Load() {
-		wait = min(wait, abortGrace)
+	grace := e.grace
+	if grace <= 0 {
+		grace = abortGrace
 	}
-	var errs []error
-	pending, err := awaitEvents(comps, wait)
+	if e.aborted.Load() {
+		wait = min(wait, grace)
+	}
+	var errs, unconfirmed []error
+	pending, failed, err := awaitEvents(comps, wait)
 	errs = append(errs, err)
+	if len(failed) > 0 {
+		unconfirmed = append(unconfirmed, fmt.Errorf("whether the launches on stream(s) %s finished is unknown: querying their completion events failed: %w",
+			streams(failed), err))
+	}
 	if len(pending) > 0 {
-		streams := make([]string, len(pending))
-		for i, p := range pending {
-			streams[i] = fmt.Sprintf("%#x", handles[p])
-		}
-		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", strings.Join(streams, ", "), wait)
+		what := fmt.Sprintf("the launches on stream(s) %s had not finished after %v", streams(pending), wait)
 		e.abortColocated()
 		left := make([]residency.Completion, len(pending))
 		for i, p := range pending {
 			left[i] = comps[p]
 		}
-		still, err := awaitEvents(left, abortGrace)
-		errs = append(errs, err)
-		if len(still) > 0 {
-			e.leaveResidency() // the ledger keeps counting the running kernels
-			return fmt.Errorf("ncclgo: rank %d: Destroy: %s, and %d still ran %v after the abort; the communicator's device memory, connections and events stay allocated: %w (%w)",
-				e.rank, what, len(still), abortGrace, context.DeadlineExceeded, ErrAborted)
+		still, failed, err := awaitEvents(left, grace)
+		if len(still)+len(failed) > 0 {
+			unconfirmed = append(unconfirmed, fmt.Errorf("%s, and %d still ran %v after the abort: %w (%w)",
+				what, len(still)+len(failed), grace, errors.Join(context.DeadlineExceeded, err), ErrAborted))
+		} else {
+			errs = append(errs, err, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
 		}
-		errs = append(errs, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
+	}
+	if len(unconfirmed) > 0 {
+		return e.leak(errors.Join(unconfirmed...))
 	}
 	// Off the ledger before the events it may query are destroyed, and
 	// under mu, as a Wait of another goroutine may be querying one (query).
@@ -362,6 +387,47 @@ func (e *Engine) Destroy() error {
 	}
 	e.log.Info("communicator destroyed", config.SubsysInit.Attr())
 	return nil
+}
+
+// leak ends a Destroy that could not confirm that the rank's kernels are
+// done (why): a kernel may still poll or write the rank's device memory,
+// its host-mapped flags and its connections' buffers (a NET connection's
+// staging is host memory the kernels spin on: unmapping it under a kernel
+// faults the context, and under MPS every client of the GPU). So all of
+// that stays allocated, with the launcher, the kernels' module, the
+// events and the CUDA context; only what no kernel touches is released:
+// the liveness watcher, the bootstrap network and the residency ledger's
+// entry (the ledger keeps counting the running kernels). The error names
+// what was left.
+func (e *Engine) leak(why error) error {
+	e.leaveResidency()
+	var errs []error
+	if e.watch != nil {
+		errs = append(errs, e.watch.Close())
+		e.watch = nil
+	}
+	if e.net != nil {
+		errs = append(errs, bootstrap.CloseShared(e.net))
+	}
+	var left []string
+	if e.devMem != 0 {
+		left = append(left, fmt.Sprintf("device memory at %#x (DevComm, channels, peers)", uint64(e.devMem)))
+	}
+	if e.directMem != 0 {
+		left = append(left, fmt.Sprintf("DIRECT mailboxes at %#x", uint64(e.directMem)))
+	}
+	e.flagsMu.RLock()
+	if e.flags != nil {
+		left = append(left, fmt.Sprintf("the host-mapped abort and error flags at %p", e.flags))
+	}
+	e.flagsMu.RUnlock()
+	if e.conns != nil {
+		left = append(left, fmt.Sprintf("the connections' buffers and NET staging (%d bytes)", e.conns.Bytes()))
+	}
+	left = append(left, "the launcher, the kernels' module, the launch events and the CUDA context")
+	err := fmt.Errorf("ncclgo: rank %d: Destroy: %w; left allocated, as a kernel may still use them: %s",
+		e.rank, why, strings.Join(left, "; "))
+	return errors.Join(append([]error{err}, errs...)...)
 }
 
 // free releases what Init acquired; it tolerates a partial init.
@@ -493,14 +559,14 @@ func (e *Engine) logDecisions(p *enqueue.Plan) {
 // at its first use. e.mu is held.
 func (e *Engine) eventFor(stream *cuda.Stream) (*cuda.Event, error) {
 	h := stream.Handle()
-	ev := e.events[h]
-	if ev == nil {
-		var err error
-		if ev, err = e.cctx.NewEvent(true); err != nil {
-			return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
-		}
-		e.events[h] = ev
+	if ev, ok := e.events[h].(*cuda.Event); ok {
+		return ev, nil
 	}
+	ev, err := e.cctx.NewEvent(true)
+	if err != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+	}
+	e.events[h] = ev
 	return ev, nil
 }
 

@@ -65,10 +65,13 @@ func (e *Engine) leaveLane() error {
 	return nil
 }
 
-// closeLane destroys the lane (free).
+// closeLane destroys the lane (free). It takes mu: a group's leaveLanes
+// may still be reading the lane of a rank another goroutine destroys.
 func (e *Engine) closeLane() error {
+	e.mu.Lock()
 	l := e.lanes.lane
 	e.lanes.lane, e.lanes.entered = nil, nil
+	e.mu.Unlock()
 	return l.Close()
 }
 

@@ -329,10 +329,11 @@ func runAlone(l Launch, k int, tk *residency.Ticket) error {
 	return err
 }
 
-// awaitEvents polls evs until every one has completed or d has passed, and
-// returns the indexes of those that had not completed. A failing query
-// counts as completed (the work is dead) and its error is returned.
-func awaitEvents(evs []residency.Completion, d time.Duration) (pending []int, err error) {
+// awaitEvents polls evs until every one has completed or failed, or d
+// has passed. It returns the indexes of those that had not completed
+// (pending) and of those whose query failed (failed: whether that work
+// finished is unknown), and the queries' errors.
+func awaitEvents(evs []residency.Completion, d time.Duration) (pending, failed []int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var errs []error
@@ -345,12 +346,13 @@ func awaitEvents(evs []residency.Completion, d time.Duration) (pending []int, er
 			done, err := evs[i].Query()
 			if err != nil {
 				errs = append(errs, err)
+				failed = append(failed, i)
 			}
 			return done || err != nil
 		})
 		return len(left) == 0, nil
 	})
-	return left, errors.Join(errs...)
+	return left, failed, errors.Join(errs...)
 }
 
 // poll calls step until it reports done or an error, or ctx ends (then it

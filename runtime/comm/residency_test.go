@@ -24,21 +24,23 @@ type fakeDone struct {
 
 func (f *fakeDone) Query() (bool, error) { return f.done.Load(), f.err }
 
-// Destroy's wait: bounded, reports what did not finish, and counts a
-// failing query as finished with its error.
+// Destroy's wait: bounded, reports what did not finish and, apart, what
+// could not be queried (with the error).
 func TestAwaitEvents(t *testing.T) {
 	a, b, c := &fakeDone{}, &fakeDone{}, &fakeDone{err: errors.New("context lost")}
 	a.done.Store(true)
 	start := time.Now()
-	pending, err := awaitEvents([]residency.Completion{a, b, c}, 30*time.Millisecond)
+	pending, failed, err := awaitEvents([]residency.Completion{a, b, c}, 30*time.Millisecond)
 	assert.Equal(t, []int{1}, pending)
+	assert.Equal(t, []int{2}, failed)
 	require.ErrorContains(t, err, "context lost")
 	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
 	assert.Less(t, time.Since(start), 2*time.Second)
 
 	time.AfterFunc(5*time.Millisecond, func() { b.done.Store(true) })
-	pending, err = awaitEvents([]residency.Completion{a, b}, 10*time.Second)
+	pending, failed, err = awaitEvents([]residency.Completion{a, b}, 10*time.Second)
 	assert.Empty(t, pending)
+	assert.Empty(t, failed)
 	require.NoError(t, err)
 }
 

@@ -45,7 +45,7 @@ type peerInfo struct {
 // Destroy releases.
 func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_ *Engine, err error) {
 	rank, n := net.Rank(), net.Size()
-	c := &Engine{rank: rank, nRanks: n, device: device, s: s, net: net, events: map[uintptr]*cuda.Event{}}
+	c := &Engine{rank: rank, nRanks: n, device: device, s: s, net: net, events: map[uintptr]launchEvent{}}
 	c.log = s.Log.With("rank", rank)
 	fail := func(err error) (*Engine, error) {
 		c.net = nil // the caller closes it
