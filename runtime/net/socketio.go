@@ -410,19 +410,28 @@ func (c *comm) DeregMr(MemHandle) error { return nil }
 // errAgain reports a call that would block.
 func errAgain(err error) bool { return err == syscall.EAGAIN || err == syscall.EWOULDBLOCK }
 
+// settle turns a non-blocking system call's result into the wrappers'
+// convention: n, nil on success; 0, nil when the call would block; 0, the
+// error otherwise. again reports EINTR: the caller repeats the call.
+func settle(n uintptr, e syscall.Errno) (_ int, _ error, again bool) {
+	switch {
+	case e == 0:
+		return int(n), nil, false
+	case e == syscall.EINTR:
+		return 0, nil, true
+	case errAgain(e):
+		return 0, nil, false
+	}
+	return 0, e, false
+}
+
 // writev writes bufs to fd without blocking; 0, nil when it would block.
 func writev(fd int, iov []syscall.Iovec) (int, error) {
 	for {
-		n, _, e := syscall.Syscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		switch {
-		case e == 0:
-			return int(n), nil
-		case e == syscall.EINTR:
-			continue
-		case errAgain(e):
-			return 0, nil
+		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		if n, err, again := settle(r, e); !again {
+			return n, err
 		}
-		return 0, e
 	}
 }
 

@@ -138,16 +138,10 @@ var (
 func vmsplice(w int, b []byte) (int, error) {
 	iov := iovec(b)
 	for {
-		n, _, e := syscall.Syscall6(syscall.SYS_VMSPLICE, uintptr(w), uintptr(unsafe.Pointer(&iov)), 1, spliceFNonblock, 0, 0)
-		switch {
-		case e == 0:
-			return int(n), nil
-		case e == syscall.EINTR:
-			continue
-		case errAgain(e):
-			return 0, nil
+		r, _, e := syscall.Syscall6(syscall.SYS_VMSPLICE, uintptr(w), uintptr(unsafe.Pointer(&iov)), 1, spliceFNonblock, 0, 0)
+		if n, err, again := settle(r, e); !again {
+			return n, err
 		}
-		return 0, e
 	}
 }
 
@@ -177,16 +171,10 @@ func spliceOut(r, fd, n int, more bool) (int, error) {
 // the socket is full.
 func sendMore(fd int, b []byte) (int, error) {
 	for {
-		n, _, e := syscall.Syscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), msgMore|msgDontwait|msgNosignal, 0, 0)
-		switch {
-		case e == 0:
-			return int(n), nil
-		case e == syscall.EINTR:
-			continue
-		case errAgain(e):
-			return 0, nil
+		r, _, e := syscall.Syscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), msgMore|msgDontwait|msgNosignal, 0, 0)
+		if n, err, again := settle(r, e); !again {
+			return n, err
 		}
-		return 0, e
 	}
 }
 

@@ -20,14 +20,6 @@ type Conn interface {
 	Progress() (busy bool, err error)
 }
 
-// Idler is a Conn with work that can wait for a quiet moment: Idle runs
-// after a pass in which no connection was busy, so that such work (NET's
-// credits) delays no one's data. Idle follows Progress's rules, and its
-// busy counts as a busy pass.
-type Idler interface {
-	Idle() (busy bool, err error)
-}
-
 // The engine's idle policy. After a pass that did something it spins
 // (SpinIdle: a step's data is usually right behind the one before), then
 // sleeps NapIdle at a time on its own thread (a kernel sleep, with the
@@ -252,14 +244,7 @@ func (e *Engine) run() {
 		busy := false
 		e.pass.Lock()
 		for _, en := range snapshot {
-			busy = e.step(en, en.conn.Progress, &failed) || busy
-		}
-		if !busy {
-			for _, en := range snapshot {
-				if i, ok := en.conn.(Idler); ok {
-					busy = e.step(en, i.Idle, &failed) || busy
-				}
-			}
+			busy = e.step(en, &failed) || busy
 		}
 		e.pass.Unlock()
 		for _, en := range failed {
@@ -298,9 +283,9 @@ func (e *Engine) run() {
 	}
 }
 
-// step runs f (a Progress or an Idle) for en unless en is out, and
-// records a failure (its error or its context's end) in *failed.
-func (e *Engine) step(en *entry, f func() (bool, error), failed *[]*entry) bool {
+// step runs en's Progress unless en is out, and records a failure (its
+// error or its context's end) in *failed.
+func (e *Engine) step(en *entry, failed *[]*entry) bool {
 	if en.failed || en.removed.Load() {
 		return false
 	}
@@ -311,7 +296,7 @@ func (e *Engine) step(en *entry, f func() (bool, error), failed *[]*entry) bool 
 			return false
 		}
 	}
-	b, err := f()
+	b, err := en.conn.Progress()
 	if err != nil {
 		en.err, en.failed = err, true
 		*failed = append(*failed, en)

@@ -242,63 +242,6 @@ func TestVanishedPeer(t *testing.T) {
 	require.ErrorIs(t, e.Detach("comm"), ncclnet.ErrPeer)
 }
 
-// idleConn is busy for its first busyPasses passes (or, with busyWhile,
-// while busyWhile reports true), recording when its Idle runs.
-type idleConn struct {
-	passes, busyPasses int64
-	busyWhile          func() bool
-	idleAt             []int64 // passes at which Idle ran
-	idleErr            error
-}
-
-func (c *idleConn) Progress() (bool, error) {
-	c.passes++
-	if c.busyWhile != nil {
-		return c.busyWhile(), nil
-	}
-	return c.passes <= c.busyPasses, nil
-}
-
-func (c *idleConn) Idle() (bool, error) {
-	if len(c.idleAt) < 8 {
-		c.idleAt = append(c.idleAt, c.passes)
-	}
-	return false, c.idleErr
-}
-
-// Idle runs only after passes in which no connection was busy, and fails
-// a connection as Progress does.
-func TestIdleWaitsForAQuietPass(t *testing.T) {
-	e := New()
-	defer e.Release()
-	// b is never busy; a stays busy until b has been through 100 passes
-	// (both run on the engine's thread), so b's first 100 passes are busy
-	// ones however the two Adds interleave with the engine's passes.
-	const busyPasses = 100
-	b := &idleConn{}
-	a := &idleConn{busyWhile: func() bool { return b.passes <= busyPasses }}
-	require.NoError(t, e.Add(context.Background(), 1, a, nil))
-	require.NoError(t, e.Add(context.Background(), 1, b, nil))
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, e.Detach(1)) // after this, the engine no longer touches them
-	require.NotEmpty(t, a.idleAt)
-	require.NotEmpty(t, b.idleAt)
-	assert.Greater(t, a.idleAt[0], int64(busyPasses), "Idle ran during a busy pass")
-	assert.Greater(t, b.idleAt[0], int64(busyPasses), "Idle ran while another connection was busy")
-
-	boom := errors.New("boom")
-	c := &idleConn{idleErr: boom}
-	got := make(chan error, 1)
-	require.NoError(t, e.Add(context.Background(), 2, c, func(err error) { got <- err }))
-	select {
-	case err := <-got:
-		require.ErrorIs(t, err, boom)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Idle's error not reported")
-	}
-	require.ErrorIs(t, e.Detach(2), boom)
-}
-
 // busyEvery is busy on one pass in every, idle on the others: the engine
 // keeps spinning (each busy pass restarts SpinIdle).
 type busyEvery struct {
