@@ -162,21 +162,36 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 			l.Engine.mu.Unlock()
 		}
 	}()
+	// On a default stream that several ranks of this process share, the
+	// launch goes on the first rank's lane, as run puts a rank's launch:
+	// a group whose ranks do not all fit one multi-rank launch queues
+	// several sets, and on the one shared stream the first set's kernel
+	// would wait for ranks queued behind it. The set's other ranks on that
+	// stream are the lane's (it entered from their stream); leaveLanes
+	// joins it back at the group's end.
+	s0, err := ls[0].Engine.laneFor(ls[0].Stream)
+	if err != nil {
+		return err // nothing queued yet
+	}
 	rs := make([]rankSync, len(ls))
 	for i, l := range ls {
 		e := l.Engine
 		e.logDecisions(l.Plan)
-		ev, err := e.eventFor(l.Stream)
-		if err != nil {
-			return err // nothing queued yet
+		s := l.Stream
+		if s.Handle() == ls[0].Stream.Handle() {
+			s = s0
 		}
-		rs[i] = rankSync{rank: e.rank, stream: l.Stream, ev: ev, last: e.res.last}
+		ev, err := e.eventFor(s)
+		if err != nil {
+			return err // at most the lane entered: leaveLanes leaves it
+		}
+		rs[i] = rankSync{rank: e.rank, stream: s, ev: ev, last: e.res.last}
 	}
 	if err := joinBefore(driverSync{}, rs); err != nil {
 		return err // nothing launched
 	}
 	var errs []error
-	if err := ls[0].Engine.launcher.RunMulti(parts, ls[0].Stream); err != nil {
+	if err := ls[0].Engine.launcher.RunMulti(parts, s0); err != nil {
 		errs = append(errs, fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err))
 	}
 	// Something may be queued even when the launch failed: track it all
