@@ -152,14 +152,14 @@ func benchMultiHost(b *testing.B, n int) {
 			b.Fatalf("%d ranks: multi-rank launches %v, want one of every rank", n, m.sets)
 		}
 		enqueue.PutMultiArgs(args, m.parts[0])
-		rs := make([]rankSync, n)
+		// runMulti's bookkeeping, on the merger's scratch.
+		rs, done := m.rs[:n], m.evs[:n]
 		for r := range rs {
-			rs[r] = rankSync{rank: r, stream: streams[r], ev: evs[r], last: evs[r]}
+			rs[r] = rankSync{rank: r, stream: streams[r], h: uintptr(0x1000 + r), ev: evs[r], last: evs[r]}
 		}
 		if err := joinBefore(nopSync{}, rs); err != nil {
 			b.Fatal(err)
 		}
-		done := make([]*cuda.Event, n)
 		if errs := joinAfter(nopSync{}, rs, done); len(errs) > 0 {
 			b.Fatal(errs)
 		}
@@ -168,3 +168,22 @@ func benchMultiHost(b *testing.B, n int) {
 
 func BenchmarkHostMultiAllReduce2(b *testing.B) { benchMultiHost(b, 2) }
 func BenchmarkHostMultiAllReduce8(b *testing.B) { benchMultiHost(b, 8) }
+
+// The merge planning of a group allocates a fixed number of slices,
+// however many ranks it merges.
+func TestMergeAllocations(t *testing.T) {
+	for _, n := range []int{2, 8} {
+		es := mergeEngines(t, oneGPU(n, true), nil)
+		ls := groupOf(t, es, func(r int) enqueue.Task {
+			return enqueue.Task{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+				Bytes: 8, Type: kspace.F32, Op: kspace.Sum}
+		})
+		idx := []int{0, 1, 2, 3, 4, 5, 6, 7}[:n]
+		allocs := testing.AllocsPerRun(100, func() {
+			if m := newMerger(ls, idx); len(m.sets) != 1 {
+				t.Fatalf("%d ranks: sets %v", n, m.sets)
+			}
+		})
+		assert.LessOrEqual(t, allocs, 13.0, "%d ranks", n)
+	}
+}

@@ -193,7 +193,7 @@ func syncs(n int, h func(r int) uintptr) []rankSync {
 	rs := make([]rankSync, n)
 	for r := range rs {
 		ev := new(cuda.Event)
-		rs[r] = rankSync{rank: r, stream: cuda.WrapStream(nil, h(r)), ev: ev, last: ev}
+		rs[r] = rankSync{rank: r, stream: cuda.WrapStream(nil, h(r)), h: h(r), ev: ev, last: ev}
 	}
 	return rs
 }
