@@ -11,22 +11,22 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/residency"
 )
 
-// EnvOneLaunch turns the multi-rank launch on ("1") or off ("0", the
+// EnvOneLaunch turns the multi-rank launch off ("0") or on ("1", the
 // default): a group that holds the calls of several ranks of one
 // communicator on one GPU of this process launches one kernel for them
 // all instead of one per rank (docs/notes/20261201-onelaunch.md).
 const EnvOneLaunch = "NCCLGO_ONE_LAUNCH"
 
-// oneLaunchFromEnv reads EnvOneLaunch through lookup.
+// oneLaunchFromEnv reads EnvOneLaunch through lookup: on unless it is "0".
 func oneLaunchFromEnv(lookup func(string) (string, bool)) (bool, error) {
 	v, ok := lookup(EnvOneLaunch)
 	switch {
-	case !ok || v == "" || v == "0":
-		return false, nil
-	case v == "1":
+	case !ok || v == "" || v == "1":
 		return true, nil
+	case v == "0":
+		return false, nil
 	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU)", EnvOneLaunch, v)
+	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU, the default)", EnvOneLaunch, v)
 }
 
 // mergeKey is what the launches of one multi-rank launch share: the
