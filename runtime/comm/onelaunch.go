@@ -11,22 +11,22 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/residency"
 )
 
-// EnvOneLaunch turns the multi-rank launch on ("1") or off ("0", the
+// EnvOneLaunch turns the multi-rank launch off ("0") or on ("1", the
 // default): a group that holds the calls of several ranks of one
 // communicator on one GPU of this process launches one kernel for them
 // all instead of one per rank (docs/notes/20261201-onelaunch.md).
 const EnvOneLaunch = "NCCLGO_ONE_LAUNCH"
 
-// oneLaunchFromEnv reads EnvOneLaunch through lookup.
+// oneLaunchFromEnv reads EnvOneLaunch through lookup: on unless it is "0".
 func oneLaunchFromEnv(lookup func(string) (string, bool)) (bool, error) {
 	v, ok := lookup(EnvOneLaunch)
 	switch {
-	case !ok || v == "" || v == "0":
-		return false, nil
-	case v == "1":
+	case !ok || v == "" || v == "1":
 		return true, nil
+	case v == "0":
+		return false, nil
 	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU)", EnvOneLaunch, v)
+	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU, the default)", EnvOneLaunch, v)
 }
 
 // mergeKey is what the launches of one multi-rank launch share: the
@@ -92,29 +92,38 @@ func (l *Launch) candidate() mergeCand {
 // the next. A launch in no set runs on its own.
 func planMerges(cs []mergeCand) [][]int {
 	var sets [][]int
+	// The sets share one backing array (they are disjoint), and taken
+	// marks the launches placed: the planning makes four allocations
+	// whatever the number of ranks (BenchmarkHostMultiAllReduce8).
+	buf := make([]int, 0, len(cs))
 	taken := make([]bool, len(cs))
-	var parts []enqueue.Part
+	parts := make([]enqueue.Part, 0, len(cs))
 	for i := range cs {
 		if !cs[i].ok || taken[i] {
 			continue
 		}
-		var set []int
+		start := len(buf)
 		parts = parts[:0]
 		for j := i; j < len(cs); j++ {
 			if taken[j] || !cs[j].ok || cs[j].key != cs[i].key {
 				continue
 			}
-			if len(set) > 0 && enqueue.CheckMulti(append(parts, cs[j].part)) != nil {
+			if len(parts) > 0 && enqueue.CheckMulti(append(parts, cs[j].part)) != nil {
 				continue // left for a later set of this key
 			}
-			set = append(set, j)
+			buf = append(buf, j)
 			parts = append(parts, cs[j].part)
 			taken[j] = true
 		}
+		set := buf[start:len(buf):len(buf)]
 		if len(set) < 2 {
+			buf = buf[:start] // a launch alone: its slot is free again
 			continue
 		}
 		slices.SortFunc(set, func(a, b int) int { return cs[a].rank - cs[b].rank })
+		if sets == nil {
+			sets = make([][]int, 0, len(cs)/2)
+		}
 		sets = append(sets, set)
 	}
 	return sets
@@ -126,18 +135,24 @@ func planMerges(cs []mergeCand) [][]int {
 // ranks' streams (joinBefore, joinAfter). It stores each launch's
 // completion event, recorded after the launch, in evs (nil where nothing
 // was queued). When a stream is being captured into a CUDA graph, or a
-// rank was destroyed, it runs each plan on its own (run) instead.
-func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
+// rank was destroyed, it runs each plan on its own (run) instead. rs is
+// scratch as long as ls.
+func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSync) error {
 	for _, l := range ls { // in rank order: two groups never lock the other way round
 		l.Engine.mu.Lock()
 	}
 	alone := false
+	var h0 uintptr
 	for i, l := range ls {
 		if l.Engine.destroyed {
 			alone = true
 			break
 		}
-		if i > 0 && l.Stream.Handle() == ls[0].Stream.Handle() {
+		h := l.Stream.Handle() // a cgo call: once per rank
+		rs[i] = rankSync{rank: l.Engine.rank, stream: l.Stream, h: h}
+		if i == 0 {
+			h0 = h
+		} else if h == h0 {
 			continue // asked already
 		}
 		if c, err := enqueue.CaptureOf(l.Stream); err != nil || bool(c) {
@@ -173,19 +188,21 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 	if err != nil {
 		return err // nothing queued yet
 	}
-	rs := make([]rankSync, len(ls))
+	shared, h0 := rs[0].h, rs[0].h
+	if s0 != ls[0].Stream {
+		h0 = s0.Handle()
+	}
 	for i, l := range ls {
 		e := l.Engine
 		e.logDecisions(l.Plan)
-		s := l.Stream
-		if s.Handle() == ls[0].Stream.Handle() {
-			s = s0
+		if rs[i].h == shared {
+			rs[i].stream, rs[i].h = s0, h0
 		}
-		ev, err := e.eventFor(s)
+		ev, err := e.eventOn(rs[i].stream, rs[i].h)
 		if err != nil {
 			return err // at most the lane entered: leaveLanes leaves it
 		}
-		rs[i] = rankSync{rank: e.rank, stream: s, ev: ev, last: e.res.last}
+		rs[i].ev, rs[i].last = ev, e.res.last
 	}
 	if err := joinBefore(driverSync{}, rs); err != nil {
 		return err // nothing launched
@@ -208,10 +225,20 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event) error {
 	return errors.Join(errs...)
 }
 
+// eventOn is eventFor(stream) for a stream whose handle h the caller has
+// (Stream.Handle is a cgo call). e.mu is held.
+func (e *Engine) eventOn(stream *cuda.Stream, h uintptr) (*cuda.Event, error) {
+	if ev, ok := e.events[h].(*cuda.Event); ok {
+		return ev, nil
+	}
+	return e.eventFor(stream)
+}
+
 // rankSync is what joining a rank's stream to a multi-rank launch needs.
 type rankSync struct {
 	rank   int
 	stream *cuda.Stream
+	h      uintptr     // stream.Handle()
 	ev     *cuda.Event // the rank's completion event on stream (Engine.eventFor)
 	last   *cuda.Event // the rank's previous launch's event, nil for none
 }
@@ -242,28 +269,28 @@ func (driverSync) wait(s *cuda.Stream, ev *cuda.Event) error   { return s.WaitEv
 // the next). Ranks on s0's own stream (one shared default stream) need
 // nothing. It returns at the first failure, before the launch is queued.
 func joinBefore(o streamSync, rs []rankSync) error {
-	s0 := rs[0].stream
+	s0, h0 := rs[0].stream, rs[0].h
 	for i, r := range rs {
 		if r.last != nil && r.last != r.ev {
 			if err := o.wait(s0, r.last); err != nil {
 				return fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
 			}
 		}
-		if i == 0 || r.stream.Handle() == s0.Handle() {
+		if i == 0 || r.h == h0 {
 			continue
 		}
 		idle, err := o.idle(r.stream)
 		if err != nil {
-			return fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+			return fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
 		}
 		if idle {
 			continue
 		}
 		if err := o.record(r.ev, r.stream); err != nil {
-			return fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+			return fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
 		}
 		if err := o.wait(s0, r.ev); err != nil {
-			return fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.stream.Handle(), err)
+			return fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.h, err)
 		}
 	}
 	return nil
@@ -273,7 +300,7 @@ func joinBefore(o streamSync, rs []rankSync) error {
 // multi-rank launch, stores it in evs (nil where the record failed), and
 // makes every other stream wait for it.
 func joinAfter(o streamSync, rs []rankSync, evs []*cuda.Event) []error {
-	s0 := rs[0].stream
+	s0, h0 := rs[0].stream, rs[0].h
 	var errs []error
 	for i, r := range rs {
 		if err := o.record(r.ev, s0); err != nil {
@@ -281,9 +308,9 @@ func joinAfter(o streamSync, rs []rankSync, evs []*cuda.Event) []error {
 			continue
 		}
 		evs[i] = r.ev
-		if r.stream.Handle() != s0.Handle() {
+		if r.h != h0 {
 			if err := o.wait(r.stream, r.ev); err != nil {
-				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.stream.Handle(), err))
+				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.h, err))
 			}
 		}
 	}
@@ -317,14 +344,24 @@ func ranksOf(ls []Launch) string {
 // runs what it holds on its own, so a launch its peers spin on is never
 // held back.
 type merger struct {
-	ls      []Launch
-	idx     []int   // request → index in ls
-	setOf   []int   // request → its multi-rank launch, -1 for none
-	sets    [][]int // per multi-rank launch: its requests, in rank order
-	parts   [][]enqueue.Part
-	arrived []int  // per multi-rank launch: its requests admitted so far
-	broken  []bool // per multi-rank launch: run, or given up (flush)
-	held    []bool // per request: admitted and held
+	ls    []Launch
+	idx   []int   // request → index in ls
+	setOf []int   // request → its multi-rank launch, -1 for none
+	held  []bool  // per request: admitted and held
+	sets  [][]int // per multi-rank launch: its requests, in rank order
+	parts [][]enqueue.Part
+	state []mergeState // per multi-rank launch
+	// Scratch for runMulti, as long as the largest set: the set's
+	// launches, their completion events and their streams' joins.
+	ls1 []Launch
+	evs []*cuda.Event
+	rs  []rankSync
+}
+
+// mergeState is where a multi-rank launch of a group's admission stands.
+type mergeState struct {
+	arrived int  // its requests admitted so far
+	broken  bool // run, or given up (flush)
 }
 
 // newMerger plans the multi-rank launches of the requests idx (indexes
@@ -342,28 +379,36 @@ func newMerger(ls []Launch, idx []int) merger {
 	if len(sets) == 0 {
 		return m
 	}
-	m.setOf = make([]int, len(idx))
+	n := len(idx)
+	m.setOf = make([]int, n)
+	m.held = make([]bool, n)
 	for k := range m.setOf {
 		m.setOf[k] = -1
 	}
 	m.sets = sets
 	m.parts = make([][]enqueue.Part, len(sets))
+	m.state = make([]mergeState, len(sets))
+	parts := make([]enqueue.Part, 0, n) // the sets' parts, one backing array
+	widest := 0
 	for s, set := range sets {
+		at := len(parts)
 		for _, k := range set {
 			m.setOf[k] = s
-			m.parts[s] = append(m.parts[s], cs[k].part)
+			parts = append(parts, cs[k].part)
 		}
+		m.parts[s] = parts[at:len(parts):len(parts)]
+		widest = max(widest, len(set))
 	}
-	m.arrived = make([]int, len(sets))
-	m.broken = make([]bool, len(sets))
-	m.held = make([]bool, len(idx))
+	m.ls1 = make([]Launch, widest)
+	m.evs = make([]*cuda.Event, widest)
+	m.rs = make([]rankSync, widest)
 	return m
 }
 
 // hold reports whether admitted request k belongs to a multi-rank launch
 // still to run (admitted then takes it).
 func (m *merger) hold(k int) bool {
-	return m.setOf != nil && m.setOf[k] >= 0 && !m.broken[m.setOf[k]]
+	return m.setOf != nil && m.setOf[k] >= 0 && !m.state[m.setOf[k]].broken
 }
 
 // admitted holds request k and runs its multi-rank launch once every
@@ -371,17 +416,17 @@ func (m *merger) hold(k int) bool {
 func (m *merger) admitted(k int, tk *residency.Ticket) error {
 	s := m.setOf[k]
 	m.held[k] = true
-	m.arrived[s]++
-	if m.arrived[s] < len(m.sets[s]) {
+	m.state[s].arrived++
+	if m.state[s].arrived < len(m.sets[s]) {
 		return nil
 	}
 	set := m.sets[s]
-	ls := make([]Launch, len(set))
+	ls, evs := m.ls1[:len(set)], m.evs[:len(set)]
 	for j, r := range set {
 		ls[j] = m.ls[m.idx[r]]
+		evs[j] = nil
 	}
-	evs := make([]*cuda.Event, len(set))
-	err := runMulti(ls, m.parts[s], evs)
+	err := runMulti(ls, m.parts[s], evs, m.rs[:len(set)])
 	for j, r := range set {
 		if evs[j] != nil {
 			tk.Done(r, evs[j])
@@ -390,7 +435,7 @@ func (m *merger) admitted(k int, tk *residency.Ticket) error {
 		}
 		m.held[r] = false
 	}
-	m.broken[s] = true
+	m.state[s].broken = true
 	return err
 }
 
@@ -403,7 +448,7 @@ func (m *merger) flush(tk *residency.Ticket) []error {
 			continue
 		}
 		m.held[k] = false
-		m.broken[m.setOf[k]] = true
+		m.state[m.setOf[k]].broken = true
 		errs = append(errs, runAlone(m.ls[m.idx[k]], k, tk))
 	}
 	return errs

@@ -30,13 +30,13 @@ func TestOneLaunchFromEnv(t *testing.T) {
 		v    string
 		set  bool
 		want bool
-	}{{"", false, false}, {"", true, false}, {"0", true, false}, {"1", true, true}} {
+	}{{"", false, true}, {"", true, true}, {"0", true, false}, {"1", true, true}} {
 		got, err := oneLaunchFromEnv(env(c.v, c.set))
 		require.NoError(t, err, c.v)
 		assert.Equal(t, c.want, got, "%q", c.v)
 	}
 	_, err := oneLaunchFromEnv(env("yes", true))
-	assert.EqualError(t, err, `ncclgo: NCCLGO_ONE_LAUNCH="yes": want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU)`)
+	assert.EqualError(t, err, `ncclgo: NCCLGO_ONE_LAUNCH="yes": want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU, the default)`)
 }
 
 func TestMutual(t *testing.T) {
@@ -193,7 +193,7 @@ func syncs(n int, h func(r int) uintptr) []rankSync {
 	rs := make([]rankSync, n)
 	for r := range rs {
 		ev := new(cuda.Event)
-		rs[r] = rankSync{rank: r, stream: cuda.WrapStream(nil, h(r)), ev: ev, last: ev}
+		rs[r] = rankSync{rank: r, stream: cuda.WrapStream(nil, h(r)), h: h(r), ev: ev, last: ev}
 	}
 	return rs
 }

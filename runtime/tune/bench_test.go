@@ -1,7 +1,11 @@
 package tune
 
 import (
+	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
@@ -58,5 +62,32 @@ func TestChannelsClosedForm(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A call of the shape and size of the one before takes the choice made
+// then; any other size is worked out again, so the answers are the
+// model's whatever the order of the calls.
+func TestChooseRemembersTheLastChoice(t *testing.T) {
+	memo, err := New(h200Direct(8), config.Config{}, nil)
+	require.NoError(t, err)
+	_, err = memo.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)
+	require.NoError(t, err)
+	m := memo.last[kspace.AllReduce][kspace.Sum][kspace.F32].Load()
+	require.NotNil(t, m, "the choice is remembered")
+	assert.Equal(t, int64(8), m.nBytes)
+	rng := rand.New(rand.NewPCG(1, 2))
+	colls := []kspace.Coll{kspace.AllReduce, kspace.AllGather, kspace.ReduceScatter, kspace.Broadcast, kspace.SendRecv}
+	for range 2000 {
+		c := colls[rng.IntN(len(colls))]
+		ty := []kspace.Type{kspace.F32, kspace.BF16}[rng.IntN(2)]
+		n := []int64{8, 8, 4096, 1 << 20, int64(rng.IntN(1 << 24))}[rng.IntN(5)]
+		fresh, err := New(h200Direct(8), config.Config{}, nil)
+		require.NoError(t, err)
+		want, err := fresh.Choose(c, kspace.Sum, ty, n)
+		require.NoError(t, err)
+		got, err := memo.Choose(c, kspace.Sum, ty, n)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%s %s %d bytes", c, ty, n)
 	}
 }

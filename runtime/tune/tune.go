@@ -126,6 +126,17 @@ type Tuner struct {
 	// neither changes after New, and working them out costs more than
 	// the cost model itself.
 	cands [kspace.NumColls][kspace.NumRedOps][kspace.NumTypes]atomic.Pointer[candidates]
+	// last holds, per (collective, op, type), the latest choice and the
+	// size it was made for: a program calls one shape again and again
+	// (a training step, a benchmark loop), and the cost model takes most
+	// of a small call's planning time (BenchmarkChoose8B).
+	last [kspace.NumColls][kspace.NumRedOps][kspace.NumTypes]atomic.Pointer[lastChoice]
+}
+
+// lastChoice is a choice and the size it was made for.
+type lastChoice struct {
+	nBytes int64
+	ch     Choice
 }
 
 // candidates are the pairs a call may choose from, or the error that says
@@ -387,6 +398,10 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 	if !coll.HasRedOp() {
 		o, y = 0, 0 // byte-moving collectives do not depend on them
 	}
+	memo := &t.last[coll][o][y]
+	if m := memo.Load(); m != nil && m.nBytes == nBytes {
+		return m.ch, nil
+	}
 	slot := &t.cands[coll][o][y]
 	cs := slot.Load()
 	if cs == nil {
@@ -420,6 +435,7 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		}
 	}
 	best.PredictedTime = micros(bestUs)
+	memo.Store(&lastChoice{nBytes: nBytes, ch: best})
 	return best, nil
 }
 
