@@ -26,12 +26,12 @@ import (
 // at a per-rank base, IPC handles naming (rank, allocation), opens at a
 // per-opener address, and the device table as a map.
 type fakeWinIPC struct {
-	rank    int
-	mu      sync.Mutex
-	open    map[cuda.DevicePtr]bool
-	table   map[cuda.DevicePtr]uint64 // 8-byte entries written by MemcpyHtoD
-	nOpen   int
-	failGet bool // IpcGetMemHandle fails (a VMM allocation)
+	rank     int
+	mu       sync.Mutex
+	open     map[cuda.DevicePtr]bool
+	table    map[cuda.DevicePtr]uint64 // 8-byte entries written by MemcpyHtoD
+	nOpen    int
+	failGet  bool // IpcGetMemHandle fails (a VMM allocation)
 	failOpen bool
 }
 
