@@ -138,18 +138,18 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	if buf == 0 {
 		return nil, fmt.Errorf("%w: buf=0: want a device buffer", ErrInvalidArgument)
 	}
-	if size == 0 {
-		return nil, fmt.Errorf("%w: size=0: want the window's size in bytes (> 0)", ErrInvalidArgument)
-	}
 	e.winMu.Lock()
 	defer e.winMu.Unlock()
 	if e.isDestroyed() || e.win.gone {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
 	}
-	if e.net == nil {
-		return nil, fmt.Errorf("ncclgo: rank %d: registering a window: %w: no bootstrap network", e.rank, ErrInvalidUsage)
-	}
 	st := &e.win
+	if e.net == nil { // no peers (a device-less engine): nothing to exchange
+		st.seq++
+		w := &Window{e: e, seq: st.seq, row: -1, buf: buf, size: size}
+		st.live = append(st.live, w)
+		return w, nil
+	}
 	across := st.table != 0
 	// This rank's record.
 	var h cuda.IpcMemHandle
