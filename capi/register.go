@@ -43,7 +43,7 @@ type registration struct {
 	size         uint64
 	window       bool           // ncclCommWindowRegister's
 	win          *ncclgo.Window // the window registered (window)
-	deregistered bool // kept until the communicator goes, to name a second deregister
+	deregistered bool           // kept until the communicator goes, to name a second deregister
 }
 
 var (
