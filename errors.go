@@ -42,6 +42,11 @@ var (
 	// time-slice, and the spin-waiting kernels of two ranks would never run
 	// together (a hang).
 	ErrSharedGPUNeedsMPS = comm.ErrSharedGPUNeedsMPS
+
+	// ErrWindowMismatch is wrapped by RegisterWindow's and
+	// Window.Deregister's errors when the ranks did not call them alike
+	// (sizes, order).
+	ErrWindowMismatch = comm.ErrWindowMismatch
 	// ErrNoDriver: no usable CUDA driver (InitAll, InitRank).
 	ErrNoDriver = cuda.ErrNoDriver
 )

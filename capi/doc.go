@@ -64,11 +64,11 @@
 // not return (one inside an allocation, one freed already) is
 // ncclInvalidArgument naming it.
 //
-// Registration is optional for correctness in NCCL, and changes nothing in
-// ncclgo yet: its kernels never read a user buffer from another GPU or
-// process (they copy through the communicator's own buffers, set up at
-// init), so nothing is faster for it. ncclCommRegister and
-// ncclCommWindowRegister check the buffer all the same: on a communicator
+// Registration is optional for correctness in NCCL. ncclCommRegister
+// changes nothing in ncclgo: its ring and tree kernels never read a user
+// buffer from another GPU or process (they copy through the
+// communicator's own buffers, set up at init). ncclCommRegister and
+// ncclCommWindowRegister check the buffer: on a communicator
 // whose init succeeded, buff..buff+size must be memory CUDA knows (it may
 // span adjacent allocations, as an allocator's expandable segment does),
 // and device memory must be the communicator's device's
@@ -81,9 +81,13 @@
 // no handle is ncclInvalidUsage (NCCL's code for a handle it does not
 // find) saying which. ncclCommDestroy and ncclCommAbort forget the
 // communicator's handles. Windows take NCCL_WIN_DEFAULT or
-// NCCL_WIN_COLL_SYMMETRIC and never host memory; ncclgo has no symmetric
-// kernels, so a window changes nothing either, and no window call
-// synchronizes the ranks.
+// NCCL_WIN_COLL_SYMMETRIC (alike) and never host memory, and are
+// collective (ncclgo.Comm.RegisterWindow): every rank registers, in the
+// same order, the same size, and deregisters alike. Where ranks of
+// several processes share a GPU (MPS) or NVLink, each maps its peers'
+// windows and DIRECT runs on calls whose buffers lie in windows on every
+// rank (nccl-tests' -R 2, when its buffers are cudaMalloc'd: legacy IPC
+// exports no VMM memory, so ncclMemAlloc's windows run the ring).
 //
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every

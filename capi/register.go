@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -16,10 +17,13 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// Registration (ncclCommRegister) and windows (ncclCommWindowRegister)
-// check the buffer and hand out a handle; they change nothing else, since
-// ncclgo's kernels copy through the communicator's own buffers (see the
-// package doc). The handles are kept so that a handle of another
+// Registration (ncclCommRegister) checks the buffer and hands out a
+// handle; it changes nothing else, since ncclgo's kernels copy through the
+// communicator's own buffers (see the package doc). Windows
+// (ncclCommWindowRegister) are checked alike and then registered with
+// ncclgo.Comm.RegisterWindow, collectively: where ranks of several
+// processes share a GPU or NVLink, DIRECT runs on calls whose buffers lie
+// in windows. The handles are kept so that a handle of another
 // communicator, a deregistered one or one that never was is refused.
 
 // memInspector is what registration asks the driver of an address: the
@@ -37,8 +41,9 @@ type registration struct {
 	comm         C.ncclComm_t
 	buf          uintptr
 	size         uint64
-	window       bool // ncclCommWindowRegister's
-	deregistered bool // kept until the communicator goes, to name a second deregister
+	window       bool           // ncclCommWindowRegister's
+	win          *ncclgo.Window // the window registered (window)
+	deregistered bool           // kept until the communicator goes, to name a second deregister
 }
 
 var (
@@ -141,9 +146,23 @@ func register(op string, h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, out 
 	case host:
 		return C.ncclSuccess // NCCL registers no host memory: a NULL handle
 	}
+	reg := &registration{comm: h, buf: uintptr(buf), size: uint64(size), window: window}
+	if window {
+		gc, _ := c.ready(op)
+		r := keepContext(func() result {
+			reg.win, err = gc.RegisterWindow(context.Background(), cuda.DevicePtr(uintptr(buf)), uint64(size))
+			if err != nil {
+				return fail(op, fmt.Errorf("%s: %w", c.who(), err))
+			}
+			return C.ncclSuccess
+		})
+		if r != C.ncclSuccess {
+			return r
+		}
+	}
 	t := newHandle()
 	regsMu.Lock()
-	regs[t] = &registration{comm: h, buf: uintptr(buf), size: uint64(size), window: window}
+	regs[t] = reg
 	regsMu.Unlock()
 	// A destroy that ran meanwhile has dropped the communicator's
 	// registrations before this one was added: drop it too.
@@ -193,6 +212,9 @@ func deregister(op string, h C.ncclComm_t, handle unsafe.Pointer, window bool) r
 		// ncclInvalidUsage, NCCL's code for a handle it does not find.
 		return fail(op, fmt.Errorf("%w: %s=%p: %s", ncclgo.ErrInvalidUsage, arg, handle, why))
 	}
+	if reg.win != nil { // collective, as its registration was
+		return keepContext(func() result { return fail(op, reg.win.Deregister(context.Background())) })
+	}
 	return C.ncclSuccess
 }
 
@@ -212,9 +234,12 @@ func ncclCommDeregister(h C.ncclComm_t, handle unsafe.Pointer) (res result) {
 	return deregister("CommDeregister", h, handle, false)
 }
 
-// ncclCommWindowRegister checks the buffer as ncclCommRegister does and
-// returns a window handle. ncclgo has no symmetric kernels, so a window
-// changes nothing (see the package doc).
+// ncclCommWindowRegister checks the buffer as ncclCommRegister does,
+// registers it as a window (collectively: every rank, in the same order,
+// the same size; ncclgo.Comm.RegisterWindow) and returns its handle.
+// NCCL_WIN_COLL_SYMMETRIC and NCCL_WIN_DEFAULT register alike: DIRECT
+// across processes runs on calls whose buffers lie in windows on every
+// rank, as NCCL's symmetric kernels do.
 //
 //export ncclCommWindowRegister
 func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *unsafe.Pointer, flags C.int) (res result) {

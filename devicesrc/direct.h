@@ -85,28 +85,94 @@ __device__ __forceinline__ bool ngDirectBarrier(struct ngShmem* sh, const ngGrou
   return !ngAborted(sh);
 }
 
+// Windows (NG_DIRECT_WINDOWS: some ranks are in other processes). A
+// rank's raw pointers mean nothing in another process, so a work carries
+// NG_WORK_DIRECT_WIN and the window indices of its buffers (sendPeer,
+// recvPeer), and a rank publishes window references: bit 63, the window
+// index at NG_DIRECT_WIN_SHIFT, the byte offset in its window below. A
+// reader resolves peer p's reference in its own window table
+// (comm.direct[nRanks + w*nRanks + p], p's window w as mapped here; the
+// host fills row w on every rank at registration, which is collective). A
+// reference that does not resolve (a rank's buffers in no window: its host
+// disagreed, or a window unknown here) is 0 in sh->directSend/Recv; every
+// rank checks every rank's after barrier 1, so all stop alike.
+#define NG_DIRECT_WIN_REF (1ull << 63)
+#define NG_DIRECT_WIN_OFF_MASK ((1ull << NG_DIRECT_WIN_SHIFT) - 1)
+
+__device__ __forceinline__ uint64_t ngDirectWinBase(struct ngShmem* sh, uint64_t w, int rank) {
+  if (w >= NG_DIRECT_MAX_WINDOWS) return 0;
+  const uint64_t* table = reinterpret_cast<const uint64_t*>(sh->comm.direct);
+  const int n = sh->comm.nRanks;
+  return table[n + w * n + rank];
+}
+
+// ngDirectWinRef is this rank's reference for p in window win (0 if p is
+// not in it as the table says).
+__device__ __forceinline__ uint64_t ngDirectWinRef(struct ngShmem* sh, int win, const void* p) {
+  if (!(sh->work.flags & NG_WORK_DIRECT_WIN) || win < 0) return 0;
+  const uint64_t base = ngDirectWinBase(sh, (uint64_t)win, sh->comm.rank), a = (uint64_t)(uintptr_t)p;
+  if (base == 0 || a < base || a - base > NG_DIRECT_WIN_OFF_MASK) return 0;
+  return NG_DIRECT_WIN_REF | ((uint64_t)win << NG_DIRECT_WIN_SHIFT) | (a - base);
+}
+
+// ngDirectWinResolve is peer p's buffer for reference v, or 0.
+__device__ __forceinline__ uint64_t ngDirectWinResolve(struct ngShmem* sh, uint64_t v, int p) {
+  if (!(v & NG_DIRECT_WIN_REF)) return 0;
+  const uint64_t base = ngDirectWinBase(sh, (v & ~NG_DIRECT_WIN_REF) >> NG_DIRECT_WIN_SHIFT, p);
+  return base == 0 ? 0 : base + (v & NG_DIRECT_WIN_OFF_MASK);
+}
+
 // ngDirectOpen publishes this rank's buffers, passes barrier 1 and copies
 // every rank's buffers into sh->directSend/directRecv. phase is set (in
 // every thread) to the slot's count before the call. Returns false on
-// abort.
+// abort, and when some rank's window references do not resolve (after
+// the error is recorded and barrier 2 passed, as on every rank).
 __device__ __forceinline__ bool ngDirectOpen(struct ngShmem* sh, const ngGroup& g, const void* send, void* recv,
                                              uint64_t& phase) {
   struct ngDirectSlot* mine = ngDirectSlotOf(sh, sh->comm.rank);
+  const bool windows = sh->comm.directFlags & NG_DIRECT_WINDOWS;
   // Every thread reads the count (one load per warp); thread 0 stores the
   // next one only after ngDirectBarrier's first group barrier.
   phase = ngLdVolatile(&mine->phase);
   if (g.tid == 0) {
-    ngStVolatile(&mine->sendbuff, (uint64_t)(uintptr_t)send);
-    ngStVolatile(&mine->recvbuff, (uint64_t)(uintptr_t)recv);
+    if (windows) {
+      ngStVolatile(&mine->sendbuff, ngDirectWinRef(sh, sh->work.sendPeer, send));
+      ngStVolatile(&mine->recvbuff, ngDirectWinRef(sh, sh->work.recvPeer, recv));
+    } else {
+      ngStVolatile(&mine->sendbuff, (uint64_t)(uintptr_t)send);
+      ngStVolatile(&mine->recvbuff, (uint64_t)(uintptr_t)recv);
+    }
   }
   if (!ngDirectBarrier(sh, g, phase + 1)) return false;
-  for (int p = g.tid; p < sh->comm.nRanks; p += g.nThreads) {
+  if (!windows) {
+    for (int p = g.tid; p < sh->comm.nRanks; p += g.nThreads) {
+      struct ngDirectSlot* s = ngDirectSlotOf(sh, p);
+      sh->directSend[p] = ngLdVolatile(&s->sendbuff);
+      sh->directRecv[p] = ngLdVolatile(&s->recvbuff);
+    }
+    ngBarrier(g);
+    return true;
+  }
+  const int me = sh->comm.rank, n = sh->comm.nRanks;
+  for (int p = g.tid; p < n; p += g.nThreads) {
     struct ngDirectSlot* s = ngDirectSlotOf(sh, p);
-    sh->directSend[p] = ngLdVolatile(&s->sendbuff);
-    sh->directRecv[p] = ngLdVolatile(&s->recvbuff);
+    const uint64_t vs = ngLdVolatile(&s->sendbuff), vr = ngLdVolatile(&s->recvbuff);
+    if (p == me) { // its own pointers, as long as it published valid references
+      sh->directSend[p] = vs ? (uint64_t)(uintptr_t)send : 0;
+      sh->directRecv[p] = vr ? (uint64_t)(uintptr_t)recv : 0;
+    } else {
+      sh->directSend[p] = ngDirectWinResolve(sh, vs, p);
+      sh->directRecv[p] = ngDirectWinResolve(sh, vr, p);
+    }
   }
   ngBarrier(g);
-  return true;
+  bool ok = true;
+  for (int p = 0; p < n; p++) ok = ok && sh->directSend[p] != 0 && sh->directRecv[p] != 0;
+  if (ok) return true;
+  if (g.tid == 0) ngRecordError(sh, NG_DEV_ERR_BAD_WORK);
+  // Nobody may reuse its slot before every rank has read it.
+  ngDirectBarrier(sh, g, phase + 2);
+  return false;
 }
 
 // ngDirectRuns reports whether DIRECT can run on this communicator, or

@@ -20,6 +20,11 @@ package tests
 //	NCCLGO_MP_CASES           a regular expression: the suite runs only the
 //	                          cases whose "name type count=N" it matches
 //	                          ("AllReduce Sum Float32 count=1001")
+//	NCCLGO_MP_WINDOWS         "1": every rank registers its send and receive
+//	                          buffers as windows (Comm.RegisterWindow), so
+//	                          that DIRECT runs across processes (with
+//	                          NCCL_ALGO=direct the suite runs only it: the
+//	                          collectives without DIRECT are skipped)
 //
 // -test.short drops the 4 Mi-element cases and keeps 4 of the 12 types.
 // NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
@@ -84,6 +89,8 @@ const (
 
 	mpEnvHosts = "NCCLGO_MP_HOSTS"
 	mpEnvCases = "NCCLGO_MP_CASES"
+	// mpEnvWindows "1" registers every rank's buffers as windows.
+	mpEnvWindows = "NCCLGO_MP_WINDOWS"
 	envHostID  = "NCCL_HOSTID"
 )
 
@@ -243,7 +250,7 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 		if l.hosts >= 2 && strings.HasPrefix(kv, envHostID+"=") {
 			continue // replaced per process
 		}
-		if !strings.HasPrefix(kv, "NCCLGO_MP_") || strings.HasPrefix(kv, mpEnvCases+"=") {
+		if !strings.HasPrefix(kv, "NCCLGO_MP_") || strings.HasPrefix(kv, mpEnvCases+"=") || strings.HasPrefix(kv, mpEnvWindows+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -792,6 +799,27 @@ func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes
 			r.stream.Destroy()
 			r.ctx.Release()
 		})
+	}
+	if os.Getenv(mpEnvWindows) == "1" {
+		// Collective: every rank at once, send then recv on each.
+		werrs := make([]error, len(ranks))
+		var wg sync.WaitGroup
+		for i, r := range ranks {
+			wg.Go(func() {
+				for _, p := range []cuda.DevicePtr{r.send, r.recv} {
+					w, err := r.comm.RegisterWindow(ctx, p, bufBytes)
+					if err != nil {
+						werrs[i] = err
+						return
+					}
+					fmt.Printf("MPWIN rank=%d buf=%#x bytes=%d direct=%v\n", r.comm.Rank(), uint64(p), bufBytes, w.Direct())
+				}
+			})
+		}
+		wg.Wait()
+		for i, err := range werrs {
+			require.NoError(t, err, "RegisterWindow of rank %d", first+i)
+		}
 	}
 	t.Cleanup(func() {
 		for _, r := range ranks {

@@ -36,6 +36,7 @@ var longNames = map[string]string{
 	"a": "average",
 	"N": "run_cycles",
 	"G": "cudagraph",
+	"R": "local_register",
 }
 
 // flagName is how errors name a flag: "-b/--minbytes", or "-coll".
@@ -114,6 +115,7 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this `file`")
 	fs.StringVar(&c.trace, "trace", "", "write a Go execution trace of the run to this `file` (go tool trace: where the issuing goroutine blocks or waits)")
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
+	fs.IntVarP(&c.register, longNames["R"], "R", 0, "register the buffers (nccl-tests' -R): 0 no, 1 ncclCommRegister (changes nothing in ncclgo), 2 as symmetric windows (Comm.RegisterWindow: with ranks in several processes on one GPU or NVLink, DIRECT runs on them); a `mode`")
 	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
 	graphFlags(fs, c)
 	if err := cli.Parse(fs, args); err != nil {

@@ -14,6 +14,9 @@ import (
 type ncclgoBackend struct {
 	comms    []*ncclgo.Comm
 	initTime time.Duration
+	// windows (-R 2): the buffers registered as windows, by address.
+	windows bool
+	wins    map[cuda.DevicePtr]*ncclgo.Window
 }
 
 // With ranks in several processes (c.mp), this process's one rank joins
@@ -35,7 +38,11 @@ func openNcclgo(c *config) (*ncclgoBackend, error) {
 			}
 			return nil, fmt.Errorf("ncclgo init: %w", err)
 		}
-		return &ncclgoBackend{comms: []*ncclgo.Comm{comm}, initTime: time.Since(start)}, nil
+		// -R 2: one rank per process registers every buffer as a window,
+		// in the same order on every process (measureAll's). Ranks of
+		// one process need none: DIRECT reads their buffers as they are.
+		return &ncclgoBackend{comms: []*ncclgo.Comm{comm}, initTime: time.Since(start), windows: c.register == 2,
+			wins: map[cuda.DevicePtr]*ncclgo.Window{}}, nil
 	}
 	comms, err := ncclgo.InitAll(ctx, c.devices, opts)
 	if err != nil {
@@ -122,12 +129,38 @@ func (b *ncclgoBackend) AsyncErr(r int) error { return b.comms[r].Err() }
 // itself.
 func (b *ncclgoBackend) Begin() error { return nil }
 
-// Alloc allocates with cuMemAlloc, as ncclgo's users do.
+// Alloc allocates with cuMemAlloc, as ncclgo's users do (legacy IPC
+// exports it, for windows), and with -R 2 registers it as a window.
 func (b *ncclgoBackend) Alloc(r int, ctx *cuda.Context, n uint64) (cuda.DevicePtr, error) {
-	return ctx.MemAlloc(n)
+	p, err := ctx.MemAlloc(n)
+	if err != nil || !b.windows {
+		return p, err
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := b.comms[r].RegisterWindow(wctx, p, n)
+	if err != nil {
+		_ = ctx.MemFree(p)
+		return 0, fmt.Errorf("-R 2: registering rank %d's %d-byte buffer: %w", r, n, err)
+	}
+	b.wins[p] = w
+	return p, nil
 }
 
-func (b *ncclgoBackend) Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error { return ctx.MemFree(p) }
+// Free deregisters p's window (-R 2) and frees it.
+func (b *ncclgoBackend) Free(r int, ctx *cuda.Context, p cuda.DevicePtr) error {
+	var err error
+	if w := b.wins[p]; w != nil {
+		delete(b.wins, p)
+		wctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err = w.Deregister(wctx)
+		cancel()
+	}
+	if ferr := ctx.MemFree(p); err == nil {
+		err = ferr
+	}
+	return err
+}
 
 func (b *ncclgoBackend) Close() error {
 	var first error

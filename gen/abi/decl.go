@@ -18,11 +18,15 @@ var Consts = []Const{
 	{"NG_DEV_ERR_UNSUPPORTED", 1, "ngDevComm.errorFlag: a kernel ran a function that has no device implementation"},
 	{"NG_DEV_ERR_ABORTED", 2, "ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set"},
 	{"NG_DIRECT_SAME_GPU", 1, "ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)"},
+	{"NG_DIRECT_WINDOWS", 2, "ngDevComm.directFlags: some ranks are in other processes: a DIRECT work runs only with NG_WORK_DIRECT_WIN, its slots carry window references (NG_DIRECT_WIN_SHIFT) that a reader resolves in the window table (ngDevComm.direct[nRanks + w*nRanks + r]: rank r's window w as mapped here)"},
+	{"NG_DIRECT_MAX_WINDOWS", 64, "rows of the DIRECT window table: the windows of a communicator that DIRECT can read across processes (later ones run the other algorithms)"},
+	{"NG_DIRECT_WIN_SHIFT", 48, "a DIRECT slot's sendbuff/recvbuff with bit 63 set is a window reference: the window index in bits NG_DIRECT_WIN_SHIFT-62, the byte offset in the window below"},
+	{"NG_WORK_DIRECT_WIN", 2, "ngDevWork.flags: a DIRECT work whose sendbuff and recvbuff lie in registered windows: sendPeer and recvPeer are their window indices (rows of the window table)"},
 	{"NG_DIRECT_MAX_RANKS", 32, "most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)"},
 	{"NG_DIRECT_ONESHOT_BYTES", 8192, "DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot"},
 	{"NG_DIRECT_LL_BYTES", 4096, "DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup"},
 	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
-	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
+	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
 }
 
 // ConnInfo is one direction of a connection between two ranks on one
@@ -109,7 +113,7 @@ var DevComm = &Struct{
 		{Name: "channels", Scalar: U64, Doc: "ngDevChannel*: nChannels entries"},
 		{Name: "buffSizes", Scalar: U32, Count: 3, Doc: "per protocol: bytes of each FIFO"},
 		{Name: "directFlags", Scalar: U32, Doc: "NG_DIRECT_* bits"},
-		{Name: "direct", Scalar: U64, Doc: "uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)"},
+		{Name: "direct", Scalar: U64, Doc: "uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; with NG_DIRECT_WINDOWS the window table follows (NG_DIRECT_MAX_WINDOWS rows of nRanks window bases, 0 where no window); 0 when DIRECT cannot run (DIRECT reports NG_DEV_ERR_UNSUPPORTED)"},
 	},
 	Size: 64,
 }
@@ -121,8 +125,8 @@ var DirectSlot = &Struct{
 	Doc: "one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user " +
 		"buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup)",
 	Fields: []Field{
-		{Name: "sendbuff", Scalar: U64},
-		{Name: "recvbuff", Scalar: U64},
+		{Name: "sendbuff", Scalar: U64, Doc: "the call's sendbuff: a pointer, or with NG_DIRECT_WINDOWS a window reference (NG_DIRECT_WIN_SHIFT)"},
+		{Name: "recvbuff", Scalar: U64, Doc: "the call's recvbuff, as sendbuff"},
 		{Name: "phase", Scalar: U64},
 		{Name: "llSeq", Scalar: U64, Doc: "LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1"},
 		{Name: "pad", Scalar: U64, Count: 12, Doc: "to 128 bytes: slots of different channels share no cache line"},
@@ -152,8 +156,8 @@ var DevWork = &Struct{
 		{Name: "flags", Scalar: U8, Doc: "NG_WORK_* bits"},
 		{Name: "nWarps", Scalar: U8, Doc: "warps to use, 0 for all"},
 		{Name: "root", Scalar: I32},
-		{Name: "sendPeer", Scalar: I32},
-		{Name: "recvPeer", Scalar: I32},
+		{Name: "sendPeer", Scalar: I32, Doc: "SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1"},
+		{Name: "recvPeer", Scalar: I32, Doc: "SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1"},
 	},
 	Size: 64,
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 )
@@ -45,17 +46,30 @@ func TestDirectEligible(t *testing.T) {
 	assert.False(t, directEligible(many, layout(many, topo.LinkNone), false), "more ranks than the kernel keeps pointers for")
 	most := proc(1, make([]int, generated.DirectMaxRanks)...)
 	assert.True(t, directEligible(most, layout(most, topo.LinkNone), false))
+
+	// Across processes: on windows, where the memory reaches.
+	assert.True(t, directAcross(twoProcs, layout(twoProcs, topo.LinkNone), false), "processes under MPS on one GPU")
+	assert.True(t, directCandidate(twoProcs))
+	assert.False(t, directAcross(oneGPU, layout(oneGPU, topo.LinkNone), false), "one process needs no windows")
+	assert.False(t, directCandidate(oneGPU))
+	twoProcGPUs := append(proc(1, 0), proc(2, 1)...)
+	assert.True(t, directAcross(twoProcGPUs, layout(twoProcGPUs, topo.LinkPeer), false), "NVLink peers")
+	assert.False(t, directAcross(twoProcGPUs, layout(twoProcGPUs, topo.LinkNone), false), "no peer access")
+	assert.False(t, directAcross(twoProcGPUs, layout(twoProcGPUs, topo.LinkPeer), true), "NCCL_P2P_DISABLE")
 }
 
 func TestExchangeDirect(t *testing.T) {
 	const n = 3
 	nets := bootstrap.NewInProcess(n)
 	tables := make([][]uint64, n)
+	handles := make([][]cuda.IpcMemHandle, n)
+	oks := make([]bool, n)
 	errs := make(chan error, n)
 	for r := range n {
 		go func() {
 			var err error
-			tables[r], err = exchangeDirect(context.Background(), nets[r], uint64(0x1000*(r+1)))
+			h := cuda.IpcMemHandle{byte(r + 1)}
+			tables[r], handles[r], oks[r], err = exchangeDirect(context.Background(), nets[r], uint64(0x1000*(r+1)), r != 2, h)
 			errs <- err
 		}()
 	}
@@ -64,6 +78,8 @@ func TestExchangeDirect(t *testing.T) {
 	}
 	for r := range n {
 		assert.Equal(t, []uint64{0x1000, 0x2000, 0x3000}, tables[r])
+		assert.Equal(t, byte(2), handles[r][1][0], "rank 1's handle")
+		assert.False(t, oks[r], "rank 2 said no: every rank sees it")
 	}
 }
 

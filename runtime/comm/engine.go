@@ -47,6 +47,15 @@ type Engine struct {
 	conns     *transport.Set
 	devMem    cuda.DevicePtr // DevComm, channels, peers, ring user ranks
 	directMem cuda.DevicePtr // this rank's DIRECT mailboxes (direct.go), or 0
+	// DIRECT across processes (direct.go, window.go): the driver's IPC
+	// calls, the peers' mailboxes mapped here, the tuner of calls on
+	// windows (nil unless DIRECT runs across processes) and the windows.
+	ipc         ipcMemory
+	directPeers []cuda.DevicePtr
+	winTuner    *tune.Tuner
+	procs       []transport.Peer // every rank's process and device
+	winMu       sync.Mutex       // orders registrations; guards win
+	win         windowState
 	// flags is host-mapped memory the kernels read and write. Abort and
 	// ErrorCode may run while Destroy frees it: they read it under flagsMu
 	// (read-locked), Destroy clears it under the write lock first.
@@ -452,6 +461,7 @@ func (e *Engine) free() error {
 		errs = append(errs, e.cctx.MemFree(e.devMem))
 		e.devMem = 0
 	}
+	errs = append(errs, e.closeWindows(), e.closeDirectPeers())
 	if e.directMem != 0 {
 		errs = append(errs, e.cctx.MemFree(e.directMem))
 		e.directMem = 0
@@ -490,8 +500,11 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 	if e.kset != nil {
 		lookup = e.kset.Resolve // the set's own ids, from its manifest
 	}
-	p, err := enqueue.Build(e.plan, tasks, e.tuner, lookup)
+	p, err := enqueue.Build(e.plan, e.markWindows(tasks), e.tuner, lookup) // window.go
 	if err != nil {
+		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) {
+			err = fmt.Errorf("%w (DIRECT runs across processes only on calls whose buffers lie in registered windows)", err)
+		}
 		return p, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	return p, nil

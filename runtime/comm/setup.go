@@ -78,6 +78,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		devs[r] = peers[r].Device
 	}
 	self := tpeers[rank]
+	c.procs = tpeers
 	local := func(r int) bool { return tpeers[r].SameProcess(self) }
 	for r := range tpeers {
 		c.lanes.shared = c.lanes.shared || (r != rank && local(r) && tpeers[r].SameGPU(self))
@@ -172,6 +173,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	if changed {
 		c.log.Warn(fmt.Sprintf("this rank's view of the topology differs from rank 0's; tuning with rank 0's (%+v)", tp), config.SubsysInit.Attr())
 	}
+	tunerAvail := c.kset.Available
 	c.tuner, err = tune.New(tp, s.Config, c.kset.Available, tune.WithLogger(s.Log.With("rank", rank)),
 		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
 	if err != nil {
@@ -215,7 +217,8 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		// keeps LL128 off such paths), and the proxy moves whole SIMPLE
 		// steps and LL lines only. Every rank sees the same answer.
 		avail := kernels.Available
-		c.tuner, err = tune.New(tp, s.Config, func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) },
+		tunerAvail = func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) }
+		c.tuner, err = tune.New(tp, s.Config, tunerAvail,
 			tune.WithLogger(s.Log.With("rank", rank)))
 		if err != nil {
 			return fail(err)
@@ -235,21 +238,17 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	var direct []uint64
-	if tp.Direct { // direct.go; every rank has rank 0's answer
-		if c.directMem, err = c.cctx.MemAlloc(directSlotsBytes); err != nil {
-			return fail(err)
-		}
-		if err := c.cctx.MemsetD8(c.directMem, 0, directSlotsBytes); err != nil {
-			return fail(err)
-		}
-		if direct, err = exchangeDirect(ctx, net, uint64(c.directMem)); err != nil {
+	across := false
+	if tp.Direct || directCandidate(tpeers) { // direct.go; every rank has rank 0's answer and the same peers
+		c.ipc = c.cctx
+		if direct, across, err = c.setupDirect(ctx, net, tpeers, tp.Direct, directAcross(tpeers, c.layout, s.Config.P2PDisable)); err != nil {
 			return fail(err)
 		}
 	}
 	dimg, err := transport.BuildImage(transport.ImageSpec{Rank: rank, NRanks: n, NChannels: c.nChannels,
 		Rings: c.rings, Trees: c.trees, Conns: c.conns,
 		AbortFlag: uint64(c.flagsDev), ErrorFlag: uint64(c.flagsDev) + errorFlagOffset, Sizes: sizes,
-		Direct: direct, DirectFlags: directFlags(c.layout)})
+		Direct: direct, DirectFlags: directFlags(c.layout, across), DirectWindows: across})
 	if err != nil {
 		return fail(err)
 	}
@@ -257,6 +256,17 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	img := dimg.Relocate(uint64(c.devMem))
+	if across {
+		// DIRECT across processes, on windows only (window.go): the
+		// window tuner has DIRECT, the communicator's tuner not.
+		c.win.table = c.devMem + cuda.DevicePtr(dimg.WindowTableOffset())
+		wtp := tp
+		wtp.Direct = true
+		if c.winTuner, err = tune.New(wtp, s.Config, tunerAvail, tune.WithLogger(s.Log.With("rank", rank))); err != nil {
+			return fail(err)
+		}
+		c.log.Info("DIRECT across processes: on calls whose buffers lie in registered windows", config.SubsysInit.Attr())
+	}
 	if err := c.cctx.MemcpyHtoD(c.devMem, unsafe.Pointer(&img[0]), uint64(len(img))); err != nil {
 		return fail(err)
 	}

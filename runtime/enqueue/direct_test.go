@@ -121,3 +121,49 @@ func TestPlanDirectOthers(t *testing.T) {
 		})
 	}
 }
+
+// A task over windows uses its own Chooser, and its DIRECT works carry
+// WorkDirectWin with the window indices; the same task picked by Build's
+// chooser (not DIRECT) or without both windows carries neither.
+func TestPlanDirectWindows(t *testing.T) {
+	ring := fixedChooser{algo: kspace.Ring, proto: kspace.Simple, nc: 2, nt: 256}
+	direct := directTuner(t, "")
+	c := Comm{Rank: 0, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
+	lookup := func(f kspace.Func) (int, int, error) { return 7, 0, nil }
+	buf := uint64(0x7f00_0000_0000)
+	task := Task{Coll: kspace.AllReduce, Send: buf, Recv: buf + 1<<20, Bytes: 1 << 20, Type: kspace.F32, Op: kspace.Sum,
+		SendWin: 3, RecvWin: 5, Choose: direct}
+	p, err := Build(c, []Task{task}, ring, lookup)
+	require.NoError(t, err)
+	l := p.Launches[0]
+	assert.Equal(t, kspace.Direct, l.Func.Algo, "the task's own chooser")
+	for _, w := range l.Works {
+		assert.Equal(t, uint8(generated.WorkDirectWin), w.Flags&generated.WorkDirectWin)
+		assert.Equal(t, int32(2), w.SendPeer, "window index = SendWin-1")
+		assert.Equal(t, int32(4), w.RecvPeer)
+		assert.Equal(t, buf, w.Sendbuff, "the rank's own pointers stay")
+	}
+
+	for _, tc := range []struct {
+		name string
+		mod  func(*Task)
+	}{
+		{"Build's chooser", func(t *Task) { t.Choose = nil }},
+		{"no recv window", func(t *Task) { t.RecvWin = 0 }},
+	} {
+		tk := task
+		tc.mod(&tk)
+		p, err := Build(c, []Task{tk}, ring, lookup)
+		require.NoError(t, err, tc.name)
+		for _, l := range p.Launches {
+			for _, w := range l.Works {
+				if l.Func.Algo != kspace.Direct {
+					assert.Zero(t, w.Flags&generated.WorkDirectWin, tc.name)
+					assert.Equal(t, int32(-1), w.SendPeer, tc.name)
+				} else {
+					assert.Zero(t, w.Flags&generated.WorkDirectWin, "%s: DIRECT without both windows carries none", tc.name)
+				}
+			}
+		}
+	}
+}

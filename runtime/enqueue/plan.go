@@ -55,6 +55,14 @@ type Task struct {
 	// Peer is the peer of Send and Recv; IsSend tells them apart.
 	Peer   int
 	IsSend bool
+	// Windows, for a collective whose buffers lie in registered windows
+	// (runtime/comm's RegisterWindow): SendWin and RecvWin are their
+	// window indices + 1 (0: none), and Choose, when not nil, picks for
+	// this task instead of Build's Chooser (DIRECT across processes runs
+	// only on windows). A DIRECT work of such a task carries
+	// generated.WorkDirectWin and the indices in SendPeer and RecvPeer.
+	SendWin, RecvWin int32
+	Choose           Chooser
 }
 
 // Comm is the planner's view of one rank's communicator.
@@ -459,11 +467,15 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 		}
 		return ws, dec, cp, kspace.Func{}, nil
 	}
+	if t.Choose != nil {
+		choose = t.Choose
+	}
 	ch, err := choose.Choose(t.Coll, t.Op, t.Type, int64(total))
 	if err != nil {
 		return ws, dec, nil, kspace.Func{}, err
 	}
 	dec.Choice = ch
+	win := ch.Algo == kspace.Direct && t.SendWin > 0 && t.RecvWin > 0
 	fn := ch.Func
 	if fn == (kspace.Func{}) {
 		fn = funcOf(t, ch)
@@ -491,6 +503,10 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 		}
 		if t.OpArgPtr {
 			w.Flags |= generated.WorkRedopArgPtr
+		}
+		if win {
+			w.Flags |= generated.WorkDirectWin
+			w.SendPeer, w.RecvPeer = t.SendWin-1, t.RecvWin-1
 		}
 		ws = append(ws, chanWork{ch: i, w: w, nt: ch.NThreads})
 	}

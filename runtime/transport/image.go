@@ -24,15 +24,20 @@ type ImageSpec struct {
 	// are DevComm.DirectFlags (generated.Direct* bits).
 	Direct      []uint64
 	DirectFlags uint32
+	// DirectWindows asks for the DIRECT window table after Direct:
+	// generated.DirectMaxWindows rows of NRanks zeroes, which the host
+	// fills as windows are registered (Image.WindowTableOffset).
+	DirectWindows bool
 }
 
 // Image is one rank's device image: the DevComm, then its channels, the
 // channels' peer arrays and the rings' user ranks, with pointers into the
 // image relative to its start until Relocate.
 type Image struct {
-	bytes []byte
-	chOff int
-	nch   int
+	bytes  []byte
+	chOff  int
+	nch    int
+	winOff int // the window table's offset, or 0
 }
 
 // imageAlign aligns each part of the image.
@@ -54,7 +59,14 @@ func BuildImage(spec ImageSpec) (*Image, error) {
 	if spec.Direct != nil && len(spec.Direct) != spec.NRanks {
 		return nil, fmt.Errorf("transport: image with %d DIRECT mailboxes for %d ranks", len(spec.Direct), spec.NRanks)
 	}
-	total := up(directOff + 8*len(spec.Direct))
+	if spec.DirectWindows && spec.Direct == nil {
+		return nil, fmt.Errorf("transport: image with a DIRECT window table but no DIRECT mailboxes")
+	}
+	winOff, nWin := 0, 0
+	if spec.DirectWindows {
+		winOff, nWin = directOff+8*len(spec.Direct), generated.DirectMaxWindows*spec.NRanks
+	}
+	total := up(directOff + 8*len(spec.Direct) + 8*nWin)
 	img := make([]byte, total)
 	put := func(off int, p unsafe.Pointer, n uintptr) { copy(img[off:], unsafe.Slice((*byte)(p), n)) }
 	dc := generated.DevComm{
@@ -95,7 +107,7 @@ func BuildImage(spec ImageSpec) (*Image, error) {
 		}
 		put(chOff+ch*int(unsafe.Sizeof(dch)), unsafe.Pointer(&dch), unsafe.Sizeof(dch))
 	}
-	return &Image{bytes: img, chOff: chOff, nch: spec.NChannels}, nil
+	return &Image{bytes: img, chOff: chOff, nch: spec.NChannels, winOff: winOff}, nil
 }
 
 // relocBit marks image-relative pointers (offsets with this high bit set).
@@ -103,6 +115,11 @@ const relocBit = uint64(1) << 63
 
 // Size is the image's size in bytes.
 func (m *Image) Size() int { return len(m.bytes) }
+
+// WindowTableOffset is the byte offset in the image of the DIRECT window
+// table (ImageSpec.DirectWindows): row w, entry r is at
+// WindowTableOffset() + 8*(w*NRanks + r). It is 0 when there is none.
+func (m *Image) WindowTableOffset() int { return m.winOff }
 
 // Relocate returns the image's bytes with its internal pointers made
 // absolute for an image copied to device address base.

@@ -94,7 +94,25 @@ func TestImageDirect(t *testing.T) {
 	}
 	assert.LessOrEqual(t, dc.Direct-base+8*n, uint64(len(b)))
 
+	assert.Zero(t, img.WindowTableOffset(), "no window table unless asked")
+
+	// The window table follows the mailboxes, zeroed, inside the image.
+	spec.DirectWindows = true
+	img, err = BuildImage(spec)
+	require.NoError(t, err)
+	b = img.Relocate(base)
+	dc = at[generated.DevComm](b, 0)
+	off := img.WindowTableOffset()
+	assert.Equal(t, dc.Direct-base+8*n, uint64(off), "right after the mailboxes (direct[nRanks])")
+	require.LessOrEqual(t, off+8*generated.DirectMaxWindows*n, len(b))
+	for i := range generated.DirectMaxWindows * n {
+		require.Zero(t, at[uint64](b, uint64(off+8*i)), "entry %d", i)
+	}
+
 	spec.Direct = spec.Direct[:2]
 	_, err = BuildImage(spec)
 	assert.ErrorContains(t, err, "2 DIRECT mailboxes for 3 ranks")
+	spec.Direct = nil
+	_, err = BuildImage(spec)
+	assert.ErrorContains(t, err, "window table but no DIRECT mailboxes")
 }

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "5e3698c7682da322"
+const ABIVersion = "a8a02eabbc29fa71"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -36,6 +36,14 @@ const (
 	DevErrAborted = 2
 	// DirectSameGpu is NG_DIRECT_SAME_GPU: ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT).
 	DirectSameGpu = 1
+	// DirectWindows is NG_DIRECT_WINDOWS: ngDevComm.directFlags: some ranks are in other processes: a DIRECT work runs only with NG_WORK_DIRECT_WIN, its slots carry window references (NG_DIRECT_WIN_SHIFT) that a reader resolves in the window table (ngDevComm.direct[nRanks + w*nRanks + r]: rank r's window w as mapped here).
+	DirectWindows = 2
+	// DirectMaxWindows is NG_DIRECT_MAX_WINDOWS: rows of the DIRECT window table: the windows of a communicator that DIRECT can read across processes (later ones run the other algorithms).
+	DirectMaxWindows = 64
+	// DirectWinShift is NG_DIRECT_WIN_SHIFT: a DIRECT slot's sendbuff/recvbuff with bit 63 set is a window reference: the window index in bits NG_DIRECT_WIN_SHIFT-62, the byte offset in the window below.
+	DirectWinShift = 48
+	// WorkDirectWin is NG_WORK_DIRECT_WIN: ngDevWork.flags: a DIRECT work whose sendbuff and recvbuff lie in registered windows: sendPeer and recvPeer are their window indices (rows of the window table).
+	WorkDirectWin = 2
 	// DirectMaxRanks is NG_DIRECT_MAX_RANKS: most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory).
 	DirectMaxRanks = 32
 	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
@@ -44,7 +52,7 @@ const (
 	DirectLlBytes = 4096
 	// LaunchMaxParts is NG_LAUNCH_MAX_PARTS: most ranks one multi-rank launch serves (ngLaunchParts.comms).
 	LaunchMaxParts = 8
-	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
+	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
 	CollBroadcast = 0
@@ -142,13 +150,13 @@ type DevComm struct {
 	Channels    uint64    // ngDevChannel*: nChannels entries
 	BuffSizes   [3]uint32 // per protocol: bytes of each FIFO
 	DirectFlags uint32    // NG_DIRECT_* bits
-	Direct      uint64    // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
+	Direct      uint64    // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; with NG_DIRECT_WINDOWS the window table follows (NG_DIRECT_MAX_WINDOWS rows of nRanks window bases, 0 where no window); 0 when DIRECT cannot run (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
 }
 
 // DirectSlot is ngDirectSlot: one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup).
 type DirectSlot struct {
-	Sendbuff uint64
-	Recvbuff uint64
+	Sendbuff uint64 // the call's sendbuff: a pointer, or with NG_DIRECT_WINDOWS a window reference (NG_DIRECT_WIN_SHIFT)
+	Recvbuff uint64 // the call's recvbuff, as sendbuff
 	Phase    uint64
 	LlSeq    uint64     // LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1
 	Pad      [12]uint64 // to 128 bytes: slots of different channels share no cache line
@@ -166,8 +174,8 @@ type DevWork struct {
 	Flags      uint8  // NG_WORK_* bits
 	NWarps     uint8  // warps to use, 0 for all
 	Root       int32
-	SendPeer   int32
-	RecvPeer   int32
+	SendPeer   int32 // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1
+	RecvPeer   int32 // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1
 }
 
 // LaunchParts is ngLaunchParts: the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6].

@@ -21,11 +21,15 @@
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
 #define NG_DEV_ERR_ABORTED 2 // ngDevComm.errorFlag: a kernel stopped waiting because the abort flag was set
 #define NG_DIRECT_SAME_GPU 1 // ngDevComm.directFlags: every rank of the communicator runs on this GPU (gpu-scope fences suffice for DIRECT)
+#define NG_DIRECT_WINDOWS 2 // ngDevComm.directFlags: some ranks are in other processes: a DIRECT work runs only with NG_WORK_DIRECT_WIN, its slots carry window references (NG_DIRECT_WIN_SHIFT) that a reader resolves in the window table (ngDevComm.direct[nRanks + w*nRanks + r]: rank r's window w as mapped here)
+#define NG_DIRECT_MAX_WINDOWS 64 // rows of the DIRECT window table: the windows of a communicator that DIRECT can read across processes (later ones run the other algorithms)
+#define NG_DIRECT_WIN_SHIFT 48 // a DIRECT slot's sendbuff/recvbuff with bit 63 set is a window reference: the window index in bits NG_DIRECT_WIN_SHIFT-62, the byte offset in the window below
+#define NG_WORK_DIRECT_WIN 2 // ngDevWork.flags: a DIRECT work whose sendbuff and recvbuff lie in registered windows: sendPeer and recvPeer are their window indices (rows of the window table)
 #define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
 #define NG_DIRECT_LL_BYTES 4096 // DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup
 #define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
-#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
+#define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
 #define NG_COLL_AllGather 2 // collective
@@ -102,13 +106,13 @@ struct ngDevComm {
   uint64_t channels; // ngDevChannel*: nChannels entries
   uint32_t buffSizes[3]; // per protocol: bytes of each FIFO
   uint32_t directFlags; // NG_DIRECT_* bits
-  uint64_t direct; // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; 0 when the ranks do not all share memory (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
+  uint64_t direct; // uint64_t*: nRanks entries, rank r's ngDirectSlot array (one slot per channel), in this rank's address space; with NG_DIRECT_WINDOWS the window table follows (NG_DIRECT_MAX_WINDOWS rows of nRanks window bases, 0 where no window); 0 when DIRECT cannot run (DIRECT reports NG_DEV_ERR_UNSUPPORTED)
 };
 
 // one rank's DIRECT mailbox on one channel, written by that rank only and read by its peers: the user buffers of the call in progress and the barrier counter (one more per barrier the rank arrived at; zero at setup)
 struct ngDirectSlot {
-  uint64_t sendbuff;
-  uint64_t recvbuff;
+  uint64_t sendbuff; // the call's sendbuff: a pointer, or with NG_DIRECT_WINDOWS a window reference (NG_DIRECT_WIN_SHIFT)
+  uint64_t recvbuff; // the call's recvbuff, as sendbuff
   uint64_t phase;
   uint64_t llSeq; // LL one-shots this rank finished on the channel (zero at setup; read and stored by the rank itself only): call s uses LL buffer s&1 and flag s%0xFFFFFFFF+1
   uint64_t pad[12]; // to 128 bytes: slots of different channels share no cache line
@@ -126,8 +130,8 @@ struct ngDevWork {
   uint8_t flags; // NG_WORK_* bits
   uint8_t nWarps; // warps to use, 0 for all
   int32_t root;
-  int32_t sendPeer;
-  int32_t recvPeer;
+  int32_t sendPeer; // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1
+  int32_t recvPeer; // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1
 };
 
 // the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6]
