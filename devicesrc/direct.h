@@ -224,13 +224,18 @@ __device__ __forceinline__ int64_t ngDirectBound(int64_t n, int s, int nSlices) 
 // out[0, cnt) = post(reduce over ranks 0..n-1 of pre(send_p[at, at+cnt))):
 // element at of every rank's sendbuff lands at out[0]. A thread reads every
 // input of an element before it writes that element, so out may be this
-// rank's sendbuff + at (in place).
-template <typename T, typename Op>
+// rank's sendbuff + at (in place). With Push, out is ignored and the result
+// lands at recv_p[at, at+cnt) of every rank p (the two-shot's push: no
+// second pass reads it back).
+template <typename T, typename Op, bool Push = false>
 __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ngGroup& g, const Op& op, int64_t at,
                                                     int64_t cnt, T* out) {
   const int n = sh->comm.nRanks;
-  uintptr_t bits = (uintptr_t)out;
-  for (int p = 0; p < n; p++) bits |= (uintptr_t)(ngDirectSendBuf<T>(sh, p) + at);
+  uintptr_t bits = Push ? 0 : (uintptr_t)out;
+  for (int p = 0; p < n; p++) {
+    bits |= (uintptr_t)(ngDirectSendBuf<T>(sh, p) + at);
+    if (Push) bits |= (uintptr_t)(ngDirectRecvBuf<T>(sh, p) + at);
+  }
   constexpr int EPP = 16 / sizeof(T);
   const int64_t nPacks = (bits & 15) == 0 ? cnt / EPP : 0;
   const int tid = g.tid, nt = g.nThreads;
@@ -251,19 +256,39 @@ __device__ __forceinline__ void ngDirectReduceSlice(struct ngShmem* sh, const ng
       for (int u = 0; u < U; u++) v[u] = ngPackReduce<T>(op, v[u], ngPackPre<T>(op, r[u]));
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) out4[i + u * nt] = ngPackPost<T>(op, v[u]);
+    for (int u = 0; u < U; u++) v[u] = ngPackPost<T>(op, v[u]);
+    if (Push) {
+      for (int p = 0; p < n; p++) {
+        uint4* o = reinterpret_cast<uint4*>(const_cast<T*>(ngDirectRecvBuf<T>(sh, p) + at));
+#pragma unroll
+        for (int u = 0; u < U; u++) o[i + u * nt] = v[u];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) out4[i + u * nt] = v[u];
+    }
   }
   for (; i < nPacks; i += nt) {
     uint4 v = ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, 0) + at) + i));
     for (int p = 1; p < n; p++)
       v = ngPackReduce<T>(op, v, ngPackPre<T>(op, ngLoadCG16(reinterpret_cast<const uint4*>(ngDirectSendBuf<T>(sh, p) + at) + i)));
-    out4[i] = ngPackPost<T>(op, v);
+    v = ngPackPost<T>(op, v);
+    if (Push) {
+      for (int p = 0; p < n; p++) reinterpret_cast<uint4*>(const_cast<T*>(ngDirectRecvBuf<T>(sh, p) + at))[i] = v;
+    } else {
+      out4[i] = v;
+    }
   }
   // Element-wise remainder (or everything, when a pointer is misaligned).
   for (int64_t e = nPacks * EPP + tid; e < cnt; e += nt) {
     T v = op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, 0) + at + e));
     for (int p = 1; p < n; p++) v = op.reduce(v, op.pre(ngLoadCG(ngDirectSendBuf<T>(sh, p) + at + e)));
-    out[e] = op.post(v);
+    v = op.post(v);
+    if (Push) {
+      for (int p = 0; p < n; p++) const_cast<T*>(ngDirectRecvBuf<T>(sh, p))[at + e] = v;
+    } else {
+      out[e] = v;
+    }
   }
 }
 
@@ -475,16 +500,19 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
     return;
   }
 
+  // Two-shot, pushed: each rank reduces its slice of every rank's sendbuff
+  // and stores the result into every rank's recvbuff (reads S, writes S per
+  // rank: 2n·S in all, against (3n-1)·S when each rank gathers the others'
+  // slices back). Slice p is read only by rank p (every rank's input) and
+  // written only by rank p (every rank's output), so in place is safe:
+  // rank p reads an element of every input before it stores that element.
+  // Barrier 1 (ngDirectOpen) says every rank's buffers are ready; barrier
+  // 2 says every slice has landed, so when a rank's kernel ends its
+  // recvbuff is whole and no peer reads its sendbuff any more.
   const int me = sh->comm.rank;
   const int64_t lo = ngDirectBound<T>(cnt, me, n), hi = ngDirectBound<T>(cnt, me + 1, n);
-  ngDirectReduceSlice<T, Op>(sh, g, op, off + lo, hi - lo, dst + off + lo);
-  if (!ngDirectBarrier(sh, g, phase + 2)) return; // every slice is reduced
-  for (int q = 1; q < n; q++) {
-    const int p = me + q < n ? me + q : me + q - n;
-    const int64_t plo = ngDirectBound<T>(cnt, p, n), phi = ngDirectBound<T>(cnt, p + 1, n);
-    ngDirectCopy<T>(g, ngDirectRecvBuf<T>(sh, p) + off + plo, dst + off + plo, phi - plo);
-  }
-  ngDirectBarrier(sh, g, phase + 3); // no peer reads our recvbuff any more
+  ngDirectReduceSlice<T, Op, true>(sh, g, op, off + lo, hi - lo, nullptr);
+  ngDirectBarrier(sh, g, phase + 2); // every slice is reduced and stored everywhere
 }
 
 // AllGather (bytes): block p of every rank's recvbuff is rank p's sendbuff

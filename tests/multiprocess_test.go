@@ -316,7 +316,7 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatalf("%s\n%s", strings.Join(failed, "\n"), allOutputs(kids))
 	}
 	for p, out := range outs {
-		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP"))
+		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP", "MPWIN"))
 	}
 	if l.hosts >= 2 {
 		summary, err := mpCheckHosts(l, sel, run, outs)

@@ -37,8 +37,10 @@ import (
 // above it. The LL one-shot's are not measured yet (written without a
 // GPU): its model puts it just below RING/LL on 2 ranks (7.3 against 7.8)
 // and well below on 8 (7.9 against 15.0), where it takes 1 LL hop against
-// RING/LL's 14. The bandwidth figure matches the two-shot's 731 GB/s
-// busbw at 512 MiB on 2 ranks (3600/5 = 720 GB/s algorithm bandwidth).
+// RING/LL's 14. The bandwidth figure is what the two-shot that gathered
+// the slices back (5 S on 2 ranks) reached: 731 GB/s busbw at 512 MiB in
+// one process, 777 at 1 GiB across two processes on windows (3.6-3.9 TB/s
+// of reads and writes); the pushed two-shot moves 4 S.
 const (
 	directBaseLat        = 9.5  // µs
 	directBarrierLat     = 0.8  // µs
@@ -97,7 +99,7 @@ func (t *Tuner) directChannels(coll kspace.Coll, nBytes int64) (nc, nt int, mode
 // call reads and writes on n ranks, all ranks together, out of place:
 //
 //   - AllReduce two-shot: every rank reads S (its slice of every input)
-//     and writes S/n, then reads and writes (n-1)/n·S: (3n-1)·S;
+//     and writes its reduced slice into every rank's output, S: 2n·S;
 //     one-shot: every rank reads n·S and writes S: n(n+1)·S;
 //     LL one-shot: every rank reads S and writes 2S of lines, reads
 //     (n-1)·2S of lines and writes S: 2n(n+1)·S;
@@ -116,7 +118,7 @@ func directTraffic(coll kspace.Coll, n int, mode directMode) float64 {
 		case directOneShot:
 			return float64(n * (n + 1))
 		}
-		return float64(3*n - 1)
+		return float64(2 * n)
 	case kspace.ReduceScatter:
 		return float64(n + 1)
 	default: // AllGather, Broadcast
@@ -132,10 +134,7 @@ func (t *Tuner) directTime(coll kspace.Coll, nBytes int64, nc int, mode directMo
 	if mode == directLL {
 		lat = baseLat[kspace.Ring][kspace.LL] + hwLat[t.intraHW()][kspace.Ring][kspace.LL] + directLLPerPeer*float64(n-1)
 	} else {
-		barriers := 2.0
-		if coll == kspace.AllReduce && mode == directTwoShot {
-			barriers = 3
-		}
+		const barriers = 2.0 // every mode opens with one and ends with one
 		lat = directBaseLat + barriers*(directBarrierLat+directBarrierPerPeer*float64(n-1))
 	}
 	var bw float64 // algorithm bandwidth, GB/s

@@ -74,7 +74,7 @@ func TestDirectTraffic(t *testing.T) {
 		mode directMode
 		want float64
 	}{
-		{kspace.AllReduce, 2, directTwoShot, 5},     // 2 reduce 1/2 of 2 inputs, write 1/2; gather 1/2 each
+		{kspace.AllReduce, 2, directTwoShot, 4},     // 2 reduce 1/2 of 2 inputs, write it to 2 outputs
 		{kspace.AllReduce, 2, directOneShot, 6},     // each reads 2, writes 1
 		{kspace.AllReduce, 2, directLL, 12},         // each reads 1, writes 2 of lines, reads 2 of lines, writes 1
 		{kspace.AllGather, 2, directTwoShot, 4},     // each reads and writes the whole output
