@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,10 +26,13 @@ func TestCollectiveBrokenAsItStarts(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two threads to race")
 	}
-	tries := 4000
+	tries := 10000
 	if testing.Short() {
 		tries = 1000
 	}
+	// No collection during the tries: it would spread the timing of the
+	// call, and with it the breaker's hits.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	why := fmt.Errorf("%w: rank 1 abandoned collective #1", ErrCollectiveBroken)
 	delay := 0 // spins before breaking
 	nRan, nBroken := 0, 0
@@ -44,7 +48,7 @@ func TestCollectiveBrokenAsItStarts(t *testing.T) {
 		d := delay
 		wg.Go(func() {
 			ready.Store(true)
-			for !start.Load() {
+			for !start.Load() { // no Gosched: it would make this side late
 			}
 			for k := 0; k < d; k++ {
 				spinSink.Add(1)
@@ -52,6 +56,7 @@ func TestCollectiveBrokenAsItStarts(t *testing.T) {
 			r.coll().fail(1, why)
 		})
 		for !ready.Load() {
+			runtime.Gosched()
 		}
 		ran := false
 		start.Store(true)
