@@ -165,10 +165,14 @@ func collective(ctx context.Context, t transport, op string, body func(ctx conte
 	}
 	// A call whose context has already ended fails here, on every
 	// transport alike, rather than by whichever of its sends or receives
-	// notices first (a queued message could let it succeed).
+	// notices first (a queued message could let it succeed). Err first:
+	// a peer's abandon may cancel ctx at any moment, and a Cause read
+	// before that cancel is nil even when Err, read after, is not.
 	var out [][]byte
 	what := "before step 0"
-	if err = context.Cause(ctx); ctx.Err() == nil {
+	if ctx.Err() != nil {
+		err = context.Cause(ctx)
+	} else {
 		out, what, err = body(ctx, seq)
 	}
 	if err == nil {
