@@ -171,6 +171,9 @@ func TestHostsMatrixViewsAgree(t *testing.T) {
 				for ch, ring := range vs[0].rings {
 					require.NoError(t, graph.CheckRing(ring, n), "channel %d", ch)
 				}
+				for ch, tr := range vs[0].trees {
+					require.NoError(t, graph.CheckTree(tr, n), "channel %d", ch)
+				}
 				for me, v := range vs {
 					for _, e := range v.edges {
 						other := e.To
@@ -248,8 +251,31 @@ func TestHostsMatrixPlansAgree(t *testing.T) {
 											"%s: rank %d's launch %d", c, r, i)
 									}
 									require.LessOrEqual(t, ln.NBlocks(), vs[r].nch, "%s: rank %d launches more blocks than it has channels", c, r)
+									require.Zero(t, ln.ChannelMask>>uint(vs[r].nch), "%s: rank %d uses a channel it did not set up", c, r)
+									// Every point-to-point part runs on a connection both
+									// sides set up.
+									for ch := range generated.MaxChannels {
+										for _, w := range ln.Works[ln.ChanWorkStart[ch]:ln.ChanWorkStart[ch+1]] {
+											if c.name != "SendRecv ring" {
+												continue
+											}
+											if w.SendPeer >= 0 {
+												require.True(t, slices.Contains(vs[r].edges, transport.Edge{Channel: ch, From: r, To: int(w.SendPeer)}),
+													"%s: rank %d sends to %d on channel %d, not connected", c, r, w.SendPeer, ch)
+											}
+											if w.RecvPeer >= 0 {
+												require.True(t, slices.Contains(vs[r].edges, transport.Edge{Channel: ch, From: int(w.RecvPeer), To: r}),
+													"%s: rank %d receives from %d on channel %d, not connected", c, r, w.RecvPeer, ch)
+											}
+										}
+									}
 									blocks = max(blocks, ln.NBlocks()) // per rank, the widest launch
 								}
+							}
+							if firstErr == nil && c.name == "AllGather" && ty == kspace.I32 && count == 65539 {
+								d := first.Decisions[0]
+								t.Logf("%s: %d channels set up; %s/%s on %d channels, %d ranks × %d blocks on the GPU",
+									c, vs[0].nch, d.Choice.Algo, d.Choice.Proto, d.NChannels, n, blocks)
 							}
 							if firstErr == nil {
 								assert.LessOrEqual(t, blocks*n, agreed.SMs*agreed.BlocksPerSM, "%s: %d ranks × %d blocks on one GPU", c, n, blocks)
