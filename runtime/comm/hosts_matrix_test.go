@@ -35,6 +35,25 @@ type hostsPlacement struct {
 	p2pDisable     bool
 }
 
+// comboEnv is the environment that forces ap (nothing for the default).
+func comboEnv(ap [2]string) map[string]string {
+	env := map[string]string{}
+	if ap[0] != "" {
+		env["NCCL_ALGO"] = ap[0]
+	}
+	if ap[1] != "" {
+		env["NCCL_PROTO"] = ap[1]
+	}
+	return env
+}
+
+func comboName(ap [2]string) string {
+	if ap[0] == "" && ap[1] == "" {
+		return "default"
+	}
+	return ap[0] + "/" + ap[1]
+}
+
 func (p hostsPlacement) String() string {
 	s := fmt.Sprintf("h%dr%d", p.hosts, p.perHost)
 	if p.perHost > 1 && p.oneProcess {
@@ -158,8 +177,8 @@ func hostsViews(t *testing.T, p hostsPlacement, env map[string]string) ([]hostsV
 func TestHostsMatrixViewsAgree(t *testing.T) {
 	for _, p := range hostsMatrix() {
 		for _, ap := range hostsCombos(p) {
-			t.Run(p.String()+"/"+ap[0]+"/"+ap[1], func(t *testing.T) {
-				vs, agreed := hostsViews(t, p, map[string]string{"NCCL_ALGO": ap[0], "NCCL_PROTO": ap[1]})
+			t.Run(p.String()+"/"+comboName(ap), func(t *testing.T) {
+				vs, agreed := hostsViews(t, p, comboEnv(ap))
 				n := len(vs)
 				for r := 1; r < n; r++ {
 					require.Equal(t, vs[0].top, vs[r].top, "rank %d's topology", r)
@@ -192,9 +211,10 @@ func TestHostsMatrixViewsAgree(t *testing.T) {
 	}
 }
 
-// hostsCombos is gpu-verify.sh's HOSTS_COMBOS for a placement.
+// hostsCombos is gpu-verify.sh's HOSTS_COMBOS for a placement, and the
+// tuner's own choice (nothing forced).
 func hostsCombos(p hostsPlacement) [][2]string {
-	cs := [][2]string{{"RING", "LL"}, {"RING", "SIMPLE"}, {"TREE", "LL"}, {"TREE", "SIMPLE"}}
+	cs := [][2]string{{"", ""}, {"RING", "LL"}, {"RING", "SIMPLE"}, {"TREE", "LL"}, {"TREE", "SIMPLE"}}
 	if p.perHost == 1 {
 		cs = append(cs, [2]string{"PAT", "SIMPLE"}, [2]string{"RING", "LL128"})
 	} else {
@@ -213,8 +233,8 @@ func TestHostsMatrixPlansAgree(t *testing.T) {
 	names := []string{"AllReduce Sum", "AllGather", "ReduceScatter Sum", "Broadcast", "SendRecv ring"}
 	for _, p := range hostsMatrix() {
 		for _, ap := range hostsCombos(p) {
-			t.Run(p.String()+"/"+ap[0]+"/"+ap[1], func(t *testing.T) {
-				vs, agreed := hostsViews(t, p, map[string]string{"NCCL_ALGO": ap[0], "NCCL_PROTO": ap[1]})
+			t.Run(p.String()+"/"+comboName(ap), func(t *testing.T) {
+				vs, agreed := hostsViews(t, p, comboEnv(ap))
 				n := len(vs)
 				es := make([]*Engine, n)
 				for r, v := range vs {
@@ -244,6 +264,10 @@ func TestHostsMatrixPlansAgree(t *testing.T) {
 								require.NoError(t, err, "%s: rank %d refuses what rank 0 planned", c, r)
 								require.Equal(t, decisionsOf(*first), decisionsOf(pl), "%s: rank %d's choices against rank 0's", c, r)
 								require.Equal(t, len(first.Launches), len(pl.Launches), "%s: rank %d's launches", c, r)
+								for _, d := range pl.Decisions {
+									// PAT's connections are set up only with one rank per host.
+									require.False(t, d.Choice.Algo == kspace.PAT && vs[r].top.NNodes != n, "%s: rank %d runs PAT with %d ranks on %d hosts", c, r, n, vs[r].top.NNodes)
+								}
 								for i, ln := range pl.Launches {
 									f := first.Launches[i]
 									if c.name != "SendRecv ring" {
