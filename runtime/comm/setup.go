@@ -144,7 +144,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	c.gpu.SMCount = share.SMs
-	agreed, err := agreeResidency(ctx, net, shareView{PID: me.PID, Host: me.Host, GPU: gpuName(residencyInfo{Device: device, BusID: c.gpu.BusID}),
+	agreed, err := agreeResidency(ctx, net, shareView{PID: me.PID, Host: me.Host, Machine: topo.ThisMachine(), GPU: gpuName(residencyInfo{Device: device, BusID: c.gpu.BusID}),
 		SMs: share.SMs, BlocksPerSM: blocksPerSM, Percent: share.Percent})
 	if err != nil {
 		return fail(err)

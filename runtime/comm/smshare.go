@@ -25,8 +25,11 @@ import (
 
 // shareView is what a rank tells its peers about the SMs it may use.
 type shareView struct {
-	PID         int
-	Host        string
+	PID  int
+	Host string
+	// Machine is topo.ThisMachine: ranks of different hosts
+	// (NCCL_HOSTID) on one machine share its GPUs. Empty: Host decides.
+	Machine     string
 	GPU         string // bus id, else ordinal
 	SMs         int
 	BlocksPerSM int
@@ -42,10 +45,16 @@ type agreedShare struct {
 
 // agreeShares combines the ranks' views: the fewest SMs and blocks per SM
 // (every rank must derive the same channels) and the most competing
-// ranks over the GPUs.
+// ranks over the GPUs. A GPU is its bus id (or ordinal) on a machine
+// (shareView.Machine, else the host): fake hosts (NCCL_HOSTID per
+// process) on one machine share its GPUs, and the blocks of all their
+// ranks there must be resident at once. Counted per host, 3 fake hosts ×
+// 2 ranks on one H200 took 32 channels each: 192 blocks for 132 SMs, and
+// the rings waited on blocks that could not start (the fake-host
+// matrix's h3r2 hang, docs/notes/20261201-hosts-matrix-faults.md).
 func agreeShares(views []shareView) agreedShare {
 	a := agreedShare{RanksPerGPU: 1, Why: "one rank per GPU"}
-	type gpuKey struct{ host, gpu string }
+	type gpuKey struct{ machine, gpu string }
 	groups := map[gpuKey][]shareView{}
 	for i, v := range views {
 		if i == 0 || v.SMs < a.SMs {
@@ -54,11 +63,15 @@ func agreeShares(views []shareView) agreedShare {
 		if i == 0 || v.BlocksPerSM < a.BlocksPerSM {
 			a.BlocksPerSM = v.BlocksPerSM
 		}
-		k := gpuKey{v.Host, v.GPU}
+		m := v.Machine
+		if m == "" {
+			m = "host " + v.Host
+		}
+		k := gpuKey{m, v.GPU}
 		groups[k] = append(groups[k], v)
 	}
 	keys := slices.SortedFunc(maps.Keys(groups), func(x, y gpuKey) int {
-		return strings.Compare(x.host+"\x00"+x.gpu, y.host+"\x00"+y.gpu)
+		return strings.Compare(x.machine+"\x00"+x.gpu, y.machine+"\x00"+y.gpu)
 	})
 	for _, k := range keys {
 		g := groups[k]
@@ -68,7 +81,11 @@ func agreeShares(views []shareView) agreedShare {
 		perProc := map[int]int{}
 		pct := map[int]float64{}
 		own := true
+		var hosts []string
 		for _, v := range g {
+			if !slices.Contains(hosts, v.Host) {
+				hosts = append(hosts, v.Host)
+			}
 			perProc[v.PID]++
 			pct[v.PID] = v.Percent
 			own = own && v.Percent > 0
@@ -77,11 +94,15 @@ func agreeShares(views []shareView) agreedShare {
 		for _, p := range pct {
 			sum += p
 		}
-		n, why := len(g), fmt.Sprintf("%d ranks share GPU %s on %s", len(g), k.gpu, k.host)
+		where := strings.Join(hosts, ", ")
+		if len(hosts) > 1 {
+			where = "hosts " + where + " (one machine)"
+		}
+		n, why := len(g), fmt.Sprintf("%d ranks share GPU %s on %s", len(g), k.gpu, where)
 		if own && len(perProc) > 1 && sum <= 100+1e-9 {
 			n = slices.Max(slices.Collect(maps.Values(perProc)))
 			why = fmt.Sprintf("%d processes share GPU %s on %s with MPS shares adding up to %g %%; %d ranks of one process compete for its share",
-				len(perProc), k.gpu, k.host, sum, n)
+				len(perProc), k.gpu, where, sum, n)
 		} else if own && len(perProc) > 1 {
 			why += fmt.Sprintf(" (their MPS shares add up to %g %%, over 100: they compete)", sum)
 		}

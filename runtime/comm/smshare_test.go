@@ -24,6 +24,19 @@ func procs(h string, nProcs, perProc, sms int, pct float64) []shareView {
 	return vs
 }
 
+// onMachine puts the views of several hosts on machine m, one process
+// per host (distinct PIDs, as on one machine).
+func onMachine(m string, hosts ...[]shareView) []shareView {
+	var vs []shareView
+	for h, host := range hosts {
+		for _, v := range host {
+			v.Machine, v.PID = m, v.PID+1000*h
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 // TestAgreeSharesMPS: processes with their own MPS shares size their
 // channels from their share alone; the old sizing scaled the driver's
 // (already limited) count by the percentage again and counted every rank
@@ -47,6 +60,13 @@ func TestAgreeSharesMPS(t *testing.T) {
 		{"one share missing", append(procs("h", 1, 1, 66, 50), procs("h", 1, 1, 132, 0)[0]), 2, 32},
 		{"2 hosts × 2 ranks of one process", append(procs("a", 1, 2, 132, 0), procs("b", 1, 2, 132, 0)...), 2, 32},
 		{"one rank per GPU", append(procs("a", 1, 1, 132, 0), procs("b", 1, 1, 132, 0)...), 1, 32},
+		// Fake hosts (NCCL_HOSTID) on one machine share its GPU: the
+		// matrix's h3r2 took 32 channels × 6 ranks on 132 SMs and hung.
+		{"3 fake hosts × 2 ranks of one process, one machine", onMachine("m", procs("a", 1, 2, 132, 0), procs("b", 1, 2, 132, 0), procs("c", 1, 2, 132, 0)), 6, 22},
+		{"4 fake hosts × 2 processes, one machine", onMachine("m", procs("a", 2, 1, 132, 0), procs("b", 2, 1, 132, 0), procs("c", 2, 1, 132, 0), procs("d", 2, 1, 132, 0)), 8, 16},
+		{"2 fake hosts, MPS shares of 50 %, one machine", onMachine("m", procs("a", 1, 1, 66, 50), procs("b", 1, 1, 66, 50)), 1, 32},
+		{"2 fake hosts, MPS shares of 60 %, one machine", onMachine("m", procs("a", 1, 1, 79, 60), procs("b", 1, 1, 79, 60)), 2, 32},
+		{"2 machines × 2 ranks of one process", append(onMachine("m1", procs("a", 1, 2, 132, 0)), onMachine("m2", procs("b", 1, 2, 132, 0))...), 2, 32},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
