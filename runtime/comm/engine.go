@@ -67,10 +67,10 @@ type Engine struct {
 	// plans remembers the plans of repeated calls (Plan); the tuners and
 	// the kernel set it plans with are fixed from setup to free, which
 	// resets it.
-	plans enqueue.PlanCache
-	watch    *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
-	lost     atomic.Pointer[PeerLost] // the first rank whose process died
-	netErr   atomic.Pointer[error]    // the first NET connection the proxy lost
+	plans  enqueue.PlanCache
+	watch  *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
+	lost   atomic.Pointer[PeerLost] // the first rank whose process died
+	netErr atomic.Pointer[error]    // the first NET connection the proxy lost
 
 	mu        sync.Mutex
 	destroyed bool
