@@ -503,6 +503,38 @@ func AlgoIndex(c Coll, a Algo) int {
 	return -1
 }
 
+// rowSection is what RowOf needs of one section of the rows (NCCL's
+// algorithms, or ncclgo's own), computed once from sectionBases and
+// sectionAlgos so that a lookup allocates nothing.
+type rowSection struct {
+	base [NumColls]int
+	// n is the number of the collective's algorithms in the section.
+	n [NumColls]int
+	// pos is an algorithm's position among them (-1: not in the section).
+	pos [NumColls][NumAlgos]int8
+}
+
+// rowSections are NCCL's section (rows from 1: row 0 is SendRecv) and
+// ncclgo's own, which follows it.
+var rowSections = func() (s [2]rowSection) {
+	base, end := sectionBases(false, 1)
+	s[0].base = base
+	s[1].base, _ = sectionBases(true, end)
+	for i, own := range []bool{false, true} {
+		for c := Coll(0); c < NumColls; c++ {
+			for a := range s[i].pos[c] {
+				s[i].pos[c][a] = -1
+			}
+			algos := sectionAlgos(c, own)
+			s[i].n[c] = len(algos)
+			for j, a := range algos {
+				s[i].pos[c][a] = int8(j)
+			}
+		}
+	}
+	return s
+}()
+
 // RowOf computes f's row by arithmetic, the way the host does at run time;
 // ok is false for a combination that has no row.
 func RowOf(f Func) (row int, ok bool) {
@@ -515,18 +547,13 @@ func RowOf(f Func) (row int, ok bool) {
 	if AlgoIndex(f.Coll, f.Algo) < 0 || f.Proto < 0 || f.Proto >= NumProtos {
 		return 0, false
 	}
-	own := f.Algo >= FirstOwnAlgo
-	base, end := sectionBases(false, 1)
-	if own {
-		base, _ = sectionBases(true, end)
+	sec := &rowSections[0]
+	if f.Algo >= FirstOwnAlgo {
+		sec = &rowSections[1]
 	}
-	algos := sectionAlgos(f.Coll, own)
-	ai := 0
-	for algos[ai] != f.Algo {
-		ai++
-	}
-	nA := len(algos)
-	b := base[f.Coll]
+	ai := int(sec.pos[f.Coll][f.Algo])
+	nA := sec.n[f.Coll]
+	b := sec.base[f.Coll]
 	if !f.Coll.HasRedOp() {
 		return b + ai*int(NumProtos) + int(f.Proto), true
 	}

@@ -105,3 +105,17 @@ func TestImplemented(t *testing.T) {
 		}
 	}
 }
+
+// A function lookup runs on every planned call (kernels.Set.Resolve): it
+// must not allocate.
+func TestRowOfAllocatesNothing(t *testing.T) {
+	rows := Rows()
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, ok := RowOf(rows[i%len(rows)]); !ok {
+			t.Fatal("no row")
+		}
+		i += 97
+	})
+	require.Zero(t, allocs)
+}

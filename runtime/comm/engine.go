@@ -64,9 +64,13 @@ type Engine struct {
 	flagsDev cuda.DevicePtr
 	launcher *enqueue.Launcher
 	plan     enqueue.Comm
-	watch    *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
-	lost     atomic.Pointer[PeerLost] // the first rank whose process died
-	netErr   atomic.Pointer[error]    // the first NET connection the proxy lost
+	// plans remembers the plans of repeated calls (Plan); the tuners and
+	// the kernel set it plans with are fixed from setup to free, which
+	// resets it.
+	plans  enqueue.PlanCache
+	watch  *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
+	lost   atomic.Pointer[PeerLost] // the first rank whose process died
+	netErr atomic.Pointer[error]    // the first NET connection the proxy lost
 
 	mu        sync.Mutex
 	destroyed bool
@@ -480,6 +484,7 @@ func (e *Engine) free() error {
 	if e.kset != nil {
 		errs = append(errs, e.kset.Release())
 	}
+	e.plans.Reset() // its plans' functions are the released set's
 	if e.net != nil {
 		errs = append(errs, bootstrap.CloseShared(e.net)) // a view of Split, or a network views share
 	}
@@ -500,7 +505,15 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 	if e.kset != nil {
 		lookup = e.kset.Resolve // the set's own ids, from its manifest
 	}
-	p, err := enqueue.Build(e.plan, e.markWindows(tasks), e.tuner, lookup) // window.go
+	tasks = e.markWindows(tasks) // window.go
+	var p enqueue.Plan
+	var err error
+	if e.log != nil && e.log.Enabled(context.Background(), slog.LevelDebug) {
+		// The tuner logs each choice at Debug: ask it every time.
+		p, err = enqueue.Build(e.plan, tasks, e.tuner, lookup)
+	} else {
+		p, err = e.plans.Build(e.plan, tasks, e.tuner, lookup)
+	}
 	if err != nil {
 		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) {
 			err = fmt.Errorf("%w (DIRECT runs across processes only on calls whose buffers lie in registered windows)", err)

@@ -162,3 +162,12 @@ func TestDescribeFilter(t *testing.T) {
 	assert.Equal(t, `kernels: the kernel set's image lacks ngDevKernel_AllReduce_Sum_f32_RING_LL, which its manifest lists (set built with filter "AllReduce Sum f32 * *"); rebuild the kernel set with ncclgen build`, e.Error())
 	assert.ErrorIs(t, e, ErrMismatch)
 }
+
+// The planner resolves a function on every call: a valid one must cost no
+// allocation.
+func TestResolveAllocatesNothing(t *testing.T) {
+	f := kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.Ring, Proto: kspace.LL}
+	_, err := Resolve(f)
+	require.NoError(t, err)
+	require.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = Resolve(f) }))
+}
