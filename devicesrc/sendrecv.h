@@ -34,6 +34,33 @@
 // block copies the send (ngDirectCopy: 16-byte packs, unrolled), then it
 // waits for its own receive. Every rank publishes before it waits, so the
 // pairs of a round never wait on one another in a cycle.
+//
+// By window (ranks in other processes, NG_CONN_XPROC connections, a
+// communicator with NG_DIRECT_WINDOWS; SIMPLE). A peer's raw pointers mean
+// nothing here, but a buffer in a registered window does: the receiver
+// copies from the sender's sendbuff through its own mapping of the window.
+// Only the sendbuff needs a window (the host flags the work
+// NG_WORK_P2P_SEND_WIN with the window in root). At its step s the sender
+// publishes in ptrExchange (the receiver's memory): [0] the window reference
+// (window << NG_DIRECT_WIN_SHIFT | offset, bit 63), [2] the part's bytes,
+// [3] the Send's bytes, fence, [1] = s+1; a sender without a window
+// publishes nothing and runs the FIFO at once. The receiver, at its step r
+// (the same value: both count the connection's steps), waits for whichever
+// comes first: [1] == r+1 (the sender published for this very step: copy
+// from the window) or tail >= r+1 (the sender posted a FIFO step: run the
+// FIFO). The two exclude each other: a publishing sender posts tail = s+1
+// only after the receiver returned the credit, and a FIFO sender writes no
+// generation at this step (an older one is at most r, a later one comes
+// only after tail passed r+1). The receiver compares the sizes as direct
+// mode does, copies (or not), writes [4] (its Recv's bytes, or ~the Send's
+// when it copied nothing though the messages agree: a part mismatch or a
+// reference that does not resolve here), fences and stores head = r+1; the
+// sender waits for head >= s+1, compares [4] with its Send, posts tail =
+// s+1 and steps on. A FIFO sender pays nothing; a receiver polls one more
+// word before its first step. Neither waits for the other in a cycle:
+// every rank publishes before it waits, and a rank whose send runs the FIFO
+// splits its block so that its sending half needs no receive to start.
+// (runtime/enqueue's TestP2PWindowHandshake simulates this protocol.)
 #ifndef NG_SENDRECV_H_
 #define NG_SENDRECV_H_
 #include "ng_coll_common.h"
@@ -146,6 +173,137 @@ __device__ __forceinline__ bool ngDirectRecv(struct ngShmem* sh, ngGroup g, cons
   return ok && !ngAborted(sh);
 }
 
+// ngXwinConn reports whether a SendRecv on connection ci may run by window
+// (see the header). Both ends of a connection answer alike: its flags and
+// the communicator's DIRECT state are agreed at setup.
+__device__ __forceinline__ bool ngXwinConn(struct ngShmem* sh, const struct ngConnInfo* ci) {
+  return (ci->flags & NG_CONN_XPROC) && (sh->comm.directFlags & NG_DIRECT_WINDOWS) && sh->comm.direct != 0;
+}
+
+// ngXwinSendRef is the window reference of the work's sendbuff, or 0 (no
+// window: the send runs the FIFO).
+__device__ __forceinline__ uint64_t ngXwinSendRef(struct ngShmem* sh) {
+  const struct ngDevWork& w = sh->work;
+  if (!(w.flags & NG_WORK_P2P_SEND_WIN) || w.root < 0) return 0;
+  const uint64_t base = ngDirectWinBase(sh, (uint64_t)w.root, sh->comm.rank), a = w.sendbuff;
+  if (base == 0 || a < base || a - base > NG_DIRECT_WIN_OFF_MASK) return 0;
+  return NG_DIRECT_WIN_REF | ((uint64_t)w.root << NG_DIRECT_WIN_SHIFT) | (a - base);
+}
+
+// ngXwinPublish (one thread) publishes the send's window reference at the
+// connection's step.
+__device__ __forceinline__ void ngXwinPublish(const struct ngConnInfo* ci, uint64_t ref, uint64_t bytes, uint64_t msg) {
+  uint64_t* xch = reinterpret_cast<uint64_t*>(ci->ptrExchange);
+  const uint64_t s = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->step));
+  ngStVolatile(xch, ref);
+  ngStVolatile(xch + 2, bytes);
+  ngStVolatile(xch + 3, msg);
+  __threadfence_system();
+  ngStVolatile(xch + 1, s + 1);
+}
+
+// ngXwinSendDone (one thread) waits until the receiver copied the
+// published send (or refused it), checks its verdict and posts the step.
+__device__ __forceinline__ void ngXwinSendDone(struct ngShmem* sh, const struct ngConnInfo* ci, uint64_t msg) {
+  uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
+  const uint64_t s = ngLdVolatile(stepPtr);
+  if (!ngWaitGE(sh, reinterpret_cast<const uint64_t*>(ci->head), s + 1)) return;
+  __threadfence_system();
+  const uint64_t theirs = ngLdVolatile(reinterpret_cast<const uint64_t*>(ci->ptrExchange) + 4);
+  ngStVolatile(reinterpret_cast<uint64_t*>(ci->tail), s + 1);
+  ngStVolatile(stepPtr, s + 1);
+  if (theirs != msg) ngP2PMismatch(sh);
+}
+
+// ngXwinRecv receives total elements into dst from peer on connection ci
+// when the sender published a window (see the header), with every thread
+// of g. Returns false when the sender runs the FIFO instead (nothing done:
+// the caller runs it), true when the receive is over (copied, refused with
+// the error recorded, or aborted).
+template <typename T>
+__device__ __forceinline__ bool ngXwinRecv(struct ngShmem* sh, ngGroup g, const struct ngConnInfo* ci, int peer, T* dst,
+                                           int64_t total, uint64_t msg) {
+  const uint64_t* xch = reinterpret_cast<const uint64_t*>(ci->ptrExchange);
+  uint64_t* stepPtr = reinterpret_cast<uint64_t*>(ci->step);
+  // sh->directRecv[1..4]: mode (0 FIFO, 1 window, 2 abort), source,
+  // whether to copy, the verdict for [4]. [0] and directSend belong to a
+  // direct-mode sending half that may run beside this one.
+  if (g.tid == 0) {
+    const uint64_t r = ngLdVolatile(stepPtr);
+    const uint64_t* tail = reinterpret_cast<const uint64_t*>(ci->tail);
+    uint64_t mode = 2, src = 0, ok = 0, verdict = 0;
+    for (int spins = 0;;) {
+      if (ngLdVolatile(xch + 1) == r + 1) {
+        __threadfence_system(); // the reference and sizes were written before the generation
+        const uint64_t ref = ngLdVolatile(xch), bytes = ngLdVolatile(xch + 2), theirs = ngLdVolatile(xch + 3);
+        src = ngDirectWinResolve(sh, ref, peer);
+        ok = src != 0 && bytes == (uint64_t)total * sizeof(T) && theirs == msg;
+        verdict = (ok || theirs != msg) ? msg : ~theirs;
+        mode = 1;
+        break;
+      }
+      if (ngLdVolatile(tail) >= r + 1) {
+        mode = 0;
+        break;
+      }
+      if (++spins == NG_SPINS_BEFORE_ABORT_CHECK) {
+        spins = 0;
+        if (ngCheckAbort(sh)) break;
+      }
+    }
+    sh->directRecv[1] = mode;
+    sh->directRecv[2] = src;
+    sh->directRecv[3] = ok;
+    sh->directRecv[4] = verdict;
+  }
+  ngBarrier(g);
+  const uint64_t mode = sh->directRecv[1];
+  if (mode == 0) return false;
+  if (mode == 2 || ngAborted(sh)) return true;
+  const bool ok = sh->directRecv[3] != 0;
+  ngDirectCopy<T>(g, reinterpret_cast<const T*>(sh->directRecv[2]), dst, ok ? total : 0);
+  ngBarrier(g);
+  if (g.tid == 0) {
+    const uint64_t r = ngLdVolatile(stepPtr);
+    ngStVolatile(const_cast<uint64_t*>(xch) + 4, sh->directRecv[4]);
+    if (!ok) ngP2PMismatch(sh);
+    __threadfence_system(); // the verdict, and every load from the sender's buffer, before the credit
+    ngStVolatile(reinterpret_cast<uint64_t*>(ci->head), r + 1);
+    ngStVolatile(stepPtr, r + 1);
+  }
+  ngBarrier(g);
+  return true;
+}
+
+// ngFifoRecv receives total elements into dst from recvPeer through the
+// connection's FIFO with every thread of g.
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ void ngFifoRecv(struct ngShmem* sh, ngGroup g, int recvPeer, T* dst, int64_t total) {
+  const int64_t cap = ngStepElems<T, Proto>(sh);
+  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &recvPeer, 1, nullptr, 0);
+  for (int64_t off = 0; off < total; off += cap) {
+    if (!prims.step(nullptr, dst + off, (int)ngMin64(cap, total - off), true, false, false)) return;
+  }
+  prims.finish();
+}
+
+// ngRecvPart runs the receiving side of a work with every thread of g: by
+// window when the sender published one, else direct mode or the FIFO.
+template <typename T, typename Op, int Proto>
+__device__ __forceinline__ void ngRecvPart(struct ngShmem* sh, ngGroup g, const struct ngDevWork& w) {
+  T* dst = reinterpret_cast<T*>(w.recvbuff);
+  const int64_t total = (int64_t)w.chanCount;
+  int recvPeer = w.recvPeer;
+  const struct ngConnInfo* ci = ngRecvConnInfo(sh, recvPeer);
+  if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
+    ngDirectRecv<T>(sh, g, ci, dst, total, w.redOpArg, true);
+    return;
+  }
+  if (Proto == NG_PROTO_SIMPLE && ngXwinConn(sh, ci) && ngXwinRecv<T>(sh, g, ci, recvPeer, dst, total, w.redOpArg))
+    return;
+  ngFifoRecv<T, Op, Proto>(sh, g, recvPeer, dst, total);
+}
+
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
   const struct ngDevWork w = sh->work;
@@ -169,6 +327,21 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
       return;
     ngDirectRecv<T>(sh, all, rci, dst, rtotal, w.redOpArg, false);
     return;
+  }
+  if (Proto == NG_PROTO_SIMPLE && doSend && ngXwinConn(sh, ngSendConnInfo(sh, sendPeer))) {
+    const uint64_t ref = ngXwinSendRef(sh);
+    if (ref != 0) {
+      // Send by window: publish (a store, no wait), receive with the whole
+      // block, then wait until the receiver has copied the send.
+      if (tid >= nt) return;
+      const ngGroup all = {tid, nt, 1};
+      const struct ngConnInfo* sci = ngSendConnInfo(sh, sendPeer);
+      if (tid == 0) ngXwinPublish(sci, ref, w.count * sizeof(T), w.chanOffset);
+      if (doRecv) ngRecvPart<T, Op, Proto>(sh, all, w);
+      if (tid == 0 && !ngAborted(sh)) ngXwinSendDone(sh, sci, w.chanOffset);
+      ngBarrier(all);
+      return;
+    }
   }
   if (doSend && doRecv && nt < 64) nt = (blockDim.x & ~31) >= 64 ? 64 : nt;
   if (tid >= nt) return;
@@ -202,18 +375,7 @@ __device__ __forceinline__ void ngSendRecvRun(struct ngShmem* sh) {
     }
     prims.finish();
   } else {
-    T* dst = reinterpret_cast<T*>(w.recvbuff);
-    const int64_t total = (int64_t)w.chanCount;
-    const struct ngConnInfo* ci = ngRecvConnInfo(sh, recvPeer);
-    if (Proto == NG_PROTO_SIMPLE && (ci->flags & NG_CONN_DIRECT)) {
-      ngDirectRecv<T>(sh, g, ci, dst, total, w.redOpArg, true);
-      return;
-    }
-    ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &recvPeer, 1, nullptr, 0);
-    for (int64_t off = 0; off < total; off += cap) {
-      if (!prims.step(nullptr, dst + off, (int)ngMin64(cap, total - off), true, false, false)) return;
-    }
-    prims.finish();
+    ngRecvPart<T, Op, Proto>(sh, g, w);
   }
 }
 

@@ -388,8 +388,11 @@ func (e *Engine) windowRow(p, n uint64) int {
 
 // markWindows returns tasks with the collectives that DIRECT can run
 // across processes and whose buffers lie in windows given their rows and
-// the window tuner (enqueue.Task's SendWin, RecvWin, Choose); tasks
-// itself is left as it is.
+// the window tuner (enqueue.Task's SendWin, RecvWin, Choose), and the
+// Sends whose buffers lie in windows given SendWin (the receiver copies
+// from the window; a Recv needs none, and the device falls back to the FIFO
+// for the others, see devicesrc/sendrecv.h); tasks itself is left as it
+// is.
 func (e *Engine) markWindows(tasks []enqueue.Task) []enqueue.Task {
 	if e.winTuner == nil {
 		return tasks
@@ -411,6 +414,11 @@ func (e *Engine) markWindows(tasks []enqueue.Task) []enqueue.Task {
 			sendBytes, recvBytes = t.Bytes, t.Bytes*n
 		case kspace.ReduceScatter:
 			sendBytes, recvBytes = t.Bytes*n, t.Bytes
+		case kspace.SendRecv:
+			if r := e.windowRow(t.Send, t.Bytes); t.IsSend && t.Bytes > 0 && r >= 0 {
+				t.SendWin = int32(r + 1)
+			}
+			continue
 		default:
 			continue
 		}

@@ -61,6 +61,10 @@ type Task struct {
 	// this task instead of Build's Chooser (DIRECT across processes runs
 	// only on windows). A DIRECT work of such a task carries
 	// generated.WorkDirectWin and the indices in SendPeer and RecvPeer.
+	// A Send whose buffer lies in a window has SendWin (Choose stays nil):
+	// its works carry generated.WorkP2pSendWin and the index in Root, and
+	// between processes the receiver copies from the window
+	// (devicesrc/sendrecv.h); a Recv needs none.
 	SendWin, RecvWin int32
 	Choose           Chooser
 }
@@ -518,6 +522,7 @@ type p2pPart struct {
 	buf   uint64
 	bytes uint64
 	msg   uint64 // the whole message's bytes (every part carries it)
+	win   int32  // a send's window index + 1, 0 for none (Task.SendWin)
 }
 
 // planP2P pairs and splits the point-to-point tasks (see the package doc).
@@ -567,10 +572,14 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 		if t.IsSend {
 			buf = t.Send
 		}
+		var win int32
+		if t.IsSend && t.SendWin > 0 && int(t.SendWin) <= generated.DirectMaxWindows {
+			win = t.SendWin
+		}
 		out := make([]p2pPart, nParts)
 		for i := range out {
 			off, count := part(n, per, i)
-			out[i] = p2pPart{buf: buf + off, bytes: count, msg: t.Bytes}
+			out[i] = p2pPart{buf: buf + off, bytes: count, msg: t.Bytes, win: win}
 		}
 		decs = append(decs, Decision{Coll: kspace.SendRecv, Bytes: int64(t.Bytes), Choice: ch, NChannels: nParts})
 		return out, ch, nil
@@ -607,6 +616,10 @@ func planP2P(c Comm, tasks []Task, choose Chooser, lookup FuncLookup) ([]chanWor
 				// ranks instead of parts that wait for a peer that never comes.
 				if j < len(sp) {
 					w.Sendbuff, w.Count, w.SendPeer, w.ChanOffset = sp[j].buf, sp[j].bytes, int32(to), sp[j].msg
+					if sp[j].win > 0 {
+						w.Flags |= generated.WorkP2pSendWin
+						w.Root = sp[j].win - 1
+					}
 				}
 				if j < len(rp) {
 					w.Recvbuff, w.ChanCount, w.RecvPeer, w.RedOpArg = rp[j].buf, rp[j].bytes, int32(from), rp[j].msg

@@ -39,11 +39,13 @@ func (P2P) CanConnect(pol Policy, send, recv Peer, link Link) (bool, string) {
 }
 
 // Flags implements Transport: in one process the peer's user buffers are
-// reachable (direct mode); between processes they are not, and the
-// sender's fences are system-wide.
+// reachable (direct mode); between processes they are not, the sender's
+// fences are system-wide, and the connection is flagged ConnXproc: its
+// control block (head, tail, ptrExchange) is memory both sides map, so a
+// SendRecv may run by window over it (devicesrc/sendrecv.h).
 func (P2P) Flags(send, recv Peer) uint32 {
 	if !send.SameProcess(recv) {
-		return 0
+		return generated.ConnXproc
 	}
 	f := uint32(generated.ConnDirect)
 	if send.SameGPU(recv) {

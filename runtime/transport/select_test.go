@@ -105,7 +105,10 @@ func TestFlags(t *testing.T) {
 	a := Peer{PID: 1, Host: "h", Device: 0}
 	assert.Equal(t, uint32(generated.ConnDirect|generated.ConnSameGpu), P2P{}.Flags(a, Peer{PID: 1, Host: "h", Device: 0}))
 	assert.Equal(t, uint32(generated.ConnDirect), P2P{}.Flags(a, Peer{PID: 1, Host: "h", Device: 1}))
-	assert.Zero(t, P2P{}.Flags(a, Peer{PID: 2, Host: "h", Device: 0}), "no direct mode across processes; system fences")
+	assert.Equal(t, uint32(generated.ConnXproc), P2P{}.Flags(a, Peer{PID: 2, Host: "h", Device: 0}),
+		"no direct mode across processes; system fences; a shared control block for SendRecv by window")
+	assert.Equal(t, P2P{}.Flags(a, Peer{PID: 2, Host: "h", Device: 0}), P2P{}.Flags(Peer{PID: 2, Host: "h", Device: 0}, a),
+		"both ends of a connection agree on the flags (the window handshake depends on it)")
 	assert.Zero(t, SHM{}.Flags(a, Peer{PID: 1, Host: "h", Device: 1}))
 }
 
@@ -211,8 +214,12 @@ func TestConnectAcrossProcesses(t *testing.T) {
 					s := sets[r].Send[Key{ch, next}]
 					rv := sets[next].Recv[Key{ch, r}]
 					assert.Equal(t, c.via, sets[r].Via[Key{ch, next}])
-					assert.Zero(t, s.Flags, "no direct mode, system fences")
-					assert.Zero(t, rv.Flags)
+					want := uint32(generated.ConnXproc) // a control block both sides map
+					if c.via == "SHM/direct/direct" {
+						want = 0
+					}
+					assert.Equal(t, want, s.Flags, "no direct mode, system fences")
+					assert.Equal(t, want, rv.Flags, "both ends agree")
 					assert.Equal(t, [3]uint32(sizes), s.BuffSizes)
 					if c.via == "P2P/IPC" {
 						continue // the fake's IPC handles carry no memory

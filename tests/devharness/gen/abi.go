@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "a8a02eabbc29fa71"
+const ABIVersion = "943e94f737b49aa7"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -26,6 +26,8 @@ const (
 	ConnSameGpu = 2
 	// ConnStepSizes is NG_CONN_STEP_SIZES: ngConnInfo.flags: the sender stores a size word, a u32, for every step at ((uint32_t*)(tail + 1))[step % NG_STEPS]: SIMPLE the step's byte count, before it stores tail (NET: the proxy ships only those bytes); LL an NG_STEP_SIZE_LL word, before the step's first line.
 	ConnStepSizes = 4
+	// ConnXproc is NG_CONN_XPROC: ngConnInfo.flags: P2P between processes: head, tail and ptrExchange lie in the receiver's memory, which the sender maps; with NG_DIRECT_WINDOWS a SIMPLE SendRecv work on it may run by window (NG_WORK_P2P_SEND_WIN, devicesrc/sendrecv.h).
+	ConnXproc = 8
 	// StepSizeLl is NG_STEP_SIZE_LL: size word of an LL step (NG_CONN_STEP_SIZES): this bit | (step & 0x7FF) << 20 | the step's line count (< 2^20), stored and fenced (system scope) before any of the step's lines.
 	StepSizeLl = 2147483648
 	// AllreduceOnehopBytes is NG_ALLREDUCE_ONEHOP_BYTES: ring AllReduce on exactly 2 ranks with LL: a channel's share of at most this many bytes goes in one hop (each rank sends its own input and reduces the peer's with it, in rank order) instead of the ring's two.
@@ -44,6 +46,8 @@ const (
 	DirectWinShift = 48
 	// WorkDirectWin is NG_WORK_DIRECT_WIN: ngDevWork.flags: a DIRECT work whose sendbuff and recvbuff lie in registered windows: sendPeer and recvPeer are their window indices (rows of the window table).
 	WorkDirectWin = 2
+	// WorkP2pSendWin is NG_WORK_P2P_SEND_WIN: ngDevWork.flags: a SendRecv work whose sendbuff lies in a registered window: root is its window index (row of the window table); on an NG_CONN_XPROC connection with NG_DIRECT_WINDOWS the sender publishes the window reference and the receiver copies from it.
+	WorkP2pSendWin = 4
 	// DirectMaxRanks is NG_DIRECT_MAX_RANKS: most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory).
 	DirectMaxRanks = 32
 	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
@@ -102,7 +106,7 @@ type ConnInfo struct {
 	Head        uint64    // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
 	Tail        uint64    // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
 	Step        uint64    // uint64_t*: this side's step counter, kept in device memory between kernels
-	PtrExchange uint64    // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver
+	PtrExchange uint64    // uint64_t[8]*, in the receiver's memory: direct mode's exchange (NG_CONN_DIRECT), written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver. By window (NG_CONN_XPROC), written by the sender: [0] its sendbuff's window reference (NG_DIRECT_WIN_SHIFT), [1] the generation (its step + 1, written last), [2] the part's bytes, [3] the Send's bytes; then the receiver, before it returns the credit (head), writes [4]: its Recv's bytes, or a value that differs from the Send's when it copied nothing
 	BuffSizes   [3]uint32 // per protocol: bytes of the FIFO
 	Flags       uint32    // NG_CONN_* bits
 }
@@ -173,9 +177,9 @@ type DevWork struct {
 	FuncId     uint16 // index in the device function table
 	Flags      uint8  // NG_WORK_* bits
 	NWarps     uint8  // warps to use, 0 for all
-	Root       int32
-	SendPeer   int32 // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1
-	RecvPeer   int32 // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1
+	Root       int32  // Broadcast, Reduce: the root rank; SendRecv with NG_WORK_P2P_SEND_WIN: sendbuff's window index
+	SendPeer   int32  // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1
+	RecvPeer   int32  // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1
 }
 
 // LaunchParts is ngLaunchParts: the table of a multi-rank launch (ngKernelArgs.nParts > 0), in the kernel arguments right after the launch's inline works (at works[nWork]): slot v (the v-th set bit of channelMask) serves channel chans[v] & 63 of the rank whose ngDevComm is comms[chans[v] >> 6].

@@ -16,6 +16,7 @@
 #define NG_CONN_DIRECT 1 // ngConnInfo.flags: the peer's user buffers are load/store accessible (same process, same or peer GPU)
 #define NG_CONN_SAME_GPU 2 // ngConnInfo.flags: the peer runs on this very GPU
 #define NG_CONN_STEP_SIZES 4 // ngConnInfo.flags: the sender stores a size word, a u32, for every step at ((uint32_t*)(tail + 1))[step % NG_STEPS]: SIMPLE the step's byte count, before it stores tail (NET: the proxy ships only those bytes); LL an NG_STEP_SIZE_LL word, before the step's first line
+#define NG_CONN_XPROC 8 // ngConnInfo.flags: P2P between processes: head, tail and ptrExchange lie in the receiver's memory, which the sender maps; with NG_DIRECT_WINDOWS a SIMPLE SendRecv work on it may run by window (NG_WORK_P2P_SEND_WIN, devicesrc/sendrecv.h)
 #define NG_STEP_SIZE_LL 2147483648 // size word of an LL step (NG_CONN_STEP_SIZES): this bit | (step & 0x7FF) << 20 | the step's line count (< 2^20), stored and fenced (system scope) before any of the step's lines
 #define NG_ALLREDUCE_ONEHOP_BYTES 65536 // ring AllReduce on exactly 2 ranks with LL: a channel's share of at most this many bytes goes in one hop (each rank sends its own input and reduces the peer's with it, in rank order) instead of the ring's two
 #define NG_DEV_ERR_UNSUPPORTED 1 // ngDevComm.errorFlag: a kernel ran a function that has no device implementation
@@ -25,6 +26,7 @@
 #define NG_DIRECT_MAX_WINDOWS 64 // rows of the DIRECT window table: the windows of a communicator that DIRECT can read across processes (later ones run the other algorithms)
 #define NG_DIRECT_WIN_SHIFT 48 // a DIRECT slot's sendbuff/recvbuff with bit 63 set is a window reference: the window index in bits NG_DIRECT_WIN_SHIFT-62, the byte offset in the window below
 #define NG_WORK_DIRECT_WIN 2 // ngDevWork.flags: a DIRECT work whose sendbuff and recvbuff lie in registered windows: sendPeer and recvPeer are their window indices (rows of the window table)
+#define NG_WORK_P2P_SEND_WIN 4 // ngDevWork.flags: a SendRecv work whose sendbuff lies in a registered window: root is its window index (row of the window table); on an NG_CONN_XPROC connection with NG_DIRECT_WINDOWS the sender publishes the window reference and the receiver copies from it
 #define NG_DIRECT_MAX_RANKS 32 // most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory)
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
 #define NG_DIRECT_LL_BYTES 4096 // DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup
@@ -58,7 +60,7 @@ struct ngConnInfo {
   uint64_t head; // uint64_t*: steps the receiver has consumed (the sender waits on it for credit)
   uint64_t tail; // uint64_t*: steps the sender has posted (SIMPLE; LL and LL128 carry flags in the data)
   uint64_t step; // uint64_t*: this side's step counter, kept in device memory between kernels
-  uint64_t ptrExchange; // uint64_t[4]*: direct mode's exchange, written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver
+  uint64_t ptrExchange; // uint64_t[8]*, in the receiver's memory: direct mode's exchange (NG_CONN_DIRECT), written by the receiver: [0] its user buffer, [1] the generation (its step + 1, written last), [2] the buffer's bytes, [3] the message's bytes (the whole Recv, all parts); then the sender, before it posts tail, writes its own message's bytes into [3] for the receiver. By window (NG_CONN_XPROC), written by the sender: [0] its sendbuff's window reference (NG_DIRECT_WIN_SHIFT), [1] the generation (its step + 1, written last), [2] the part's bytes, [3] the Send's bytes; then the receiver, before it returns the credit (head), writes [4]: its Recv's bytes, or a value that differs from the Send's when it copied nothing
   uint32_t buffSizes[3]; // per protocol: bytes of the FIFO
   uint32_t flags; // NG_CONN_* bits
 };
@@ -129,7 +131,7 @@ struct ngDevWork {
   uint16_t funcId; // index in the device function table
   uint8_t flags; // NG_WORK_* bits
   uint8_t nWarps; // warps to use, 0 for all
-  int32_t root;
+  int32_t root; // Broadcast, Reduce: the root rank; SendRecv with NG_WORK_P2P_SEND_WIN: sendbuff's window index
   int32_t sendPeer; // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: sendbuff's window index; else -1
   int32_t recvPeer; // SendRecv: the peer; a DIRECT work with NG_WORK_DIRECT_WIN: recvbuff's window index; else -1
 };
