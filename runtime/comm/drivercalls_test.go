@@ -78,7 +78,7 @@ func countEngines(t *testing.T, ctx *cuda.Context, fn *cuda.Function, n, nRanks 
 	es := make([]*Engine, n)
 	for r := range es {
 		es[r] = &Engine{rank: r, nRanks: nRanks, s: Settings{OneLaunch: true}, tuner: tn, cctx: ctx,
-			launcher: enqueue.NewLauncher(ctx, 0xc0de00+uint64(r), func(kspace.Func) (*cuda.Function, error) { return fn, nil }),
+			launcher:  enqueue.NewLauncher(ctx, 0xc0de00+uint64(r), func(kspace.Func) (*cuda.Function, error) { return fn, nil }),
 			nChannels: nc, events: map[uintptr]launchEvent{}, log: slog.New(slog.DiscardHandler),
 			plan: enqueue.Comm{Rank: r, NRanks: nRanks, NChannels: nc, P2PChannelsPerPeer: 2}}
 		es[r].res.lease = lease
@@ -98,7 +98,8 @@ func measure(t *testing.T, d *fakecuda.Driver, op func() error) launchCost {
 	for range iters {
 		require.NoError(t, op())
 	}
-	return launchCost{calls: d.Counts().Div(iters), cgo: int(runtime.NumCgoCall()-cgo) / iters}
+	cgo = runtime.NumCgoCall() - cgo // before Counts' own cgo calls
+	return launchCost{calls: d.Counts().Div(iters), cgo: int(cgo) / iters}
 }
 
 func driverCallsChild(t *testing.T, lib string) {
@@ -127,6 +128,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		return []enqueue.Task{tk}
 	}
 	got := map[string]launchCost{}
+	got["nothing"] = measure(t, d, func() error { return nil })
 
 	// One rank, out of place: a copy (ncclperf -g 1).
 	{
@@ -190,7 +192,7 @@ func driverCallsChild(t *testing.T, lib string) {
 			return err
 		})
 	}
-	for _, k := range []string{"1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged"} {
 		t.Logf("%-15s %v", k, got[k])
 	}
 	assert.NotEmpty(t, got)
