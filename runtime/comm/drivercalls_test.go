@@ -192,8 +192,76 @@ func driverCallsChild(t *testing.T, lib string) {
 			return err
 		})
 	}
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged"} {
-		t.Logf("%-15s %v", k, got[k])
+	// The same with every other rank's stream busy: each joins the launch
+	// (a record and a wait before it).
+	d.Set("stream_busy", 1)
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		ss := []*cuda.Stream{stream(), stream()}
+		got["2 ranks busy"] = measure(t, d, func() error {
+			ls := make([]Launch, 2)
+			for r, e := range es {
+				tasks := ar(r, false)
+				p, err := e.Plan(tasks)
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			}
+			return AdmitAndRun(ls)
+		})
 	}
-	assert.NotEmpty(t, got)
+	d.Set("stream_busy", 0)
+	// Under CUDA graph capture every launch takes the general path: the
+	// ordering events become external nodes.
+	d.Set("capture_status", 1)
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		ss := []*cuda.Stream{stream(), stream()}
+		got["2 ranks captured"] = measure(t, d, func() error {
+			ls := make([]Launch, 2)
+			for r, e := range es {
+				tasks := ar(r, false)
+				p, err := e.Plan(tasks)
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			}
+			before := es[0].MultiLaunches()
+			err := AdmitAndRun(ls)
+			require.Equal(t, before, es[0].MultiLaunches(), "captured ranks launch alone")
+			return err
+		})
+	}
+	d.Set("capture_status", 0)
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+		t.Logf("%-16s %v", k, got[k])
+	}
+	// The counts of branch launchbatch; before it (one cgo call per driver
+	// call, each asking for the current context): 6 driver calls in 5 cgo
+	// calls, 6 in 4, 6 in 5, 16 in 13, 76 in 55.
+	want := map[string]struct{ calls, cgo int }{
+		"1 rank copy":    {4, 1},
+		"1 rank kernel":  {4, 1},
+		"2 processes":    {4, 1},
+		"2 ranks merged": {10, 1},
+		"8 ranks merged": {34, 1},
+		"2 ranks busy":   {12, 1},
+	}
+	for k, w := range want {
+		assert.LessOrEqual(t, got[k].calls.Total(), w.calls, "%s: %v", k, got[k])
+		assert.LessOrEqual(t, got[k].cgo, w.cgo, "%s: %v", k, got[k])
+		assert.Equal(t, 1, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context", k)
+	}
+	for _, k := range []string{"1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy"} {
+		assert.Equal(t, 1, got[k].calls["cuLaunchKernel"], k)
+	}
+	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyDtoDAsync_v2"])
+	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")
+	assert.Equal(t, 2, got["2 ranks busy"].calls["cuStreamWaitEvent"], "the busy stream's join")
+	c := got["2 ranks captured"].calls
+	assert.Equal(t, 2, c["cuLaunchKernel"], "one launch per rank")
+	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "external completion records")
+	assert.Zero(t, c["cuEventRecord"], "no eager record in a capture")
 }
