@@ -82,6 +82,7 @@ type Engine struct {
 	res       residencyState          // guarded by mu (residency.go)
 	lanes     laneState               // guarded by mu (lane.go)
 	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
+	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
 	split     splitState              // Split and Shrink (split.go)
 }
 
@@ -541,16 +542,19 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	if err != nil {
 		return nil, err
 	}
+	ev, err := e.eventFor(stream)
+	if err != nil {
+		return nil, err
+	}
+	if ev, done, err := e.runEager(p, stream, ev); done {
+		return ev, err
+	}
 	capture, err := enqueue.CaptureOf(stream)
 	if errors.Is(err, enqueue.ErrCaptureInvalidated) {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w", e.rank, ErrInvalidUsage, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
-	}
-	ev, err := e.eventFor(stream)
-	if err != nil {
-		return nil, err
 	}
 	if last := e.res.last; last != nil && last != ev {
 		if err := capture.Wait(stream, last); err != nil {
@@ -568,6 +572,51 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 		return ev, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)
 	}
 	return ev, nil
+}
+
+// runEager is run's common case in one call into the driver (cuda.Ops):
+// the capture check, the wait for the previous launch on another stream,
+// the plan's copies and launch (enqueue.Launcher.Queue) and the record of
+// ev, with run's order and its answers to failures. done is false, with
+// nothing queued, when stream is being captured (or the check failed), the
+// plan does not fit one sequence, or the sequence could not run: run then
+// takes its general path, which asks again. e.mu is held.
+func (e *Engine) runEager(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Event) (_ *cuda.Event, done bool, _ error) {
+	if e.launcher == nil {
+		return nil, false, nil
+	}
+	o := &e.ops
+	o.Reset()
+	ci := o.Capture(stream)
+	wi := -1
+	if last := e.res.last; last != nil && last != ev {
+		wi = o.WaitEvent(stream, last, false, cuda.OpStop)
+	}
+	first, last, ok, err := e.launcher.Queue(p, stream, o)
+	if err != nil || !ok {
+		return nil, false, nil // RunIn reports the error
+	}
+	ri := o.Record(ev, stream, false, cuda.OpAlways)
+	if err := o.Run(); err != nil || o.Err(ci) != nil || o.CaptureOf(ci) != cuda.CaptureNone {
+		return nil, false, nil
+	}
+	if wi >= 0 {
+		if err := o.Err(wi); err != nil {
+			return nil, true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
+		}
+	}
+	runErr := enqueue.QueueErr(p, o, first, last)
+	// Something may be queued even when a copy or the launch failed: the
+	// record ran all the same (cuda.OpAlways), as in run.
+	e.res.seq++
+	if err := o.Err(ri); err != nil {
+		return nil, true, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
+	}
+	e.res.last = ev
+	if runErr != nil {
+		return ev, true, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)
+	}
+	return ev, true, nil
 }
 
 // logDecisions logs how p runs its calls, at level INFO. e.mu is held.

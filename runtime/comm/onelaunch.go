@@ -148,11 +148,30 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 			alone = true
 			break
 		}
-		h := l.Stream.Handle() // a cgo call: once per rank
+		h := l.Stream.Handle()
 		rs[i] = rankSync{rank: l.Engine.rank, stream: l.Stream, h: h}
 		if i == 0 {
 			h0 = h
-		} else if h == h0 {
+		}
+	}
+	e0 := ls[0].Engine
+	if !alone && !(e0.lanes.shared && ls[0].Stream.IsDefault()) && e0.launcher != nil {
+		// No lane to enter: the capture checks, the joins and the launch
+		// go to the driver in one call (runMultiOps).
+		done, err := runMultiOps(ls, parts, evs, rs)
+		if done {
+			for _, l := range ls {
+				l.Engine.mu.Unlock()
+			}
+			return err
+		}
+		alone = true // a stream is being captured, or its check failed: run reports it
+	}
+	for i, l := range ls {
+		if alone {
+			break
+		}
+		if i > 0 && rs[i].h == h0 {
 			continue // asked already
 		}
 		if c, err := enqueue.CaptureOf(l.Stream); err != nil || bool(c) {
@@ -223,6 +242,116 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runMultiOps is runMulti for launches that enter no lane, in one call
+// into the driver (cuda.Ops on the first rank's engine): each distinct
+// stream's capture check, then joinBefore's, the launch's and joinAfter's
+// calls, in their order and with their answers to failures. done is
+// false, with nothing queued, when a stream is being captured or a check
+// failed: runMulti then runs each rank alone. Every engine's mu is held.
+func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSync) (done bool, _ error) {
+	o := &ls[0].Engine.ops
+	o.Reset()
+	s0, h0 := rs[0].stream, rs[0].h
+	for i := range rs {
+		if i == 0 || rs[i].h != h0 {
+			o.Capture(rs[i].stream)
+		}
+	}
+	checks := o.Len()
+	for i, l := range ls {
+		e := l.Engine
+		e.logDecisions(l.Plan)
+		ev, err := e.eventOn(rs[i].stream, rs[i].h)
+		if err != nil {
+			return true, err // nothing queued
+		}
+		rs[i].ev, rs[i].last = ev, e.res.last
+	}
+	// joinBefore: a failure stops everything (nothing is launched).
+	type join struct{ wait, query int } // indexes in o, -1 for none
+	before := make([]join, 0, 8)
+	for i, r := range rs {
+		j := join{wait: -1, query: -1}
+		if r.last != nil && r.last != r.ev {
+			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
+		}
+		if i > 0 && r.h != h0 {
+			j.query = o.Query(r.stream, cuda.OpStop)
+			o.Record(r.ev, r.stream, false, cuda.OpStop|cuda.OpIfBusy)
+			o.WaitEvent(s0, r.ev, false, cuda.OpStop|cuda.OpIfPrevOK)
+		}
+		before = append(before, j)
+	}
+	li, err := ls[0].Engine.launcher.QueueMulti(parts, s0, o, cuda.OpSkip)
+	if err != nil {
+		return true, fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err) // nothing queued
+	}
+	// joinAfter: run whatever the launch did, as runMulti tracks it.
+	after := o.Len()
+	for _, r := range rs {
+		o.Record(r.ev, s0, false, cuda.OpAlways)
+		if r.h != h0 {
+			o.WaitEvent(r.stream, r.ev, false, cuda.OpAlways|cuda.OpIfPrevOK)
+		}
+	}
+	if err := o.Run(); err != nil {
+		return true, fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err) // nothing ran
+	}
+	for i := range checks {
+		if o.Err(i) != nil || o.CaptureOf(i) != cuda.CaptureNone {
+			return false, nil
+		}
+	}
+	for i, j := range before {
+		r := rs[i]
+		if j.wait >= 0 {
+			if err := o.Err(j.wait); err != nil {
+				return true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
+			}
+		}
+		if j.query < 0 {
+			continue
+		}
+		if err := o.Err(j.query); err != nil {
+			return true, fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
+		}
+		if err := o.Err(j.query + 1); err != nil && o.Busy(j.query) {
+			return true, fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
+		}
+		if err := o.Err(j.query + 2); err != nil && o.Busy(j.query) {
+			return true, fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.h, err)
+		}
+	}
+	var errs []error
+	if err := o.Err(li); err != nil {
+		errs = append(errs, fmt.Errorf("ncclgo: ranks %s: enqueue: multi-rank launch of %s for %d ranks: %w", ranksOf(ls), parts[0].Launch.Func, len(parts), err))
+	}
+	k := after
+	for i, r := range rs {
+		if err := o.Err(k); err != nil {
+			errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", r.rank, err))
+		} else {
+			evs[i] = r.ev
+		}
+		k++
+		if r.h != h0 {
+			if err := o.Err(k); err != nil && !errors.Is(err, cuda.ErrNotRun) {
+				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.h, err))
+			}
+			k++
+		}
+	}
+	for i, l := range ls {
+		e := l.Engine
+		e.res.seq++
+		e.multi++
+		if evs[i] != nil {
+			e.res.last = evs[i]
+		}
+	}
+	return true, errors.Join(errs...)
 }
 
 // eventOn is eventFor(stream) for a stream whose handle h the caller has

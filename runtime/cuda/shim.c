@@ -362,6 +362,66 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
   return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, extra);
 }
 
+static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
+  switch (o->kind) {
+  case NCU_OP_CAPTURE:
+    if (p_cuStreamIsCapturing == NULL) return NCU_ERROR_NOT_SUPPORTED;
+    return p_cuStreamIsCapturing(o->s, &o->status);
+  case NCU_OP_QUERY:
+    return p_cuStreamQuery(o->s);
+  case NCU_OP_WAIT:
+    return p_cuStreamWaitEvent(o->s, o->e, 0);
+  case NCU_OP_WAIT_EXTERNAL:
+    return p_cuStreamWaitEvent(o->s, o->e, 0x1 /* CU_EVENT_WAIT_EXTERNAL */);
+  case NCU_OP_RECORD:
+    return p_cuEventRecord(o->e, o->s);
+  case NCU_OP_RECORD_EXTERNAL:
+    if (p_cuEventRecordWithFlags == NULL) return NCU_ERROR_NOT_SUPPORTED;
+    return p_cuEventRecordWithFlags(o->e, o->s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
+  case NCU_OP_DTOD:
+    return p_cuMemcpyDtoDAsync(o->dst, o->src, o->n, o->s);
+  case NCU_OP_LAUNCH: {
+    if (*size == 0) return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, NULL);
+    void* extra[] = {
+        (void*)(uintptr_t)0x01, args, // CU_LAUNCH_PARAM_BUFFER_POINTER
+        (void*)(uintptr_t)0x02, size, // CU_LAUNCH_PARAM_BUFFER_SIZE
+        (void*)(uintptr_t)0x00,       // CU_LAUNCH_PARAM_END
+    };
+    return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, extra);
+  }
+  }
+  return 1; /* CUDA_ERROR_INVALID_VALUE */
+}
+
+/* A stream query runs in relaxed capture mode (see RELAXED): the sequence
+   switches the thread's mode once, around all of it, when it has one. */
+CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
+  SETCTX(c);
+  int relax = 0;
+  for (int i = 0; i < n; i++) {
+    ops[i].result = NCU_OP_NOT_RUN;
+    if (ops[i].kind == NCU_OP_QUERY) relax = 1;
+  }
+  int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+  int ex = relax && p_cuThreadExchangeStreamCaptureMode != NULL &&
+           p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
+  int skipping = 0;
+  for (int i = 0; i < n; i++) {
+    ncu_op* o = &ops[i];
+    if (skipping && !(o->flags & NCU_OP_ALWAYS)) continue;
+    if ((o->flags & NCU_OP_IF_BUSY) && (i == 0 || ops[i - 1].result != NCU_ERROR_NOT_READY)) continue;
+    if ((o->flags & NCU_OP_IF_PREV_OK) && (i == 0 || ops[i - 1].result != NCU_SUCCESS)) continue;
+    CUresult r = ncu_run_op(o, args, &size);
+    o->result = r;
+    int failed = r != NCU_SUCCESS && !(o->kind == NCU_OP_QUERY && r == NCU_ERROR_NOT_READY);
+    if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) break;
+    if (failed && (o->flags & NCU_OP_STOP)) break;
+    if (failed && (o->flags & NCU_OP_SKIP)) skipping = 1;
+  }
+  if (ex) p_cuThreadExchangeStreamCaptureMode(&mode);
+  return NCU_SUCCESS;
+}
+
 CUresult ncu_event_create(CUcontext c, CUevent* e, unsigned flags) {
   SETCTX(c);
   RELAXED(p_cuEventCreate(e, flags));

@@ -127,6 +127,44 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
                     unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
                     void* args, size_t size);
 
+// A sequence of stream operations run in one call (ncu_run_ops), so that
+// a launch and what orders it cost one cgo call and one check of the
+// thread's current context. result is NCU_OP_NOT_RUN until the op runs.
+enum {
+  NCU_OP_CAPTURE = 1, // cuStreamIsCapturing(s) into status; stops unless none
+  NCU_OP_QUERY,       // cuStreamQuery(s): SUCCESS (idle) or NOT_READY (busy)
+  NCU_OP_WAIT,        // cuStreamWaitEvent(s, e)
+  NCU_OP_WAIT_EXTERNAL,
+  NCU_OP_RECORD,      // cuEventRecord(e, s)
+  NCU_OP_RECORD_EXTERNAL,
+  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s)
+  NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
+};
+enum {
+  NCU_OP_STOP = 1,       // on failure, run nothing more
+  NCU_OP_SKIP = 2,       // on failure, run only the NCU_OP_ALWAYS ops after it
+  NCU_OP_ALWAYS = 4,     // runs after a NCU_OP_SKIP failure
+  NCU_OP_IF_BUSY = 8,    // runs only if the op before it reported NOT_READY
+  NCU_OP_IF_PREV_OK = 16 // runs only if the op before it succeeded
+};
+#define NCU_OP_NOT_RUN (-1)
+#define NCU_ERROR_NOT_READY 600
+typedef struct {
+  int kind, flags;
+  CUresult result; // out
+  int status;      // out: NCU_OP_CAPTURE's CUstreamCaptureStatus
+  CUstream s;
+  CUevent e;
+  CUdeviceptr dst, src;
+  size_t n;
+  CUfunction f;
+  unsigned grid, block, smem;
+} ncu_op;
+// ncu_run_ops makes c current and runs ops in order; args (size bytes) are
+// the parameters of every NCU_OP_LAUNCH. It returns the failure to make c
+// current (nothing ran), else NCU_SUCCESS: each op's own result is in it.
+CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size);
+
 // Events.
 CUresult ncu_event_create(CUcontext c, CUevent* e, unsigned flags);
 CUresult ncu_event_record(CUcontext c, CUevent e, CUstream s);

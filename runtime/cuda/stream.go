@@ -66,7 +66,9 @@ func WrapStream(ctx *Context, handle uintptr) *Stream {
 }
 
 // Handle returns the raw CUstream (0 for the legacy default stream).
-func (s *Stream) Handle() uintptr { return uintptr(C.ncu_stream_to(s.h)) }
+//
+// It makes no cgo call: the launch path asks for it several times a call.
+func (s *Stream) Handle() uintptr { return uintptr(unsafe.Pointer(s.h)) }
 
 // The handles of the default streams, as CUDA spells them: 0 (NULL) and
 // CU_STREAM_LEGACY (cudaStreamLegacy) name the context's legacy default

@@ -73,6 +73,80 @@ func (l *Launcher) RunIn(p *Plan, s *cuda.Stream, c Capture) error {
 	return nil
 }
 
+// Queue adds p's copies and launch on s, eager (not captured), to o,
+// between what the caller added before and after, so that one call into
+// the driver queues them all (cuda.Ops.Run; the caller runs it). Copies
+// and the launch are flagged cuda.OpSkip: after a failure nothing more of
+// the plan runs, as in RunIn. It reports false, adding nothing, for a plan
+// that does not fit one sequence (more than one launch, or works that do
+// not fit in the kernel arguments): RunIn queues those. first and last
+// are the indexes of the plan's operations in o (first > last when the
+// plan queues nothing).
+func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int, ok bool, err error) {
+	if len(p.Launches) > 1 || len(p.Launches) == 1 && !p.Launches[0].Inline() {
+		return 0, 0, false, nil
+	}
+	first = o.Len()
+	for _, cp := range p.Copies {
+		if cp.Bytes > 0 {
+			o.MemcpyDtoDAsync(s, cuda.DevicePtr(cp.Dst), cuda.DevicePtr(cp.Src), cp.Bytes, cuda.OpSkip)
+		}
+	}
+	if len(p.Launches) == 1 {
+		ln := &p.Launches[0]
+		fn, err := l.kernels(ln.Func)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("enqueue: kernel for %s: %w", ln.Func, err)
+		}
+		n := ln.ArgsSize()
+		ln.PutArgs((*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{})))), l.comm, 0)
+		o.Args(n)
+		o.Launch(s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), 0, cuda.OpSkip)
+	}
+	return first, o.Len() - 1, true, nil
+}
+
+// QueueErr is the error of the plan's operations first..last of o (Queue)
+// after o ran, worded as RunIn's.
+func QueueErr(p *Plan, o *cuda.Ops, first, last int) error {
+	for i := first; i <= last; i++ {
+		err := o.Err(i)
+		if err == nil || errors.Is(err, cuda.ErrNotRun) {
+			continue
+		}
+		if len(p.Launches) == 0 || i < last {
+			k := first
+			for _, cp := range p.Copies {
+				if cp.Bytes == 0 {
+					continue
+				}
+				if k == i {
+					return fmt.Errorf("enqueue: %s copy of %d bytes: %w", Capture(false), cp.Bytes, err)
+				}
+				k++
+			}
+		}
+		ln := &p.Launches[0]
+		return fmt.Errorf("enqueue: %s launch of %s (%d blocks × %d threads, %d works): %w",
+			Capture(false), ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
+	}
+	return nil
+}
+
+// QueueMulti adds the multi-rank launch of parts (RunMulti) on s to o,
+// flagged f, and returns its index in o.
+func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.OpFlag) (int, error) {
+	first := parts[0].Launch
+	fn, err := l.kernels(first.Func)
+	if err != nil {
+		return 0, fmt.Errorf("enqueue: kernel for %s: %w", first.Func, err)
+	}
+	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
+	size, nBlocks := PutMultiArgs(a, parts)
+	o.Args(size)
+	return o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f), nil
+}
+
 func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 	fn, err := l.kernels(ln.Func)
 	if err != nil {

@@ -1,0 +1,267 @@
+package comm
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/fakecuda"
+	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/residency"
+	"github.com/ncclgo/ncclgo/runtime/tune"
+)
+
+// fakeDriverEnv names the fake driver library in the re-executed test
+// binary of TestDriverCallsPerLaunch.
+const fakeDriverEnv = "NCCLGO_COMM_TEST_FAKE_DRIVER"
+
+// launchCost is what one call of a launch path asks of the driver: calls
+// by symbol, and the process's cgo calls (runtime.NumCgoCall).
+type launchCost struct {
+	calls fakecuda.Counts
+	cgo   int
+}
+
+func (c launchCost) String() string {
+	return fmt.Sprintf("%d driver calls in %d cgo calls: %v", c.calls.Total(), c.cgo, c.calls)
+}
+
+// TestDriverCallsPerLaunch counts the driver calls and cgo calls of the
+// launch paths of small calls, with a counting fake of the driver
+// (internal/fakecuda) in a child process: a one-rank out-of-place copy, a
+// one-rank kernel, one rank of two processes (through the residency
+// ledger), and the multi-rank launch of 2 and 8 ranks of one process on
+// their own streams (ncclperf -g N). It fails when a path makes more calls
+// than it does now.
+func TestDriverCallsPerLaunch(t *testing.T) {
+	if lib := os.Getenv(fakeDriverEnv); lib != "" {
+		driverCallsChild(t, lib)
+		return
+	}
+	if testing.Short() {
+		t.Skip("builds a fake driver library")
+	}
+	lib, err := fakecuda.Build(t.TempDir())
+	if err != nil {
+		t.Skip("no fake driver: " + err.Error())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDriverCallsPerLaunch$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
+	out, err := cmd.CombinedOutput()
+	t.Logf("child:\n%s", out)
+	require.NoError(t, err)
+}
+
+// countEngines returns n engines of one communicator of nRanks ranks on
+// the fake driver's device 0, on one residency lease (n of the
+// communicator's ranks in this process), each launching fn.
+func countEngines(t *testing.T, ctx *cuda.Context, fn *cuda.Function, n, nRanks int) []*Engine {
+	t.Helper()
+	topo := oneGPU(nRanks, true)
+	topo.RanksPerGPU = n
+	cfg, err := config.FromEnv(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	tn, err := tune.New(topo, cfg, nil)
+	require.NoError(t, err)
+	nc := tn.MaxChannels()
+	lease, err := residency.Default().Join(fmt.Sprintf("count-%d-%d", n, nRanks), "fake0", 132, map[string]int{"fake0": n}, nc)
+	require.NoError(t, err)
+	es := make([]*Engine, n)
+	for r := range es {
+		es[r] = &Engine{rank: r, nRanks: nRanks, s: Settings{OneLaunch: true}, tuner: tn, cctx: ctx,
+			launcher:  enqueue.NewLauncher(ctx, 0xc0de00+uint64(r), func(kspace.Func) (*cuda.Function, error) { return fn, nil }),
+			nChannels: nc, events: map[uintptr]launchEvent{}, log: slog.New(slog.DiscardHandler),
+			plan: enqueue.Comm{Rank: r, NRanks: nRanks, NChannels: nc, P2PChannelsPerPeer: 2}}
+		es[r].res.lease = lease
+	}
+	return es
+}
+
+// measure runs one warm-up call of op (events are made at first use) and
+// then iters calls, returning the cost of one.
+func measure(t *testing.T, d *fakecuda.Driver, op func() error) launchCost {
+	t.Helper()
+	require.NoError(t, op())
+	const iters = 64
+	runtime.GC()
+	d.Reset()
+	cgo := runtime.NumCgoCall()
+	for range iters {
+		require.NoError(t, op())
+	}
+	cgo = runtime.NumCgoCall() - cgo // before Counts' own cgo calls
+	return launchCost{calls: d.Counts().Div(iters), cgo: int(cgo) / iters}
+}
+
+func driverCallsChild(t *testing.T, lib string) {
+	require.NoError(t, cuda.Init())
+	d, err := fakecuda.Loaded(lib)
+	require.NoError(t, err)
+	dev, err := cuda.GetDevice(0)
+	require.NoError(t, err)
+	ctx, err := dev.PrimaryContext()
+	require.NoError(t, err)
+	m, err := ctx.LoadModule([]byte("fake image"))
+	require.NoError(t, err)
+	fn, err := m.Function("fake")
+	require.NoError(t, err)
+	stream := func() *cuda.Stream {
+		s, err := ctx.NewStream(true)
+		require.NoError(t, err)
+		return s
+	}
+	ar := func(r int, inPlace bool) []enqueue.Task {
+		tk := enqueue.Task{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+			Bytes: 8, Type: kspace.F32, Op: kspace.Sum}
+		if inPlace {
+			tk.Recv = tk.Send
+		}
+		return []enqueue.Task{tk}
+	}
+	got := map[string]launchCost{}
+	got["nothing"] = measure(t, d, func() error { return nil })
+
+	// One rank, out of place: a copy (ncclperf -g 1).
+	{
+		e := countEngines(t, ctx, fn, 1, 1)[0]
+		s := stream()
+		tasks := ar(0, false)
+		got["1 rank copy"] = measure(t, d, func() error {
+			p, err := e.Plan(tasks)
+			if err != nil {
+				return err
+			}
+			require.Len(t, p.Copies, 1)
+			return AdmitAndRunOne(e, &p, tasks, s, nil)
+		})
+	}
+	// One rank's kernel, run alone (Engine.run).
+	{
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		s := stream()
+		p, err := e.Plan(ar(0, false))
+		require.NoError(t, err)
+		require.Len(t, p.Launches, 1)
+		got["1 rank kernel"] = measure(t, d, func() error { _, err := e.run(&p, s); return err })
+	}
+	// One rank of a communicator of two processes: through the ledger.
+	{
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		s := stream()
+		tasks := ar(0, false)
+		got["2 processes"] = measure(t, d, func() error {
+			p, err := e.Plan(tasks)
+			if err != nil {
+				return err
+			}
+			return AdmitAndRunOne(e, &p, tasks, s, nil)
+		})
+	}
+	// n ranks of one process, one group, each rank on its own stream: one
+	// multi-rank launch.
+	for _, n := range []int{2, 8} {
+		es := countEngines(t, ctx, fn, n, n)
+		ss := make([]*cuda.Stream, n)
+		tasks := make([][]enqueue.Task, n)
+		for r := range ss {
+			ss[r], tasks[r] = stream(), ar(r, false)
+		}
+		plans := make([]enqueue.Plan, n)
+		ls := make([]Launch, n)
+		got[fmt.Sprintf("%d ranks merged", n)] = measure(t, d, func() error {
+			for r, e := range es {
+				p, err := e.Plan(tasks[r])
+				if err != nil {
+					return err
+				}
+				plans[r] = p
+				ls[r] = Launch{Engine: e, Plan: &plans[r], Tasks: tasks[r], Stream: ss[r]}
+			}
+			before := es[0].MultiLaunches()
+			err := AdmitAndRun(ls)
+			require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
+			return err
+		})
+	}
+	// The same with every other rank's stream busy: each joins the launch
+	// (a record and a wait before it).
+	d.Set("stream_busy", 1)
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		ss := []*cuda.Stream{stream(), stream()}
+		got["2 ranks busy"] = measure(t, d, func() error {
+			ls := make([]Launch, 2)
+			for r, e := range es {
+				tasks := ar(r, false)
+				p, err := e.Plan(tasks)
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			}
+			return AdmitAndRun(ls)
+		})
+	}
+	d.Set("stream_busy", 0)
+	// Under CUDA graph capture every launch takes the general path: the
+	// ordering events become external nodes.
+	d.Set("capture_status", 1)
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		ss := []*cuda.Stream{stream(), stream()}
+		got["2 ranks captured"] = measure(t, d, func() error {
+			ls := make([]Launch, 2)
+			for r, e := range es {
+				tasks := ar(r, false)
+				p, err := e.Plan(tasks)
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			}
+			before := es[0].MultiLaunches()
+			err := AdmitAndRun(ls)
+			require.Equal(t, before, es[0].MultiLaunches(), "captured ranks launch alone")
+			return err
+		})
+	}
+	d.Set("capture_status", 0)
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+		t.Logf("%-16s %v", k, got[k])
+	}
+	// The counts of branch launchbatch; before it (one cgo call per driver
+	// call, each asking for the current context): 6 driver calls in 5 cgo
+	// calls, 6 in 4, 6 in 5, 16 in 13, 76 in 55.
+	want := map[string]struct{ calls, cgo int }{
+		"1 rank copy":    {4, 1},
+		"1 rank kernel":  {4, 1},
+		"2 processes":    {4, 1},
+		"2 ranks merged": {10, 1},
+		"8 ranks merged": {34, 1},
+		"2 ranks busy":   {12, 1},
+	}
+	for k, w := range want {
+		assert.LessOrEqual(t, got[k].calls.Total(), w.calls, "%s: %v", k, got[k])
+		assert.LessOrEqual(t, got[k].cgo, w.cgo, "%s: %v", k, got[k])
+		assert.Equal(t, 1, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context", k)
+	}
+	for _, k := range []string{"1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy"} {
+		assert.Equal(t, 1, got[k].calls["cuLaunchKernel"], k)
+	}
+	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyDtoDAsync_v2"])
+	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")
+	assert.Equal(t, 2, got["2 ranks busy"].calls["cuStreamWaitEvent"], "the busy stream's join")
+	c := got["2 ranks captured"].calls
+	assert.Equal(t, 2, c["cuLaunchKernel"], "one launch per rank")
+	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "external completion records")
+	assert.Zero(t, c["cuEventRecord"], "no eager record in a capture")
+}
