@@ -248,6 +248,10 @@ type peerMapping struct {
 	mh   cuda.MemHandle // VMM: the imported allocation, mapped at p
 }
 
+// fetchFDs fetches descriptors from a peer's server (a variable for
+// tests that make it fail).
+var fetchFDs = ipc.Fetch
+
 // errVMMImport marks a VMM allocation that did not map here: the window
 // runs without a row rather than failing.
 var errVMMImport = errors.New("a peer's VMM allocation did not map")
@@ -297,7 +301,7 @@ func (e *Engine) importVMM(ctx context.Context, r int, x *windowRecord) (*peerMa
 	if !ok {
 		return nil, fmt.Errorf("this rank's driver (%T) cannot import VMM allocations", e.ipc)
 	}
-	fds, err := ipc.Fetch(ctx, x.server, x.key)
+	fds, err := fetchFDs(ctx, x.server, x.key)
 	if err != nil {
 		return nil, fmt.Errorf("fetching rank %d's descriptor: %w", r, err)
 	}
