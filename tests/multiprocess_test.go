@@ -354,7 +354,7 @@ func mpCheckWindows(outs []string, n int) error {
 		}
 	}
 	if count != 2*n {
-		errs = append(errs, fmt.Errorf("%d MPWIN lines, want 2 per rank (%d)", count, 2*n))
+		errs = append(errs, fmt.Errorf("%d MPWIN lines, want %d (2 per rank)", count, 2*n))
 	}
 	return errors.Join(errs...)
 }
@@ -1267,5 +1267,5 @@ func TestMultiProcessCheckWindows(t *testing.T) {
 	ok := []string{line(0, true) + line(0, true), line(1, true) + "noise\n" + line(1, true)}
 	require.NoError(t, mpCheckWindows(ok, 2))
 	assert.ErrorContains(t, mpCheckWindows([]string{ok[0], line(1, true) + line(1, false)}, 2), "rank 1: a window without DIRECT")
-	assert.ErrorContains(t, mpCheckWindows(ok[:1], 2), "2 MPWIN lines, want 2 per rank (2)")
+	assert.ErrorContains(t, mpCheckWindows(ok[:1], 2), "2 MPWIN lines, want 4 (2 per rank)")
 }
