@@ -17,13 +17,13 @@ import (
 // of the same size, in the same order as every other registration and
 // deregistration of the communicator (NCCL's rule); RegisterWindow is
 // collective. Where DIRECT runs across processes (direct.go), each rank
-// exports the allocation that holds its buffer (a legacy IPC handle: it
-// works under MPS), the ranks exchange (handle, offset in the allocation,
-// size) over the bootstrap network, and each maps its peers' windows and
-// writes their addresses into row w of its device window table
-// (DevComm.Direct[nRanks + w*nRanks + r]). A second exchange confirms
-// that every rank mapped them, so a window is usable on every rank or on
-// none. w, the window's row, is the lowest free one, the same on every
+// exports the allocation that holds its buffer (a legacy IPC handle, or a
+// VMM allocation's POSIX fd: windowmem.go), the ranks exchange (export,
+// offset in the allocation, size) over the bootstrap network, and each
+// maps its peers' windows and writes their addresses into row w of its
+// device window table (DevComm.Direct[nRanks + w*nRanks + r]). A second
+// exchange confirms that every rank mapped them, so a window is usable on
+// every rank or on none. w, the window's row, is the lowest free one, the same on every
 // rank since the registrations are ordered alike.
 //
 // A call whose sendbuff and recvbuff lie in windows with rows is planned
