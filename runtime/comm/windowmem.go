@@ -175,14 +175,19 @@ func (e *Engine) exportWindow(seq uint64, buf cuda.DevicePtr, size uint64) (wind
 		return x, nil
 	}
 	inside := buf >= base && uint64(buf-base) < n && size <= n-uint64(buf-base)
-	var retainErr error
+	var retainErr, vmmWhy error
 	if vm, ok := e.ipc.(vmmMemory); ok {
 		mh, err := vm.MemRetainAllocationHandle(buf)
 		if err == nil {
-			err = e.exportVMM(&x, vm, mh, seq, base, n, inside)
-			return x, errors.Join(err, vm.MemRelease(mh))
+			err = errors.Join(e.exportVMM(&x, vm, mh, seq, base, n, inside), vm.MemRelease(mh))
+			if err != nil || x.rec.kind == exportFD || !inside {
+				return x, err
+			}
+			// Not exported as a fd: legacy IPC may still take it.
+			vmmWhy, x.why = x.why, nil
+		} else {
+			retainErr = err
 		}
-		retainErr = err
 	}
 	if !inside {
 		return x, fmt.Errorf("%w: the window [%#x, +%d) runs past its allocation (%d bytes at %#x)",
@@ -191,7 +196,10 @@ func (e *Engine) exportWindow(seq uint64, buf cuda.DevicePtr, size uint64) (wind
 	h, err := e.ipc.IpcGetMemHandle(base)
 	if err != nil {
 		x.why = fmt.Errorf("exporting the allocation at %#x: legacy IPC: %w", uint64(base), err)
-		if retainErr != nil {
+		switch {
+		case vmmWhy != nil:
+			x.why = fmt.Errorf("%w; %w", vmmWhy, x.why)
+		case retainErr != nil:
 			x.why = fmt.Errorf("%w; and it is no VMM allocation: %w", x.why, retainErr)
 		}
 		return x, nil

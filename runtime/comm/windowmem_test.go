@@ -33,6 +33,7 @@ type fakeVMM struct {
 	failImport bool
 	failMap    bool
 	failAccess bool
+	ipcToo     bool // legacy IPC exports the memory even though it retains (a driver that retains cuMemAlloc's)
 
 	next     uint64
 	handles  map[cuda.MemHandle]uint64 // live handles → the exporter's base they name
@@ -47,7 +48,7 @@ func newFakeVMM(f *fakeWinIPC, vmm bool) *fakeVMM {
 }
 
 func (v *fakeVMM) IpcGetMemHandle(p cuda.DevicePtr) (cuda.IpcMemHandle, error) {
-	if v.vmm {
+	if v.vmm && !v.ipcToo {
 		return cuda.IpcMemHandle{}, errors.New("CUDA_ERROR_INVALID_VALUE (fake: legacy IPC of VMM memory)")
 	}
 	return v.fakeWinIPC.IpcGetMemHandle(p)
@@ -315,6 +316,20 @@ func TestRegisterWindowMixedExports(t *testing.T) {
 	assert.Equal(t, 1, vs[0].imports, "rank 0 imports rank 1's fd")
 	assert.Equal(t, 1, vs[1].nOpen, "rank 1 opens rank 0's IPC handle")
 	assert.Zero(t, vs[1].imports)
+	for r, err := range deregister(es, ws) {
+		require.NoError(t, err, "rank %d", r)
+	}
+
+	// Memory that retains but does not export as a fd, which legacy IPC
+	// exports, goes by legacy IPC.
+	vs[1].noFD, vs[1].ipcToo = true, true
+	ws, errs = register(es, fakeBase, func(int) uint64 { return 4096 })
+	for r := range 2 {
+		require.NoError(t, errs[r])
+		assert.Equal(t, 0, ws[r].Row())
+	}
+	assert.Equal(t, 1, vs[0].imports, "no new import")
+	assert.Equal(t, 1, vs[0].nOpen, "rank 0 opens rank 1's IPC handle")
 	destroyAll(t, es...)
 	checkNothingLeft(t, vs, fds)
 }
