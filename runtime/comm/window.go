@@ -109,16 +109,20 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	across := st.table != 0
 	// This rank's record.
 	x := windowExport{rec: windowRecord{size: size, buf: uint64(buf)}}
+	var exportErr error
 	if across {
-		var err error
-		if x, err = e.exportWindow(st.seq+1, buf, size); err != nil {
-			return nil, err
+		if x, exportErr = e.exportWindow(st.seq+1, buf, size); exportErr != nil {
+			// Still in the exchange, so that the peers fail now too.
+			x = windowExport{rec: windowRecord{size: size, buf: uint64(buf), kind: exportFailed}}
 		}
 		defer func() { _ = x.close() }() // the peers mapped it (or gave up) by the time this returns
 	}
 	all, err := e.net.AllGather(ctx, x.rec.encode())
-	if err != nil {
-		return nil, fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
+	if err != nil || exportErr != nil {
+		if err != nil {
+			err = fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
+		}
+		return nil, errors.Join(exportErr, err)
 	}
 	recs, err := parseWindowRecords(all)
 	if err != nil {

@@ -61,6 +61,9 @@ const (
 	exportNone byte = 0 // not exported: the window gets no row
 	exportIPC  byte = 1 // a legacy IPC handle of the allocation
 	exportFD   byte = 2 // a VMM allocation, as a POSIX fd from the rank's descriptor server
+	// exportFailed: the rank's registration failed (a bad argument, a
+	// driver error); every rank's fails.
+	exportFailed byte = 3
 )
 
 // windowRecordHead is the fixed part of a rank's record in
@@ -118,6 +121,8 @@ func parseWindowRecords(all [][]byte) ([]windowRecord, error) {
 		tail := b[windowRecordHead:]
 		switch {
 		case x.kind == exportNone && len(tail) == 0:
+		case x.kind == exportFailed && len(tail) == 0:
+			return nil, fmt.Errorf("rank %d could not register its window (its error says why)", r)
 		case x.kind == exportIPC && len(tail) == len(x.handle):
 			copy(x.handle[:], tail)
 		case x.kind == exportFD && len(tail) > 16 && len(tail) <= 16+maxServerAddr:
@@ -180,7 +185,10 @@ func (e *Engine) exportWindow(seq uint64, buf cuda.DevicePtr, size uint64) (wind
 		mh, err := vm.MemRetainAllocationHandle(buf)
 		if err == nil {
 			err = errors.Join(e.exportVMM(&x, vm, mh, seq, base, n, inside), vm.MemRelease(mh))
-			if err != nil || x.rec.kind == exportFD || !inside {
+			if err != nil {
+				return x, errors.Join(err, x.close())
+			}
+			if x.rec.kind == exportFD || !inside {
 				return x, err
 			}
 			// Not exported as a fd: legacy IPC may still take it.

@@ -28,12 +28,13 @@ import (
 // leftovers.
 type fakeVMM struct {
 	*fakeWinIPC
-	vmm        bool // buffers are VMM memory
-	noFD       bool // export as a POSIX fd fails (allocated without that handle type)
-	failImport bool
-	failMap    bool
-	failAccess bool
-	ipcToo     bool // legacy IPC exports the memory even though it retains (a driver that retains cuMemAlloc's)
+	vmm         bool // buffers are VMM memory
+	noFD        bool // export as a POSIX fd fails (allocated without that handle type)
+	failImport  bool
+	failMap     bool
+	failAccess  bool
+	failRelease bool // MemRelease fails (after releasing)
+	ipcToo      bool // legacy IPC exports the memory even though it retains (a driver that retains cuMemAlloc's)
 
 	next     uint64
 	handles  map[cuda.MemHandle]uint64 // live handles → the exporter's base they name
@@ -173,6 +174,9 @@ func (v *fakeVMM) MemRelease(mh cuda.MemHandle) error {
 		return fmt.Errorf("MemRelease(%d): not live (a double release)", mh)
 	}
 	delete(v.handles, mh)
+	if v.failRelease {
+		return errors.New("CUDA_ERROR_UNKNOWN (fake release)")
+	}
 	return nil
 }
 
@@ -363,6 +367,18 @@ func TestRegisterWindowVMMNotExported(t *testing.T) {
 		assert.Equal(t, -1, ws[r].Row())
 	}
 	assert.Contains(t, logs[1].String(), "spans more than the VMM mapping")
+	checkNothingLeft(t, vs, fds)
+	for r, err := range deregister(es, ws) {
+		require.NoError(t, err, "rank %d", r)
+	}
+
+	// A driver failure while exporting fails every rank at once, its
+	// descriptor server and fd closed.
+	vs[1].failRelease = true
+	_, errs = register(es, fakeBase, func(int) uint64 { return 4096 })
+	vs[1].failRelease = false
+	assert.ErrorContains(t, errs[1], "fake release")
+	assert.ErrorContains(t, errs[0], "rank 1 could not register its window")
 	checkNothingLeft(t, vs, fds)
 }
 
