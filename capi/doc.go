@@ -86,8 +86,11 @@
 // same order, the same size, and deregisters alike. Where ranks of
 // several processes share a GPU (MPS) or NVLink, each maps its peers'
 // windows and DIRECT runs on calls whose buffers lie in windows on every
-// rank (nccl-tests' -R 2, when its buffers are cudaMalloc'd: legacy IPC
-// exports no VMM memory, so ncclMemAlloc's windows run the ring).
+// rank (nccl-tests' -R 2): cudaMalloc'd buffers travel as legacy IPC
+// handles, VMM ones (ncclMemAlloc's, PyTorch's expandable segments) as
+// POSIX file descriptors; a window that neither exports (VMM memory
+// without POSIX fd handles, a window across two VMM mappings) or that a
+// peer cannot map runs the ring, and its INFO line says why.
 //
 // ncclCommInitRank uses the device of the calling thread's current CUDA
 // context (cudart's current device; device 0 when none is current). Every

@@ -24,7 +24,14 @@ package tests
 //	                          buffers as windows (Comm.RegisterWindow), so
 //	                          that DIRECT runs across processes (with
 //	                          NCCL_ALGO=direct the suite runs only it: the
-//	                          collectives without DIRECT are skipped)
+//	                          collectives without DIRECT are skipped);
+//	                          "vmm": the same on buffers allocated as
+//	                          ncclMemAlloc allocates (cuMemCreate, POSIX fd
+//	                          handles; send and receive two mappings side by
+//	                          side in one reservation, as PyTorch's expandable
+//	                          segments lay them out), and on one host every
+//	                          window must get DIRECT (MPWIN direct=true): run
+//	                          it where DIRECT runs across processes (MPS, P2P)
 //
 // -test.short drops the 4 Mi-element cases and keeps 4 of the 12 types.
 // NCCL_P2P_DISABLE=1 (SHM) and the other NCCL_* variables reach the
@@ -89,9 +96,10 @@ const (
 
 	mpEnvHosts = "NCCLGO_MP_HOSTS"
 	mpEnvCases = "NCCLGO_MP_CASES"
-	// mpEnvWindows "1" registers every rank's buffers as windows.
+	// mpEnvWindows "1" registers every rank's buffers as windows; "vmm"
+	// allocates them as ncclMemAlloc does first.
 	mpEnvWindows = "NCCLGO_MP_WINDOWS"
-	envHostID  = "NCCL_HOSTID"
+	envHostID    = "NCCL_HOSTID"
 )
 
 // mpGPU skips without a driver, a kernel image or enough devices.
@@ -318,12 +326,37 @@ func TestMultiProcess(t *testing.T) {
 	for p, out := range outs {
 		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP", "MPWIN"))
 	}
+	if os.Getenv(mpEnvWindows) == "vmm" && l.hosts < 2 {
+		require.NoError(t, mpCheckWindows(outs, l.nProcs*l.perProc))
+	}
 	if l.hosts >= 2 {
 		summary, err := mpCheckHosts(l, sel, run, outs)
 		require.NoError(t, err)
 		t.Logf("MPHOSTS hosts=%d procs=%d ranks/proc=%d NCCL_ALGO=%q NCCL_PROTO=%q %s in %v",
 			l.hosts, l.nProcs, l.perProc, os.Getenv("NCCL_ALGO"), os.Getenv("NCCL_PROTO"), summary, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// mpWinLine is a child's line for a window it registered.
+var mpWinLine = regexp.MustCompile(`MPWIN rank=(\d+) buf=\S+ bytes=\d+ direct=(\w+)`)
+
+// mpCheckWindows checks that each of the n ranks registered two windows
+// (send, receive) and that DIRECT runs on every one of them.
+func mpCheckWindows(outs []string, n int) error {
+	var errs []error
+	count := 0
+	for _, out := range outs {
+		for _, m := range mpWinLine.FindAllStringSubmatch(out, -1) {
+			count++
+			if m[2] != "true" {
+				errs = append(errs, fmt.Errorf("rank %s: a window without DIRECT (its INFO line says why: run with NCCL_DEBUG=INFO): %s", m[1], m[0]))
+			}
+		}
+	}
+	if count != 2*n {
+		errs = append(errs, fmt.Errorf("%d MPWIN lines, want %d (2 per rank)", count, 2*n))
+	}
+	return errors.Join(errs...)
 }
 
 // mpCaseFilter is NCCLGO_MP_CASES compiled (nil when unset).
@@ -789,18 +822,26 @@ func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes
 		require.NoError(t, err)
 		r.stream, err = r.ctx.NewStream(false)
 		require.NoError(t, err)
-		r.send, err = r.ctx.MemAlloc(bufBytes)
-		require.NoError(t, err)
-		r.recv, err = r.ctx.MemAlloc(bufBytes)
-		require.NoError(t, err)
+		var free func()
+		if os.Getenv(mpEnvWindows) == "vmm" {
+			free = mpAllocVMM(t, r, bufBytes)
+		} else {
+			r.send, err = r.ctx.MemAlloc(bufBytes)
+			require.NoError(t, err)
+			r.recv, err = r.ctx.MemAlloc(bufBytes)
+			require.NoError(t, err)
+			free = func() {
+				r.ctx.MemFree(r.send)
+				r.ctx.MemFree(r.recv)
+			}
+		}
 		t.Cleanup(func() {
-			r.ctx.MemFree(r.send)
-			r.ctx.MemFree(r.recv)
+			free()
 			r.stream.Destroy()
 			r.ctx.Release()
 		})
 	}
-	if os.Getenv(mpEnvWindows) == "1" {
+	if w := os.Getenv(mpEnvWindows); w == "1" || w == "vmm" {
 		// Collective: every rank at once, send then recv on each.
 		werrs := make([]error, len(ranks))
 		var wg sync.WaitGroup
@@ -836,6 +877,34 @@ func mpInit(t *testing.T, id ncclgo.UniqueID, first, n, local, dev int, bufBytes
 		}
 	})
 	return ranks
+}
+
+// mpAllocVMM allocates r's send and receive buffers as ncclMemAlloc does
+// (VMM, exportable as POSIX fds, the recommended granularity), as two
+// mappings side by side in one reservation, and returns what frees them.
+func mpAllocVMM(t *testing.T, r *mpRank, bufBytes uint64) func() {
+	t.Helper()
+	prop := cuda.AllocProp{HandleTypes: cuda.MemHandlePOSIXFD}
+	gran, err := r.ctx.MemGranularityFor(prop, true)
+	require.NoError(t, err)
+	n := (bufBytes + gran - 1) / gran * gran
+	va, err := r.ctx.MemAddressReserve(2*n, gran)
+	require.NoError(t, err)
+	var hs [2]cuda.MemHandle
+	for i := range hs {
+		hs[i], err = r.ctx.MemCreateWith(n, prop)
+		require.NoError(t, err, "cuMemCreate of %d bytes with POSIX fd handles", n)
+		require.NoError(t, r.ctx.MemMap(va+cuda.DevicePtr(uint64(i)*n), n, hs[i]))
+	}
+	require.NoError(t, r.ctx.MemSetAccess(va, 2*n))
+	r.send, r.recv = va, va+cuda.DevicePtr(n)
+	return func() {
+		assert.NoError(t, r.ctx.MemUnmap(va, 2*n))
+		for _, h := range hs {
+			assert.NoError(t, r.ctx.MemRelease(h))
+		}
+		assert.NoError(t, r.ctx.MemAddressFree(va, 2*n))
+	}
 }
 
 // mpValue is element i of rank r's input: small integers, so that sums of
@@ -1188,4 +1257,15 @@ func TestMultiProcessCasesFit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The vmm mode's check: two windows per rank, each with DIRECT.
+func TestMultiProcessCheckWindows(t *testing.T) {
+	line := func(r int, direct bool) string {
+		return fmt.Sprintf("MPWIN rank=%d buf=0x7f00 bytes=4096 direct=%v\n", r, direct)
+	}
+	ok := []string{line(0, true) + line(0, true), line(1, true) + "noise\n" + line(1, true)}
+	require.NoError(t, mpCheckWindows(ok, 2))
+	assert.ErrorContains(t, mpCheckWindows([]string{ok[0], line(1, true) + line(1, false)}, 2), "rank 1: a window without DIRECT")
+	assert.ErrorContains(t, mpCheckWindows(ok[:1], 2), "2 MPWIN lines, want 4 (2 per rank)")
 }

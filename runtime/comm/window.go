@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
@@ -18,13 +17,13 @@ import (
 // of the same size, in the same order as every other registration and
 // deregistration of the communicator (NCCL's rule); RegisterWindow is
 // collective. Where DIRECT runs across processes (direct.go), each rank
-// exports the allocation that holds its buffer (a legacy IPC handle: it
-// works under MPS), the ranks exchange (handle, offset in the allocation,
-// size) over the bootstrap network, and each maps its peers' windows and
-// writes their addresses into row w of its device window table
-// (DevComm.Direct[nRanks + w*nRanks + r]). A second exchange confirms
-// that every rank mapped them, so a window is usable on every rank or on
-// none. w, the window's row, is the lowest free one, the same on every
+// exports the allocation that holds its buffer (a legacy IPC handle, or a
+// VMM allocation's POSIX fd: windowmem.go), the ranks exchange (export,
+// offset in the allocation, size) over the bootstrap network, and each
+// maps its peers' windows and writes their addresses into row w of its
+// device window table (DevComm.Direct[nRanks + w*nRanks + r]). A second
+// exchange confirms that every rank mapped them, so a window is usable on
+// every rank or on none. w, the window's row, is the lowest free one, the same on every
 // rank since the registrations are ordered alike.
 //
 // A call whose sendbuff and recvbuff lie in windows with rows is planned
@@ -60,9 +59,9 @@ type Window struct {
 	row  int    // the device table's row, or -1 (DIRECT does not run on it)
 	buf  cuda.DevicePtr
 	size uint64
-	// opened are the handles of the peers' allocations this window mapped
-	// here (IPC; Engine.openIPC counts them), to close.
-	opened []cuda.IpcMemHandle
+	// opened are the peers' allocations this window mapped here
+	// (Engine.openPeer counts them), to close.
+	opened []peerAlloc
 	closed bool
 }
 
@@ -83,53 +82,10 @@ type windowState struct {
 	rows  [generated.DirectMaxWindows]*Window
 	live  []*Window
 	gone  bool // closeWindows ran: no more registrations
-	// maps are the peers' allocations open here, by handle: two windows
-	// in one allocation (or one registered twice) share its mapping.
-	maps map[cuda.IpcMemHandle]*ipcMapping
+	// maps are the peers' allocations open here: two windows in one
+	// allocation (or one registered twice) share its mapping.
+	maps map[peerAlloc]*peerMapping
 }
-
-// ipcMapping is a peer's allocation opened here, and how many windows use
-// it.
-type ipcMapping struct {
-	p    cuda.DevicePtr
-	refs int
-}
-
-// openIPC maps the allocation of h, or counts one more user of its
-// mapping.
-func (e *Engine) openIPC(h cuda.IpcMemHandle) (cuda.DevicePtr, error) {
-	if m := e.win.maps[h]; m != nil {
-		m.refs++
-		return m.p, nil
-	}
-	p, err := e.ipc.IpcOpenMemHandle(h)
-	if err != nil {
-		return 0, err
-	}
-	if e.win.maps == nil {
-		e.win.maps = map[cuda.IpcMemHandle]*ipcMapping{}
-	}
-	e.win.maps[h] = &ipcMapping{p: p, refs: 1}
-	return p, nil
-}
-
-// closeIPC drops one user of h's mapping and closes it after the last.
-func (e *Engine) closeIPC(h cuda.IpcMemHandle) error {
-	m := e.win.maps[h]
-	if m == nil {
-		return fmt.Errorf("closing a peer's window: its allocation is not mapped here")
-	}
-	if m.refs--; m.refs > 0 {
-		return nil
-	}
-	delete(e.win.maps, h)
-	return e.ipc.IpcCloseMemHandle(m.p)
-}
-
-// windowRecordBytes is one rank's record in RegisterWindow's exchange:
-// size, buffer address, offset in its allocation, exported (1) or not,
-// and the allocation's IPC handle.
-const windowRecordBytes = 8 + 8 + 8 + 1 + len(cuda.IpcMemHandle{})
 
 // RegisterWindow registers size bytes at buf as a window, collectively:
 // every rank calls it, in the same order, with the same size. See the
@@ -152,39 +108,21 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	}
 	across := st.table != 0
 	// This rank's record.
-	var h cuda.IpcMemHandle
-	var off uint64
-	exported := false
+	x := windowExport{rec: windowRecord{size: size, buf: uint64(buf)}}
 	var exportErr error
 	if across {
-		base, n, err := e.ipc.MemGetAddressRange(buf)
-		switch {
-		case err != nil:
-			exportErr = fmt.Errorf("the allocation holding %#x: %w", uint64(buf), err)
-		case buf < base || uint64(buf-base) >= n || size > n-uint64(buf-base):
-			return nil, fmt.Errorf("%w: the window [%#x, +%d) runs past its allocation (%d bytes at %#x)",
-				ErrInvalidArgument, uint64(buf), size, n, uint64(base))
-		default:
-			off = uint64(buf - base)
-			if h, err = e.ipc.IpcGetMemHandle(base); err != nil {
-				exportErr = fmt.Errorf("exporting the allocation at %#x (legacy IPC; a VMM allocation cannot be): %w", uint64(base), err)
-			} else {
-				exported = true
-			}
+		if x, exportErr = e.exportWindow(st.seq+1, buf, size); exportErr != nil {
+			// Still in the exchange, so that the peers fail now too.
+			x = windowExport{rec: windowRecord{size: size, buf: uint64(buf), kind: exportFailed}}
 		}
+		defer func() { _ = x.close() }() // the peers mapped it (or gave up) by the time this returns
 	}
-	rec := binary.LittleEndian.AppendUint64(nil, size)
-	rec = binary.LittleEndian.AppendUint64(rec, uint64(buf))
-	rec = binary.LittleEndian.AppendUint64(rec, off)
-	if exported {
-		rec = append(rec, 1)
-	} else {
-		rec = append(rec, 0)
-	}
-	rec = append(rec, h[:]...)
-	all, err := e.net.AllGather(ctx, rec)
-	if err != nil {
-		return nil, fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
+	all, err := e.net.AllGather(ctx, x.rec.encode())
+	if err != nil || exportErr != nil {
+		if err != nil {
+			err = fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
+		}
+		return nil, errors.Join(exportErr, err)
 	}
 	recs, err := parseWindowRecords(all)
 	if err != nil {
@@ -198,7 +136,7 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	}
 	allExported := true
 	for _, r := range recs {
-		allExported = allExported && r.exported
+		allExported = allExported && r.kind != exportNone
 	}
 	row := -1
 	for i, x := range st.rows {
@@ -212,8 +150,8 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 		why := fmt.Sprintf("the table's %d rows are taken", generated.DirectMaxWindows)
 		if !allExported {
 			why = "a rank could not export its memory"
-			if exportErr != nil {
-				why = exportErr.Error()
+			if x.why != nil {
+				why = x.why.Error()
 			}
 		}
 		e.log.Info(fmt.Sprintf("window %d (%d bytes at %#x): DIRECT will not run on it: %s", w.seq, size, uint64(buf), why))
@@ -221,7 +159,7 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 		return w, nil
 	}
 	// Map the peers' windows: the same process's by address, the others'
-	// through their handles.
+	// through what they exported (windowmem.go).
 	bases := make([]uint64, e.nRanks)
 	var mapErr error
 	for r, x := range recs {
@@ -231,11 +169,11 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 		case e.sameProcess(r):
 			bases[r] = x.buf
 		default:
-			p, err := e.openIPC(x.handle)
+			p, k, err := e.openPeer(ctx, r, &x)
 			if err != nil {
 				mapErr = fmt.Errorf("mapping rank %d's window: %w", r, err)
 			} else {
-				w.opened = append(w.opened, x.handle)
+				w.opened = append(w.opened, k)
 				bases[r] = uint64(p) + x.off
 			}
 		}
@@ -246,48 +184,27 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	if mapErr == nil {
 		mapErr = e.ipc.MemcpyHtoD(st.table+cuda.DevicePtr(8*row*e.nRanks), unsafe.Pointer(&bases[0]), uint64(8*e.nRanks))
 	}
-	if err := agreeAll(ctx, e.net, e.rank, mapErr == nil, mapErr, fmt.Sprintf("ncclgo: rank %d: mapping window %d", e.rank, w.seq)); err != nil {
+	soft, err := agreeWindow(ctx, e.net, e.rank, mapErr, fmt.Sprintf("ncclgo: rank %d: mapping window %d", e.rank, w.seq))
+	if err != nil {
 		return nil, errors.Join(err, e.clearRow(row, mapErr == nil), e.unmap(w))
+	}
+	if soft >= 0 {
+		// A VMM allocation did not map somewhere: no row on any rank.
+		why := fmt.Sprintf("rank %d could not map a peer's VMM allocation", soft)
+		if mapErr != nil {
+			why = mapErr.Error()
+		}
+		if err := errors.Join(e.clearRow(row, mapErr == nil), e.unmap(w)); err != nil {
+			return nil, fmt.Errorf("ncclgo: rank %d: window %d: undoing its mappings: %w", e.rank, w.seq, err)
+		}
+		e.log.Info(fmt.Sprintf("window %d (%d bytes at %#x): DIRECT will not run on it: %s", w.seq, size, uint64(buf), why))
+		st.live = append(st.live, w)
+		return w, nil
 	}
 	w.row = row
 	st.rows[row] = w
 	st.live = append(st.live, w)
 	return w, nil
-}
-
-// windowRecord is a rank's record in RegisterWindow's exchange.
-type windowRecord struct {
-	size, buf, off uint64
-	exported       bool
-	handle         cuda.IpcMemHandle
-}
-
-// parseWindowRecords checks the ranks' records: their lengths and that
-// every rank registered the same size.
-func parseWindowRecords(all [][]byte) ([]windowRecord, error) {
-	recs := make([]windowRecord, len(all))
-	for r, b := range all {
-		if len(b) != windowRecordBytes {
-			return nil, fmt.Errorf("rank %d's window record: %d bytes, want %d", r, len(b), windowRecordBytes)
-		}
-		x := &recs[r]
-		x.size = binary.LittleEndian.Uint64(b)
-		x.buf = binary.LittleEndian.Uint64(b[8:])
-		x.off = binary.LittleEndian.Uint64(b[16:])
-		x.exported = b[24] == 1
-		copy(x.handle[:], b[25:])
-	}
-	for r := range recs {
-		if recs[r].size != recs[0].size {
-			var sizes []string
-			for q, x := range recs {
-				sizes = append(sizes, fmt.Sprintf("rank %d: %d", q, x.size))
-			}
-			return nil, fmt.Errorf("%w: rank %d registered %d bytes, rank 0 %d (window sizes: %s); every rank registers the same size",
-				ErrWindowMismatch, r, recs[r].size, recs[0].size, strings.Join(sizes, ", "))
-		}
-	}
-	return recs, nil
 }
 
 // sameProcess reports whether rank r is in this process.
@@ -311,8 +228,8 @@ func (e *Engine) clearRow(row int, write bool) error {
 // unmap closes the peers' allocations mapped for w.
 func (e *Engine) unmap(w *Window) error {
 	var errs []error
-	for _, h := range w.opened {
-		errs = append(errs, e.closeIPC(h))
+	for _, k := range w.opened {
+		errs = append(errs, e.closePeer(k))
 	}
 	w.opened = nil
 	return errors.Join(errs...)

@@ -260,8 +260,15 @@ func TestDeregisterWindowMismatch(t *testing.T) {
 	}
 	_, err := es[0].RegisterWindow(context.Background(), 0, 64)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = es[0].RegisterWindow(context.Background(), fakeBase(0)+fakeAlloc-8, 64)
-	assert.ErrorContains(t, err, "runs past its allocation")
+	// A window past its allocation on one rank fails every rank at once.
+	ws, errs := register(es, func(r int) cuda.DevicePtr { return fakeBase(r) + cuda.DevicePtr(1-r)*(fakeAlloc-8) }, func(int) uint64 { return 64 })
+	assert.ErrorIs(t, errs[0], ErrInvalidArgument)
+	assert.ErrorContains(t, errs[0], "runs past its allocation")
+	assert.ErrorContains(t, errs[1], "rank 0 could not register its window")
+	assert.Equal(t, []*Window{nil, nil}, ws)
+	// The next registration is still in step.
+	_, errs = register(es, fakeBase, func(int) uint64 { return 64 })
+	require.NoError(t, errors.Join(errs...))
 }
 
 // A forced DIRECT on a call outside windows names why.

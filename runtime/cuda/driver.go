@@ -36,11 +36,16 @@ func Init() error {
 	return initErr
 }
 
-func doInit() error {
-	lib := os.Getenv(LibraryEnv)
-	if lib == "" {
-		lib = "libcuda.so.1"
+// libraryPath is the driver library Init loads.
+func libraryPath() string {
+	if lib := os.Getenv(LibraryEnv); lib != "" {
+		return lib
 	}
+	return "libcuda.so.1"
+}
+
+func doInit() error {
+	lib := libraryPath()
 	clib := C.CString(lib)
 	defer C.free(unsafe.Pointer(clib))
 	var buf [512]C.char
