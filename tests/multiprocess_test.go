@@ -91,7 +91,7 @@ const (
 	mpEnvCases = "NCCLGO_MP_CASES"
 	// mpEnvWindows "1" registers every rank's buffers as windows.
 	mpEnvWindows = "NCCLGO_MP_WINDOWS"
-	envHostID  = "NCCL_HOSTID"
+	envHostID    = "NCCL_HOSTID"
 )
 
 // mpGPU skips without a driver, a kernel image or enough devices.
