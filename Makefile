@@ -17,7 +17,7 @@ export CGO_CFLAGS
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: hooks all generate kernels test vet lint staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
+.PHONY: hooks all generate kernels test vet lint gofmt staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -54,7 +54,12 @@ vet:
 
 ## lint: staticcheck (pinned in go.mod's tool directive) and enumswitch (a
 ## switch over a vocabulary enum names every value or has a default).
-lint: staticcheck enumswitch
+lint: gofmt staticcheck enumswitch
+
+## gofmt: fails naming the hand-written Go files gofmt would change.
+gofmt:
+	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '^generated/'); \
+	if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 
 staticcheck:
 	$(GO) tool staticcheck ./...

@@ -44,6 +44,13 @@
 #                   kill test: rank 1 SIGKILLed mid-sweep, the job must end, non-zero,
 #                   naming it, within NP_KILL_LIMIT (20) s
 #   split           ncclgo.test -run 'Split|Shrink'
+#   shared          issue 25's acceptance on one GPU in one step: ncclperf -c 1 sweeps
+#                   ${SHARED_B:-1M} to ${SHARED_E:-1G} by ${SHARED_F:-2} for each placement
+#                   (ranks in one process: -g 2 every collective, -g 4 and -g 8 AllReduce;
+#                   processes under MPS: -np 2 with and without windows (-R 2), at 50 %,
+#                   and -np 4 -R 2 at 25 %), 0 wrong everywhere, and the cliff rule (from
+#                   1 MiB up no size more than 10 % below the next smaller one), one
+#                   line per sweep with its largest-size figure
 #   random          TestRandom on GPUs 0,1 and on GPU 0 (RANDOM_BUDGET, 40s each)
 #   multigpu-tests  the suite with NCCLGO_TEST_DEVICES=0..N-1, NCCLGO_TEST_RANKS=${MG_RANKS:-N}
 #                   (MG_RANKS=2,4,8: rank r on GPU r), then TestGPUSeveralGPUs
@@ -943,6 +950,43 @@ if has slim && begin slim; then
   done_ slim $st "$res"
 fi
 
+
+if has shared && begin shared; then
+  mkdir -p "$L/shared"
+  # cliffs FILE: 0 wrong, then every busbw (out of place) from the first row
+  # on at least 90 % of the row before; prints "ok LAST" or "FAIL why".
+  cliffs() {
+    awk '/^ +[0-9]/ { n++; b = $8 + 0; if ($9 != "0" && $9 != "N/A") { print "FAIL wrong " $9 " at " $1; bad = 1; exit }
+                      if (n > 1 && b < 0.9 * prev) { print "FAIL cliff at " $1 " B: " b " after " prev; bad = 1; exit }
+                      prev = b; last = $1 ":" b }
+         END { if (!bad) { if (n == 0) print "FAIL no rows"; else print "ok " last } }' "$1"
+  }
+  SW=(-b "${SHARED_B:-1M}" -e "${SHARED_E:-1G}" -f "${SHARED_F:-2}" -c 1 -n "${SHARED_N:-20}")
+  res="" st=PASS
+  sweep() { # NAME ENV... -- ARGS...
+    local name=$1; shift; local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+    bt "shared/$name" 150 env "${envs[@]}" $B/ncclperf "$@" "${SW[@]}"
+    local rc=$? v; v=$(cliffs "$L/shared/$name.log")
+    ((rc != 0)) && v="FAIL rc=$rc"
+    echo "shared $name: $v"
+    [[ $v == ok* ]] || st=FAIL
+    res="$res $name:${v// /=}"
+  }
+  for c in allreduce allgather reducescatter broadcast sendrecv; do sweep "g2-$c" X=1 -- -g 2 -coll $c; done
+  sweep g4-allreduce X=1 -- -g 4
+  sweep g8-allreduce X=1 -- -g 8
+  if command -v nvidia-cuda-mps-control > /dev/null && mps_start; then
+    M=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
+    sweep np2-allreduce "${M[@]}" -- -np 2
+    for c in allreduce allgather reducescatter sendrecv; do sweep "np2-R2-$c" "${M[@]}" -- -np 2 -R 2 -coll $c; done
+    sweep np2-R2-allreduce-50pct "${M[@]}" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 -- -np 2 -R 2
+    sweep np4-R2-allreduce-25pct "${M[@]}" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 -- -np 4 -R 2
+    mps_stop
+  else
+    res="$res mps:SKIP(no MPS)"
+  fi
+  done_ shared $st "$res"
+fi
 
 if has split && begin split; then
   bt split 240 "$T/ncclgo.test" -test.run 'Split|Shrink' -test.v -test.count=1 -test.timeout $(($(lim 240) > 10 ? $(lim 240) - 5 : 5))s

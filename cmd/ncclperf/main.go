@@ -171,7 +171,7 @@ type backend interface {
 }
 
 type config struct {
-	register int // -R: 2 registers the buffers as windows (ncclgo backend)
+	register        int // -R: 2 registers the buffers as windows (ncclgo backend)
 	coll            coll
 	colls           []coll // the sweeps to run (-coll all: allColls)
 	checkMax        int64  // bytes of one rank's output checked whole
