@@ -26,7 +26,7 @@
 #                   then one run of each with NCCL_DEBUG=INFO INIT,ENV,TUNING,COLL.
 #                   HANG_ENV adds environment to every run ("NCCL_NCHANNELS=1 ...")
 #   mp              the multi-process matrix (MP_CASES: p2p shm ipc 2x2 refused kill
-#                   mps2 mps4 mpsipc mpsshm mpswin mpsstress mpsleak; MPS started for the mps cases and always stopped);
+#                   mps2 mps4 mpsipc mpsshm mpswin mpsvmm mpsstress mpsleak; MPS started for the mps cases and always stopped);
 #                   MP_FULL=1 drops -test.short
 #   hosts           fake hosts (NCCL_HOSTID per process, all on GPU 0 under MPS): the
 #                   multi-process suite over 2, 3, 4 hosts x 1, 2 ranks per host x
@@ -526,7 +526,7 @@ if has mp && begin mp; then
   mkdir -p "$L/mp"
   SHORT=-test.short MPTO=${MP_TO:-150}
   [[ ${MP_FULL:-0} == 1 ]] && { SHORT=""; MPTO=${MP_TO:-540}; }
-  CASES=${MP_CASES:-p2p shm ipc 2x2 refused kill mps2 mps4 mpsipc mpsshm mpswin mpsstress mpsleak}
+  CASES=${MP_CASES:-p2p shm ipc 2x2 refused kill mps2 mps4 mpsipc mpsshm mpswin mpsvmm mpsstress mpsleak}
   res="" nbad=0
   # mp_case NAME WANT RUN ENV...: WANT: a "via ..." the logs must show ("" none).
   mp_case() {
@@ -554,7 +554,7 @@ if has mp && begin mp; then
     res="$res (p2p shm ipc 2x2 kill over 2 GPUs: skipped, $NGPUS GPU)"
   fi
   mpsc refused && mp_case refused "" '^TestMultiProcessSharedGPURefused$' NCCLGO_TEST_DEVICES=0
-  if mpsc mps2 || mpsc mps4 || mpsc mpsipc || mpsc mpsshm || mpsc mpswin || mpsc mpsstress || mpsc mpsleak || { mpsc kill && ((NGPUS < 2)); }; then
+  if mpsc mps2 || mpsc mps4 || mpsc mpsipc || mpsc mpsshm || mpsc mpswin || mpsc mpsvmm || mpsc mpsstress || mpsc mpsleak || { mpsc kill && ((NGPUS < 2)); }; then
     if ! command -v nvidia-cuda-mps-control > /dev/null; then
       res="$res mps:SKIP(no nvidia-cuda-mps-control)"
     else
@@ -568,6 +568,8 @@ if has mp && begin mp; then
         mpsc mpsshm && mp_case mpsshm "via SHM" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2 NCCL_P2P_DISABLE=1
         # DIRECT across the processes on registered windows (NCCLGO_MP_WINDOWS), forced.
         mpsc mpswin && mp_case mpswin "direct=true" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2 NCCLGO_MP_WINDOWS=1 NCCL_ALGO=direct
+        # The same on VMM buffers (ncclMemAlloc's kind), exported as POSIX descriptors.
+        mpsc mpsvmm && mp_case mpsvmm "direct=true" '^TestMultiProcess$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2 NCCLGO_MP_WINDOWS=vmm NCCL_ALGO=direct
         mpsc kill && ((NGPUS < 2)) && mp_case kill-mps "" '^TestMultiProcessKill$' "${MPSENV[@]}"
         # Issue 14 across processes: 2 and 4 processes × 8 ranks, 64 MiB AllReduces at once.
         mpsc mpsstress && mp_case mpsstress2 "" '^TestStressMPS$' "${MPSENV[@]}" NCCLGO_MP_NPROCS=2
