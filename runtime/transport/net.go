@@ -44,6 +44,10 @@ import (
 // Every message from the peer is checked: its kind, connection, step
 // (within the window that the receiver's head allows), offset and length
 // (within the slot); credits may only grow, and by at most a FIFO's depth.
+// An LL receiver does not wait for a step of no lines, so its head may
+// run ahead of the steps the sender posted (over a collective's steps on a
+// channel that carries none of its data); its proxy then credits in
+// strides of a FIFO's depth.
 // Anything else fails the connection with an error naming the peer.
 type NET struct {
 	// Net is the network; nil means the process's default (DefaultNet).
@@ -908,7 +912,8 @@ func (c *netConn) creditDue() bool {
 		return true
 	}
 	for i, p := range c.posted {
-		if p+creditNear >= c.head[i]+generated.Steps {
+		// llDone: LL steps of no lines were posted, with nothing shipped.
+		if max(p, c.llDone[i])+creditNear >= c.head[i]+generated.Steps {
 			return true
 		}
 	}
@@ -1330,7 +1335,11 @@ func (c *netConn) sendCredits(busy, all bool) (bool, error) {
 		if len(c.creditsOut) == maxCredits {
 			break
 		}
-		h := atomic.LoadUint64(c.word(uint64(i)*c.total + offHead))
+		// An LL receiver does not wait for a step of no lines, so its
+		// head may run ahead of the sender's credits by any number of
+		// such steps; a credit moves the sender's head by at most a
+		// FIFO's depth (its check against garbage), the rest follows.
+		h := min(atomic.LoadUint64(c.word(uint64(i)*c.total+offHead)), c.credited[i]+generated.Steps)
 		near := c.arrived[i]+creditNear >= c.credited[i]+generated.Steps
 		if h == c.credited[i] || !all && h < c.credited[i]+creditBatch && !near {
 			continue
