@@ -25,8 +25,12 @@ import (
 // NET connects ranks through a network (runtime/net: the socket backend),
 // with the proxy (runtime/proxy) moving each step.
 //
-// Each side of a connection has a staging block in host memory,
-// page-locked and mapped for its GPU, with the layout of a receiver's block
+// Each side of a connection has a staging block in host memory that the
+// driver allocates page-locked and mapped for its GPU (cuMemHostAlloc, as
+// NCCL's host buffers: its mapping lives with the CUDA context, not with
+// the process's address space, so a killed process's kernel still
+// spinning on it does not fault the GPU, which under MPS every client of
+// the GPU would get), with the layout of a receiver's block
 // (control words, then the FIFOs): the sending kernel writes its steps into
 // its own staging block exactly as it writes into an SHM receiver's (head,
 // tail, the LL flags), and the receiving kernel reads its own; the device
@@ -132,13 +136,15 @@ func (t NET) setupTimeout() time.Duration {
 	return DefaultNetSetupTimeout
 }
 
-// hostMemory is what NET needs of a rank's memory: page-locking host
-// memory for its GPU. *cuda.Context implements it.
+// hostMemory is what NET needs of a rank's memory: page-locked host
+// memory mapped for its GPU. *cuda.Context implements it.
 type hostMemory interface {
-	MemHostRegister(p unsafe.Pointer, n uint64) error
-	MemHostUnregister(p unsafe.Pointer) error
+	MemAllocHost(n uint64) (unsafe.Pointer, error)
+	MemFreeHost(p unsafe.Pointer) error
 	HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error)
 }
+
+var _ hostMemory = (*cuda.Context)(nil)
 
 // The NET connect info: the region's size, then the listen handle.
 const netInfoSize = 8 + ncclnet.HandleSize
@@ -238,14 +244,14 @@ func blockLayout(sizes Sizes) (fifo [3]uint64, total uint64) {
 // netRegion is one side of the NET connections between two ranks: the
 // staging blocks and the proxy connection that serves them.
 type netRegion struct {
-	mem    hostMemory
-	eng    *proxy.Engine
-	host   []byte // the staging blocks (mmap'd)
-	size   uint64
-	addr   cuda.DevicePtr
-	info   []byte
-	pinned bool
-	pc     *netConn
+	mem   hostMemory
+	eng   *proxy.Engine
+	host  []byte // the staging blocks (MemAllocHost)
+	size  uint64
+	addr  cuda.DevicePtr
+	info  []byte
+	alloc bool // host is MemAllocHost's
+	pc    *netConn
 	// aborted is Options.Aborted (nil: never): Close does not drain.
 	aborted func() bool
 }
@@ -308,13 +314,12 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 			_ = r.Close()
 		}
 	}()
-	if r.host, err = syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_SHARED); err != nil {
+	p, err := m.MemAllocHost(size)
+	if err != nil {
 		return nil, fmt.Errorf("transport: NET staging of %d bytes: %w", size, err)
 	}
-	if err := m.MemHostRegister(unsafe.Pointer(&r.host[0]), size); err != nil {
-		return nil, fmt.Errorf("transport: NET staging: %w", err)
-	}
-	r.pinned = true
+	r.host, r.alloc = unsafe.Slice((*byte)(p), size), true
+	clear(r.host) // the counters start at 0; cuMemHostAlloc does not zero
 	if r.addr, err = m.HostDevicePointer(unsafe.Pointer(&r.host[0])); err != nil {
 		return nil, err
 	}
@@ -370,13 +375,9 @@ func (r *netRegion) Close() error {
 		}
 		r.pc = nil
 	}
-	if r.pinned {
-		errs = append(errs, r.mem.MemHostUnregister(unsafe.Pointer(&r.host[0])))
-		r.pinned = false
-	}
-	if r.host != nil {
-		errs = append(errs, syscall.Munmap(r.host))
-		r.host = nil
+	if r.alloc {
+		errs = append(errs, r.mem.MemFreeHost(unsafe.Pointer(&r.host[0])))
+		r.host, r.alloc = nil, false
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -30,6 +31,10 @@ type hostMem struct {
 	*fakeMem
 	mu   sync.Mutex
 	regs map[uint64][]byte
+	// allocs counts MemAllocHost calls; onFree, when set, is called
+	// (under mu) as MemFreeHost frees p.
+	allocs int
+	onFree func(p unsafe.Pointer)
 }
 
 func newHostMem() *hostMem { return &hostMem{fakeMem: newFakeMem(), regs: map[uint64][]byte{}} }
@@ -49,6 +54,40 @@ func (m *hostMem) MemHostUnregister(p unsafe.Pointer) error {
 	}
 	delete(m.regs, uint64(uintptr(p)))
 	return nil
+}
+
+// MemAllocHost maps n bytes of its own, filled with garbage as
+// cuMemHostAlloc's may be.
+func (m *hostMem) MemAllocHost(n uint64) (unsafe.Pointer, error) {
+	b, err := syscall.Mmap(-1, 0, int(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, err
+	}
+	for i := range b {
+		b[i] = 0xA5
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.regs[uint64(uintptr(unsafe.Pointer(&b[0])))] = b
+	m.allocs++
+	return unsafe.Pointer(&b[0]), nil
+}
+
+// MemFreeHost unmaps memory from MemAllocHost: whoever touches it after
+// (a proxy still driving the connection) faults the test process, as a
+// kernel would fault the GPU.
+func (m *hostMem) MemFreeHost(p unsafe.Pointer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.regs[uint64(uintptr(p))]
+	if !ok {
+		return fmt.Errorf("MemFreeHost(%p): not from MemAllocHost", p)
+	}
+	delete(m.regs, uint64(uintptr(p)))
+	if m.onFree != nil {
+		m.onFree(p)
+	}
+	return syscall.Munmap(b)
 }
 
 func (m *hostMem) HostDevicePointer(p unsafe.Pointer) (cuda.DevicePtr, error) {
