@@ -127,17 +127,30 @@ func (e *Engine) closeIPC(h cuda.IpcMemHandle) error {
 }
 
 // windowRecordBytes is one rank's record in RegisterWindow's exchange:
-// size, buffer address, offset in its allocation, exported (1) or not,
-// and the allocation's IPC handle.
+// size, buffer address, offset in its allocation, its state (a
+// windowRecord* constant), and the allocation's IPC handle.
 const windowRecordBytes = 8 + 8 + 8 + 1 + len(cuda.IpcMemHandle{})
+
+// A rank's window as its record states it.
+const (
+	windowRecordLocal    = 0 // not exported: DIRECT does not run on it
+	windowRecordExported = 1 // the handle maps it
+	windowRecordInvalid  = 2 // its arguments are invalid: it fails on every rank
+)
 
 // RegisterWindow registers size bytes at buf as a window, collectively:
 // every rank calls it, in the same order, with the same size. See the
-// windows' description above.
+// windows' description above. A rank whose arguments are invalid still
+// takes part in the exchange and fails after it, so that its peers fail
+// at once too (wrapping ErrWindowMismatch) rather than wait for it, and
+// the ranks' next registrations pair up. Abort ends the exchange.
 func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size uint64) (*Window, error) {
+	var argErr error
 	if buf == 0 {
-		return nil, fmt.Errorf("%w: buf=0: want a device buffer", ErrInvalidArgument)
+		argErr = fmt.Errorf("%w: buf=0: want a device buffer", ErrInvalidArgument)
 	}
+	ctx, release := e.life.bind(ctx) // Abort ends the exchange
+	defer release()
 	e.winMu.Lock()
 	defer e.winMu.Unlock()
 	if e.isDestroyed() || e.win.gone {
@@ -145,6 +158,9 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	}
 	st := &e.win
 	if e.net == nil { // no peers (a device-less engine): nothing to exchange
+		if argErr != nil {
+			return nil, argErr
+		}
 		st.seq++
 		w := &Window{e: e, seq: st.seq, row: -1, buf: buf, size: size}
 		st.live = append(st.live, w)
@@ -154,37 +170,39 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	// This rank's record.
 	var h cuda.IpcMemHandle
 	var off uint64
-	exported := false
+	state := byte(windowRecordLocal)
 	var exportErr error
-	if across {
+	if across && argErr == nil {
 		base, n, err := e.ipc.MemGetAddressRange(buf)
 		switch {
 		case err != nil:
 			exportErr = fmt.Errorf("the allocation holding %#x: %w", uint64(buf), err)
 		case buf < base || uint64(buf-base) >= n || size > n-uint64(buf-base):
-			return nil, fmt.Errorf("%w: the window [%#x, +%d) runs past its allocation (%d bytes at %#x)",
+			argErr = fmt.Errorf("%w: the window [%#x, +%d) runs past its allocation (%d bytes at %#x)",
 				ErrInvalidArgument, uint64(buf), size, n, uint64(base))
 		default:
 			off = uint64(buf - base)
 			if h, err = e.ipc.IpcGetMemHandle(base); err != nil {
 				exportErr = fmt.Errorf("exporting the allocation at %#x (legacy IPC; a VMM allocation cannot be): %w", uint64(base), err)
 			} else {
-				exported = true
+				state = windowRecordExported
 			}
 		}
+	}
+	if argErr != nil {
+		state, h, off = windowRecordInvalid, cuda.IpcMemHandle{}, 0
 	}
 	rec := binary.LittleEndian.AppendUint64(nil, size)
 	rec = binary.LittleEndian.AppendUint64(rec, uint64(buf))
 	rec = binary.LittleEndian.AppendUint64(rec, off)
-	if exported {
-		rec = append(rec, 1)
-	} else {
-		rec = append(rec, 0)
-	}
+	rec = append(rec, state)
 	rec = append(rec, h[:]...)
 	all, err := e.net.AllGather(ctx, rec)
 	if err != nil {
-		return nil, fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
+		return nil, errors.Join(argErr, fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err))
+	}
+	if argErr != nil {
+		return nil, fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, argErr)
 	}
 	recs, err := parseWindowRecords(all)
 	if err != nil {
@@ -259,6 +277,7 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 type windowRecord struct {
 	size, buf, off uint64
 	exported       bool
+	invalid        bool // the rank's arguments were invalid
 	handle         cuda.IpcMemHandle
 }
 
@@ -274,8 +293,23 @@ func parseWindowRecords(all [][]byte) ([]windowRecord, error) {
 		x.size = binary.LittleEndian.Uint64(b)
 		x.buf = binary.LittleEndian.Uint64(b[8:])
 		x.off = binary.LittleEndian.Uint64(b[16:])
-		x.exported = b[24] == 1
+		x.exported = b[24] == windowRecordExported
+		x.invalid = b[24] == windowRecordInvalid
 		copy(x.handle[:], b[25:])
+	}
+	var bad []string
+	for r, x := range recs {
+		if x.invalid {
+			bad = append(bad, fmt.Sprint(r))
+		}
+	}
+	if len(bad) > 0 {
+		who := "rank " + bad[0]
+		if len(bad) > 1 {
+			who = "ranks " + strings.Join(bad, ", ")
+		}
+		return nil, fmt.Errorf("%w: %s passed an invalid window (its RegisterWindow's error says why); registration fails on every rank",
+			ErrWindowMismatch, who)
 	}
 	for r := range recs {
 		if recs[r].size != recs[0].size {
@@ -325,6 +359,8 @@ func (e *Engine) DeregisterWindow(ctx context.Context, w *Window) error {
 	if w == nil || w.e != e {
 		return fmt.Errorf("%w: a window of another communicator, or nil", ErrInvalidArgument)
 	}
+	ctx, release := e.life.bind(ctx) // Abort ends the exchange
+	defer release()
 	e.winMu.Lock()
 	defer e.winMu.Unlock()
 	if w.closed {

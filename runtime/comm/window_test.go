@@ -258,10 +258,14 @@ func TestDeregisterWindowMismatch(t *testing.T) {
 	for r := range 2 {
 		assert.ErrorIs(t, errs[r], ErrWindowMismatch, "rank %d", r)
 	}
-	_, err := es[0].RegisterWindow(context.Background(), 0, 64)
-	assert.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = es[0].RegisterWindow(context.Background(), fakeBase(0)+fakeAlloc-8, 64)
-	assert.ErrorContains(t, err, "runs past its allocation")
+	// Invalid arguments fail after the exchange (the other rank's
+	// registration is valid; it fails too):
+	// TestRegisterWindowLocalErrorFailsEveryRank.
+	_, errs = register(es, func(r int) cuda.DevicePtr { return fakeBase(r) * cuda.DevicePtr(r) }, func(int) uint64 { return 64 })
+	assert.ErrorIs(t, errs[0], ErrInvalidArgument)
+	assert.ErrorIs(t, errs[1], ErrWindowMismatch)
+	_, errs = register(es, func(r int) cuda.DevicePtr { return fakeBase(r) + fakeAlloc - 8 }, func(int) uint64 { return 64 })
+	assert.ErrorContains(t, errs[0], "runs past its allocation")
 }
 
 // A forced DIRECT on a call outside windows names why.
