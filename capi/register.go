@@ -112,6 +112,37 @@ func checkBuffer(mem memInspector, device int, buf uintptr, size uint64) (host b
 	}
 }
 
+// registerWindow is Comm.RegisterWindow; tests replace it.
+var registerWindow = func(gc *ncclgo.Comm, ctx context.Context, buf cuda.DevicePtr, size uint64) (*ncclgo.Window, error) {
+	return gc.RegisterWindow(ctx, buf, size)
+}
+
+// abstainWindow takes this rank's part in a window registration that it
+// refuses (its arguments failed a check here): registering no buffer
+// fails the registration on every rank at once, naming this one, where
+// returning early would leave the peers waiting for it in the exchange.
+// It says nothing itself: the caller reports its own error.
+func abstainWindow(h C.ncclComm_t, size C.size_t) {
+	v, _ := comms.Load(h)
+	c, _ := v.(*comm)
+	if c == nil {
+		return // no communicator: no exchange to take part in
+	}
+	select {
+	case <-c.done:
+	default:
+		return // still initializing: the registration is refused on every rank
+	}
+	gc := c.c
+	if c.initErr != nil || gc == nil {
+		return
+	}
+	keepContext(func() result {
+		_, _ = registerWindow(gc, context.Background(), 0, uint64(size)) // fails: buf=0
+		return C.ncclSuccess
+	})
+}
+
 // register is ncclCommRegister (window false) and ncclCommWindowRegister:
 // it checks the communicator and the buffer and hands out a new handle
 // through out (NULL for host memory, which a plain registration skips as
@@ -130,6 +161,9 @@ func register(op string, h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, out 
 		return r
 	}
 	if buf == nil {
+		if window {
+			abstainWindow(h, size)
+		}
 		return argError(op, "buff", "NULL", fmt.Sprintf("a buffer in device memory of device %d", c.device))
 	}
 	var host bool
@@ -138,6 +172,9 @@ func register(op string, h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, out 
 		host, err = checkBuffer(inspector(c), c.device, uintptr(buf), uint64(size))
 		return C.ncclSuccess
 	})
+	if window && (err != nil || host) {
+		abstainWindow(h, size)
+	}
 	switch {
 	case err != nil:
 		return fail(op, fmt.Errorf("%s: %w", c.who(), err))
@@ -150,7 +187,7 @@ func register(op string, h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, out 
 	if window {
 		gc, _ := c.ready(op)
 		r := keepContext(func() result {
-			reg.win, err = gc.RegisterWindow(context.Background(), cuda.DevicePtr(uintptr(buf)), uint64(size))
+			reg.win, err = registerWindow(gc, context.Background(), cuda.DevicePtr(uintptr(buf)), uint64(size))
 			if err != nil {
 				return fail(op, fmt.Errorf("%s: %w", c.who(), err))
 			}
@@ -249,6 +286,7 @@ func ncclCommWindowRegister(h C.ncclComm_t, buf unsafe.Pointer, size C.size_t, w
 		if win != nil {
 			*win = nil
 		}
+		abstainWindow(h, size)
 		return argError(op, "winFlags", int(flags), "NCCL_WIN_DEFAULT (0) or NCCL_WIN_COLL_SYMMETRIC (1)")
 	}
 	return register(op, h, buf, size, win, true)

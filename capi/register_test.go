@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -197,4 +199,57 @@ func TestDestroyDropsRegistrations(t *testing.T) {
 		assert.False(t, ok, "registration %p outlived its communicator", p)
 	}
 	regsMu.Unlock()
+}
+
+// TestWindowRegisterRefusedStillExchanges: ncclCommWindowRegister is
+// collective, so a rank whose arguments are refused here (NULL, host
+// memory, memory of another device, a bad winFlags) still takes its part
+// in the ranks' exchange, registering no buffer (which fails the
+// registration on every rank, naming it); it used to return first and
+// leave its peers waiting in the exchange for ever.
+func TestWindowRegisterRefusedStillExchanges(t *testing.T) {
+	useFakeMem(t)
+	c := readyComm(2)
+	defer c.forget()
+	var calls []cuda.DevicePtr
+	old := registerWindow
+	registerWindow = func(_ *ncclgo.Comm, _ context.Context, buf cuda.DevicePtr, _ uint64) (*ncclgo.Window, error) {
+		calls = append(calls, buf)
+		if buf == 0 {
+			return nil, errors.New("fake: buf=0")
+		}
+		return new(ncclgo.Window), nil
+	}
+	t.Cleanup(func() { registerWindow = old })
+	for _, tc := range []struct {
+		name  string
+		buf   uintptr
+		flags int
+	}{
+		{"NULL", 0, 0},
+		{"host memory", hostM, 0},
+		{"another device", dev3, 0},
+		{"unknown memory", 0x7d0000000000, 0},
+		{"winFlags", segA, 7},
+	} {
+		calls = nil
+		var win unsafe.Pointer
+		var code result
+		if tc.flags == 7 {
+			code = ncclCommWindowRegister(c.h, addr(tc.buf), 64, &win, 7)
+		} else {
+			code = ncclCommWindowRegister(c.h, addr(tc.buf), 64, &win, 0)
+		}
+		assert.EqualValues(t, cInvalidArgument, code, tc.name)
+		assert.Nil(t, win, tc.name)
+		assert.Equal(t, []cuda.DevicePtr{0}, calls, "%s: the refused rank takes part in the exchange with no buffer", tc.name)
+	}
+	calls = nil
+	var win unsafe.Pointer
+	require.EqualValues(t, cSuccess, ncclCommWindowRegister(c.h, addr(segA), 64, &win, 0), lastError())
+	assert.Equal(t, []cuda.DevicePtr{cuda.DevicePtr(segA)}, calls, "an accepted window registers once")
+	var handle unsafe.Pointer
+	calls = nil
+	assert.EqualValues(t, cInvalidArgument, ncclCommRegister(c.h, addr(dev3), 64, &handle))
+	assert.Empty(t, calls, "ncclCommRegister is local: no exchange")
 }

@@ -32,7 +32,8 @@
 #                   multi-process suite over 2, 3, 4 hosts x 1, 2 ranks per host x
 #                   NCCL_ALGO/NCCL_PROTO forced (transports checked: NET across,
 #                   P2P/SHM inside), the kill test across hosts, nccl-tests over
-#                   mpirun with a host per process (HOSTS_* below the step's head)
+#                   mpirun with a host per process, two runs through the test net
+#                   plugin (NCCL_NET_PLUGIN; HOSTS_PLUGIN=0 skips) (HOSTS_* below the step's head)
 #   stress          TestStress, TestStressTwoFullComms, TestDestroyBounded on GPU 0
 #                   and on GPUs 0,1 (STRESS_SHAPES, STRESS_BUDGET)
 #   capi            capi_test gpu, then nccl-tests on ncclgo's libnccl.so.2 and on
@@ -692,7 +693,31 @@ if has hosts && begin hosts; then
         done
       done
     done
+    # The NET layer through an NCCL net plugin (issue 24 item 3): the test
+    # plugin (runtime/net/testdata/sockplugin.c, TCP on loopback) built
+    # here with cc, 2 hosts, RING/SIMPLE and RING/LL; the connections
+    # between hosts must report the plugin's name, not NET/Socket.
+    if [[ ${HOSTS_PLUGIN:-1} == 1 ]] && command -v cc > /dev/null && (($(left) >= 45)); then
+      plug=$ROOT/build/libnccl-net-ngsock.so
+      if cc -shared -fPIC -O1 -Wall -I runtime/net -o "$plug" runtime/net/testdata/sockplugin.c > "$L/hosts/plugin-build.log" 2>&1; then
+        for ap in RING/SIMPLE RING/LL; do
+          hosts_wait "$HJOBS"
+          name=h2r1-plugin-${ap%/*}-${ap#*/}
+          hosts_run "$name" "${HENV[@]}" NCCLGO_MP_NPROCS=2 NCCLGO_MP_RANKS_PER_PROC=1 NCCLGO_MP_HOSTS=2 NCCL_NET_PLUGIN="$plug" \
+            NCCL_ALGO="${ap%/*}" NCCL_PROTO="${ap#*/}" NCCLGO_MP_CASES="^(AllReduce Sum|AllGather|SendRecv ring) (Int32|Float32) count=(1|1001|65539)\$" &
+          HP+=($!) HN+=("$name")
+        done
+      else
+        hnot="$hnot plugin(cc failed: $(head -c 120 "$L/hosts/plugin-build.log"))"
+      fi
+    fi
     hosts_wait 1
+    for name in "${HN[@]}"; do
+      [[ $name == *plugin* ]] || continue
+      if ! grep -q 'via=NET/TestSock' "$L/hosts/$name.log"; then
+        echo "  $name: the connections between hosts did not go through the plugin"; echo 1 > "$L/hosts/$name.rc"
+      fi
+    done
     nok=0 nskip=0 nfail=0 nll128=0 skipwhy=""
     for name in "${HN[@]}"; do
       f=$L/hosts/$name.log rc=$(cat "$L/hosts/$name.rc" 2> /dev/null || echo 125)

@@ -89,11 +89,17 @@ type windowState struct {
 
 // RegisterWindow registers size bytes at buf as a window, collectively:
 // every rank calls it, in the same order, with the same size. See the
-// windows' description above.
+// windows' description above. A rank whose arguments are invalid still
+// takes part in the exchange and fails after it, so that its peers fail
+// at once too (wrapping ErrWindowMismatch) rather than wait for it, and
+// the ranks' next registrations pair up. Abort ends the exchange.
 func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size uint64) (*Window, error) {
+	var argErr error
 	if buf == 0 {
-		return nil, fmt.Errorf("%w: buf=0: want a device buffer", ErrInvalidArgument)
+		argErr = fmt.Errorf("%w: buf=0: want a device buffer", ErrInvalidArgument)
 	}
+	ctx, release := e.life.bind(ctx) // Abort ends the exchange
+	defer release()
 	e.winMu.Lock()
 	defer e.winMu.Unlock()
 	if e.isDestroyed() || e.win.gone {
@@ -101,6 +107,9 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	}
 	st := &e.win
 	if e.net == nil { // no peers (a device-less engine): nothing to exchange
+		if argErr != nil {
+			return nil, argErr
+		}
 		st.seq++
 		w := &Window{e: e, seq: st.seq, row: -1, buf: buf, size: size}
 		st.live = append(st.live, w)
@@ -110,7 +119,10 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 	// This rank's record.
 	x := windowExport{rec: windowRecord{size: size, buf: uint64(buf)}}
 	var exportErr error
-	if across {
+	if argErr != nil {
+		// Still in the exchange, so that the peers fail now too.
+		x = windowExport{rec: windowRecord{size: size, buf: uint64(buf), kind: exportFailed}}
+	} else if across {
 		if x, exportErr = e.exportWindow(st.seq+1, buf, size); exportErr != nil {
 			// Still in the exchange, so that the peers fail now too.
 			x = windowExport{rec: windowRecord{size: size, buf: uint64(buf), kind: exportFailed}}
@@ -118,11 +130,14 @@ func (e *Engine) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size ui
 		defer func() { _ = x.close() }() // the peers mapped it (or gave up) by the time this returns
 	}
 	all, err := e.net.AllGather(ctx, x.rec.encode())
-	if err != nil || exportErr != nil {
+	if err != nil || exportErr != nil || argErr != nil {
 		if err != nil {
 			err = fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, err)
 		}
-		return nil, errors.Join(exportErr, err)
+		if argErr != nil {
+			argErr = fmt.Errorf("ncclgo: rank %d: registering a window: %w", e.rank, argErr)
+		}
+		return nil, errors.Join(argErr, exportErr, err)
 	}
 	recs, err := parseWindowRecords(all)
 	if err != nil {
@@ -242,6 +257,8 @@ func (e *Engine) DeregisterWindow(ctx context.Context, w *Window) error {
 	if w == nil || w.e != e {
 		return fmt.Errorf("%w: a window of another communicator, or nil", ErrInvalidArgument)
 	}
+	ctx, release := e.life.bind(ctx) // Abort ends the exchange
+	defer release()
 	e.winMu.Lock()
 	defer e.winMu.Unlock()
 	if w.closed {

@@ -258,8 +258,10 @@ func TestDeregisterWindowMismatch(t *testing.T) {
 	for r := range 2 {
 		assert.ErrorIs(t, errs[r], ErrWindowMismatch, "rank %d", r)
 	}
-	_, err := es[0].RegisterWindow(context.Background(), 0, 64)
-	assert.ErrorIs(t, err, ErrInvalidArgument)
+	// buf=0 on one rank: it still takes part, and every rank fails.
+	_, errs = register(es, func(r int) cuda.DevicePtr { return fakeBase(r) * cuda.DevicePtr(r) }, func(int) uint64 { return 64 })
+	assert.ErrorIs(t, errs[0], ErrInvalidArgument)
+	assert.ErrorIs(t, errs[1], ErrWindowMismatch)
 	// A window past its allocation on one rank fails every rank at once.
 	ws, errs := register(es, func(r int) cuda.DevicePtr { return fakeBase(r) + cuda.DevicePtr(1-r)*(fakeAlloc-8) }, func(int) uint64 { return 64 })
 	assert.ErrorIs(t, errs[0], ErrInvalidArgument)

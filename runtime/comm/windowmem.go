@@ -122,7 +122,7 @@ func parseWindowRecords(all [][]byte) ([]windowRecord, error) {
 		switch {
 		case x.kind == exportNone && len(tail) == 0:
 		case x.kind == exportFailed && len(tail) == 0:
-			return nil, fmt.Errorf("rank %d could not register its window (its error says why)", r)
+			return nil, fmt.Errorf("%w: rank %d could not register its window (its error says why)", ErrWindowMismatch, r)
 		case x.kind == exportIPC && len(tail) == len(x.handle):
 			copy(x.handle[:], tail)
 		case x.kind == exportFD && len(tail) > 16 && len(tail) <= 16+maxServerAddr:
