@@ -66,3 +66,22 @@ func (c *Engine) peerLost(e *PeerLost) {
 	c.aborted.Store(true)
 	c.setAbortFlag()
 }
+
+// abortCause says why c was aborted (nil when it was not), for the
+// goodbyes its NET connections send its peers: a lost peer, a lost NET
+// connection, a kernel's error, or Abort.
+func (c *Engine) abortCause() error {
+	if !c.aborted.Load() {
+		return nil
+	}
+	if l := c.lost.Load(); l != nil {
+		return fmt.Errorf("rank %d (pid %d on %s) exited without destroying the communicator", l.Rank, l.PID, l.Host)
+	}
+	if p := c.netErr.Load(); p != nil {
+		return *p
+	}
+	if code := c.ErrorCode(); code != 0 {
+		return fmt.Errorf("a kernel of rank %d reported device error %d", c.rank, code)
+	}
+	return ErrAborted
+}
