@@ -51,6 +51,15 @@ import (
 // channel that carries none of its data); its proxy then credits in
 // strides of a FIFO's depth.
 // Anything else fails the connection with an error naming the peer.
+//
+// Each side says goodbye when it closes. A clean goodbye (a sender's
+// after its proxy shipped what the kernels posted; a receiver's after it
+// credited what they consumed) ends the connection quietly. A side whose
+// caller aborted (Options.Aborted) says goodbye at once, from the proxy,
+// with "rank N aborted: <cause>" (Options.AbortCause), as does a side
+// whose connection failed, with its error: the peer's connection fails
+// with that reason (ErrPeerAborted), so its caller aborts too instead of
+// its kernels waiting for ever. A peer that vanishes (EOF) fails it too.
 type NET struct {
 	// Net is the network; nil means the process's default (DefaultNet).
 	Net ncclnet.Net
