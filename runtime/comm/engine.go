@@ -73,7 +73,7 @@ type Engine struct {
 	netErr atomic.Pointer[error]    // the first NET connection the proxy lost while a launch ran (aborted)
 	// netIdle is the first NET connection the proxy lost while no launch
 	// ran: kept for the next launch, which it fails (liveness.go).
-	netIdle atomic.Pointer[error]
+	netIdle  atomic.Pointer[error]
 	netWatch *netWatch // polls for work on c while netIdle is set (liveness.go); guarded by mu
 
 	mu        sync.Mutex
