@@ -57,9 +57,11 @@ import (
 // credited what they consumed) ends the connection quietly. A side whose
 // caller aborted (Options.Aborted) says goodbye at once, from the proxy,
 // with "rank N aborted: <cause>" (Options.AbortCause), as does a side
-// whose connection failed, with its error: the peer's connection fails
-// with that reason (ErrPeerAborted), so its caller aborts too instead of
-// its kernels waiting for ever. A peer that vanishes (EOF) fails it too.
+// whose connection failed, with its error: the peer's connection fails at
+// once with that reason (ErrPeerAborted), reported through
+// Options.ProxyError, so that its caller's kernels do not wait on it for
+// ever (runtime/comm aborts when work of its may need the connection, and
+// otherwise fails its next call). A peer that vanishes (EOF) fails it too.
 type NET struct {
 	// Net is the network; nil means the process's default (DefaultNet).
 	Net ncclnet.Net

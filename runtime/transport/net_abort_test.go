@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -184,4 +185,77 @@ func TestNETPeerAbortFailsWaiters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rank that aborts at its end, once every collective is done (as
+// programs that end with ncclCommAbort do): its idle peers' connections to
+// it are marked dead at once with an error naming it (their communicators
+// keep it for the next call: runtime/comm), and, as they do not abort,
+// their Close is clean: nothing was lost that they needed.
+func TestNETPeerAbortWhileIdle(t *testing.T) {
+	const ranks, nch, victim, rounds = 3, 2, 1, 5
+	fds, gs := openFDs(t), runtime.NumGoroutine()
+	rs := make([]*abortRank, ranks)
+	var mu sync.Mutex
+	errs := make([][]error, ranks)
+	for r := range rs {
+		rs[r] = &abortRank{}
+	}
+	sets, mems := connectNETOpts(t, loNet(t, 2, 1), ranks, nch, p2pSizes, func(r int) Options {
+		o := rs[r].options()
+		o.ProxyError = func(err error) { // an idle communicator: no abort
+			mu.Lock()
+			errs[r] = append(errs[r], err)
+			mu.Unlock()
+		}
+		return o
+	})
+	var wg sync.WaitGroup
+	for r := range ranks {
+		next, prev := (r+1)%ranks, (r+ranks-1)%ranks
+		for ch := range nch {
+			wg.Go(func() {
+				p2pKernel(t, mems[r], sets[r].Send[Key{ch, next}], p2pSizes, ch, true, p2pSteps, rounds, &rs[r].stop)
+			})
+			wg.Go(func() {
+				p2pKernel(t, mems[r], sets[r].Recv[Key{ch, prev}], p2pSizes, ch, false, p2pSteps, rounds, &rs[r].stop)
+			})
+		}
+	}
+	wg.Wait() // every collective is done on every rank
+	start := time.Now()
+	rs[victim].abort(errors.New("communicator aborted"))
+	for r := range ranks {
+		if r == victim {
+			continue
+		}
+		// Its connection to the victim (data from it on one side,
+		// credits on the other).
+		require.True(t, spin(t, fmt.Sprintf("rank %d told of rank %d's abort", r, victim), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(errs[r]) > 0
+		}), "rank %d: %v", r, errs[r])
+		t.Logf("rank %d after %v: %v", r, time.Since(start).Round(time.Microsecond), errs[r][0])
+		mu.Lock()
+		got := slices.Clone(errs[r])
+		mu.Unlock()
+		for _, err := range got {
+			assert.ErrorIs(t, err, ErrPeerAborted)
+			assert.ErrorIs(t, err, ncclnet.ErrPeer)
+			assert.ErrorContains(t, err, fmt.Sprintf("rank %d aborted: communicator aborted", victim))
+		}
+		assert.False(t, rs[r].aborted.Load())
+	}
+	_ = sets[victim].Close()
+	for r := range ranks {
+		if r != victim {
+			assert.NoError(t, sets[r].Close(), "rank %d: a clean close", r)
+		}
+	}
+	for d := time.Now().Add(5 * time.Second); (runtime.NumGoroutine() > gs || openFDs(t) > fds) && time.Now().Before(d); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), gs)
+	assert.LessOrEqual(t, openFDs(t), fds)
 }
