@@ -53,10 +53,10 @@ func (a *abortRank) options() Options {
 	}}
 }
 
-func (a *abortRank) first() (error, time.Time) {
+func (a *abortRank) first() (time.Time, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.err, a.at
+	return a.at, a.err
 }
 
 // roundSteps is how many steps one round of ops takes on a connection.
@@ -146,7 +146,7 @@ func TestNETPeerAbortFailsWaiters(t *testing.T) {
 				var err error
 				var at time.Time
 				for d := time.Now().Add(bound + time.Second); ; time.Sleep(time.Millisecond) {
-					if err, at = rs[r].first(); err != nil || time.Now().After(d) {
+					if at, err = rs[r].first(); err != nil || time.Now().After(d) {
 						break
 					}
 				}
