@@ -342,7 +342,8 @@ func (c *Comm) Abort() {
 
 // Err returns the error a kernel of c reported (a *DeviceError), or
 // ErrAborted after Abort, or nil. Like ncclCommGetAsyncError it does not
-// wait; see Wait. It may be called while another goroutine destroys c.
+// wait; see Wait. A peer on another host that aborted or exited while
+// nothing of c ran leaves Err nil (see ErrPeerFailed). It may be called while another goroutine destroys c.
 func (c *Comm) Err() error {
 	if c == nil {
 		return errNilComm("Err")
@@ -460,6 +461,9 @@ func (c *Comm) usable(op string) error {
 	}
 	if c.engine().Aborted() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, ErrAborted)
+	}
+	if err := c.engine().IdleNetError(); err != nil {
+		return fmt.Errorf("ncclgo: %s: rank %d: %w: %w", op, rank, ErrPeerFailed, err)
 	}
 	if code := c.engine().ErrorCode(); code != 0 {
 		return fmt.Errorf("ncclgo: %s: %w", op, &DeviceError{Rank: rank, Code: code})

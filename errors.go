@@ -27,6 +27,14 @@ var (
 	ErrAborted = comm.ErrAborted
 	// ErrDestroyed: the communicator was destroyed.
 	ErrDestroyed = comm.ErrDestroyed
+	// ErrPeerFailed: a connection of the communicator to a rank on another
+	// host was lost while nothing of the communicator ran (that rank
+	// aborted or exited, as programs that end with Abort do). As in NCCL
+	// only work that needs the connection notices: Err stays nil and
+	// Destroy returns nil, but a call fails at once, launching nothing,
+	// with an error that wraps ErrPeerFailed and names the peer and why.
+	// (Were a launch running, the communicator aborts: ErrAborted.)
+	ErrPeerFailed = comm.ErrPeerFailed
 	// ErrUnsupported: a kernel ran a function the device library does not
 	// implement.
 	ErrUnsupported = errors.New("operation not supported by the device library")

@@ -101,6 +101,7 @@ func resultOf(err error) result {
 	case errors.Is(err, ncclgo.ErrTimeout), errors.Is(err, ncclgo.ErrPeerClosed),
 		errors.Is(err, ncclgo.ErrRejected), errors.Is(err, ncclgo.ErrBadMagic),
 		errors.Is(err, ncclgo.ErrBootstrapAborted), errors.Is(err, ncclgo.ErrAborted),
+		errors.Is(err, ncclgo.ErrPeerFailed),
 		errors.As(err, new(*ncclgo.PeerLostError)):
 		return C.ncclRemoteError
 	case errors.As(err, &ne), errors.As(err, &se), errors.As(err, &errno):

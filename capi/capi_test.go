@@ -153,6 +153,7 @@ func TestResultOf(t *testing.T) {
 		{fmt.Errorf("x: %w", cuda.ErrNoDriver), cUnhandledCudaError},
 		{fmt.Errorf("x: %w", cuda.ErrOutOfMemory), cUnhandledCudaError},
 		{fmt.Errorf("x: %w", bootstrap.ErrTimeout), cRemoteError},
+		{fmt.Errorf("x: %w: %w", ncclgo.ErrPeerFailed, &os.SyscallError{Syscall: "recv", Err: os.ErrClosed}), cRemoteError},
 		{&os.SyscallError{Syscall: "connect", Err: os.ErrPermission}, cSystemError},
 		{errors.New("surprise"), cInternalError},
 	} {

@@ -70,7 +70,11 @@ type Engine struct {
 	plans  enqueue.PlanCache
 	watch  *ipc.Watcher             // liveness of other processes' ranks (nil within one process)
 	lost   atomic.Pointer[PeerLost] // the first rank whose process died
-	netErr atomic.Pointer[error]    // the first NET connection the proxy lost
+	netErr atomic.Pointer[error]    // the first NET connection the proxy lost while a launch ran (aborted)
+	// netIdle is the first NET connection the proxy lost while no launch
+	// ran: kept for the next launch, which it fails (liveness.go).
+	netIdle  atomic.Pointer[error]
+	netWatch *netWatch // polls for work on c while netIdle is set (liveness.go); guarded by mu
 
 	mu        sync.Mutex
 	destroyed bool
@@ -167,10 +171,24 @@ func (e *Engine) Aborted() bool { return e.aborted.Load() }
 func (e *Engine) Lost() *PeerLost { return e.lost.Load() }
 
 // NetError returns the error of the first NET connection the proxy lost
-// (a peer on another host vanished or misbehaved; it names the peer), or
-// nil. The engine is aborted when it is set.
+// while a launch of the engine may have needed it (a peer on another host
+// aborted, vanished or misbehaved; it names the peer), or nil. The engine
+// is aborted when it is set. A connection lost while the engine was idle
+// is IdleNetError's.
 func (e *Engine) NetError() error {
 	if p := e.netErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// IdleNetError returns the error of the first NET connection the proxy
+// lost while no launch of the engine ran (a peer aborted or vanished at
+// its end, say), or nil. The engine is not aborted: its next launch fails
+// with the error (nothing is launched), as would a launch already running
+// that needs the connection, and Destroy stays clean (see proxyFailed).
+func (e *Engine) IdleNetError() error {
+	if p := e.netIdle.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -324,8 +342,7 @@ func (e *Engine) Destroy() error {
 		return fmt.Errorf("ncclgo: Destroy: %w", ErrDestroyed)
 	}
 	e.destroyed = true
-	evs := e.events
-	e.events = nil
+	evs := e.events // left in e.events for proxyFailed's look until destroyed below
 	e.mu.Unlock()
 	handles := slices.Sorted(maps.Keys(evs))
 	comps := make([]residency.Completion, len(handles))
@@ -372,6 +389,7 @@ func (e *Engine) Destroy() error {
 			errs = append(errs, err, fmt.Errorf("%s; aborted them and this process's other ranks of the communicator: %w (%w)", what, context.DeadlineExceeded, ErrAborted))
 		}
 	}
+	e.stopNetWatch() // before the events it queries are destroyed
 	if len(unconfirmed) > 0 {
 		return e.leak(errors.Join(unconfirmed...))
 	}
@@ -382,6 +400,7 @@ func (e *Engine) Destroy() error {
 	for _, ev := range evs {
 		errs = append(errs, ev.Destroy())
 	}
+	e.events = nil
 	e.mu.Unlock()
 	// Freeing device memory waits for every kernel of the device, other
 	// communicators' too: bound that wait as well.
@@ -398,6 +417,12 @@ func (e *Engine) Destroy() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", e.rank, err)
+	}
+	if err := e.IdleNetError(); err != nil {
+		// Its peer ended first (as at an Abort that ends a program):
+		// nothing of this rank needed the connection any more.
+		e.log.Info(fmt.Sprintf("communicator destroyed; a NET connection was lost while no launch ran: %v", err), config.SubsysInit.Attr(), config.SubsysNet.Attr())
+		return nil
 	}
 	e.log.Info("communicator destroyed", config.SubsysInit.Attr())
 	return nil
@@ -446,6 +471,7 @@ func (e *Engine) leak(why error) error {
 
 // free releases what Init acquired; it tolerates a partial init.
 func (e *Engine) free() error {
+	e.stopNetWatch() // Init may fail after the proxy lost a connection
 	var errs []error
 	if e.watch != nil {
 		// First: the callback may still set the flags freed below.
@@ -536,6 +562,12 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	defer e.mu.Unlock()
 	if e.destroyed {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
+	}
+	if err := e.IdleNetError(); err != nil {
+		// Under mu: proxyFailed either set it before (nothing is
+		// launched into a wait that cannot end), or will find this
+		// launch in flight and abort.
+		return nil, fmt.Errorf("ncclgo: rank %d: nothing launched: %w: %w", e.rank, ErrPeerFailed, err)
 	}
 	e.logDecisions(p)
 	stream, err := e.laneFor(stream)

@@ -9,6 +9,10 @@ var (
 	ErrInvalidUsage    = errors.New("invalid usage")
 	ErrAborted         = errors.New("communicator aborted")
 	ErrDestroyed       = errors.New("communicator destroyed")
+	// ErrPeerFailed: a NET connection of the communicator was lost while
+	// no launch ran (its peer aborted or vanished); a call that would
+	// need it fails at once, launching nothing. The error names the peer.
+	ErrPeerFailed = errors.New("a peer of the communicator failed")
 	// ErrSharedGPUNeedsMPS: ranks of different processes share a GPU and
 	// the CUDA Multi-Process Service is not running: without MPS the
 	// kernels of different processes only time-slice, and the spin-waiting

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/transport"
@@ -46,15 +47,109 @@ func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 	return nil
 }
 
-// proxyFailed aborts c because the proxy lost a NET connection: its peer
-// vanished or sent what it must not (the error names it).
+// proxyFailed handles the proxy losing a NET connection of c: its peer
+// aborted (its goodbye says why: an Abort that ends its program, say),
+// vanished, or sent what it must not (the error names it). As in NCCL,
+// only work that needs the connection notices. While a launch of c may
+// still run (its completion event has not completed), c aborts at once:
+// its kernels may wait on the peer for ever. Otherwise the error is kept
+// (IdleNetError) and c goes on: Err stays nil, the next launch fails with
+// it without launching (run), and Destroy stays clean.
+//
+// Both look under mu, so a launch either sees the error or is seen in
+// flight here. Work that no call of c launches (the replay of a CUDA
+// graph that captured c's launches, a multi-rank launch that does not go
+// through run) is caught by a watch that polls c's completion events
+// until c aborts or is destroyed (netWatch), and aborts c when one runs.
 func (c *Engine) proxyFailed(err error) {
+	c.mu.Lock()
+	if !c.inFlight() {
+		first := c.netIdle.CompareAndSwap(nil, &err)
+		if first && c.netWatch == nil && !c.destroyed {
+			c.netWatch = startNetWatch(c)
+		}
+		c.mu.Unlock()
+		if first {
+			c.log.Info(fmt.Sprintf("%v; no launch was running: the next call fails", err), config.SubsysInit.Attr(), config.SubsysNet.Attr())
+		}
+		return
+	}
+	c.mu.Unlock()
+	c.netAbort(err)
+}
+
+// netAbort aborts c because a NET connection that a launch may need was
+// lost.
+func (c *Engine) netAbort(err error) {
 	if !c.netErr.CompareAndSwap(nil, &err) {
 		return
 	}
 	c.log.Warn(fmt.Sprintf("%v; aborting", err), config.SubsysInit.Attr(), config.SubsysNet.Attr())
 	c.aborted.Store(true)
 	c.setAbortFlag()
+}
+
+// inFlight reports whether a launch of c may still run: the completion
+// event of its latest launch on some stream has not completed (or cannot
+// be queried). c.mu is held.
+func (c *Engine) inFlight() bool {
+	for _, ev := range c.events {
+		if done, err := ev.Query(); err != nil || !done {
+			return true
+		}
+	}
+	return false
+}
+
+// netWatchEvery is how often a communicator that lost a NET connection
+// while idle looks for work of its own that runs regardless (netWatch).
+const netWatchEvery = time.Millisecond
+
+// netWatch polls the completion events of a communicator that lost a NET
+// connection while idle, and aborts it with that error once one of them
+// has not completed: a launch that run did not refuse is running, and may
+// wait on the lost peer for ever. It ends then, at an abort, or at
+// Destroy (stopNetWatch).
+type netWatch struct {
+	stop, done chan struct{}
+}
+
+func startNetWatch(c *Engine) *netWatch {
+	w := &netWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(netWatchEvery)
+		defer t.Stop()
+		for !c.aborted.Load() {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+			c.mu.Lock()
+			busy := c.inFlight()
+			c.mu.Unlock()
+			if busy {
+				c.netAbort(c.IdleNetError())
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// stopNetWatch ends c's netWatch, if any, and waits for it: Destroy calls
+// it before it destroys the events the watch queries. c.mu must not be
+// held.
+func (c *Engine) stopNetWatch() {
+	c.mu.Lock()
+	w := c.netWatch
+	c.netWatch = nil
+	c.mu.Unlock()
+	if w != nil {
+		close(w.stop)
+		<-w.done
+	}
 }
 
 // peerLost aborts c because a rank's process died.
@@ -65,4 +160,23 @@ func (c *Engine) peerLost(e *PeerLost) {
 	c.log.Warn(fmt.Sprintf("rank %d (pid %d on %s) exited without destroying the communicator; aborting", e.Rank, e.PID, e.Host), config.SubsysInit.Attr())
 	c.aborted.Store(true)
 	c.setAbortFlag()
+}
+
+// abortCause says why c was aborted (nil when it was not), for the
+// goodbyes its NET connections send its peers: a lost peer, a lost NET
+// connection, a kernel's error, or Abort.
+func (c *Engine) abortCause() error {
+	if !c.aborted.Load() {
+		return nil
+	}
+	if l := c.lost.Load(); l != nil {
+		return fmt.Errorf("rank %d (pid %d on %s) exited without destroying the communicator", l.Rank, l.PID, l.Host)
+	}
+	if p := c.netErr.Load(); p != nil {
+		return *p
+	}
+	if code := c.ErrorCode(); code != 0 {
+		return fmt.Errorf("a kernel of rank %d reported device error %d", c.rank, code)
+	}
+	return ErrAborted
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// connections: Set.Close then closes NET senders at once, without
 	// letting their proxy ship what the kernels posted. May be nil.
 	Aborted func() bool
+	// AbortCause says why the caller aborted, once Aborted reports true:
+	// NET tells its peers, in the goodbye it sends at once, so that their
+	// errors name this rank and the cause. May be nil.
+	AbortCause func() error
 }
 
 // Set is one rank's connections. Send[k] is the ConnInfo of the sending
@@ -170,7 +174,7 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 
 	// The per-connection block: control words, then the FIFOs.
 	fifo, total := blockLayout(sizes)
-	env.sizes, env.proxyError, env.aborted = sizes, opts.ProxyError, opts.Aborted
+	env.sizes, env.proxyError, env.aborted, env.abortCause = sizes, opts.ProxyError, opts.Aborted, opts.AbortCause
 	edges = slices.Clone(edges)
 	slices.SortFunc(edges, func(a, b Edge) int {
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})

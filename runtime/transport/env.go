@@ -52,9 +52,10 @@ type Env struct {
 	Self   Peer
 	Policy Policy
 
-	sizes      Sizes       // the FIFO sizes (NET lays its staging out alike)
-	proxyError func(error) // Options.ProxyError
-	aborted    func() bool // Options.Aborted
+	sizes      Sizes        // the FIFO sizes (NET lays its staging out alike)
+	proxyError func(error)  // Options.ProxyError
+	aborted    func() bool  // Options.Aborted
+	abortCause func() error // Options.AbortCause
 
 	mu      sync.Mutex
 	server  *ipc.Server

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
@@ -53,6 +55,17 @@ import (
 // channel that carries none of its data); its proxy then credits in
 // strides of a FIFO's depth.
 // Anything else fails the connection with an error naming the peer.
+//
+// Each side says goodbye when it closes. A clean goodbye (a sender's
+// after its proxy shipped what the kernels posted; a receiver's after it
+// credited what they consumed) ends the connection quietly. A side whose
+// caller aborted (Options.Aborted) says goodbye at once, from the proxy,
+// with "rank N aborted: <cause>" (Options.AbortCause), as does a side
+// whose connection failed, with its error: the peer's connection fails at
+// once with that reason (ErrPeerAborted), reported through
+// Options.ProxyError, so that its caller's kernels do not wait on it for
+// ever (runtime/comm aborts when work of its may need the connection, and
+// otherwise fails its next call). A peer that vanishes (EOF) fails it too.
 type NET struct {
 	// Net is the network; nil means the process's default (DefaultNet).
 	Net ncclnet.Net
@@ -270,12 +283,13 @@ const (
 	inlineStep = 4096
 	msgSlot    = hdrSize + inlineStep
 	scrHeaders = scrHandle + ncclnet.HandleSize
-	maxPairs   = ncclnet.MaxRequests / 2 // header+payload sends in flight
-	scrCredits = scrHeaders + maxPairs*msgSlot
+	maxPairs   = ncclnet.MaxRequests / 2       // header+payload sends in flight
+	scrCredits = scrHeaders + maxPairs*msgSlot // the credit received (or a goodbye with its reason)
 	creditSize = 16
 	maxCredits = 8
-	scrBye     = scrCredits + (1+maxCredits)*creditSize
-	scrBounce  = (scrBye + hdrSize + 4095) / 4096 * 4096
+	scrCredOut = scrCredits + creditSize + byeReasonMax // the credits sent
+	scrBye     = scrCredOut + maxCredits*creditSize
+	scrBounce  = (scrBye + hdrSize + byeReasonMax + 4095) / 4096 * 4096
 	// recvAhead is how many payloads the receiver has posted at once (each
 	// in a message slot of its own, or with its own bounce buffer), so
 	// that the next step's header and bytes are taken while a step's
@@ -330,6 +344,7 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 	}
 	r.pc = &netConn{name: name, net: n, dev: t.Dev, host: r.host, scratch: scratch, fifo: fifo, total: total,
 		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError,
+		rank: env.Rank, aborted: env.aborted, cause: env.abortCause,
 		llSizes: t.Flags(Peer{}, Peer{})&generated.ConnStepSizes != 0}
 	r.pc.initState()
 	return r, nil
@@ -358,18 +373,29 @@ const netDrainWait = 5 * time.Second
 // the steps left unsent; the rest of Close is done regardless.
 func (r *netRegion) Close() error {
 	var errs []error
+	reason := ""
+	if r.pc != nil && r.aborted != nil && r.aborted() {
+		reason = r.pc.abortReason(nil)
+	}
 	if r.eng != nil {
 		drained := r.drain()
 		_ = r.pc.leave(r.eng) // its error was reported through onError
+		if p := r.pc.failed.Load(); p != nil && reason == "" {
+			reason = r.pc.abortReason(*p)
+		}
 		if !drained {
-			errs = append(errs, r.pc.fail("closing: %d step(s) that the kernels posted to %s were not shipped after %v; the peer will not receive them: %w",
-				r.pc.unsent(), r.pc.peer(), netDrainWait, context.DeadlineExceeded))
+			err := r.pc.fail("closing: %d step(s) that the kernels posted to %s were not shipped after %v; the peer will not receive them: %w",
+				r.pc.unsent(), r.pc.peer(), netDrainWait, context.DeadlineExceeded)
+			errs = append(errs, err)
+			if reason == "" {
+				reason = r.pc.abortReason(err)
+			}
 		}
 		r.eng.Release()
 		r.eng = nil
 	}
 	if r.pc != nil {
-		errs = append(errs, r.pc.close())
+		errs = append(errs, r.pc.close(reason))
 		if r.pc.scratch != nil {
 			errs = append(errs, syscall.Munmap(r.pc.scratch))
 		}
@@ -471,20 +497,30 @@ func (c *netConn) afterBye() error {
 }
 
 // uncredited counts the steps that the kernels posted (SIMPLE: below
-// tail; LL: lines seen) and the receiver has not credited.
+// tail; LL: lines seen, or, with size words, a word stored) and the
+// receiver has not credited: after its goodbye, as the kernels go on.
 func (c *netConn) uncredited() int {
 	n := 0
 	for i := range c.nconn {
-		tail := max(atomic.LoadUint64(c.word(uint64(i)*c.total+offTail)), c.head[i])
+		base := uint64(i) * c.total
+		tail := max(atomic.LoadUint64(c.word(base+offTail)), c.head[i])
 		n += int(tail - c.head[i])
-		for k := range generated.Steps {
-			if c.llCursor[i][k] > 0 && c.llStep[i][k] >= tail {
+		for s := tail; s < c.head[i]+generated.Steps; s++ {
+			k := s % generated.Steps
+			_, word := llSizeOf(atomic.LoadUint32(c.sizeWord(base, s)), s)
+			if c.llSizes && word || c.llCursor[i][k] > 0 && c.llStep[i][k] == s {
 				n++
 			}
 		}
 	}
 	return n
 }
+
+// ErrPeerAborted is wrapped by the error of a connection whose peer said
+// goodbye because its communicator aborted (the error carries the peer's
+// reason, which names its rank); the kernels that wait on the peer would
+// wait for ever.
+var ErrPeerAborted = errors.New("the peer aborted its communicator")
 
 // Message kinds of the proxy's protocol (in the header's kind byte).
 const (
@@ -493,11 +529,17 @@ const (
 	kindBye    = 3          // the sender closed its side: no more messages
 	byeCredit  = ^uint32(0) // a credit's connection: the receiver closed its side
 	byeWait    = 200 * time.Millisecond
-	netMagic   = 0x544e474e // "NGNT"
-	tagHandle  = 1
-	tagHeader  = 2
-	tagPayload = 3
-	tagCredit  = 4
+	// byeFailWait bounds how long the proxy tries to post the goodbye of a
+	// connection that failed, while the network takes no more messages.
+	byeFailWait = 10 * time.Millisecond
+	// byeReasonMax bounds the reason a goodbye carries (why its side
+	// aborted; none: a clean close).
+	byeReasonMax = 1024
+	netMagic     = 0x544e474e // "NGNT"
+	tagHandle    = 1
+	tagHeader    = 2
+	tagPayload   = 3
+	tagCredit    = 4
 )
 
 // netConn is the proxy side of a netRegion.
@@ -514,6 +556,9 @@ type netConn struct {
 	sizes    Sizes
 	deadline time.Time // of the handshake
 	onErr    func(error)
+	rank     int          // this side's rank, for the goodbye's reason
+	aborted  func() bool  // Options.Aborted (nil: never)
+	cause    func() error // Options.AbortCause (nil: unknown)
 
 	listener ncclnet.Listener
 	send     ncclnet.SendComm // data (sender) or credits (receiver)
@@ -557,6 +602,9 @@ type netConn struct {
 	gone         bool // the peer said goodbye
 	creditBroken bool // receiver: the credit connection failed
 	killed       bool // tests: close as a killed process would, without goodbye
+	byeSaid      bool // the goodbye is posted (or could not be)
+	byeReq       ncclnet.Request
+	quiet        bool // this side aborted and said so: the proxy leaves it be
 	out          bool // out of the proxy (leave)
 
 	// Close's drain (sender): Close adds to drainAsk, and the proxy
@@ -658,18 +706,63 @@ func (c *netConn) peerErr(format string, a ...any) error {
 	return fmt.Errorf("transport: %s: %w", c.name, &ncclnet.PeerError{Peer: peer, Op: "NET protocol", Err: fmt.Errorf(format, a...)})
 }
 
+// peerAborted is the error of a goodbye that carries the peer's reason.
+func (c *netConn) peerAborted(reason []byte) error {
+	return c.peerErr("%w: %s", ErrPeerAborted, printable(reason))
+}
+
+// printable is the peer's text with what would garble a log line (control
+// characters, invalid UTF-8) replaced.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, string(b))
+}
+
+// abortReason is the goodbye's reason when this side aborted: its rank
+// and its cause.
+func (c *netConn) abortReason(cause error) string {
+	if cause == nil && c.cause != nil {
+		cause = c.cause()
+	}
+	if cause == nil {
+		cause = errors.New("aborted by its caller")
+	}
+	return fmt.Sprintf("rank %d aborted: %v", c.rank, cause)
+}
+
 // bye tells the peer, best-effort and briefly, that this side closes,
 // so that its proxy takes the end of the connection for what it is and not
-// for a vanished peer. The connection is out of the proxy.
-func (c *netConn) bye() {
-	if !c.ready || c.gone || c.killed || c.send == nil {
+// for a vanished peer: a clean close (reason "") or an abort, whose reason
+// the peer's error carries. The connection is out of the proxy.
+func (c *netConn) bye(reason string) {
+	deadline := time.Now().Add(byeWait)
+	c.postBye(reason, deadline)
+	for c.byeReq != nil && time.Now().Before(deadline) {
+		if done, _, err := c.byeReq.Test(); done || err != nil {
+			c.byeReq = nil
+			return
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
+// postBye posts the goodbye once (without waiting for it to go), trying
+// until deadline while the network takes no more messages. A receiver's
+// clean goodbye first credits every step its kernels consumed (credits
+// wait while the proxy is busy): the sender takes a step left uncredited
+// at the goodbye for one lost (afterBye).
+func (c *netConn) postBye(reason string, deadline time.Time) {
+	if !c.ready || c.gone || c.killed || c.send == nil || c.byeSaid {
 		return
 	}
-	deadline := time.Now().Add(byeWait)
-	if !c.sender {
-		// Credit every step the kernels consumed first (credits wait while
-		// the proxy is busy): the sender takes a step left uncredited at
-		// the goodbye for one lost (afterBye).
+	if len(reason) > byeReasonMax {
+		reason = reason[:byeReasonMax-3] + "..."
+	}
+	if !c.sender && reason == "" {
 		for !c.creditBroken && time.Now().Before(deadline) {
 			busy, _ := c.sendCredits(false, true)
 			if !busy && len(c.creditsOut) == 0 {
@@ -680,38 +773,52 @@ func (c *netConn) bye() {
 			}
 		}
 	}
-	b := c.scratch[scrBye : scrBye+hdrSize]
+	if c.sender && len(c.queue) > 0 && c.queue[0].posted == 1 {
+		// A header is out whose payload is not: the peer takes the next
+		// message for that payload.
+		for time.Now().Before(deadline) {
+			r, err := c.send.Isend(c.queue[0].payload, tagPayload, c.mhSend[0])
+			if err != nil {
+				c.byeSaid = true
+				return
+			}
+			if r != nil {
+				c.queue[0].preq, c.queue[0].posted = r, 2
+				break
+			}
+		}
+	}
+	b := c.scratch[scrBye : scrBye+hdrSize+byeReasonMax]
 	tag := tagHeader
 	if c.sender {
-		netHeader{kind: kindBye}.encode(b)
+		netHeader{kind: kindBye, n: uint64(len(reason))}.encode(b)
+		b = b[:hdrSize+copy(b[hdrSize:], reason)]
 	} else {
-		b = b[:creditSize]
-		clear(b)
+		clear(b[:creditSize])
 		binary.LittleEndian.PutUint32(b, byeCredit)
+		binary.LittleEndian.PutUint32(b[4:], uint32(len(reason)))
+		b = b[:creditSize+copy(b[creditSize:], reason)]
 		tag = tagCredit
 	}
-	var r ncclnet.Request
-	for r == nil && time.Now().Before(deadline) {
-		var err error
-		if r, err = c.send.Isend(b, tag, c.mhSend[1]); err != nil {
+	for {
+		r, err := c.send.Isend(b, tag, c.mhSend[1])
+		if err != nil || r != nil {
+			c.byeSaid, c.byeReq = true, r
 			return
 		}
-	}
-	for r != nil && time.Now().Before(deadline) {
-		if done, _, err := r.Test(); done || err != nil {
+		if !time.Now().Before(deadline) {
 			return
 		}
-		time.Sleep(10 * time.Microsecond)
 	}
 }
 
-func (c *netConn) close() error {
+func (c *netConn) close(reason string) error {
 	if c.ready {
 		if l := ncclnet.Logger(); l.Enabled(context.Background(), slog.LevelInfo) {
 			l.Info(c.stats.summary(c), config.SubsysNet.Attr())
 		}
 	}
-	c.bye()
+	c.bye(reason)
 	var errs []error
 	for i, mh := range c.mhSend {
 		if mh != nil {
@@ -763,12 +870,35 @@ func (c *netConn) register(reg func([]byte, ncclnet.PtrType) (ncclnet.MemHandle,
 	return []ncclnet.MemHandle{a, b}, nil
 }
 
-// Progress implements proxy.Conn.
+// Progress implements proxy.Conn. Once the caller aborted (its kernels
+// stop), the connection says goodbye with the cause and is left alone; a
+// connection that fails says goodbye with its error: either way the peer,
+// whose kernels may wait on this side, fails at once with an error naming
+// this rank and why (ErrPeerAborted), rather than waiting for ever.
 func (c *netConn) Progress() (bool, error) {
+	if c.quiet {
+		if c.byeReq != nil {
+			if done, _, err := c.byeReq.Test(); done || err != nil {
+				c.byeReq = nil
+			}
+		}
+		if !c.byeSaid {
+			c.postBye(c.abortReason(nil), time.Time{})
+		}
+		return false, nil
+	}
+	if c.ready && c.aborted != nil && c.aborted() {
+		c.quiet = true
+		c.postBye(c.abortReason(nil), time.Time{})
+		return true, nil
+	}
 	ask := c.drainAsk.Load()
 	busy, err := c.progress()
 	if ask != 0 && err == nil && c.ready && (c.gone || len(c.queue) == 0 && len(c.inflight) == 0) {
 		c.drained.Store(ask)
+	}
+	if err != nil {
+		c.postBye(c.abortReason(err), time.Now().Add(byeFailWait))
 	}
 	return busy, err
 }
@@ -927,7 +1057,7 @@ func (c *netConn) progressSend() (bool, error) {
 	// Credits, when one may matter.
 	for c.creditDue() {
 		if c.creditReq == nil {
-			r, err := c.recv.Irecv(c.scratch[scrCredits:scrCredits+creditSize], tagCredit, c.mhRecv[1])
+			r, err := c.recv.Irecv(c.scratch[scrCredits:scrCredOut], tagCredit, c.mhRecv[1])
 			if err != nil {
 				return busy, c.wrap(err)
 			}
@@ -1276,7 +1406,13 @@ func (c *netConn) checkHeader(b []byte, n int) (inline bool, err error) {
 		return false, c.peerErr("a %d-byte message header with magic %#x: want at least %d bytes and %#x (garbage from the peer)", n, magic, hdrSize, netMagic)
 	}
 	if h.kind == kindBye {
+		if h.n > byeReasonMax || uint64(n-hdrSize) != h.n {
+			return false, c.peerErr("a goodbye of %d bytes announcing a %d-byte reason (at most %d)", n-hdrSize, h.n, byeReasonMax)
+		}
 		c.gone = true
+		if h.n > 0 {
+			return false, c.peerAborted(b[hdrSize:n])
+		}
 		return false, nil
 	}
 	if h.kind != kindSimple && h.kind != kindLL {
@@ -1346,7 +1482,7 @@ func (c *netConn) sendCredits(busy, all bool) (bool, error) {
 			continue
 		}
 		k := (c.creditNext + len(c.creditsOut)) % maxCredits
-		b := c.scratch[scrCredits+(1+k)*creditSize : scrCredits+(2+k)*creditSize]
+		b := c.scratch[scrCredOut+k*creditSize : scrCredOut+(k+1)*creditSize]
 		binary.LittleEndian.PutUint32(b, uint32(i))
 		binary.LittleEndian.PutUint32(b[4:], 0)
 		binary.LittleEndian.PutUint64(b[8:], h)
@@ -1365,17 +1501,27 @@ func (c *netConn) sendCredits(busy, all bool) (bool, error) {
 	return busy, nil
 }
 
-// credit applies a credit message of n bytes.
+// credit applies a credit message of n bytes, or the receiver's goodbye
+// (with the reason it aborted, if it did).
 func (c *netConn) credit(n int) error {
-	b := c.scratch[scrCredits : scrCredits+creditSize]
-	if n != creditSize {
+	b := c.scratch[scrCredits:scrCredOut]
+	if n < creditSize {
 		return c.peerErr("a %d-byte credit, want %d", n, creditSize)
 	}
 	conn, head := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint64(b[8:])
-	switch {
-	case conn == byeCredit:
+	if conn == byeCredit {
+		if k := binary.LittleEndian.Uint32(b[4:]); uint64(k) != uint64(n-creditSize) {
+			return c.peerErr("a goodbye of %d bytes announcing a %d-byte reason", n, k)
+		}
 		c.gone = true
+		if n > creditSize {
+			return c.peerAborted(b[creditSize:n])
+		}
 		return nil
+	}
+	switch {
+	case n != creditSize:
+		return c.peerErr("a %d-byte credit, want %d", n, creditSize)
 	case int(conn) >= c.nconn:
 		return c.peerErr("a credit for connection %d of %d", conn, c.nconn)
 	case head < c.head[conn] || head > c.head[conn]+generated.Steps:

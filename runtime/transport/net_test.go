@@ -125,6 +125,15 @@ func connectNET(t testing.TB, nt ncclnet.Net, n, nch int, onErr func(r int, err 
 // connectNETSizes is connectNET with buffers of the given sizes.
 func connectNETSizes(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, onErr func(r int, err error)) ([]*Set, []*hostMem) {
 	t.Helper()
+	return connectNETOpts(t, nt, n, nch, sizes, func(r int) Options {
+		return Options{ProxyError: func(err error) { onErr(r, err) }}
+	})
+}
+
+// connectNETOpts is connectNETSizes with each rank's Options (its
+// Transports are set here).
+func connectNETOpts(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, options func(r int) Options) ([]*Set, []*hostMem) {
+	t.Helper()
 	peers := make([]Peer, n)
 	mems := make([]*hostMem, n)
 	for r := range n {
@@ -137,8 +146,8 @@ func connectNETSizes(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, onEr
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			opts := Options{Transports: []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}},
-				ProxyError: func(err error) { onErr(r, err) }}
+			opts := options(r)
+			opts.Transports = []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}}
 			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), sizes, opts)
 		})
 	}
