@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,23 +29,6 @@ func logged(t *testing.T, buf *syncBuffer) *Engine {
 	e := fakeEngine(t, 0, 2)
 	e.log = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	return e
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A NET peer that aborts (or exits) while this rank has nothing running,

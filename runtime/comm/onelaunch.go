@@ -144,8 +144,8 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 	alone := false
 	var h0 uintptr
 	for i, l := range ls {
-		if l.Engine.destroyed {
-			alone = true
+		if l.Engine.destroyed || l.Engine.IdleNetError() != nil {
+			alone = true // run refuses it, naming why
 			break
 		}
 		h := l.Stream.Handle()
