@@ -257,9 +257,12 @@ __device__ __forceinline__ bool ngXwinRecv(struct ngShmem* sh, ngGroup g, const 
     sh->directRecv[4] = verdict;
   }
   ngBarrier(g);
+  // Every thread branches on what thread 0 decided, never on sh->aborted:
+  // in a split block the sending half may set it at any time, and warps
+  // that read it apart would wait at different barriers for good.
   const uint64_t mode = sh->directRecv[1];
   if (mode == 0) return false;
-  if (mode == 2 || ngAborted(sh)) return true;
+  if (mode == 2) return true;
   const bool ok = sh->directRecv[3] != 0;
   ngDirectCopy<T>(g, reinterpret_cast<const T*>(sh->directRecv[2]), dst, ok ? total : 0);
   ngBarrier(g);
