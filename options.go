@@ -55,6 +55,17 @@ type Options struct {
 	// owning the contexts; they must outlive the communicators, and the
 	// streams passed to a communicator must belong to its context.
 	Contexts map[int]*cuda.Context
+	// UntrackedOneRankCopies makes a one-rank communicator queue the copy
+	// of an out-of-place call as NCCL does: a bare device-to-device copy
+	// on the caller's stream and nothing more (no CUDA graph capture
+	// check, no ordering after its previous launch on another stream, no
+	// completion event), which costs one driver call instead of four.
+	// Wait, Finalize and Destroy then do not wait for those copies: the
+	// caller synchronizes its stream. A copy on a capturing stream is
+	// captured as a copy node all the same. The C ABI (libnccl.so.2) sets
+	// it, as NCCL's ncclCommFinalize and ncclCommDestroy do not wait for
+	// a one-rank copy either.
+	UntrackedOneRankCopies bool
 }
 
 // resolve reads the environment and applies o. The log file, if any, is
@@ -87,6 +98,7 @@ func (o *Options) resolve() (comm.Settings, error) {
 			}
 		}
 		s.Contexts = o.Contexts
+		s.UntrackedOneRankCopies = o.UntrackedOneRankCopies
 	}
 	return s, s.Complete(cfg)
 }

@@ -25,6 +25,10 @@ func TestOptionsOverrideEnv(t *testing.T) {
 	s, err = (*Options)(nil).resolve()
 	require.NoError(t, err)
 	assert.Equal(t, 4, s.Config.NChannels)
+	assert.False(t, s.UntrackedOneRankCopies, "the Go API's Wait waits for copies too")
+	s, err = (&Options{UntrackedOneRankCopies: true}).resolve()
+	require.NoError(t, err)
+	assert.True(t, s.UntrackedOneRankCopies)
 	_, err = (&Options{Overrides: config.Overrides{Algo: new("NOPE")}}).resolve()
 	assert.ErrorIs(t, err, config.ErrInvalid)
 }

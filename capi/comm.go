@@ -226,6 +226,14 @@ func ncclGetUniqueId(out *C.ncclUniqueId) (res result) {
 	return C.ncclSuccess
 }
 
+// defaultOptions are the options of a communicator made through the C
+// ABI before its config applies: the kernel set beside the library, and
+// one-rank copies that nothing waits for (C has no ncclgo Wait, and NCCL's
+// ncclCommFinalize and ncclCommDestroy do not wait for them).
+func defaultOptions() *ncclgo.Options {
+	return &ncclgo.Options{KernelImage: besideImage(), UntrackedOneRankCopies: true}
+}
+
 // config is what a ncclConfig_t asks for.
 type config struct {
 	blocking bool
@@ -234,7 +242,7 @@ type config struct {
 
 // readConfig checks and reads cfg (NULL: the defaults).
 func readConfig(op string, cfg *C.ncclConfig_t) (config, result) {
-	out := config{blocking: true, opts: &ncclgo.Options{KernelImage: besideImage()}}
+	out := config{blocking: true, opts: defaultOptions()}
 	if cfg == nil {
 		return out, C.ncclSuccess
 	}
@@ -457,7 +465,7 @@ func ncclCommInitAll(out *C.ncclComm_t, nDev C.int, devList *C.int) (res result)
 				err = panicError(p)
 			}
 		}()
-		gcs, err = ncclgo.InitAll(context.Background(), devs, &ncclgo.Options{KernelImage: besideImage()})
+		gcs, err = ncclgo.InitAll(context.Background(), devs, defaultOptions())
 	}()
 	<-done
 	if err != nil {

@@ -46,6 +46,10 @@ func TestConfigRead(t *testing.T) {
 	assert.True(t, conf.blocking)
 	assert.Nil(t, conf.opts.MinNChannels)
 	assert.Nil(t, conf.opts.MaxNChannels)
+	assert.True(t, conf.opts.UntrackedOneRankCopies, "one-rank copies as NCCL's: nothing waits for them")
+	conf, r = readConfig("CommInitRank", nil)
+	require.EqualValues(t, cSuccess, r)
+	assert.True(t, conf.opts.UntrackedOneRankCopies)
 
 	conf, r = read(func(c *cConfig) { c.blocking, c.minCTAs, c.maxCTAs = 0, 2, 200 })
 	require.EqualValues(t, cSuccess, r, lastError())

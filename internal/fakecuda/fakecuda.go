@@ -174,7 +174,8 @@ func (d *Driver) Counts() Counts {
 
 // Set changes how the fake answers: "capture_status" is what
 // cuStreamIsCapturing reports (0 none, 1 active, 2 invalidated);
-// "stream_busy" non-zero makes cuStreamQuery report CUDA_ERROR_NOT_READY.
+// "stream_busy" non-zero makes cuStreamQuery report CUDA_ERROR_NOT_READY;
+// "copy_result" is what cuMemcpyDtoDAsync returns (a CUresult).
 func (d *Driver) Set(knob string, v int) {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

@@ -144,6 +144,46 @@ func driverCallsChild(t *testing.T, lib string) {
 			return AdmitAndRunOne(e, &p, tasks, s, nil)
 		})
 	}
+	// The same through the C ABI (Settings.UntrackedOneRankCopies): the
+	// copy alone, as NCCL's one-rank path queues it.
+	{
+		e := countEngines(t, ctx, fn, 1, 1)[0]
+		e.s.UntrackedOneRankCopies = true
+		s := stream()
+		tasks := ar(0, false)
+		call := func() error {
+			p, err := e.Plan(tasks)
+			if err != nil {
+				return err
+			}
+			require.Len(t, p.Copies, 1)
+			return AdmitAndRunOne(e, &p, tasks, s, nil)
+		}
+		got["1 rank copy untracked"] = measure(t, d, call)
+		assert.Empty(t, e.events, "no completion event: Wait, Finalize and Destroy have no copy to wait for")
+		assert.Nil(t, e.res.last)
+		// On a capturing stream the copy is queued all the same: the
+		// driver captures it as a copy node.
+		d.Set("capture_status", 1)
+		c := measure(t, d, call)
+		d.Set("capture_status", 0)
+		assert.Equal(t, 1, c.calls["cuMemcpyDtoDAsync_v2"], "captured: %v", c)
+		assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
+		// A capture invalidated earlier fails the copy: the call's error
+		// says so, as run's capture check does.
+		d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
+		err := call()
+		d.Set("copy_result", 0)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrInvalidUsage)
+		assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
+		assert.Contains(t, err.Error(), "copy of 8 bytes")
+		d.Set("copy_result", int(cuda.ResultIllegalAddress))
+		err = call()
+		d.Set("copy_result", 0)
+		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
+		assert.NotErrorIs(t, err, ErrInvalidUsage)
+	}
 	// One rank's kernel, run alone (Engine.run).
 	{
 		e := countEngines(t, ctx, fn, 1, 2)[0]
@@ -235,19 +275,21 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
 	// call, each asking for the current context): 6 driver calls in 5 cgo
 	// calls, 6 in 4, 6 in 5, 16 in 13, 76 in 55.
 	want := map[string]struct{ calls, cgo int }{
-		"1 rank copy":    {4, 1},
-		"1 rank kernel":  {4, 1},
-		"2 processes":    {4, 1},
-		"2 ranks merged": {10, 1},
-		"8 ranks merged": {34, 1},
-		"2 ranks busy":   {12, 1},
+		"1 rank copy": {4, 1},
+		// Branch onerank: the C ABI's copy alone (was 4 in 1).
+		"1 rank copy untracked": {2, 1},
+		"1 rank kernel":         {4, 1},
+		"2 processes":           {4, 1},
+		"2 ranks merged":        {10, 1},
+		"8 ranks merged":        {34, 1},
+		"2 ranks busy":          {12, 1},
 	}
 	for k, w := range want {
 		assert.LessOrEqual(t, got[k].calls.Total(), w.calls, "%s: %v", k, got[k])
@@ -258,6 +300,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		assert.Equal(t, 1, got[k].calls["cuLaunchKernel"], k)
 	}
 	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyDtoDAsync_v2"])
+	assert.Equal(t, 1, got["1 rank copy untracked"].calls["cuMemcpyDtoDAsync_v2"])
 	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")
 	assert.Equal(t, 2, got["2 ranks busy"].calls["cuStreamWaitEvent"], "the busy stream's join")
 	c := got["2 ranks captured"].calls

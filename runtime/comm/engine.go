@@ -551,7 +551,8 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 }
 
 // run queues a plan on stream and records the stream's completion event,
-// which it returns (nil when nothing was queued). A launch on another
+// which it returns (nil when nothing was queued, or only copies that
+// nothing tracks: Settings.UntrackedOneRankCopies). A launch on another
 // stream than the rank's previous one first waits for that one, so that a
 // rank's kernels run one at a time (as NCCL's strong stream orders them);
 // the residency ledger counts on it. On a stream being captured into a
@@ -573,6 +574,9 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 	stream, err := e.laneFor(stream)
 	if err != nil {
 		return nil, err
+	}
+	if e.s.UntrackedOneRankCopies && e.nRanks == 1 && len(p.Launches) == 0 {
+		return nil, e.runCopies(p, stream)
 	}
 	ev, err := e.eventFor(stream)
 	if err != nil {
@@ -604,6 +608,43 @@ func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) 
 		return ev, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)
 	}
 	return ev, nil
+}
+
+// runCopies queues the copies of p, a one-rank plan that launches no
+// kernel, on stream as Settings.UntrackedOneRankCopies says: the copies
+// alone, in one call into the driver, tracked by nothing. A copy on a
+// stream whose CUDA graph capture was invalidated fails as run's capture
+// check does. e.mu is held.
+func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
+	if e.launcher == nil {
+		return nil // host-only: nothing runs
+	}
+	o := &e.ops
+	o.Reset()
+	first, last, ok, err := e.launcher.Queue(p, stream, o)
+	if err == nil && !ok {
+		err = errors.New("enqueue: a plan of copies only did not fit one sequence") // Queue takes every copy-only plan
+	}
+	if err == nil {
+		err = o.Run()
+	}
+	k := 0
+	for i := first; err == nil && i <= last; i++ {
+		for p.Copies[k].Bytes == 0 {
+			k++ // Queue leaves empty copies out
+		}
+		if err = o.Err(i); err != nil {
+			err = fmt.Errorf("enqueue: copy of %d bytes: %w", p.Copies[k].Bytes, err)
+		}
+		k++
+	}
+	if ce := (*cuda.Error)(nil); errors.As(err, &ce) && ce.Code == cuda.ResultStreamCaptureInvalidated {
+		return fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w (%w)", e.rank, ErrInvalidUsage, enqueue.ErrCaptureInvalidated, err)
+	}
+	if err != nil {
+		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+	}
+	return nil
 }
 
 // runEager is run's common case in one call into the driver (cuda.Ops):

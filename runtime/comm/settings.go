@@ -29,6 +29,19 @@ type Settings struct {
 	// OneLaunch lets a group launch once for the ranks of this process on
 	// one GPU (onelaunch.go); EnvOneLaunch sets it.
 	OneLaunch bool
+	// UntrackedOneRankCopies queues the copy of a one-rank communicator's
+	// out-of-place call as NCCL does (ncclLaunchOneRank): a bare
+	// device-to-device copy on the caller's stream, one driver call, with
+	// no capture check (a capturing stream captures it as a copy node), no
+	// ordering after the rank's previous launch on another stream and no
+	// completion record, so Wait, Finalize and Destroy do not wait for it.
+	// That is safe for the engine: a copy touches only the caller's
+	// buffers and runs no kernel, so neither Destroy's frees nor the
+	// residency ledger depend on it. The C ABI sets it (C has no Wait, and
+	// NCCL's ncclCommFinalize and ncclCommDestroy do not wait for the copy
+	// either); the Go API keeps Comm.Wait's promise to wait for
+	// everything.
+	UntrackedOneRankCopies bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are

@@ -44,6 +44,7 @@ const (
 	ResultNotSupported             Result = 801
 	ResultSystemDriverMismatch     Result = 803
 	ResultCompatNotSupported       Result = 804
+	ResultStreamCaptureInvalidated Result = 901
 	ResultUnknown                  Result = 999
 )
 
