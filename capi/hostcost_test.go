@@ -26,7 +26,8 @@ func hostComm(tb testing.TB) *comm {
 	tn, err := tune.New(tune.Topology{NRanks: 1, RanksPerGPU: 1, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 8}, rtconfig.Default(), nil)
 	require.NoError(tb, err)
 	c := newComm(&comm{op: "CommInitRank", nRanks: 1, blocking: true})
-	c.c = hostcomm.Wrap(rtcomm.NewHostOnly(nil, 0, 1, 0, rtcomm.Settings{}, tn)).(*ncclgo.Comm)
+	s := rtcomm.Settings{UntrackedOneRankCopies: defaultOptions().UntrackedOneRankCopies} // as the C ABI's comms
+	c.c = hostcomm.Wrap(rtcomm.NewHostOnly(nil, 0, 1, 0, s, tn)).(*ncclgo.Comm)
 	c.cctx = new(cuda.Context) // device 0, no handle: streams of it pass the stream check
 	c.startOnce.Do(func() { close(c.done) })
 	return c
@@ -46,6 +47,26 @@ func benchCAllReduceInPlace1(b *testing.B) {
 	buf, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&streamObj)
 	for b.Loop() {
 		if r := ncclAllReduce(buf, buf, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
+			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
+		}
+	}
+}
+
+// BenchmarkCAllReduceOutOfPlace1 is benchCAllReduceInPlace1 out of place:
+// the Go side of the one-rank copy's path (the plan, its copy, the call
+// into runCopies), without the driver (a host-only engine queues
+// nothing).
+func BenchmarkCAllReduceOutOfPlace1(b *testing.B) {
+	b.ReportAllocs()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := hostComm(b)
+	defer ncclCommDestroy(c.h)
+	var mem [16]byte
+	var streamObj byte
+	send, recv, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&mem[8]), unsafe.Pointer(&streamObj)
+	for b.Loop() {
+		if r := ncclAllReduce(send, recv, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
 			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
 		}
 	}

@@ -561,6 +561,11 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.runLocked(p, stream)
+}
+
+// runLocked is run with e.mu held.
+func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
 	if e.destroyed {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
 	}

@@ -56,6 +56,11 @@ func leaveLanes(ls []Launch) error {
 func (e *Engine) leaveLane() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.leaveLaneLocked()
+}
+
+// leaveLaneLocked is leaveLane with e.mu held.
+func (e *Engine) leaveLaneLocked() error {
 	if s := e.lanes.entered; s != nil {
 		e.lanes.entered = nil
 		if err := e.lanes.lane.Leave(s); err != nil {

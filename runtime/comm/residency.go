@@ -202,15 +202,19 @@ func AdmitAndRun(ls []Launch) error {
 // AdmitAndRunOne is AdmitAndRun of a group of one launch, {e, p, tasks,
 // stream, usable} (a call outside any group; separate arguments, so that
 // the plan may live on the caller's stack). A plan that launches no
-// kernel (the copy of a one-rank call) asks the ledger for no room, so it
-// runs at once, without a ticket.
+// kernel (the copy of a one-rank call) would ask the ledger for no room,
+// which it always grants at once: it runs without asking, and without a
+// ticket. The run and the leaving of the rank's lane take e.mu once: with
+// one launch, no other rank's entry can come between them.
 func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cuda.Stream, usable func() error) error {
 	if p.Empty() {
 		return nil
 	}
-	if r, ok := e.request(p, tasks); ok && r.Blocks > 0 {
-		pc := *p
-		return AdmitAndRun([]Launch{{Engine: e, Plan: &pc, Tasks: slices.Clone(tasks), Stream: stream, Usable: usable}})
+	if len(p.Launches) > 0 {
+		if r, ok := e.request(p, tasks); ok && r.Blocks > 0 {
+			pc := *p
+			return AdmitAndRun([]Launch{{Engine: e, Plan: &pc, Tasks: slices.Clone(tasks), Stream: stream, Usable: usable}})
+		}
 	}
 	// Not on a ledger (destroyed meanwhile: run reports it), or admitted
 	// at once: a request for no blocks always is (residency.Ledger).
@@ -218,8 +222,10 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 		runtime.LockOSThread() // as AdmitAndRun
 		defer runtime.UnlockOSThread()
 	}
-	_, err := e.run(p, stream)
-	return errors.Join(err, e.leaveLane())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, err := e.runLocked(p, stream)
+	return errors.Join(err, e.leaveLaneLocked())
 }
 
 // perThread reports whether a launch of ls is on the per-thread default
