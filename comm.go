@@ -363,8 +363,9 @@ func (c *Comm) Err() error {
 	return nil
 }
 
-// Wait waits until every operation c has launched so far is done, or ctx
-// is done, and then returns Err (or ctx's error). It polls, so a deadlocked
+// Wait waits until every operation c has launched so far is done (but
+// the copies that Options.UntrackedOneRankCopies leaves to the caller's
+// stream), or ctx is done, and then returns Err (or ctx's error). It polls, so a deadlocked
 // or aborted kernel shows up as the context's error or as the device error.
 // When another goroutine destroys c meanwhile, Wait ends with an error
 // matching ErrDestroyed.
