@@ -82,12 +82,18 @@ func lookup(op string, h C.ncclComm_t) (*comm, result) {
 	if h == nil {
 		return nil, argError(op, "comm", "NULL", "a communicator from ncclCommInitRank, ncclCommInitRankConfig or ncclCommInitAll")
 	}
-	v, _ := comms.Load(h)
-	c, _ := v.(*comm)
+	c := find(h)
 	if c == nil {
 		return nil, argError(op, "comm", fmt.Sprintf("%p", unsafe.Pointer(h)), "a live communicator (this one was never created or is destroyed)")
 	}
 	return c, C.ncclSuccess
+}
+
+// find returns the live comm of a handle, or nil; it reports nothing.
+func find(h C.ncclComm_t) *comm {
+	v, _ := comms.Load(h)
+	c, _ := v.(*comm)
+	return c
 }
 
 // lookupFor is lookup for a call that writes its answer through out, the
@@ -105,15 +111,25 @@ func lookupFor(op string, h C.ncclComm_t, arg string, out unsafe.Pointer, want s
 
 // ready returns c's Go communicator once its init has succeeded.
 func (c *comm) ready(op string) (*ncclgo.Comm, result) {
+	gc, err := c.goComm()
+	if err != nil {
+		return nil, fail(op, err)
+	}
+	return gc, C.ncclSuccess
+}
+
+// goComm returns c's Go communicator once its init has succeeded, or an
+// error saying why not; it reports nothing.
+func (c *comm) goComm() (*ncclgo.Comm, error) {
 	select {
 	case <-c.done:
 	default:
-		return nil, fail(op, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage))
+		return nil, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage)
 	}
 	if c.initErr != nil {
-		return nil, fail(op, fmt.Errorf("%s: %w: the communicator's init failed: %v", c.who(), ncclgo.ErrInvalidUsage, c.initErr))
+		return nil, fmt.Errorf("%s: %w: the communicator's init failed: %v", c.who(), ncclgo.ErrInvalidUsage, c.initErr)
 	}
-	return c.c, C.ncclSuccess
+	return c.c, nil
 }
 
 // lookupReady is lookup and ready: the comm of a handle and its Go

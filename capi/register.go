@@ -123,19 +123,13 @@ var registerWindow = func(gc *ncclgo.Comm, ctx context.Context, buf cuda.DeviceP
 // returning early would leave the peers waiting for it in the exchange.
 // It says nothing itself: the caller reports its own error.
 func abstainWindow(h C.ncclComm_t, size C.size_t) {
-	v, _ := comms.Load(h)
-	c, _ := v.(*comm)
+	c := find(h)
 	if c == nil {
 		return // no communicator: no exchange to take part in
 	}
-	select {
-	case <-c.done:
-	default:
-		return // still initializing: the registration is refused on every rank
-	}
-	gc := c.c
-	if c.initErr != nil || gc == nil {
-		return
+	gc, err := c.goComm()
+	if err != nil || gc == nil {
+		return // not initialized: it cannot take part in an exchange
 	}
 	keepContext(func() result {
 		_, _ = registerWindow(gc, context.Background(), 0, uint64(size)) // fails: buf=0

@@ -992,16 +992,16 @@ if has shared && begin shared; then
   res="" st=PASS
   sweep() { # NAME ENV... -- ARGS...
     local name=$1; shift; local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
-    bt "shared/$name" 150 env "${envs[@]}" $B/ncclperf "$@" "${SW[@]}"
+    bt "shared/$name" 150 env ${envs[@]+"${envs[@]}"} $B/ncclperf "$@" "${SW[@]}"
     local rc=$? v; v=$(cliffs "$L/shared/$name.log")
     ((rc != 0)) && v="FAIL rc=$rc"
     echo "shared $name: $v"
     [[ $v == ok* ]] || st=FAIL
     res="$res $name:${v// /=}"
   }
-  for c in allreduce allgather reducescatter broadcast sendrecv; do sweep "g2-$c" X=1 -- -g 2 -coll $c; done
-  sweep g4-allreduce X=1 -- -g 4
-  sweep g8-allreduce X=1 -- -g 8
+  for c in allreduce allgather reducescatter broadcast sendrecv; do sweep "g2-$c" -- -g 2 -coll $c; done
+  sweep g4-allreduce -- -g 4
+  sweep g8-allreduce -- -g 8
   if command -v nvidia-cuda-mps-control > /dev/null && mps_start; then
     M=(CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log")
     sweep np2-allreduce "${M[@]}" -- -np 2
