@@ -206,6 +206,38 @@ func driverCallsChild(t *testing.T, lib string) {
 			return AdmitAndRunOne(e, &p, tasks, s, nil)
 		})
 	}
+	// The same on a stream being captured: the general path's external
+	// record (a graph node) and the launch, without asking again whether
+	// the stream is being captured.
+	{
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		s := stream()
+		p, err := e.Plan(ar(0, false))
+		require.NoError(t, err)
+		d.Set("capture_status", 1)
+		got["1 rank captured"] = measure(t, d, func() error { _, err := e.run(&p, s); return err })
+		d.Set("capture_status", 0)
+	}
+	// Two ranks of one process on one shared (non-default) stream.
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		s := stream()
+		got["2 ranks 1 stream"] = measure(t, d, func() error {
+			ls := make([]Launch, 2)
+			for r, e := range es {
+				tasks := ar(r, false)
+				p, err := e.Plan(tasks)
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: s}
+			}
+			before := es[0].MultiLaunches()
+			err := AdmitAndRun(ls)
+			require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
+			return err
+		})
+	}
 	// n ranks of one process, one group, each rank on its own stream: one
 	// multi-rank launch.
 	for _, n := range []int{2, 8} {
@@ -275,7 +307,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -290,15 +322,34 @@ func driverCallsChild(t *testing.T, lib string) {
 		"2 ranks merged":        {10, 1},
 		"8 ranks merged":        {34, 1},
 		"2 ranks busy":          {12, 1},
+		"2 ranks 1 stream":      {5, 1},
+		// Branch launchcut: a captured launch asked twice whether its
+		// stream was being captured, and made a cgo call per driver call
+		// after that (8 in 4; 2 ranks 20 in 9: each stream asked up to 3
+		// times, and the capture mode switched for queries that never
+		// ran).
+		"1 rank captured":  {5, 2},
+		"2 ranks captured": {9, 3},
 	}
 	for k, w := range want {
 		assert.LessOrEqual(t, got[k].calls.Total(), w.calls, "%s: %v", k, got[k])
 		assert.LessOrEqual(t, got[k].cgo, w.cgo, "%s: %v", k, got[k])
-		assert.Equal(t, 1, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context", k)
+		if got[k].cgo == 1 {
+			assert.Equal(t, 1, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context", k)
+		}
 	}
-	for _, k := range []string{"1 rank kernel", "2 processes", "2 ranks merged", "8 ranks merged", "2 ranks busy"} {
+	for _, k := range []string{"1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy"} {
 		assert.Equal(t, 1, got[k].calls["cuLaunchKernel"], k)
 	}
+	for _, k := range []string{"1 rank captured", "2 ranks captured"} {
+		assert.Equal(t, got[k].cgo, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context per cgo call", k)
+	}
+	assert.Equal(t, 1, got["1 rank captured"].calls["cuStreamIsCapturing"], "captured: asked once")
+	assert.Equal(t, 1, got["1 rank captured"].calls["cuEventRecordWithFlags"], "captured: the external completion record")
+	assert.Equal(t, 2, got["2 ranks captured"].calls["cuStreamIsCapturing"], "captured: each stream asked once")
+	assert.Zero(t, got["2 ranks captured"].calls["cuThreadExchangeStreamCaptureMode"], "captured: no query ran, so no mode switch")
+	assert.Equal(t, 1, got["2 ranks 1 stream"].calls["cuStreamIsCapturing"], "one stream: asked once")
+	assert.Zero(t, got["2 ranks 1 stream"].calls["cuStreamWaitEvent"], "one stream: no join")
 	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyDtoDAsync_v2"])
 	assert.Equal(t, 1, got["1 rank copy untracked"].calls["cuMemcpyDtoDAsync_v2"])
 	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")

@@ -559,13 +559,28 @@ func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
 // CUDA graph those events become the graph's external event nodes
 // (enqueue.Capture), so that every replay is ordered the same way.
 func (e *Engine) run(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.runLocked(p, stream)
+	return e.runKnown(p, stream, captureUnknown)
 }
 
-// runLocked is run with e.mu held.
-func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, error) {
+// knownCapture is what a caller of runKnown already learned of its
+// stream's capture state, so that the launch does not ask again.
+type knownCapture int8
+
+const (
+	captureUnknown knownCapture = iota
+	captureNone                 // not being captured
+	captureActive               // being captured
+)
+
+// runKnown is run on a stream whose capture state the caller may know.
+func (e *Engine) runKnown(p *enqueue.Plan, stream *cuda.Stream, known knownCapture) (*cuda.Event, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runLocked(p, stream, known)
+}
+
+// runLocked is runKnown with e.mu held.
+func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapture) (*cuda.Event, error) {
 	if e.destroyed {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
 	}
@@ -587,14 +602,26 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream) (*cuda.Event, e
 	if err != nil {
 		return nil, err
 	}
-	if ev, done, err := e.runEager(p, stream, ev); done {
-		return ev, err
+	if known != captureActive {
+		ev, done, captured, err := e.runEager(p, stream, ev, known == captureNone)
+		if done {
+			return ev, err
+		}
+		if captured {
+			known = captureActive
+		}
 	}
-	capture, err := enqueue.CaptureOf(stream)
-	if errors.Is(err, enqueue.ErrCaptureInvalidated) {
+	if known == captureActive {
+		if ev, done, err := e.runSequence(p, stream, ev, true); done {
+			return ev, err
+		}
+	}
+	var capture enqueue.Capture
+	if known == captureActive {
+		capture = true
+	} else if capture, err = enqueue.CaptureOf(stream); errors.Is(err, enqueue.ErrCaptureInvalidated) {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w", e.rank, ErrInvalidUsage, err)
-	}
-	if err != nil {
+	} else if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	if last := e.res.last; last != nil && last != ev {
@@ -653,37 +680,75 @@ func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
 }
 
 // runEager is run's common case in one call into the driver (cuda.Ops):
-// the capture check, the wait for the previous launch on another stream,
-// the plan's copies and launch (enqueue.Launcher.Queue) and the record of
-// ev, with run's order and its answers to failures. done is false, with
-// nothing queued, when stream is being captured (or the check failed), the
-// plan does not fit one sequence, or the sequence could not run: run then
-// takes its general path, which asks again. e.mu is held.
-func (e *Engine) runEager(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Event) (_ *cuda.Event, done bool, _ error) {
+// the capture check (left out when the caller knows the stream is not
+// being captured: noCheck), then runSequence's operations. done is false,
+// with nothing queued, when stream is being captured (captured: true), the
+// check failed, the plan does not fit one sequence, or the sequence could
+// not run: run then takes its general path, which asks again unless the
+// stream was found captured. e.mu is held.
+func (e *Engine) runEager(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Event, noCheck bool) (_ *cuda.Event, done, captured bool, _ error) {
 	if e.launcher == nil {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	o := &e.ops
 	o.Reset()
-	ci := o.Capture(stream)
+	ci := -1
+	if !noCheck {
+		ci = o.Capture(stream)
+	}
+	ev, done, err := e.queueSequence(p, stream, ev, false)
+	if ci >= 0 && o.Ran(ci) && o.Err(ci) == nil && o.CaptureOf(ci) == cuda.CaptureActive {
+		return nil, false, true, nil
+	}
+	return ev, done, false, err
+}
+
+// runSequence is runEager on a stream whose capture state the caller
+// knows (captured: true while it is being captured), without the check:
+// the wait for the previous launch on another stream, the plan's copies
+// and launch (enqueue.Launcher.Queue) and the record of ev, in one call
+// into the driver, with run's order and its answers to failures. Under
+// capture the wait and the record are the graph's external event nodes,
+// as enqueue.Capture says. done is false, with nothing queued, when the
+// plan does not fit one sequence or the sequence could not run. e.mu is
+// held.
+func (e *Engine) runSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Event, captured bool) (_ *cuda.Event, done bool, _ error) {
+	if e.launcher == nil {
+		return nil, false, nil
+	}
+	e.ops.Reset()
+	return e.queueSequence(p, stream, ev, captured)
+}
+
+// queueSequence adds runSequence's operations to e.ops after what the
+// caller added (a capture check, which stops them), runs them and reads
+// their outcome. e.mu is held.
+func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Event, captured bool) (_ *cuda.Event, done bool, _ error) {
+	o := &e.ops
+	checks := o.Len()
 	wi := -1
 	if last := e.res.last; last != nil && last != ev {
-		wi = o.WaitEvent(stream, last, false, cuda.OpStop)
+		wi = o.WaitEvent(stream, last, captured, cuda.OpStop)
 	}
 	first, last, ok, err := e.launcher.Queue(p, stream, o)
 	if err != nil || !ok {
 		return nil, false, nil // RunIn reports the error
 	}
-	ri := o.Record(ev, stream, false, cuda.OpAlways)
-	if err := o.Run(); err != nil || o.Err(ci) != nil || o.CaptureOf(ci) != cuda.CaptureNone {
+	ri := o.Record(ev, stream, captured, cuda.OpAlways)
+	if err := o.Run(); err != nil {
 		return nil, false, nil
+	}
+	for i := range checks {
+		if o.Err(i) != nil || o.CaptureOf(i) != cuda.CaptureNone {
+			return nil, false, nil
+		}
 	}
 	if wi >= 0 {
 		if err := o.Err(wi); err != nil {
 			return nil, true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
 		}
 	}
-	runErr := enqueue.QueueErr(p, o, first, last)
+	runErr := enqueue.QueueErr(p, o, first, last, enqueue.Capture(captured))
 	// Something may be queued even when a copy or the launch failed: the
 	// record ran all the same (cuda.OpAlways), as in run.
 	e.res.seq++

@@ -143,6 +143,9 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 	}
 	alone := false
 	var h0 uintptr
+	for i := range rs {
+		rs[i] = rankSync{}
+	}
 	for i, l := range ls {
 		if l.Engine.destroyed || l.Engine.IdleNetError() != nil {
 			alone = true // run refuses it, naming why
@@ -174,8 +177,12 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 		if i > 0 && rs[i].h == h0 {
 			continue // asked already
 		}
-		if c, err := enqueue.CaptureOf(l.Stream); err != nil || bool(c) {
+		c, err := enqueue.CaptureOf(l.Stream)
+		if err != nil || bool(c) {
 			alone = true // run reports the error, or captures the launch alone
+			if err == nil {
+				rs[i].known = captureActive
+			}
 			break
 		}
 	}
@@ -185,7 +192,7 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 		}
 		var errs []error
 		for i, l := range ls {
-			ev, err := l.Engine.run(l.Plan, l.Stream)
+			ev, err := l.Engine.runKnown(l.Plan, l.Stream, rs[i].known)
 			evs[i] = ev
 			errs = append(errs, err)
 		}
@@ -255,8 +262,9 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	o.Reset()
 	s0, h0 := rs[0].stream, rs[0].h
 	for i := range rs {
+		rs[i].check = 0 // s0's
 		if i == 0 || rs[i].h != h0 {
-			o.Capture(rs[i].stream)
+			rs[i].check = o.Capture(rs[i].stream)
 		}
 	}
 	checks := o.Len()
@@ -301,6 +309,17 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	}
 	for i := range checks {
 		if o.Err(i) != nil || o.CaptureOf(i) != cuda.CaptureNone {
+			// The checks in a row all ran (cuda.Ops.Capture): tell each
+			// rank's run what its stream's answered.
+			for k := range rs {
+				switch c := rs[k].check; {
+				case !o.Ran(c) || o.Err(c) != nil:
+				case o.CaptureOf(c) == cuda.CaptureNone:
+					rs[k].known = captureNone
+				case o.CaptureOf(c) == cuda.CaptureActive:
+					rs[k].known = captureActive
+				}
+			}
 			return false, nil
 		}
 	}
@@ -370,6 +389,8 @@ type rankSync struct {
 	h      uintptr     // stream.Handle()
 	ev     *cuda.Event // the rank's completion event on stream (Engine.eventFor)
 	last   *cuda.Event // the rank's previous launch's event, nil for none
+	check  int         // runMultiOps: the index of its stream's capture check
+	known  knownCapture
 }
 
 // streamSync is the driver calls that join streams: the CUDA driver's

@@ -224,7 +224,7 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, err := e.runLocked(p, stream)
+	_, err := e.runLocked(p, stream, captureUnknown)
 	return errors.Join(err, e.leaveLaneLocked())
 }
 

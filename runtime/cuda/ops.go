@@ -92,14 +92,17 @@ func (o *Ops) event(op string, e *Event) C.CUevent {
 }
 
 // Capture adds asking whether s is being captured (cuStreamIsCapturing);
-// when it is, or the question fails, nothing after it runs.
+// when it is, or the question fails, nothing after it runs but the
+// capture checks that directly follow it (so that a run of checks answers
+// for every stream).
 func (o *Ops) Capture(s *Stream) int {
 	_, i := o.add("Ops.Capture", s, C.NCU_OP_CAPTURE, OpStop)
 	return i
 }
 
 // Query adds asking whether s has finished all its work (cuStreamQuery),
-// in relaxed capture mode as Stream.Query; Busy(i) says.
+// in relaxed capture mode as Stream.Query (the thread's mode is switched
+// once, before the first query that runs); Busy(i) says.
 func (o *Ops) Query(s *Stream, f OpFlag) int {
 	_, i := o.add("Ops.Query", s, C.NCU_OP_QUERY, f)
 	return i

@@ -394,27 +394,33 @@ static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
 }
 
 /* A stream query runs in relaxed capture mode (see RELAXED): the sequence
-   switches the thread's mode once, around all of it, when it has one. */
+   switches the thread's mode once, before the first query that runs, and
+   back at the end. Capture checks in a row all run, so that the caller
+   learns every stream's state; when one found a capture (or failed), the
+   sequence stops after the last of them. */
 CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
   SETCTX(c);
-  int relax = 0;
-  for (int i = 0; i < n; i++) {
-    ops[i].result = NCU_OP_NOT_RUN;
-    if (ops[i].kind == NCU_OP_QUERY) relax = 1;
-  }
+  for (int i = 0; i < n; i++) ops[i].result = NCU_OP_NOT_RUN;
   int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
-  int ex = relax && p_cuThreadExchangeStreamCaptureMode != NULL &&
-           p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
-  int skipping = 0;
+  int ex = 0, relaxed = 0;
+  int skipping = 0, captured = 0;
   for (int i = 0; i < n; i++) {
     ncu_op* o = &ops[i];
+    if (captured && o->kind != NCU_OP_CAPTURE) break;
     if (skipping && !(o->flags & NCU_OP_ALWAYS)) continue;
     if ((o->flags & NCU_OP_IF_BUSY) && (i == 0 || ops[i - 1].result != NCU_ERROR_NOT_READY)) continue;
     if ((o->flags & NCU_OP_IF_PREV_OK) && (i == 0 || ops[i - 1].result != NCU_SUCCESS)) continue;
+    if (o->kind == NCU_OP_QUERY && !relaxed) {
+      relaxed = 1;
+      ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
+    }
     CUresult r = ncu_run_op(o, args, &size);
     o->result = r;
     int failed = r != NCU_SUCCESS && !(o->kind == NCU_OP_QUERY && r == NCU_ERROR_NOT_READY);
-    if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) break;
+    if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) {
+      captured = 1;
+      continue;
+    }
     if (failed && (o->flags & NCU_OP_STOP)) break;
     if (failed && (o->flags & NCU_OP_SKIP)) skipping = 1;
   }

@@ -131,7 +131,7 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
 // a launch and what orders it cost one cgo call and one check of the
 // thread's current context. result is NCU_OP_NOT_RUN until the op runs.
 enum {
-  NCU_OP_CAPTURE = 1, // cuStreamIsCapturing(s) into status; stops unless none
+  NCU_OP_CAPTURE = 1, // cuStreamIsCapturing(s) into status; stops (after the checks in a row) unless none
   NCU_OP_QUERY,       // cuStreamQuery(s): SUCCESS (idle) or NOT_READY (busy)
   NCU_OP_WAIT,        // cuStreamWaitEvent(s, e)
   NCU_OP_WAIT_EXTERNAL,

@@ -73,15 +73,16 @@ func (l *Launcher) RunIn(p *Plan, s *cuda.Stream, c Capture) error {
 	return nil
 }
 
-// Queue adds p's copies and launch on s, eager (not captured), to o,
-// between what the caller added before and after, so that one call into
+// Queue adds p's copies and launch on s to o, between what the caller
+// added before and after, so that one call into
 // the driver queues them all (cuda.Ops.Run; the caller runs it). Copies
 // and the launch are flagged cuda.OpSkip: after a failure nothing more of
 // the plan runs, as in RunIn. It reports false, adding nothing, for a plan
 // that does not fit one sequence (more than one launch, or works that do
 // not fit in the kernel arguments): RunIn queues those. first and last
 // are the indexes of the plan's operations in o (first > last when the
-// plan queues nothing).
+// plan queues nothing). On a stream being captured they are what RunIn
+// queues there too: copy nodes and a kernel node holding the works.
 func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int, ok bool, err error) {
 	if len(p.Launches) > 1 || len(p.Launches) == 1 && !p.Launches[0].Inline() {
 		return 0, 0, false, nil
@@ -107,8 +108,8 @@ func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int,
 }
 
 // QueueErr is the error of the plan's operations first..last of o (Queue)
-// after o ran, worded as RunIn's.
-func QueueErr(p *Plan, o *cuda.Ops, first, last int) error {
+// after o ran, worded as RunIn's on a stream of capture state c.
+func QueueErr(p *Plan, o *cuda.Ops, first, last int, c Capture) error {
 	for i := first; i <= last; i++ {
 		err := o.Err(i)
 		if err == nil || errors.Is(err, cuda.ErrNotRun) {
@@ -121,14 +122,14 @@ func QueueErr(p *Plan, o *cuda.Ops, first, last int) error {
 					continue
 				}
 				if k == i {
-					return fmt.Errorf("enqueue: %s copy of %d bytes: %w", Capture(false), cp.Bytes, err)
+					return fmt.Errorf("enqueue: %s copy of %d bytes: %w", c, cp.Bytes, err)
 				}
 				k++
 			}
 		}
 		ln := &p.Launches[0]
 		return fmt.Errorf("enqueue: %s launch of %s (%d blocks × %d threads, %d works): %w",
-			Capture(false), ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
+			c, ln.Func, ln.NBlocks(), ln.NThreads, len(ln.Works), err)
 	}
 	return nil
 }
