@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -90,14 +91,18 @@ func (l *Launch) candidate() mergeCand {
 // enqueue.CheckMulti accepts. Launches of one key are taken in the
 // group's order; one that does not fit in its key's current set starts
 // the next. A launch in no set runs on its own.
-func planMerges(cs []mergeCand) [][]int {
-	var sets [][]int
-	// The sets share one backing array (they are disjoint), and taken
-	// marks the launches placed: the planning makes four allocations
-	// whatever the number of ranks (BenchmarkHostMultiAllReduce8).
-	buf := make([]int, 0, len(cs))
-	taken := make([]bool, len(cs))
-	parts := make([]enqueue.Part, 0, len(cs))
+func planMerges(cs []mergeCand) [][]int { return planMergesIn(cs, new(mergeScratch)) }
+
+// planMergesIn is planMerges in sc's memory: the sets share one backing
+// array (they are disjoint), and taken marks the launches placed; a
+// reused sc allocates nothing (BenchmarkHostMultiAllReduce8).
+func planMergesIn(cs []mergeCand, sc *mergeScratch) [][]int {
+	sets := sc.sets[:0]
+	buf := grow(sc.buf, len(cs))[:0]
+	taken := grow(sc.taken, len(cs))
+	clear(taken)
+	parts := grow(sc.planParts, len(cs))[:0]
+	defer func() { sc.sets, sc.buf, sc.taken, sc.planParts = sets, buf, taken, parts }()
 	for i := range cs {
 		if !cs[i].ok || taken[i] {
 			continue
@@ -120,14 +125,52 @@ func planMerges(cs []mergeCand) [][]int {
 			buf = buf[:start] // a launch alone: its slot is free again
 			continue
 		}
-		slices.SortFunc(set, func(a, b int) int { return cs[a].rank - cs[b].rank })
-		if sets == nil {
-			sets = make([][]int, 0, len(cs)/2)
-		}
+		sortByRank(set, cs)
 		sets = append(sets, set)
+	}
+	if len(sets) == 0 {
+		return nil
 	}
 	return sets
 }
+
+// sortByRank sorts set, indexes into cs, by rank (insertion: at most 8).
+func sortByRank(set []int, cs []mergeCand) {
+	for i := 1; i < len(set); i++ {
+		for j := i; j > 0 && cs[set[j]].rank < cs[set[j-1]].rank; j-- {
+			set[j], set[j-1] = set[j-1], set[j]
+		}
+	}
+}
+
+// grow returns s with length n, reusing its memory when it is large
+// enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// mergeScratch is the memory of a group's merge planning (newMerger), kept
+// in mergePool between groups so that a repeated group of several ranks
+// allocates none of it.
+type mergeScratch struct {
+	cs               []mergeCand
+	setOf            []int
+	held             []bool
+	sets             [][]int
+	buf              []int
+	taken            []bool
+	planParts, parts []enqueue.Part
+	setParts         [][]enqueue.Part
+	state            []mergeState
+	ls1              []Launch
+	evs              []*cuda.Event
+	rs               []rankSync
+}
+
+var mergePool = sync.Pool{New: func() any { return new(mergeScratch) }}
 
 // runMulti queues the plans of ls, launches of ranks of one communicator
 // on one GPU in increasing rank order (a set of planMerges), as one
@@ -506,6 +549,7 @@ type merger struct {
 	ls1 []Launch
 	evs []*cuda.Event
 	rs  []rankSync
+	sc  *mergeScratch // the memory of all of it (release)
 }
 
 // mergeState is where a multi-rank launch of a group's admission stands.
@@ -515,30 +559,38 @@ type mergeState struct {
 }
 
 // newMerger plans the multi-rank launches of the requests idx (indexes
-// into ls) of a group. It allocates nothing when no launch may merge.
+// into ls) of a group. It allocates nothing when no launch may merge, and
+// nothing either when it reuses the memory of an earlier group's merger
+// (release).
 func newMerger(ls []Launch, idx []int) merger {
 	m := merger{ls: ls, idx: idx}
 	if len(idx) < 2 || !slices.ContainsFunc(idx, func(i int) bool { return ls[i].Engine.s.OneLaunch }) {
 		return m
 	}
-	cs := make([]mergeCand, len(idx))
+	sc := mergePool.Get().(*mergeScratch)
+	n := len(idx)
+	cs := grow(sc.cs, n)
+	sc.cs = cs
 	for k, i := range idx {
 		cs[k] = ls[i].candidate()
 	}
-	sets := planMerges(cs)
+	sets := planMergesIn(cs, sc)
 	if len(sets) == 0 {
+		sc.release()
 		return m
 	}
-	n := len(idx)
-	m.setOf = make([]int, n)
-	m.held = make([]bool, n)
+	m.sc = sc
+	m.setOf = grow(sc.setOf, n)
+	m.held = grow(sc.held, n)
+	clear(m.held)
 	for k := range m.setOf {
 		m.setOf[k] = -1
 	}
 	m.sets = sets
-	m.parts = make([][]enqueue.Part, len(sets))
-	m.state = make([]mergeState, len(sets))
-	parts := make([]enqueue.Part, 0, n) // the sets' parts, one backing array
+	m.parts = grow(sc.setParts, len(sets))
+	m.state = grow(sc.state, len(sets))
+	clear(m.state)
+	parts := grow(sc.parts, n)[:0] // the sets' parts, one backing array
 	widest := 0
 	for s, set := range sets {
 		at := len(parts)
@@ -549,10 +601,35 @@ func newMerger(ls []Launch, idx []int) merger {
 		m.parts[s] = parts[at:len(parts):len(parts)]
 		widest = max(widest, len(set))
 	}
-	m.ls1 = make([]Launch, widest)
-	m.evs = make([]*cuda.Event, widest)
-	m.rs = make([]rankSync, widest)
+	m.ls1 = grow(sc.ls1, widest)
+	m.evs = grow(sc.evs, widest)
+	m.rs = grow(sc.rs, widest)
+	sc.setOf, sc.held, sc.setParts, sc.state, sc.parts = m.setOf, m.held, m.parts, m.state, parts
+	sc.ls1, sc.evs, sc.rs = m.ls1, m.evs, m.rs
 	return m
+}
+
+// release gives the merger's memory back for the next group's; m is not
+// used after it.
+func (m *merger) release() {
+	if m.sc != nil {
+		m.sc.release()
+		*m = merger{}
+	}
+}
+
+// release clears what sc points at (launches, plans, engines, events) and
+// puts it back in mergePool.
+func (sc *mergeScratch) release() {
+	clear(sc.cs[:cap(sc.cs)])
+	clear(sc.planParts[:cap(sc.planParts)])
+	clear(sc.parts[:cap(sc.parts)])
+	clear(sc.setParts[:cap(sc.setParts)])
+	clear(sc.sets[:cap(sc.sets)])
+	clear(sc.ls1[:cap(sc.ls1)])
+	clear(sc.evs[:cap(sc.evs)])
+	clear(sc.rs[:cap(sc.rs)])
+	mergePool.Put(sc)
 }
 
 // hold reports whether admitted request k belongs to a multi-rank launch

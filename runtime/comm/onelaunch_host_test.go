@@ -163,14 +163,15 @@ func benchMultiHost(b *testing.B, n int) {
 		if errs := joinAfter(nopSync{}, rs, done); len(errs) > 0 {
 			b.Fatal(errs)
 		}
+		m.release()
 	}
 }
 
 func BenchmarkHostMultiAllReduce2(b *testing.B) { benchMultiHost(b, 2) }
 func BenchmarkHostMultiAllReduce8(b *testing.B) { benchMultiHost(b, 8) }
 
-// The merge planning of a group allocates a fixed number of slices,
-// however many ranks it merges.
+// The merge planning of a group allocates nothing once an earlier group's
+// merger gave its memory back (it made 13 allocations per group before).
 func TestMergeAllocations(t *testing.T) {
 	for _, n := range []int{2, 8} {
 		es := mergeEngines(t, oneGPU(n, true), nil)
@@ -180,10 +181,12 @@ func TestMergeAllocations(t *testing.T) {
 		})
 		idx := []int{0, 1, 2, 3, 4, 5, 6, 7}[:n]
 		allocs := testing.AllocsPerRun(100, func() {
-			if m := newMerger(ls, idx); len(m.sets) != 1 {
+			m := newMerger(ls, idx)
+			if len(m.sets) != 1 {
 				t.Fatalf("%d ranks: sets %v", n, m.sets)
 			}
+			m.release()
 		})
-		assert.LessOrEqual(t, allocs, 13.0, "%d ranks", n)
+		assert.Less(t, allocs, 1.0, "%d ranks (a GC may empty the pool once)", n)
 	}
 }

@@ -293,6 +293,7 @@ func admitAndRun(ls []Launch) error {
 		timeout = bootstrap.DefaultTimeout
 	}
 	m := newMerger(ls, idx)
+	defer m.release()
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
