@@ -8,8 +8,10 @@ import (
 // machine's driver, the floor under ncclgo's small-message latency: a
 // kernel with 16 bytes of parameters, the 4 KiB-parameter kernel given its
 // whole block or only its first 256 bytes, an 8-byte device copy, a stream
-// query, an event record, and a launch
-// on each of two streams (as two ranks of one process do). The queue is
+// query, an event record, a stream's wait on an event (alone and after its
+// record on another stream), the capture check, the current-context
+// check, and a launch on each of two streams (as two ranks of one process
+// do). The queue is
 // drained off the clock every 256 operations, so the figure is host time,
 // not GPU time.
 func BenchmarkGPULaunch(b *testing.B) {
@@ -105,6 +107,28 @@ func BenchmarkGPULaunch(b *testing.B) {
 	})
 	b.Run("eventRecord", func(b *testing.B) {
 		run(b, func() error { return ev.Record(s1) })
+	})
+	// What a multi-rank launch adds per extra stream: a wait on another
+	// stream's event, the capture check, the current-context check.
+	b.Run("streamWaitEvent", func(b *testing.B) {
+		if err := ev.Record(s2); err != nil {
+			b.Fatal(err)
+		}
+		run(b, func() error { return s1.WaitEvent(ev) })
+	})
+	b.Run("recordAndWait", func(b *testing.B) {
+		run(b, func() error {
+			if err := ev.Record(s2); err != nil {
+				return err
+			}
+			return s1.WaitEvent(ev)
+		})
+	})
+	b.Run("captureStatus", func(b *testing.B) {
+		run(b, func() error { _, err := s1.CaptureStatus(); return err })
+	})
+	b.Run("currentContext", func(b *testing.B) {
+		run(b, func() error { _, err := CurrentContextHandle(); return err })
 	})
 	b.Run("twoStreams+records", func(b *testing.B) {
 		run(b, func() error {
