@@ -443,8 +443,8 @@ func (e *Engine) Destroy() error {
 // that stays allocated, with the launcher, the kernels' module, the
 // events and the CUDA context; only what no kernel touches is released:
 // the liveness watcher, the peers' flag pages mapped here, the bootstrap
-// network and the residency ledger's entry (the ledger keeps counting the running kernels). The error names
-// what was left.
+// network and the residency ledger's entry (the ledger keeps counting the
+// running kernels). The error names what was left.
 func (e *Engine) leak(why error) error {
 	e.leaveResidency()
 	var errs []error
