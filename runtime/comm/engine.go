@@ -62,6 +62,10 @@ type Engine struct {
 	flags    *hostFlags
 	flagsMu  sync.RWMutex
 	flagsDev cuda.DevicePtr
+	flagsSeg *ipc.Segment // the flags' shared page, when shared (peerabort.go)
+	// orphans are the flag pages of the ranks of other processes of this
+	// machine, whose kernels c ends when their process dies (peerabort.go).
+	orphans  atomic.Pointer[peerPages]
 	launcher *enqueue.Launcher
 	plan     enqueue.Comm
 	// plans remembers the plans of repeated calls (Plan); the tuners and
@@ -92,10 +96,13 @@ type Engine struct {
 
 // hostFlags is the host-mapped memory shared with the kernels: the abort
 // flag the host sets (the device image's AbortFlag) and the error flag a
-// kernel sets, NG_DEV_ERR_* (ErrorFlag, at errorFlagOffset).
+// kernel sets, NG_DEV_ERR_* (ErrorFlag, at errorFlagOffset); and, shared
+// with the ranks of other processes, whether the rank destroyed its
+// communicator (its kernels are done: peerabort.go).
 type hostFlags struct {
 	abort atomic.Uint32
 	err   atomic.Uint32
+	freed atomic.Uint32
 }
 
 const (
@@ -435,9 +442,9 @@ func (e *Engine) Destroy() error {
 // faults the context, and under MPS every client of the GPU). So all of
 // that stays allocated, with the launcher, the kernels' module, the
 // events and the CUDA context; only what no kernel touches is released:
-// the liveness watcher, the bootstrap network and the residency ledger's
-// entry (the ledger keeps counting the running kernels). The error names
-// what was left.
+// the liveness watcher, the peers' flag pages mapped here, the bootstrap
+// network and the residency ledger's entry (the ledger keeps counting the
+// running kernels). The error names what was left.
 func (e *Engine) leak(why error) error {
 	e.leaveResidency()
 	var errs []error
@@ -445,6 +452,7 @@ func (e *Engine) leak(why error) error {
 		errs = append(errs, e.watch.Close())
 		e.watch = nil
 	}
+	errs = append(errs, e.closePeerPages())
 	if e.net != nil {
 		errs = append(errs, bootstrap.CloseShared(e.net))
 	}
@@ -478,6 +486,7 @@ func (e *Engine) free() error {
 		errs = append(errs, e.watch.Close())
 		e.watch = nil
 	}
+	errs = append(errs, e.closePeerPages())
 	e.leaveResidency()
 	if e.launcher != nil {
 		errs = append(errs, e.launcher.Close())
@@ -502,9 +511,7 @@ func (e *Engine) free() error {
 	flags := e.flags
 	e.flags = nil
 	e.flagsMu.Unlock()
-	if flags != nil && e.cctx != nil && !e.hostOnly {
-		errs = append(errs, e.cctx.MemFreeHost(unsafe.Pointer(flags)))
-	}
+	errs = append(errs, e.freeFlags(flags))
 	// cctx and kset stay set: calls on other goroutines may be reading
 	// them (Context, a call's stream check, the planner's lookups) until
 	// they see that the engine is destroyed. free runs once.

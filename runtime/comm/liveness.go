@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,7 +62,15 @@ func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 // graph that captured c's launches, a multi-rank launch that does not go
 // through run) is caught by a watch that polls c's completion events
 // until c aborts or is destroyed (netWatch), and aborts c when one runs.
+//
+// A connection that ended without the peer's goodbye may mean that its
+// process died: first the kernels of every peer process of this machine
+// that has ended are ended (peerabort.go; the watch of its pidfd does so
+// too, as soon as it sees the end).
 func (c *Engine) proxyFailed(err error) {
+	if !errors.Is(err, transport.ErrPeerAborted) {
+		c.orphans.Load().endExited()
+	}
 	c.mu.Lock()
 	if !c.inFlight() {
 		first := c.netIdle.CompareAndSwap(nil, &err)
@@ -152,8 +161,10 @@ func (c *Engine) stopNetWatch() {
 	}
 }
 
-// peerLost aborts c because a rank's process died.
+// peerLost aborts c because a rank's process died, after ending that
+// process's kernels where they outlive it (under MPS: peerabort.go).
 func (c *Engine) peerLost(e *PeerLost) {
+	c.orphans.Load().endRank(e.Rank)
 	if !c.lost.CompareAndSwap(nil, e) {
 		return
 	}

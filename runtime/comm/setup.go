@@ -227,14 +227,10 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 			c.log.Info("LL128 off: some connections go through host memory (SHM or NET)", config.SubsysInit.Attr())
 		}
 	}
-	// Flags and device structures.
-	flags, err := c.cctx.MemAllocHost(hostFlagsBytes)
-	if err != nil {
-		return fail(err)
-	}
-	clear(unsafe.Slice((*byte)(flags), hostFlagsBytes))
-	c.flags = (*hostFlags)(flags)
-	if c.flagsDev, err = c.cctx.HostDevicePointer(flags); err != nil {
+	// Flags and device structures. When ranks run in other processes the
+	// flags are a page of shared memory that those of this machine map,
+	// to end this rank's kernels should its process die (peerabort.go).
+	if err := c.allocFlags(ctx, net, tpeers); err != nil {
 		return fail(err)
 	}
 	var direct []uint64
