@@ -127,6 +127,20 @@ func driverCallsChild(t *testing.T, lib string) {
 		}
 		return []enqueue.Task{tk}
 	}
+	// groupOf plans an out-of-place AllReduce for each engine of es on
+	// its stream ss[r]: one group's launches.
+	groupOf := func(es []*Engine, ss []*cuda.Stream) ([]Launch, error) {
+		ls := make([]Launch, len(es))
+		for r, e := range es {
+			tasks := ar(r, false)
+			p, err := e.Plan(tasks)
+			if err != nil {
+				return nil, err
+			}
+			ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+		}
+		return ls, nil
+	}
 	got := map[string]launchCost{}
 	got["nothing"] = measure(t, d, func() error { return nil })
 
@@ -222,18 +236,14 @@ func driverCallsChild(t *testing.T, lib string) {
 	{
 		es := countEngines(t, ctx, fn, 2, 2)
 		s := stream()
+		ss := []*cuda.Stream{s, s}
 		got["2 ranks 1 stream"] = measure(t, d, func() error {
-			ls := make([]Launch, 2)
-			for r, e := range es {
-				tasks := ar(r, false)
-				p, err := e.Plan(tasks)
-				if err != nil {
-					return err
-				}
-				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: s}
+			ls, err := groupOf(es, ss)
+			if err != nil {
+				return err
 			}
 			before := es[0].MultiLaunches()
-			err := AdmitAndRun(ls)
+			err = AdmitAndRun(ls)
 			require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
 			return err
 		})
@@ -271,14 +281,9 @@ func driverCallsChild(t *testing.T, lib string) {
 		es := countEngines(t, ctx, fn, 2, 2)
 		ss := []*cuda.Stream{stream(), stream()}
 		got["2 ranks busy"] = measure(t, d, func() error {
-			ls := make([]Launch, 2)
-			for r, e := range es {
-				tasks := ar(r, false)
-				p, err := e.Plan(tasks)
-				if err != nil {
-					return err
-				}
-				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			ls, err := groupOf(es, ss)
+			if err != nil {
+				return err
 			}
 			return AdmitAndRun(ls)
 		})
@@ -291,17 +296,12 @@ func driverCallsChild(t *testing.T, lib string) {
 		es := countEngines(t, ctx, fn, 2, 2)
 		ss := []*cuda.Stream{stream(), stream()}
 		got["2 ranks captured"] = measure(t, d, func() error {
-			ls := make([]Launch, 2)
-			for r, e := range es {
-				tasks := ar(r, false)
-				p, err := e.Plan(tasks)
-				if err != nil {
-					return err
-				}
-				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tasks, Stream: ss[r]}
+			ls, err := groupOf(es, ss)
+			if err != nil {
+				return err
 			}
 			before := es[0].MultiLaunches()
-			err := AdmitAndRun(ls)
+			err = AdmitAndRun(ls)
 			require.Equal(t, before, es[0].MultiLaunches(), "captured ranks launch alone")
 			return err
 		})
