@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,4 +61,29 @@ func TestCurrentContextWraps(t *testing.T) {
 	require.NoError(t, SetCurrentContext(0))
 	_, err = CurrentContext()
 	assert.ErrorIs(t, err, ErrInvalidValue)
+}
+
+func TestCopyAPIFromEnv(t *testing.T) {
+	env := func(v string, set bool) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k != CopyAPIEnv {
+				t.Fatalf("looked up %s", k)
+			}
+			return v, set
+		}
+	}
+	for _, tc := range []struct {
+		v       string
+		set     bool
+		generic bool
+	}{{"", false, false}, {"", true, false}, {"dtod", true, false}, {"generic", true, true}} {
+		got, err := copyAPIFromEnv(env(tc.v, tc.set))
+		if err != nil || got != tc.generic {
+			t.Errorf("%s=%q (set %v): %v, %v; want %v", CopyAPIEnv, tc.v, tc.set, got, err, tc.generic)
+		}
+	}
+	_, err := copyAPIFromEnv(env("memcpy", true))
+	if err == nil || !strings.Contains(err.Error(), `NCCLGO_COPY_API="memcpy"`) || !strings.Contains(err.Error(), "dtod") {
+		t.Errorf("a bad value: %v", err)
+	}
 }

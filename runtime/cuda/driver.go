@@ -70,7 +70,44 @@ func doInit() error {
 	if err := check("cuInit", Result(C.ncu_init())); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
+	generic, err := copyAPIFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	setGenericCopies(generic)
 	return nil
+}
+
+// setGenericCopies switches device-to-device copies to cuMemcpyAsync (on)
+// or cuMemcpyDtoDAsync; cuMemcpyAsync is used only where the driver has it.
+func setGenericCopies(on bool) { C.ncu_set_copy_generic(C.int(b2i(on))) }
+
+// CopyAPIEnv names the environment variable that picks the driver call
+// behind device-to-device copies (Stream.MemcpyDtoDAsync,
+// Ops.MemcpyDtoDAsync: a one-rank collective's copy): "dtod"
+// (cuMemcpyDtoDAsync, the default) or "generic" (cuMemcpyAsync, what
+// cudaMemcpyAsync calls). Both copy the same bytes; they differ in the
+// host's cost per call.
+const CopyAPIEnv = "NCCLGO_COPY_API"
+
+// copyAPIFromEnv reads CopyAPIEnv: whether copies go through
+// cuMemcpyAsync.
+func copyAPIFromEnv(lookup func(string) (string, bool)) (generic bool, _ error) {
+	v, ok := lookup(CopyAPIEnv)
+	switch {
+	case !ok || v == "" || v == "dtod":
+		return false, nil
+	case v == "generic":
+		return true, nil
+	}
+	return false, fmt.Errorf("cuda: %s=%q: want dtod (cuMemcpyDtoDAsync) or generic (cuMemcpyAsync)", CopyAPIEnv, v)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // driverErrorText asks the loaded driver for a code's name and description.

@@ -54,6 +54,7 @@
     (void* dst, CUdeviceptr src, size_t n, CUstream s))                                         \
   X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 1,                                               \
     (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))                                   \
+  X(cuMemcpyAsync, "cuMemcpyAsync", 0, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))  \
   X(cuMemsetD8Async, "cuMemsetD8Async", 1,                                                      \
     (CUdeviceptr p, unsigned char v, size_t n, CUstream s))                                     \
   X(cuMemsetD32Async, "cuMemsetD32Async", 1,                                                    \
@@ -333,9 +334,18 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
   SETCTX(c);
   return p_cuMemcpyDtoHAsync(dst, src, n, s);
 }
+/* ncu_copy_generic: device-to-device copies go through cuMemcpyAsync
+   (the unified-addressing copy cudaMemcpyAsync uses) instead of
+   cuMemcpyDtoDAsync; set once at Init (NCCLGO_COPY_API), read after. */
+static int ncu_copy_generic;
+void ncu_set_copy_generic(int on) { ncu_copy_generic = on && p_cuMemcpyAsync != NULL; }
+static CUresult ncu_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (ncu_copy_generic) return p_cuMemcpyAsync(dst, src, n, s);
+  return p_cuMemcpyDtoDAsync(dst, src, n, s);
+}
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   SETCTX(c);
-  return p_cuMemcpyDtoDAsync(dst, src, n, s);
+  return ncu_dtod(dst, src, n, s);
 }
 CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
   SETCTX(c);
@@ -379,7 +389,7 @@ static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
     if (p_cuEventRecordWithFlags == NULL) return NCU_ERROR_NOT_SUPPORTED;
     return p_cuEventRecordWithFlags(o->e, o->s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
   case NCU_OP_DTOD:
-    return p_cuMemcpyDtoDAsync(o->dst, o->src, o->n, o->s);
+    return ncu_dtod(o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
     if (*size == 0) return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, NULL);
     void* extra[] = {

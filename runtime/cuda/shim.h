@@ -65,6 +65,7 @@ enum {
 
 // Loading.
 int ncu_load(const char* path, char* err, size_t errlen);
+void ncu_set_copy_generic(int on);
 int ncu_loaded(void);
 CUresult ncu_init(void);
 
@@ -137,7 +138,7 @@ enum {
   NCU_OP_WAIT_EXTERNAL,
   NCU_OP_RECORD,      // cuEventRecord(e, s)
   NCU_OP_RECORD_EXTERNAL,
-  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s)
+  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), or cuMemcpyAsync (ncu_set_copy_generic)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
 };
 enum {
