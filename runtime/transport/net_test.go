@@ -110,6 +110,10 @@ func (m *hostMem) word(a uint64) *uint64 { return (*uint64)(unsafe.Pointer(&m.at
 
 var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
 
+// netTestKnobs, when set, are the NET settings connectNET uses instead of
+// the environment's (tests that set it restore it).
+var netTestKnobs *netKnobs
+
 func loNet(t testing.TB, threads, socks int) ncclnet.Net {
 	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
 	require.NoError(t, err)
@@ -147,7 +151,7 @@ func connectNETOpts(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, optio
 	for r := range n {
 		wg.Go(func() {
 			opts := options(r)
-			opts.Transports = []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}}
+			opts.Transports = []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second, knobs: netTestKnobs}}
 			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), sizes, opts)
 		})
 	}
