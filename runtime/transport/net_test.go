@@ -114,8 +114,14 @@ var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
 // the environment's (tests that set it restore it).
 var netTestKnobs *netKnobs
 
+// loNet is the socket backend over loopback with threads × socks data
+// sockets, and the environment's other socket settings (splicing, the
+// chunk size).
 func loNet(t testing.TB, threads, socks int) ncclnet.Net {
-	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
+	o, err := ncclnet.SocketOptionsFromEnv(os.Getenv)
+	require.NoError(t, err)
+	o.Interface, o.Family, o.NThreads, o.NSocksPerThread = "lo", "AF_INET", threads, socks
+	n, err := ncclnet.NewSocket(o)
 	require.NoError(t, err)
 	return n
 }
