@@ -1670,6 +1670,9 @@ func (s *netStats) summary(c *netConn) string {
 		if st, ok := x.c.(interface{ Stats() ncclnet.SocketStats }); ok {
 			v := st.Stats()
 			fmt.Fprintf(&b, "; %s socket writes %d reads %d (%d empty)", x.side, v.Writes, v.Reads, v.EmptyReads)
+			if v.DataWrites+v.DataReads > 0 {
+				fmt.Fprintf(&b, ", its data sockets writes %d reads %d (%d empty)", v.DataWrites, v.DataReads, v.DataEmptyReads)
+			}
 		}
 	}
 	return b.String()
