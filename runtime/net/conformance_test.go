@@ -40,7 +40,7 @@ func cMem(t *testing.T) func(int) []byte {
 func testMessages(t *testing.T, n Net, mem func(*testing.T) func(int) []byte) {
 	alloc := mem(t)
 	sc, rc := pair(t, n)
-	sizes := []int{0, 1, 8, minChunk - 1, minChunk + 1, 3*minChunk + 17, 1 << 20}
+	sizes := []int{0, 1, 8, DefaultChunk - 1, DefaultChunk + 1, 3*DefaultChunk + 17, 1 << 20}
 	var sends, recvs []Request
 	var want, got [][]byte
 	for i, sz := range sizes {

@@ -25,8 +25,11 @@ const (
 	// MaxRequests is how many requests a comm holds at once
 	// (NCCL_NET_MAX_REQUESTS); Isend and Irecv say "call again" beyond.
 	MaxRequests = 32
-	// minChunk is the smallest piece of a message given to one socket.
-	minChunk = 64 << 10
+	// DefaultChunk is the smallest piece of a message given to one data
+	// socket (NCCLGO_SOCKET_CHUNK); MinChunk and MaxChunk bound it.
+	DefaultChunk = 64 << 10
+	MinChunk     = 4 << 10
+	MaxChunk     = 64 << 20
 	// inlineMax is the largest message sent on the control socket right
 	// after its header; longer ones go in chunks over the data sockets.
 	inlineMax = 16 << 10
@@ -60,6 +63,13 @@ type SocketOptions struct {
 	// (splice.go says what that asks of the caller); it falls back to
 	// writev by itself where the kernel refuses.
 	Splice string
+	// Chunk (NCCLGO_SOCKET_CHUNK, bytes) is the smallest piece of a message
+	// given to one data socket: a message of n bytes goes in
+	// max(Chunk, n/sockets) pieces; 0 means DefaultChunk. A larger value
+	// spreads whole messages over the sockets instead of every message
+	// over all of them (fewer, longer system calls). The connecting side's
+	// value holds for the connection (its hello carries it).
+	Chunk int
 }
 
 // maxBufSize bounds NCCLGO_SOCKET_BUFSIZE.
@@ -91,6 +101,13 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 			return o, fmt.Errorf("net: NCCLGO_SOCKET_BUFSIZE=%q: want a byte count from 0 (the kernel's autotuning) to %d", s, maxBufSize)
 		}
 		o.BufSize = n
+	}
+	if s := strings.TrimSpace(getenv("NCCLGO_SOCKET_CHUNK")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < MinChunk || n > MaxChunk || n%1024 != 0 {
+			return o, fmt.Errorf("net: NCCLGO_SOCKET_CHUNK=%q: want a byte count from %d to %d, a multiple of 1024 (default %d)", s, MinChunk, MaxChunk, DefaultChunk)
+		}
+		o.Chunk = n
 	}
 	if s := getenv("NCCLGO_SOCKET_SPLICE"); s != "" {
 		m, err := parseSplice(s)
@@ -143,7 +160,18 @@ func (o SocketOptions) check() error {
 	if _, err := parseSplice(o.Splice); err != nil {
 		return fmt.Errorf("net: socket option Splice=%q: %w", o.Splice, err)
 	}
+	if o.Chunk != 0 && (o.Chunk < MinChunk || o.Chunk > MaxChunk || o.Chunk%1024 != 0) {
+		return fmt.Errorf("net: socket option Chunk=%d (NCCLGO_SOCKET_CHUNK): want 0 (%d) or a byte count from %d to %d, a multiple of 1024", o.Chunk, DefaultChunk, MinChunk, MaxChunk)
+	}
 	return nil
+}
+
+// chunk is the option's chunk size, its default when unset.
+func (o SocketOptions) chunk() int {
+	if o.Chunk == 0 {
+		return DefaultChunk
+	}
+	return o.Chunk
 }
 
 // Socket is the socket backend: one device per selected interface; every
@@ -250,6 +278,9 @@ func decodeHandle(b Handle) (handle, error) {
 type hello struct {
 	nonce, comm          uint64
 	index, nSocks, nThrd uint16
+	// chunkKiB is the sender's chunk size in KiB (0 from a peer that
+	// predates it: DefaultChunk).
+	chunkKiB uint32
 }
 
 func (h hello) encode() []byte {
@@ -260,6 +291,7 @@ func (h hello) encode() []byte {
 	binary.LittleEndian.PutUint16(b[20:], h.index)
 	binary.LittleEndian.PutUint16(b[22:], h.nSocks)
 	binary.LittleEndian.PutUint16(b[24:], h.nThrd)
+	binary.LittleEndian.PutUint32(b[26:], h.chunkKiB)
 	return b
 }
 
@@ -288,6 +320,7 @@ type socketListener struct {
 
 type pendingComm struct {
 	nSocks, nThreads int
+	chunk            int // bytes
 	ctrl             *gonet.TCPConn
 	data             []*gonet.TCPConn
 	got              int
@@ -356,14 +389,14 @@ func (sl *socketListener) handshake(c *gonet.TCPConn) {
 	}
 	g := sl.groups[h.comm]
 	if g == nil {
-		g = &pendingComm{nSocks: int(h.nSocks), nThreads: int(h.nThrd), data: make([]*gonet.TCPConn, h.nSocks)}
+		g = &pendingComm{nSocks: int(h.nSocks), nThreads: int(h.nThrd), chunk: helloChunk(h), data: make([]*gonet.TCPConn, h.nSocks)}
 		sl.groups[h.comm] = g
 	}
 	slot := &g.ctrl
 	if h.index > 0 {
 		slot = &g.data[h.index-1]
 	}
-	if int(h.nSocks) != g.nSocks || int(h.nThrd) != g.nThreads || *slot != nil {
+	if int(h.nSocks) != g.nSocks || int(h.nThrd) != g.nThreads || helloChunk(h) != g.chunk || *slot != nil {
 		_ = c.Close()
 		sl.rejected = append(sl.rejected, &PeerError{Peer: c.RemoteAddr().String(), Op: "handshake",
 			Err: fmt.Errorf("socket %d of comm %#x contradicts the comm's earlier sockets", h.index, h.comm)})
@@ -385,7 +418,8 @@ func (sl *socketListener) readHello(c *gonet.TCPConn) (hello, error) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	h := hello{nonce: binary.LittleEndian.Uint64(b[4:]), comm: binary.LittleEndian.Uint64(b[12:]),
-		index: binary.LittleEndian.Uint16(b[20:]), nSocks: binary.LittleEndian.Uint16(b[22:]), nThrd: binary.LittleEndian.Uint16(b[24:])}
+		index: binary.LittleEndian.Uint16(b[20:]), nSocks: binary.LittleEndian.Uint16(b[22:]), nThrd: binary.LittleEndian.Uint16(b[24:]),
+		chunkKiB: binary.LittleEndian.Uint32(b[26:])}
 	bad := func(format string, a ...any) (hello, error) {
 		return hello{}, &PeerError{Peer: peer, Op: "handshake", Err: fmt.Errorf(format, a...)}
 	}
@@ -400,8 +434,18 @@ func (sl *socketListener) readHello(c *gonet.TCPConn) (hello, error) {
 		return bad("%d sockets over %d threads: want a multiple of the threads, at most %d", h.nSocks, h.nThrd, MaxSockets)
 	case h.index > h.nSocks:
 		return bad("socket index %d of %d", h.index, h.nSocks)
+	case h.chunkKiB != 0 && (uint64(h.chunkKiB)<<10 < MinChunk || uint64(h.chunkKiB)<<10 > MaxChunk):
+		return bad("a chunk of %d KiB: want %d to %d KiB", h.chunkKiB, MinChunk>>10, MaxChunk>>10)
 	}
 	return h, nil
+}
+
+// helloChunk is the chunk size that h announces, in bytes.
+func helloChunk(h hello) int {
+	if h.chunkKiB == 0 {
+		return DefaultChunk
+	}
+	return int(h.chunkKiB) << 10
 }
 
 // Close implements Listener: it stops accepting and closes the sockets of
@@ -511,12 +555,12 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		_ = tc.SetNoDelay(true)
 		socks = append(socks, tc)
 		_ = tc.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := tc.Write(hello{nonce: h.nonce, comm: id, index: uint16(i), nSocks: uint16(n), nThrd: uint16(nt)}.encode()); err != nil {
+		if _, err := tc.Write(hello{nonce: h.nonce, comm: id, index: uint16(i), nSocks: uint16(n), nThrd: uint16(nt), chunkKiB: uint32(s.opts.chunk() >> 10)}.encode()); err != nil {
 			return fail(&PeerError{Peer: h.addr.String(), Op: "sending the hello", Err: err})
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, spliceEnabled(s.opts.Splice))
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, s.opts.chunk(), spliceEnabled(s.opts.Splice))
 	if err != nil {
 		return fail(err)
 	}

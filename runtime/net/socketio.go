@@ -48,6 +48,7 @@ type comm struct {
 	ctrlFD   int   // the control socket, out of Go's poller (detach)
 	dataFD   []int // the data sockets, likewise
 	ndata    int
+	chunk    int // the smallest piece of a message on one data socket
 	nThreads int
 	helpers  []*helper
 	wg       sync.WaitGroup // the helpers
@@ -64,6 +65,9 @@ type comm struct {
 	splice  atomic.Bool
 	spliced atomic.Uint64
 	spErr   atomic.Pointer[error] // why splicing was turned off
+
+	// The helpers' system calls on the data sockets (SocketStats).
+	dataWrites, dataReads, dataEmpty atomic.Uint64
 
 	// pmu serializes the control socket's progress and the queues below;
 	// Close takes it too.
@@ -196,8 +200,8 @@ func detach(c *gonet.TCPConn) (int, error) {
 // newComm takes over ctrl and data: on success their descriptors are the
 // comm's, out of Go's poller (detach); on failure the caller still closes
 // them.
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, send, splice bool) (*comm, error) {
-	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), ctrlFD: -1}
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk int, send, splice bool) (*comm, error) {
+	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), chunk: chunk, ctrlFD: -1}
 	if send && splice && len(data) > 0 {
 		c.openPipes(len(data))
 	}
@@ -254,12 +258,12 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 }
 
 // chunks splits a message of n bytes over the data sockets: at least
-// minChunk each (but one), as evenly as that allows.
+// c.chunk each (but one), as evenly as that allows.
 func (c *comm) chunks(n int) (size, count int) {
 	if n == 0 {
 		return 0, 0
 	}
-	size = max(minChunk, (n+c.ndata-1)/c.ndata)
+	size = max(c.chunk, (n+c.ndata-1)/c.ndata)
 	return size, (n + size - 1) / size
 }
 
@@ -353,7 +357,7 @@ func (c *comm) closeHelpers() {
 func (c *comm) Peer() string { return c.peer }
 
 // SocketStats counts the system calls on a socket comm's control socket,
-// which the caller's thread makes (the data sockets' are the helpers').
+// which the caller's thread makes, and the helpers' on the data sockets.
 type SocketStats struct {
 	Writes     uint64 // writev calls (the sending side)
 	Reads      uint64 // read calls (the receiving side)
@@ -361,6 +365,9 @@ type SocketStats struct {
 	// SplicedBytes are the message bytes the data sockets were given by
 	// splice rather than writev (the sending side, splice.go).
 	SplicedBytes uint64
+	// The helpers' writev and read calls on the data sockets, and the
+	// reads that found nothing.
+	DataWrites, DataReads, DataEmptyReads uint64
 }
 
 // Stats returns the comm's counts so far.
@@ -369,6 +376,7 @@ func (c *comm) Stats() SocketStats {
 	defer c.pmu.Unlock()
 	st := c.stats
 	st.SplicedBytes = c.spliced.Load()
+	st.DataWrites, st.DataReads, st.DataEmptyReads = c.dataWrites.Load(), c.dataReads.Load(), c.dataEmpty.Load()
 	return st
 }
 
@@ -465,10 +473,15 @@ const (
 	pollOut = 0x4
 )
 
-// ppoll waits until one of fds is ready or d passed.
-func ppoll(fds []pollFd, d time.Duration) {
+// ppoll waits until one of fds is ready or d passed; it reports whether
+// one is (the fds' revents say which).
+func ppoll(fds []pollFd, d time.Duration) bool {
+	for i := range fds {
+		fds[i].revents = 0
+	}
 	ts := syscall.NsecToTimespec(int64(d))
-	_, _, _ = syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	n, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return e == 0 && n > 0
 }
 
 func iovec(b []byte) syscall.Iovec {
@@ -520,6 +533,10 @@ type chunkState struct {
 	hdrDone int
 	done    int
 	inPipe  int // bytes after done in the socket's pipe (spliced chunks)
+	// blocked: the socket's last read or write moved less than it asked,
+	// so the next would find it empty (or full); the helper waits in
+	// ppoll for it rather than try again.
+	blocked bool
 }
 
 func (h *helper) run() {
@@ -531,6 +548,7 @@ func (h *helper) run() {
 		local[s] = i
 	}
 	fds := make([]pollFd, 0, len(h.socks)+1)
+	idx := make([]int, len(h.socks)+1) // fds[k]'s socket in st
 	var drain [64]byte
 	add := func(t task) {
 		s := &st[local[t.sock]]
@@ -570,17 +588,27 @@ func (h *helper) run() {
 		busy, waiting := false, false
 		for i := range st {
 			s := &st[i]
+			if s.blocked && len(s.queue) > 0 {
+				// Its last call moved less than it asked: the socket was
+				// drained (or full) then; ppoll says when that changes.
+				waiting = true
+				continue
+			}
+			s.blocked = false
 			for len(s.queue) > 0 {
-				adv, err := h.advance(s, h.socks[i])
+				adv, blocked, err := h.advance(s, h.socks[i])
 				if err != nil {
 					c.fail(fmt.Sprintf("%s message %d on socket %d", map[bool]string{true: "sending", false: "receiving"}[h.send], s.queue[0].seq, h.socks[i]), err)
 					break
 				}
-				if !adv {
+				if adv {
+					busy = true
+				}
+				if blocked || !adv {
+					s.blocked = blocked
 					waiting = true
 					break
 				}
-				busy = true
 			}
 		}
 		if busy {
@@ -608,10 +636,21 @@ func (h *helper) run() {
 			for i := range st {
 				if len(st[i].queue) > 0 {
 					fds = append(fds, pollFd{fd: int32(c.dataFD[h.socks[i]]), events: ev})
+					idx[len(fds)-1] = i
 				}
 			}
 		}
-		ppoll(fds, helperPoll)
+		if !ppoll(fds, helperPoll) {
+			// Timed out (or failed): look at every socket again.
+			for i := range st {
+				st[i].blocked = false
+			}
+		}
+		for k := 1; k < len(fds); k++ {
+			if fds[k].revents != 0 {
+				st[idx[k]].blocked = false
+			}
+		}
 		h.sleeping.Store(false)
 		for {
 			if n, _ := syscall.Read(h.wakeR, drain[:]); n <= 0 {
@@ -623,20 +662,28 @@ func (h *helper) run() {
 
 // advance moves the chunk at the head of s's queue on socket sock as far
 // as the socket allows; it reports whether anything moved (and pops the
-// chunk when it is done).
-func (h *helper) advance(s *chunkState, sock int) (bool, error) {
-	t := s.queue[0]
-	fd := h.c.dataFD[sock]
-	if s.hdrDone == 0 && s.done == 0 && h.send {
+// chunk when it is done), and whether the socket moved less than was
+// asked of it (blocked: a read or write now would find it drained or
+// full).
+func (h *helper) advance(s *chunkState, sock int) (moved, blocked bool, err error) {
+	if t := s.queue[0]; s.hdrDone == 0 && s.done == 0 && h.send {
 		binary.LittleEndian.PutUint32(s.hdr[0:], chunkMagic)
 		binary.LittleEndian.PutUint32(s.hdr[4:], t.seq)
 		binary.LittleEndian.PutUint64(s.hdr[8:], uint64(len(t.buf)))
 	}
-	if h.send && t.splice && h.c.pipes != nil && (s.inPipe > 0 || h.c.splice.Load()) {
-		return h.advanceSplice(s, sock)
+	if h.send && s.queue[0].splice && h.c.pipes != nil && (s.inPipe > 0 || h.c.splice.Load()) {
+		moved, err = h.advanceSplice(s, sock)
+		return moved, false, err
 	}
-	var n int
-	var err error
+	return h.advanceCopy(s, sock)
+}
+
+// advanceCopy is advance by writev and read.
+func (h *helper) advanceCopy(s *chunkState, sock int) (moved, blocked bool, err error) {
+	t := s.queue[0]
+	fd := h.c.dataFD[sock]
+	var n, asked int
+	c := h.c
 	if h.send {
 		// The chunk's header and bytes in one writev.
 		iov := make([]syscall.Iovec, 0, 2)
@@ -646,8 +693,11 @@ func (h *helper) advance(s *chunkState, sock int) (bool, error) {
 		if s.done < len(t.buf) {
 			iov = append(iov, iovec(t.buf[s.done:]))
 		}
-		if n, err = writev(fd, iov); err != nil {
-			return false, err
+		asked = chunkSize - s.hdrDone + len(t.buf) - s.done
+		n, err = writev(fd, iov)
+		c.dataWrites.Add(1)
+		if err != nil {
+			return false, false, err
 		}
 		h1 := min(n, chunkSize-s.hdrDone)
 		s.hdrDone += h1
@@ -655,27 +705,42 @@ func (h *helper) advance(s *chunkState, sock int) (bool, error) {
 	} else if s.hdrDone < chunkSize {
 		// The header alone first: nothing lands in the buffer before the
 		// header is checked.
-		if n, err = read(fd, s.hdr[s.hdrDone:]); err != nil {
-			return false, vanished(err)
+		asked = chunkSize - s.hdrDone
+		n, err = read(fd, s.hdr[s.hdrDone:])
+		c.countRead(n)
+		if err != nil {
+			return false, false, vanished(err)
 		}
 		if s.hdrDone += n; s.hdrDone == chunkSize {
 			if err := checkChunk(s.hdr[:], t); err != nil {
-				return false, err
+				return false, false, err
 			}
 		}
 	} else {
-		if n, err = read(fd, t.buf[s.done:]); err != nil {
-			return false, vanished(err)
+		asked = len(t.buf) - s.done
+		n, err = read(fd, t.buf[s.done:])
+		c.countRead(n)
+		if err != nil {
+			return false, false, vanished(err)
 		}
 		s.done += n
 	}
+	blocked = n < asked
 	if s.hdrDone == chunkSize && s.done == len(t.buf) {
 		t.req.finish()
 		s.queue = s.queue[1:]
 		s.hdrDone, s.done = 0, 0
-		return true, nil
+		return true, blocked, nil
 	}
-	return n > 0, nil
+	return n > 0, blocked, nil
+}
+
+// countRead counts a data socket read of n bytes.
+func (c *comm) countRead(n int) {
+	c.dataReads.Add(1)
+	if n == 0 {
+		c.dataEmpty.Add(1)
+	}
 }
 
 // advanceSplice is advance for a chunk that is spliced: the header by
@@ -710,7 +775,7 @@ func (h *helper) advanceSplice(s *chunkState, sock int) (bool, error) {
 				return moved, nil
 			}
 			// Splicing is off and the pipe is empty: the rest is writev's.
-			adv, err := h.advance(s, sock)
+			adv, _, err := h.advanceCopy(s, sock)
 			return moved || adv, err
 		}
 		more := s.done+s.inPipe < len(t.buf) || len(s.queue) > 1
@@ -724,7 +789,7 @@ func (h *helper) advanceSplice(s *chunkState, sock int) (bool, error) {
 			c.setSpliceOff(fmt.Errorf("splice of %d bytes into a socket: %w", s.inPipe, err))
 			drainPipe(pr)
 			s.inPipe = 0
-			adv, err := h.advance(s, sock)
+			adv, _, err := h.advanceCopy(s, sock)
 			return moved || adv, err
 		}
 		if n == 0 {
@@ -778,8 +843,8 @@ type ctrlOut struct {
 	req     *request
 }
 
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize int, splice bool) (*sendComm, error) {
-	c, err := newComm(peer, ctrl, data, nThreads, bufSize, true, splice)
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk int, splice bool) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, bufSize, chunk, true, splice)
 	if err != nil {
 		return nil, err
 	}
@@ -879,7 +944,7 @@ type posted struct {
 }
 
 func newRecvComm(g *pendingComm, bufSize int) (*recvComm, error) {
-	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, false, false)
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, g.chunk, false, false)
 	if err != nil {
 		return nil, err
 	}

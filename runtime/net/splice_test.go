@@ -26,7 +26,7 @@ func spliceSocket(t *testing.T, threads, socks int, mode string) *Socket {
 // every byte received and the bytes that were spliced.
 func spliceMessages(t *testing.T, sc SendComm, rc RecvComm, plain bool) (chunked uint64) {
 	t.Helper()
-	sizes := []int{inlineMax + 1, minChunk - 1, minChunk, minChunk + 1, 3*minChunk + 17, 1<<20 + 4095, 5<<20 + 3}
+	sizes := []int{inlineMax + 1, DefaultChunk - 1, DefaultChunk, DefaultChunk + 1, 3*DefaultChunk + 17, 1<<20 + 4095, 5<<20 + 3}
 	offs := []int{0, 1, 7, 4095, 4096 + 13}
 	area := mmapArea(t, 16<<20)
 	for i := range area {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,12 +30,72 @@ type Conn interface {
 // only then sleeps up to MaxIdle between passes (woken early by Add).
 // So a connection that just worked answers in microseconds, and an idle
 // process costs one pass per MaxIdle.
+//
+// SpinIdle and NapIdle are defaults: NCCLGO_NET_PROXY_SPIN_US and
+// NCCLGO_NET_PROXY_NAP_US (EnvPolicy) set them for the process's engines.
 const (
 	SpinIdle  = 200 * time.Microsecond
 	NapIdle   = 20 * time.Microsecond
 	DozeAfter = 20 * time.Millisecond
 	MaxIdle   = time.Millisecond
 )
+
+// Policy is an engine's idle policy: how long it spins after a busy pass,
+// and how long each nap lasts after that (until DozeAfter).
+type Policy struct {
+	Spin, Nap time.Duration
+}
+
+// DefaultPolicy is SpinIdle and NapIdle.
+var DefaultPolicy = Policy{Spin: SpinIdle, Nap: NapIdle}
+
+// Limits of the policy's variables, in microseconds.
+const (
+	maxSpinUS = 1_000_000
+	maxNapUS  = 1_000
+)
+
+// PolicyFromEnv reads NCCLGO_NET_PROXY_SPIN_US (0..1000000, default 200)
+// and NCCLGO_NET_PROXY_NAP_US (1..1000, default 20) through getenv; an
+// ill-formed or out-of-range value is an error naming the variable, its
+// value and the valid range.
+func PolicyFromEnv(getenv func(string) string) (Policy, error) {
+	p := DefaultPolicy
+	for _, v := range []struct {
+		name     string
+		dst      *time.Duration
+		min, max int
+		def      time.Duration
+	}{
+		{"NCCLGO_NET_PROXY_SPIN_US", &p.Spin, 0, maxSpinUS, SpinIdle},
+		{"NCCLGO_NET_PROXY_NAP_US", &p.Nap, 1, maxNapUS, NapIdle},
+	} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < v.min || n > v.max {
+			return DefaultPolicy, fmt.Errorf("proxy: %s=%q: want microseconds from %d to %d (default %d)", v.name, s, v.min, v.max, v.def.Microseconds())
+		}
+		*v.dst = time.Duration(n) * time.Microsecond
+	}
+	return p, nil
+}
+
+var envPolicy struct {
+	once sync.Once
+	p    Policy
+	err  error
+}
+
+// EnvPolicy is PolicyFromEnv of the process's environment, read once; the
+// process's engine (Acquire) runs with it, or with DefaultPolicy when it
+// is in error (whoever configures connections reports the error).
+func EnvPolicy() (Policy, error) {
+	envPolicy.once.Do(func() { envPolicy.p, envPolicy.err = PolicyFromEnv(os.Getenv) })
+	return envPolicy.p, envPolicy.err
+}
 
 // yieldEvery is how often (in idle passes) a spinning engine yields its P
 // to other goroutines, in a process of at most yieldMaxProcs Ps. With
@@ -59,6 +122,7 @@ type Engine struct {
 	wake    chan struct{}
 	done    chan struct{}
 	yields  atomic.Int64 // Gosched calls while spinning (tests)
+	policy  Policy
 
 	// pass is held for each pass over the connections: Remove takes it
 	// to wait for the pass that may still touch a removed connection.
@@ -76,9 +140,12 @@ type entry struct {
 }
 
 // New starts an engine of its own (tests, or a caller that wants one
-// apart from the process's); Release stops it.
-func New() *Engine {
-	e := &Engine{refs: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+// apart from the process's) with DefaultPolicy; Release stops it.
+func New() *Engine { return NewWithPolicy(DefaultPolicy) }
+
+// NewWithPolicy is New with the idle policy p.
+func NewWithPolicy(p Policy) *Engine {
+	e := &Engine{refs: 1, wake: make(chan struct{}, 1), done: make(chan struct{}), policy: p}
 	go e.run()
 	return e
 }
@@ -94,7 +161,8 @@ func Acquire() *Engine {
 	global.mu.Lock()
 	defer global.mu.Unlock()
 	if global.e == nil {
-		global.e = New()
+		p, _ := EnvPolicy()
+		global.e = NewWithPolicy(p)
 		return global.e
 	}
 	global.e.mu.Lock()
@@ -264,13 +332,13 @@ func (e *Engine) run() {
 		}
 		since := time.Since(lastBusy)
 		switch {
-		case since < SpinIdle:
+		case since < e.policy.Spin:
 			if yield && idle%yieldEvery == 0 {
 				e.yields.Add(1)
 				runtime.Gosched()
 			}
 		case since < DozeAfter:
-			nap(NapIdle)
+			nap(e.policy.Nap)
 		default:
 			t := time.NewTimer(MaxIdle)
 			select {

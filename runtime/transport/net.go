@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,75 @@ type NET struct {
 	// SetupTimeout bounds the handshake of a connection (the peer's
 	// accept and credit connection); 0 means DefaultNetSetupTimeout.
 	SetupTimeout time.Duration
+
+	knobs *netKnobs // tests; nil: the environment's (netKnobsFromEnv)
+}
+
+// netKnobs are the NET proxy's pipeline settings. Each has an environment
+// variable, read once per process (loadNetKnobs):
+//
+//   - NCCLGO_NET_RECV_AHEAD (1..16, default 8): payloads the receiving
+//     proxy keeps posted at once (recvAhead);
+//   - NCCLGO_NET_SEND_PAIRS (1..16, default 16): header+payload pairs the
+//     sending proxy keeps posted at once (each pair holds two of the
+//     comm's ncclnet.MaxRequests requests);
+//   - NCCLGO_NET_CREDIT_BATCH (1..8, default 4): consumed steps past the
+//     last credit after which the receiver credits a connection (it
+//     credits earlier when the sender is within creditNear slots of
+//     stalling).
+type netKnobs struct {
+	recvAhead, sendPairs int
+	creditBatch          uint64
+}
+
+// defaultNetKnobs are the settings without the variables.
+var defaultNetKnobs = netKnobs{recvAhead: recvAhead, sendPairs: maxPairs, creditBatch: creditBatch}
+
+// netKnobsFromEnv reads the NET proxy's settings through getenv; an
+// ill-formed or out-of-range value is an error naming the variable, its
+// value and the valid range.
+func netKnobsFromEnv(getenv func(string) string) (netKnobs, error) {
+	k := defaultNetKnobs
+	for _, v := range []struct {
+		name     string
+		set      func(int)
+		min, max int
+		def      int
+	}{
+		{"NCCLGO_NET_RECV_AHEAD", func(n int) { k.recvAhead = n }, 1, maxPairs, recvAhead},
+		{"NCCLGO_NET_SEND_PAIRS", func(n int) { k.sendPairs = n }, 1, maxPairs, maxPairs},
+		{"NCCLGO_NET_CREDIT_BATCH", func(n int) { k.creditBatch = uint64(n) }, 1, generated.Steps, creditBatch},
+	} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < v.min || n > v.max {
+			return defaultNetKnobs, fmt.Errorf("transport: %s=%q: want an integer from %d to %d (default %d)", v.name, s, v.min, v.max, v.def)
+		}
+		v.set(n)
+	}
+	return k, nil
+}
+
+var netEnv struct {
+	once  sync.Once
+	knobs netKnobs
+	err   error
+}
+
+// loadNetKnobs is netKnobsFromEnv of the process's environment, read once.
+func loadNetKnobs() (netKnobs, error) {
+	netEnv.once.Do(func() { netEnv.knobs, netEnv.err = netKnobsFromEnv(os.Getenv) })
+	return netEnv.knobs, netEnv.err
+}
+
+func (t NET) netKnobs() (netKnobs, error) {
+	if t.knobs != nil {
+		return *t.knobs, nil
+	}
+	return loadNetKnobs()
 }
 
 // DefaultNetSetupTimeout bounds a NET connection's handshake.
@@ -293,7 +363,8 @@ const (
 	// recvAhead is how many payloads the receiver has posted at once (each
 	// in a message slot of its own, or with its own bounce buffer), so
 	// that the next step's header and bytes are taken while a step's
-	// chunks are still arriving.
+	// chunks are still arriving: the default of NCCLGO_NET_RECV_AHEAD,
+	// whose maximum is maxPairs (the message slots).
 	recvAhead = 8
 	// Credits. The receiver returns a connection's head (its kernel's
 	// consumed steps) once creditBatch steps are consumed past the last
@@ -306,6 +377,7 @@ const (
 	// consumed, as with a credit per step; over a ping of single steps
 	// both proxies spend a system call on credits once per creditBatch
 	// steps, not once per step.
+	// creditBatch is NCCLGO_NET_CREDIT_BATCH's default.
 	creditBatch = generated.Steps / 2
 	creditNear  = 2
 	creditPoll  = 64
@@ -319,6 +391,13 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 	fifo, total := blockLayout(env.sizes)
 	if size == 0 || size%total != 0 {
 		return nil, fmt.Errorf("transport: NET region of %d bytes: not a whole number of %d-byte connections", size, total)
+	}
+	knobs, err := t.netKnobs()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := proxy.EnvPolicy(); err != nil {
+		return nil, err
 	}
 	page := uint64(os.Getpagesize())
 	size = roundUp(size, page)
@@ -338,13 +417,13 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 		return nil, err
 	}
 	llSlot := uint64(env.sizes[0]) / generated.Steps
-	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+recvAhead*llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	scratch, err := syscall.Mmap(-1, 0, int(roundUp(scrBounce+uint64(knobs.recvAhead)*llSlot, page)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		return nil, fmt.Errorf("transport: NET scratch: %w", err)
 	}
 	r.pc = &netConn{name: name, net: n, dev: t.Dev, host: r.host, scratch: scratch, fifo: fifo, total: total,
 		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError,
-		rank: env.Rank, aborted: env.aborted, cause: env.abortCause,
+		rank: env.Rank, aborted: env.aborted, cause: env.abortCause, knobs: knobs,
 		llSizes: t.Flags(Peer{}, Peer{})&generated.ConnStepSizes != 0}
 	r.pc.initState()
 	return r, nil
@@ -559,6 +638,7 @@ type netConn struct {
 	rank     int          // this side's rank, for the goodbye's reason
 	aborted  func() bool  // Options.Aborted (nil: never)
 	cause    func() error // Options.AbortCause (nil: unknown)
+	knobs    netKnobs
 
 	listener ncclnet.Listener
 	send     ncclnet.SendComm // data (sender) or credits (receiver)
@@ -678,7 +758,7 @@ func (c *netConn) initState() {
 	c.arrived = make([]uint64, c.nconn)
 	c.posted = make([]uint64, c.nconn)
 	c.stats.start = time.Now()
-	for i := range maxPairs {
+	for i := range c.knobs.sendPairs {
 		c.freeHdr = append(c.freeHdr, i)
 	}
 }
@@ -1329,7 +1409,7 @@ func (c *netConn) progressRecv() (bool, error) {
 		}
 		// The next header (with its payload when inline), while payloads
 		// may still be in flight.
-		if !c.gone && !c.recvHdrDone && len(c.pays) < recvAhead {
+		if !c.gone && !c.recvHdrDone && len(c.pays) < c.knobs.recvAhead {
 			// Message slots go round in order and are freed in order: with
 			// fewer than recvAhead payloads pending, this one is free.
 			b := c.msg(c.msgNext)
@@ -1354,7 +1434,7 @@ func (c *netConn) progressRecv() (bool, error) {
 					if c.gone {
 						return true, nil
 					}
-					c.msgNext = (c.msgNext + 1) % recvAhead
+					c.msgNext = (c.msgNext + 1) % c.knobs.recvAhead
 					if inline {
 						c.pays = append(c.pays, netPay{h: c.recvHdr, dst: b[hdrSize : hdrSize+c.recvHdr.n], at: c.stats.now()})
 					} else {
@@ -1366,7 +1446,7 @@ func (c *netConn) progressRecv() (bool, error) {
 			}
 		}
 		// A payload that travels apart.
-		if c.recvHdrDone && len(c.pays) < recvAhead {
+		if c.recvHdrDone && len(c.pays) < c.knobs.recvAhead {
 			h := c.recvHdr
 			p := netPay{h: h, at: c.recvHdrAt}
 			mh := c.mhRecv[0]
@@ -1385,7 +1465,7 @@ func (c *netConn) progressRecv() (bool, error) {
 			if r != nil {
 				p.req = r
 				if h.kind == kindLL {
-					c.bounceNext = (c.bounceNext + 1) % recvAhead
+					c.bounceNext = (c.bounceNext + 1) % c.knobs.recvAhead
 				}
 				c.pays = append(c.pays, p)
 				c.recvHdrDone, moved = false, true
@@ -1478,7 +1558,7 @@ func (c *netConn) sendCredits(busy, all bool) (bool, error) {
 		// FIFO's depth (its check against garbage), the rest follows.
 		h := min(atomic.LoadUint64(c.word(uint64(i)*c.total+offHead)), c.credited[i]+generated.Steps)
 		near := c.arrived[i]+creditNear >= c.credited[i]+generated.Steps
-		if h == c.credited[i] || !all && h < c.credited[i]+creditBatch && !near {
+		if h == c.credited[i] || !all && h < c.credited[i]+c.knobs.creditBatch && !near {
 			continue
 		}
 		k := (c.creditNext + len(c.creditsOut)) % maxCredits
@@ -1590,6 +1670,9 @@ func (s *netStats) summary(c *netConn) string {
 		if st, ok := x.c.(interface{ Stats() ncclnet.SocketStats }); ok {
 			v := st.Stats()
 			fmt.Fprintf(&b, "; %s socket writes %d reads %d (%d empty)", x.side, v.Writes, v.Reads, v.EmptyReads)
+			if v.DataWrites+v.DataReads > 0 {
+				fmt.Fprintf(&b, ", its data sockets writes %d reads %d (%d empty)", v.DataWrites, v.DataReads, v.DataEmptyReads)
+			}
 		}
 	}
 	return b.String()

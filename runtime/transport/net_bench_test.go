@@ -173,7 +173,8 @@ var benchSimpleSizes = Sizes{netSizes[0], netSizes[1], 4 << 20}
 // Sub-benchmarks: the socket backend's threads × sockets per thread
 // (4x1 is its loopback default), and with 4 MiB socket buffers
 // (NCCLGO_SOCKET_BUFSIZE) instead of the kernel's autotuning; the sender
-// splices or writes as NCCLGO_SOCKET_SPLICE says.
+// splices or writes as NCCLGO_SOCKET_SPLICE says, and the environment's
+// other settings apply (NCCLGO_SOCKET_CHUNK, NCCLGO_NET_*).
 func BenchmarkNETSimpleBandwidth(b *testing.B) {
 	for _, c := range []struct{ threads, socks, buf int }{{1, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 1, 4 << 20}} {
 		name := fmt.Sprintf("%dx%d", c.threads, c.socks)
@@ -181,7 +182,10 @@ func BenchmarkNETSimpleBandwidth(b *testing.B) {
 			name += fmt.Sprintf("_buf%dM", c.buf>>20)
 		}
 		b.Run(name, func(b *testing.B) {
-			nt, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: c.threads, NSocksPerThread: c.socks, BufSize: c.buf, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
+			o, err := ncclnet.SocketOptionsFromEnv(os.Getenv)
+			require.NoError(b, err)
+			o.Interface, o.Family, o.NThreads, o.NSocksPerThread, o.BufSize = "lo", "AF_INET", c.threads, c.socks, c.buf
+			nt, err := ncclnet.NewSocket(o)
 			require.NoError(b, err)
 			benchSimpleBandwidth(b, nt)
 		})

@@ -110,8 +110,18 @@ func (m *hostMem) word(a uint64) *uint64 { return (*uint64)(unsafe.Pointer(&m.at
 
 var netSizes = Sizes{8 << 10, 16 << 10, 64 << 10}
 
+// netTestKnobs, when set, are the NET settings connectNET uses instead of
+// the environment's (tests that set it restore it).
+var netTestKnobs *netKnobs
+
+// loNet is the socket backend over loopback with threads × socks data
+// sockets, and the environment's other socket settings (splicing, the
+// chunk size).
 func loNet(t testing.TB, threads, socks int) ncclnet.Net {
-	n, err := ncclnet.NewSocket(ncclnet.SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, Splice: os.Getenv("NCCLGO_SOCKET_SPLICE")})
+	o, err := ncclnet.SocketOptionsFromEnv(os.Getenv)
+	require.NoError(t, err)
+	o.Interface, o.Family, o.NThreads, o.NSocksPerThread = "lo", "AF_INET", threads, socks
+	n, err := ncclnet.NewSocket(o)
 	require.NoError(t, err)
 	return n
 }
@@ -147,7 +157,7 @@ func connectNETOpts(t testing.TB, nt ncclnet.Net, n, nch int, sizes Sizes, optio
 	for r := range n {
 		wg.Go(func() {
 			opts := options(r)
-			opts.Transports = []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second}}
+			opts.Transports = []Transport{P2P{}, SHM{}, NET{Net: nt, SetupTimeout: 10 * time.Second, knobs: netTestKnobs}}
 			sets[r], errs[r] = Connect(context.Background(), nets[r], mems[r], r, peers, ringEdges(n, nch, r), sizes, opts)
 		})
 	}
