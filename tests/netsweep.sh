@@ -118,6 +118,8 @@ echo "# netsweep $(date -u +%Y-%m-%dT%H:%M:%SZ) $(nproc) cores; logs in $OUT"
 [[ -n $note ]] && echo "$note"
 printf '%-5s %-18s %-88s %9s %9s %6s %4s %4s\n' "#kind" "label" "settings (NCCL_SOCKET_IFNAME=lo besides)" "16M/8B" "128M" "wrong" "rc" "s"
 printf '%-5s %-18s %-88s %9s %9s %6s %4s %4s\n' "#" "" "" "GB/s|us" "GB/s" "" "" ""
-for r in "${BW_RUNS[@]}"; do run bw "${r%%|*}" "${r#*|}"; done
+# The latency runs first: they are short, and a tight BUDGET cuts the
+# bandwidth grid's tail rather than them.
 for r in "${LAT_RUNS[@]}"; do run lat "${r%%|*}" "${r#*|}"; done
+for r in "${BW_RUNS[@]}"; do run bw "${r%%|*}" "${r#*|}"; done
 echo "# total $((SECONDS - start)) s"
