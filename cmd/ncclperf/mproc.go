@@ -172,16 +172,18 @@ func runRank(c *config, w io.Writer) (err error) {
 		}
 	}()
 	exitWhenLost(g, lostExitGrace)
+	// The driver first: a rank without one fails on its own, whichever
+	// rank's exchange with the others would have noticed the loss first.
+	n, err := deviceCount()
+	if err != nil {
+		return err
+	}
 	if c.seed, err = agreeSeed(ctx, g, c.seed); err != nil {
 		return err
 	}
 	c.mp, c.rank0 = &mpRank{g: g}, p.Rank
 	if p.Rank != 0 {
 		w = io.Discard
-	}
-	n, err := deviceCount()
-	if err != nil {
-		return err
 	}
 	dev := rankDevice(c.devices, p, n)
 	if c.devices == nil {
