@@ -91,6 +91,29 @@ func (pc *PlanCache) Build(c Comm, tasks []Task, choose Chooser, lookup FuncLook
 	return p, nil
 }
 
+// BuildInto is Build into *dst, reusing the memory of the plan dst held
+// (its copies, launches and works) on a hit: a caller that plans the same
+// shape again into the same Plan allocates nothing. What dst held before
+// is overwritten; nothing may still use it.
+func (pc *PlanCache) BuildInto(dst *Plan, c Comm, tasks []Task, choose Chooser, lookup FuncLookup) error {
+	k, ok := keyOf(c, tasks, choose)
+	if ok {
+		send, recv := tasks[0].Send, tasks[0].Recv
+		pc.mu.Lock()
+		for i := range pc.ents {
+			if e := &pc.ents[i]; e.ok && e.key == k {
+				e.plan.patchInto(dst, send, recv)
+				pc.mu.Unlock()
+				return nil
+			}
+		}
+		pc.mu.Unlock()
+	}
+	p, err := pc.Build(c, tasks, choose, lookup)
+	*dst = p
+	return err
+}
+
 // Reset forgets every plan.
 func (pc *PlanCache) Reset() {
 	pc.mu.Lock()
@@ -117,6 +140,34 @@ func storeable(p *Plan, send, recv uint64) bool {
 		}
 	}
 	return true
+}
+
+// patchInto is patched into q, reusing q's slices (and the works of its
+// launches) where they are large enough.
+func (p *Plan) patchInto(q *Plan, send, recv uint64) {
+	q.Decisions = p.Decisions
+	q.Copies = q.Copies[:0]
+	for _, cp := range p.Copies {
+		cp.Src, cp.Dst = send, recv
+		q.Copies = append(q.Copies, cp)
+	}
+	n := len(p.Launches)
+	if cap(q.Launches) < n {
+		ls := make([]Launch, n)
+		copy(ls, q.Launches[:cap(q.Launches)]) // their works' memory
+		q.Launches = ls
+	}
+	q.Launches = q.Launches[:n]
+	for i := range p.Launches {
+		l := &q.Launches[i]
+		works := l.Works[:0]
+		*l = p.Launches[i]
+		for _, w := range p.Launches[i].Works {
+			w.Sendbuff, w.Recvbuff = send, recv
+			works = append(works, w)
+		}
+		l.Works = works
+	}
 }
 
 // patched returns a copy of p (its own copies, launches and works; the
