@@ -535,26 +535,35 @@ func (e *Engine) free() error {
 
 // Plan builds the launches of tasks, one group's calls of this rank.
 func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
+	var p enqueue.Plan
+	err := e.PlanInto(&p, tasks)
+	return p, err
+}
+
+// PlanInto is Plan into *p, reusing the memory of the plan p held (see
+// enqueue.PlanCache.BuildInto): a caller that plans each group into the
+// same Plan allocates nothing for a repeated call. What p held is
+// overwritten; nothing may still use it.
+func (e *Engine) PlanInto(p *enqueue.Plan, tasks []enqueue.Task) error {
 	lookup := enqueue.GeneratedLookup
 	if e.kset != nil {
 		lookup = e.kset.Resolve // the set's own ids, from its manifest
 	}
 	tasks = e.markWindows(tasks) // window.go
-	var p enqueue.Plan
 	var err error
 	if e.log != nil && e.log.Enabled(context.Background(), slog.LevelDebug) {
 		// The tuner logs each choice at Debug: ask it every time.
-		p, err = enqueue.Build(e.plan, tasks, e.tuner, lookup)
+		*p, err = enqueue.Build(e.plan, tasks, e.tuner, lookup)
 	} else {
-		p, err = e.plans.Build(e.plan, tasks, e.tuner, lookup)
+		err = e.plans.BuildInto(p, e.plan, tasks, e.tuner, lookup)
 	}
 	if err != nil {
 		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) {
 			err = fmt.Errorf("%w (DIRECT runs across processes only on calls whose buffers lie in registered windows)", err)
 		}
-		return p, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	return p, nil
+	return nil
 }
 
 // run queues a plan on stream and records the stream's completion event,

@@ -46,7 +46,9 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 func leaveLanes(ls []Launch) error {
 	var errs []error
 	for _, l := range ls {
-		errs = append(errs, l.Engine.leaveLane())
+		if err := l.Engine.leaveLane(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

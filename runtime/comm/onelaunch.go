@@ -667,16 +667,18 @@ func (m *merger) admitted(k int, tk *residency.Ticket) error {
 }
 
 // flush runs every held request on its own and gives up their multi-rank
-// launches: their other requests run on their own once admitted.
-func (m *merger) flush(tk *residency.Ticket) []error {
-	var errs []error
+// launches: their other requests run on their own once admitted. It
+// returns errs with their errors appended.
+func (m *merger) flush(tk *residency.Ticket, errs []error) []error {
 	for k, h := range m.held {
 		if !h {
 			continue
 		}
 		m.held[k] = false
 		m.state[m.setOf[k]].broken = true
-		errs = append(errs, runAlone(m.ls[m.idx[k]], k, tk))
+		if err := runAlone(m.ls[m.idx[k]], k, tk); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }

@@ -186,6 +186,13 @@ type Launch struct {
 // group's communicators, and end when one of them is no longer usable
 // (aborted or destroyed, say).
 func AdmitAndRun(ls []Launch) error {
+	a := admissionPool.Get().(*admission)
+	defer a.release()
+	return a.admitAndRun(ls)
+}
+
+// admitAndRun is AdmitAndRun in a's memory.
+func (a *admission) admitAndRun(ls []Launch) error {
 	if perThread(ls) {
 		// Every driver call of the group on the per-thread default stream
 		// (lane joins, a multi-rank launch's joins) must name one thread's
@@ -193,10 +200,68 @@ func AdmitAndRun(ls []Launch) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	err := admitAndRun(ls)
+	err := a.admit(ls)
 	// After every rank of the group has entered its lane (run), so that no
 	// rank's Enter on a shared default stream comes after another's Leave.
-	return errors.Join(err, leaveLanes(ls))
+	if lerr := leaveLanes(ls); lerr != nil {
+		return errors.Join(err, lerr)
+	}
+	return err
+}
+
+// admission is the memory of a group's admission (AdmitAndRun), kept in
+// admissionPool between groups so that a repeated group allocates none of
+// it: the group's requests on the ledger, its ticket, and the launch of
+// AdmitAndRunOne.
+type admission struct {
+	idx    []int // request → index in the group's launches
+	reqs   []residency.Request
+	usable []func() error // the requests' Launch.Usable
+	// interrupted is check, the ticket's interruption poll, made once.
+	interrupted func() error
+	tk          residency.Ticket
+	errs        []error
+	// AdmitAndRunOne's group of one: its launch, a copy of its plan and
+	// of its tasks (the caller's may live on its stack).
+	one   [1]Launch
+	plan  enqueue.Plan
+	tasks []enqueue.Task
+}
+
+var admissionPool = sync.Pool{New: func() any {
+	a := new(admission)
+	a.interrupted = a.check
+	return a
+}}
+
+// check reports the first error of the group's Usable functions.
+func (a *admission) check() error {
+	for _, u := range a.usable {
+		if u != nil {
+			if err := u(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// release clears what a points at (launches, plans, engines, leases) and
+// puts it back in admissionPool. Its ticket is closed.
+func (a *admission) release() {
+	a.tk.Close()
+	a.idx = a.idx[:0]
+	clear(a.reqs[:cap(a.reqs)])
+	a.reqs = a.reqs[:0]
+	clear(a.usable[:cap(a.usable)])
+	a.usable = a.usable[:0]
+	clear(a.errs[:cap(a.errs)])
+	a.errs = a.errs[:0]
+	a.one[0] = Launch{}
+	a.plan = enqueue.Plan{}
+	clear(a.tasks[:cap(a.tasks)])
+	a.tasks = a.tasks[:0]
+	admissionPool.Put(a)
 }
 
 // AdmitAndRunOne is AdmitAndRun of a group of one launch, {e, p, tasks,
@@ -212,8 +277,12 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 	}
 	if len(p.Launches) > 0 {
 		if r, ok := e.request(p, tasks); ok && r.Blocks > 0 {
-			pc := *p
-			return AdmitAndRun([]Launch{{Engine: e, Plan: &pc, Tasks: slices.Clone(tasks), Stream: stream, Usable: usable}})
+			a := admissionPool.Get().(*admission)
+			defer a.release()
+			a.plan = *p
+			a.tasks = append(a.tasks[:0], tasks...)
+			a.one[0] = Launch{Engine: e, Plan: &a.plan, Tasks: a.tasks, Stream: stream, Usable: usable}
+			return a.admitAndRun(a.one[:])
 		}
 	}
 	// Not on a ledger (destroyed meanwhile: run reports it), or admitted
@@ -243,10 +312,11 @@ func perThread(ls []Launch) bool {
 	return false
 }
 
-func admitAndRun(ls []Launch) error {
-	var idx []int
-	var reqs []residency.Request
-	var errs []error
+// admit admits and runs the launches of ls (admitAndRun, before the lanes
+// are left).
+func (a *admission) admit(ls []Launch) error {
+	errs := a.errs[:0]
+	defer func() { a.errs = errs }()
 	timeout := time.Duration(0)
 	for i, l := range ls {
 		if l.Plan.Empty() {
@@ -260,50 +330,38 @@ func admitAndRun(ls []Launch) error {
 			}
 			continue
 		}
-		idx = append(idx, i)
-		reqs = append(reqs, r)
+		a.idx = append(a.idx, i)
+		a.reqs = append(a.reqs, r)
+		// The ticket keeps the interruption check (a.check): it reads the
+		// launches' Usable functions, not ls.
+		a.usable = append(a.usable, l.Usable)
 		if t := l.Engine.res.timeout; timeout == 0 || (t > 0 && t < timeout) {
 			timeout = t
 		}
 	}
-	if len(reqs) == 0 {
+	if len(a.reqs) == 0 {
 		return errors.Join(errs...)
 	}
-	// The ticket keeps the interruption check: it holds the launches'
-	// Usable functions, not ls.
-	usable := make([]func() error, len(idx))
-	for j, i := range idx {
-		usable[j] = ls[i].Usable
-	}
-	tk, err := residency.Default().Acquire(reqs, func() error {
-		for _, u := range usable {
-			if u != nil {
-				if err := u(); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	tk := &a.tk
+	if err := residency.Default().AcquireInto(tk, a.reqs, a.interrupted); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("ncclgo: Group.End: %w", err))...)
 	}
 	defer tk.Close()
 	if timeout <= 0 {
 		timeout = bootstrap.DefaultTimeout
 	}
-	m := newMerger(ls, idx)
+	m := newMerger(ls, a.idx)
 	defer m.release()
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
-	for range reqs {
+	for range a.reqs {
 		k, ok := tk.TryNext()
 		if !ok {
 			// Nothing admitted waits behind a wait for room: launches held
 			// for a multi-rank launch whose other ranks are not admitted
 			// yet run on their own now.
-			errs = append(errs, m.flush(tk)...)
+			errs = m.flush(tk, errs)
 			if ctx == nil {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(context.Background(), timeout)
@@ -315,13 +373,17 @@ func admitAndRun(ls []Launch) error {
 				break
 			}
 		}
+		var err error
 		if m.hold(k) {
-			errs = append(errs, m.admitted(k, tk))
-			continue
+			err = m.admitted(k, tk)
+		} else {
+			err = runAlone(ls[a.idx[k]], k, tk)
 		}
-		errs = append(errs, runAlone(ls[idx[k]], k, tk))
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	errs = append(errs, m.flush(tk)...)
+	errs = m.flush(tk, errs)
 	return errors.Join(errs...)
 }
 
