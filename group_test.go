@@ -19,7 +19,7 @@ func TestGroupMisuse(t *testing.T) {
 	require.NoError(t, g.Start())
 	require.NoError(t, g.add("AllReduce", c, s, task))
 	require.NoError(t, g.End(), "an inner End launches nothing")
-	assert.Len(t, g.entries, 1)
+	assert.Len(t, g.calls.entries, 1)
 	// A second stream for one comm in one group is refused.
 	err := g.add("AllReduce", c, cuda.WrapStream(nil, 0x200), task)
 	var ae *ArgError
@@ -65,7 +65,7 @@ func TestGroupPlansAllToAll(t *testing.T) {
 		c := fakeComm(t, r, 4)
 		g := NewGroup()
 		require.NoError(t, g.add("AllToAll", c, cuda.WrapStream(nil, 1), allToAllTasks(c, 0x10000, 0x20000, 256, Float32)...))
-		p, err := c.e.Plan(g.entries[0].tasks)
+		p, err := c.e.Plan(g.calls.entries[0].tasks)
 		require.NoError(t, err)
 		require.Len(t, p.Copies, 1)
 		assert.EqualValues(t, 0x20000+r*1024, p.Copies[0].Dst)
