@@ -654,12 +654,13 @@ func (m *merger) admitted(k int, tk *residency.Ticket) error {
 		evs[j] = nil
 	}
 	err := runMulti(ls, m.parts[s], evs, m.rs[:len(set)])
-	for j, r := range set {
+	tk.DoneEach(set, func(j int) residency.Completion {
 		if evs[j] != nil {
-			tk.Done(r, evs[j])
-		} else {
-			tk.Done(r, nil)
+			return evs[j]
 		}
+		return nil // not a nil *cuda.Event: nothing was queued
+	})
+	for _, r := range set {
 		m.held[r] = false
 	}
 	m.state[s].broken = true

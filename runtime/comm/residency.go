@@ -215,6 +215,7 @@ func (a *admission) admitAndRun(ls []Launch) error {
 // AdmitAndRunOne.
 type admission struct {
 	idx    []int // request → index in the group's launches
+	ks     []int // requests admitted together (Ticket.TryNextAll)
 	reqs   []residency.Request
 	usable []func() error // the requests' Launch.Usable
 	// interrupted is check, the ticket's interruption poll, made once.
@@ -355,9 +356,9 @@ func (a *admission) admit(ls []Launch) error {
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
-	for range a.reqs {
-		k, ok := tk.TryNext()
-		if !ok {
+	for taken := 0; taken < len(a.reqs); {
+		ks := tk.TryNextAll(a.ks[:0])
+		if len(ks) == 0 {
 			// Nothing admitted waits behind a wait for room: launches held
 			// for a multi-rank launch whose other ranks are not admitted
 			// yet run on their own now.
@@ -367,20 +368,25 @@ func (a *admission) admit(ls []Launch) error {
 				ctx, cancel = context.WithTimeout(context.Background(), timeout)
 				defer cancel()
 			}
-			var err error
-			if k, err = tk.Next(ctx); err != nil {
+			k, err := tk.Next(ctx)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("ncclgo: Group.End: waiting for room on the GPU: %w", err))
 				break
 			}
+			ks = append(ks, k)
 		}
-		var err error
-		if m.hold(k) {
-			err = m.admitted(k, tk)
-		} else {
-			err = runAlone(ls[a.idx[k]], k, tk)
-		}
-		if err != nil {
-			errs = append(errs, err)
+		a.ks = ks
+		taken += len(ks)
+		for _, k := range ks {
+			var err error
+			if m.hold(k) {
+				err = m.admitted(k, tk)
+			} else {
+				err = runAlone(ls[a.idx[k]], k, tk)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	errs = m.flush(tk, errs)

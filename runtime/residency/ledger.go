@@ -291,6 +291,20 @@ func (t *Ticket) TryNext() (int, bool) {
 	return i, i >= 0
 }
 
+// TryNextAll is TryNext for every request of t admitted now: it appends
+// their indexes to ks, lowest first, under one lock, and returns it.
+func (t *Ticket) TryNextAll(ks []int) []int {
+	t.l.mu.Lock()
+	defer t.l.mu.Unlock()
+	for {
+		i, _ := t.admit()
+		if i < 0 {
+			return ks
+		}
+		ks = append(ks, i)
+	}
+}
+
 // admit is take after a pass of the ledger when nothing of t was admitted
 // yet and some of it still waits; l.mu is held.
 func (t *Ticket) admit() (int, bool) {
@@ -423,12 +437,20 @@ func (t *Ticket) Done(i int, c Completion) {
 	l := t.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if t.done(i, c) {
+		l.notify()
+	}
+}
+
+// done is Done without the notification; it reports whether it changed
+// anything. l.mu is held.
+func (t *Ticket) done(i int, c Completion) bool {
 	if i < 0 || i >= len(t.reqs) {
-		return
+		return false
 	}
 	r := &t.reqs[i]
 	if r.state != returned && r.state != admitted {
-		return
+		return false
 	}
 	r.state = finished
 	if r.pinned {
@@ -437,6 +459,17 @@ func (t *Ticket) Done(i int, c Completion) {
 		}
 		r.Lease.pins--
 		r.pinned = false
+	}
+	return true
+}
+
+// DoneEach is Done(ks[j], c(j)) for every j, under one lock.
+func (t *Ticket) DoneEach(ks []int, c func(j int) Completion) {
+	l := t.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j, i := range ks {
+		t.done(i, c(j))
 	}
 	l.notify()
 }

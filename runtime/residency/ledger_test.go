@@ -592,3 +592,35 @@ func TestReservationOnGPUJoinedLater(t *testing.T) {
 		assert.Equal(t, 8, used, "GPU %s: B alone", g)
 	}
 }
+
+// TryNextAll returns every admitted request at once, lowest first, and
+// DoneEach finishes several: the lease keeps the completions given, and a
+// wait behind them ends once they finish.
+func TestTryNextAllAndDoneEach(t *testing.T) {
+	l := New()
+	a := join(t, l, "A", 8, map[string]int{"0": 2}, 4)
+	b := join(t, l, "B", 8, map[string]int{"0": 1}, 4)
+	tk, err := l.Acquire([]Request{{Lease: a, Rank: 0, Blocks: 4}, {Lease: b, Blocks: 4}, {Lease: a, Rank: 1, Blocks: 4}}, nil)
+	require.NoError(t, err)
+	defer tk.Close()
+	// A takes 8 blocks (2 ranks × 4): B does not fit.
+	ks := tk.TryNextAll(nil)
+	assert.Equal(t, []int{0, 2}, ks)
+	assert.Empty(t, tk.TryNextAll(nil), "returned already")
+	f := &fake{}
+	tk.DoneEach(ks, func(j int) Completion {
+		if j == 0 {
+			return f
+		}
+		return nil
+	})
+	assert.Zero(t, a.pins)
+	assert.Equal(t, Completion(f), a.latest[0])
+	assert.NotContains(t, a.latest, 1, "nothing launched for rank 1")
+	_, err = tk.Next(short(t))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "A's launch still runs")
+	f.finish()
+	i, err := tk.Next(long(t))
+	require.NoError(t, err)
+	assert.Equal(t, 1, i)
+}
