@@ -52,8 +52,9 @@ var groupCallsPool = sync.Pool{New: func() any { return new(groupCalls) }}
 // release clears what gc points at (communicators, streams, launches)
 // and puts it back in groupCallsPool; the plans keep their memory.
 func (gc *groupCalls) release() {
-	for i := range gc.entries[:cap(gc.entries)] {
-		e := &gc.entries[i]
+	all := gc.entries[:cap(gc.entries)]
+	for i := range all {
+		e := &all[i]
 		e.comm, e.stream = nil, nil
 		clear(e.tasks[:cap(e.tasks)])
 		e.tasks = e.tasks[:0]

@@ -83,3 +83,32 @@ func allToAllTasks(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType) [
 	}
 	return ts
 }
+
+// A group's calls go back to the pool cleared, and a later group with
+// fewer communicators reuses them (release panicked on entries past the
+// later group's).
+func TestGroupCallsReuse(t *testing.T) {
+	s := cuda.WrapStream(nil, 0x100)
+	gc := new(groupCalls)
+	for _, n := range []int{8, 1, 3} {
+		g := NewGroup()
+		g.calls = gc // the pool's object, made sure of
+		for r := range n {
+			c := fakeComm(t, r, 8)
+			require.NoError(t, g.add("AllReduce", c, s, collTask(kspace.AllReduce, 0x1000, 0x2000, 2, Float32, devOp{op: kspace.Sum}, 0)))
+			require.NoError(t, g.add("AllReduce", c, s, collTask(kspace.AllReduce, 0x3000, 0x4000, 2, Float32, devOp{op: kspace.Sum}, 0)))
+		}
+		require.Len(t, gc.entries, n)
+		for _, e := range gc.entries {
+			require.Len(t, e.tasks, 2)
+			assert.EqualValues(t, 0x3000, e.tasks[1].Send)
+		}
+		g.Discard()
+		assert.Nil(t, g.calls)
+		assert.Empty(t, gc.entries)
+		for _, e := range gc.entries[:cap(gc.entries)] {
+			assert.Nil(t, e.comm, "a released entry keeps no communicator")
+			assert.Empty(t, e.tasks)
+		}
+	}
+}
