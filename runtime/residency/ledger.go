@@ -214,7 +214,6 @@ type request struct {
 	Request
 	state  reqState
 	pinned bool
-	since  time.Time
 }
 
 // Ticket is a set of requests made together, typically the launches of one
@@ -226,6 +225,10 @@ type Ticket struct {
 	reqs        []request // the ledger's queue points into it while open
 	open        bool      // acquired and not yet closed
 	interrupted func() error
+	// waiting is when Next first found nothing admitted: what a wait
+	// error says the requests waited since (a ticket admitted at once
+	// never reads the clock).
+	waiting time.Time
 }
 
 // ErrTicketOpen is returned by AcquireInto given a ticket not yet closed.
@@ -260,14 +263,13 @@ func (l *Ledger) AcquireInto(t *Ticket, reqs []Request, interrupted func() error
 		return ErrTicketOpen
 	}
 	// t is closed: no queue of any ledger points into t.reqs.
-	now := time.Now()
-	t.l, t.interrupted = l, interrupted
+	t.l, t.interrupted, t.waiting = l, interrupted, time.Time{}
 	if cap(t.reqs) < len(reqs) {
 		t.reqs = make([]request, len(reqs))
 	}
 	t.reqs = t.reqs[:len(reqs)]
 	for i, r := range reqs {
-		t.reqs[i] = request{Request: r, since: now}
+		t.reqs[i] = request{Request: r}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -344,6 +346,9 @@ func (t *Ticket) Next(ctx context.Context) (int, error) {
 		ch := l.changed
 		l.asleep++
 		l.mu.Unlock()
+		if t.waiting.IsZero() {
+			t.waiting = time.Now()
+		}
 		var stop error
 		if t.interrupted != nil {
 			stop = t.interrupted()
@@ -411,7 +416,7 @@ func (t *Ticket) describe() error {
 			gs = append(gs, fmt.Sprintf("GPU %s: %d of %d blocks in use", g, st.used, st.budget))
 		}
 		parts = append(parts, fmt.Sprintf("communicator %s rank %d launch %d (%d blocks × %v ranks) waited %v; %s; %d launches of other communicators queued first",
-			s.key, r.Rank, r.Seq, r.Blocks, s.local, time.Since(r.since).Round(time.Millisecond), strings.Join(gs, ", "), t.l.ahead(r)))
+			s.key, r.Rank, r.Seq, r.Blocks, s.local, time.Since(t.waiting).Round(time.Millisecond), strings.Join(gs, ", "), t.l.ahead(r)))
 	}
 	return fmt.Errorf("residency: %s", strings.Join(parts, "; "))
 }
