@@ -127,6 +127,26 @@ func benchGroupAllReduce(b *testing.B, n int) {
 	}
 }
 
+// benchOneRankOfTwo is one process's iteration of ncclperf -np 2: a
+// group of one rank's 8-byte AllReduce whose kernel waits for a rank of
+// another process (here the other rank of InitAll's pair, which never
+// calls: on the fake driver nothing waits), through the residency ledger.
+func benchOneRankOfTwo(b *testing.B) {
+	r := open(b, 2)
+	one := &ranks{comms: r.comms[:1], streams: r.streams[:1], send: r.send[:1], recv: r.recv[:1]}
+	for b.Loop() {
+		if err := one.allReduce(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOneRankOfTwo is ncclperf -np 2's iteration on the fake driver.
+func BenchmarkOneRankOfTwo(b *testing.B) {
+	b.ReportAllocs()
+	benchOneRankOfTwo(b)
+}
+
 // BenchmarkGroupAllReduce is ncclperf -g N -b 8 -e 8 -hosttime -c 0 on
 // the fake driver: the host's cost of one iteration.
 func BenchmarkGroupAllReduce(b *testing.B) {
@@ -164,7 +184,7 @@ func TestGroupAllReduceLaunches(t *testing.T) {
 }
 
 // TestHostCost fails when the host path of ncclperf -g 1, 2 or 8's
-// iteration regresses past twice its committed baseline, or allocates
+// iteration, or of one process's of -np 2, regresses past twice its committed baseline, or allocates
 // more (internal/benchguard).
 func TestHostCost(t *testing.T) {
 	if noFake != "" {
@@ -173,4 +193,5 @@ func TestHostCost(t *testing.T) {
 	for _, n := range []int{1, 2, 8} {
 		benchguard.Check(t, fmt.Sprintf("hostpath/GroupAllReduce%d", n), func(b *testing.B) { benchGroupAllReduce(b, n) })
 	}
+	benchguard.Check(t, "hostpath/OneRankOfTwo", benchOneRankOfTwo)
 }
