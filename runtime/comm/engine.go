@@ -83,6 +83,10 @@ type Engine struct {
 	mu        sync.Mutex
 	destroyed bool
 	finalized bool
+	// state mirrors destroyed (stateDestroyed) and finalized
+	// (stateFinalized), written with them under mu, for State: every
+	// call checks it, twice in a group.
+	state atomic.Uint32
 	aborted   atomic.Bool
 	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
 	events    map[uintptr]launchEvent // last launch per stream
@@ -162,11 +166,17 @@ func (e *Engine) Context() *cuda.Context { return e.cctx }
 // Settings returns the settings the engine runs with.
 func (e *Engine) Settings() Settings { return e.s }
 
-// State reports whether Destroy and Finalize were called.
+// The bits of Engine.state.
+const (
+	stateDestroyed = 1 << iota
+	stateFinalized
+)
+
+// State reports whether Destroy and Finalize were called. It takes no
+// lock.
 func (e *Engine) State() (destroyed, finalized bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.destroyed, e.finalized
+	st := e.state.Load()
+	return st&stateDestroyed != 0, st&stateFinalized != 0
 }
 
 // Aborted reports whether the engine was aborted (Abort, a lost peer, or
@@ -331,6 +341,7 @@ func (e *Engine) Finalize() error {
 		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
 	}
 	e.finalized = true
+	e.state.Or(stateFinalized)
 	return nil
 }
 
@@ -349,6 +360,7 @@ func (e *Engine) Destroy() error {
 		return fmt.Errorf("ncclgo: Destroy: %w", ErrDestroyed)
 	}
 	e.destroyed = true
+	e.state.Or(stateDestroyed)
 	evs := e.events // left in e.events for proxyFailed's look until destroyed below
 	e.mu.Unlock()
 	handles := slices.Sorted(maps.Keys(evs))
