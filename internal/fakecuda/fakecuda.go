@@ -54,15 +54,13 @@ import (
 var special string
 
 // Build writes the fake driver's source into dir, compiles it into
-// dir/libcuda-fake.so and returns that path.
+// dir/libcuda-fake.so and returns that path. It reads the symbol list
+// from runtime/cuda/shim.c of the tree the package was built in, or of
+// the working directory's tree.
 func Build(dir string) (string, error) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("fakecuda: cannot locate the module's source")
-	}
-	shim, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "runtime", "cuda", "shim.c"))
+	shim, err := readShim()
 	if err != nil {
-		return "", fmt.Errorf("fakecuda: the shim's symbol list: %w", err)
+		return "", err
 	}
 	syms := symbols(string(shim))
 	if len(syms) == 0 {
@@ -83,6 +81,38 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("fakecuda: %s: %w\n%s", cc, err, out)
 	}
 	return lib, nil
+}
+
+// shimPath is runtime/cuda's shim within the module's tree.
+var shimPath = filepath.Join("runtime", "cuda", "shim.c")
+
+// readShim reads runtime/cuda/shim.c from the source tree this package
+// was compiled in, or else from the working directory or one above it (a
+// test binary run from a copy of the tree on another machine).
+func readShim() ([]byte, error) {
+	var tried []string
+	if _, self, _, ok := runtime.Caller(0); ok {
+		p := filepath.Join(filepath.Dir(self), "..", "..", shimPath)
+		if b, err := os.ReadFile(p); err == nil {
+			return b, nil
+		}
+		tried = append(tried, p)
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			p := filepath.Join(dir, shimPath)
+			if b, err := os.ReadFile(p); err == nil {
+				return b, nil
+			}
+			tried = append(tried, p)
+			up := filepath.Dir(dir)
+			if up == dir {
+				break
+			}
+			dir = up
+		}
+	}
+	return nil, fmt.Errorf("fakecuda: the shim's symbol list: no %s in %s (run from the module's tree)", shimPath, strings.Join(tried, ", "))
 }
 
 // symbols returns the driver symbols the shim resolves, from its

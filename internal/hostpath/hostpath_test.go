@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 func setup(dir string) string {
 	lib, err := fakecuda.Build(dir)
 	if err != nil {
-		return "no fake CUDA driver (it needs the C compiler cgo uses): " + err.Error()
+		return "no fake CUDA driver (it needs the module's tree and the C compiler cgo uses): " + err.Error()
 	}
 	if err := os.Setenv(cuda.LibraryEnv, lib); err != nil {
 		return err.Error()
