@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +195,32 @@ func TestHostCost(t *testing.T) {
 		benchguard.Check(t, fmt.Sprintf("hostpath/GroupAllReduce%d", n), func(b *testing.B) { benchGroupAllReduce(b, n) })
 	}
 	benchguard.Check(t, "hostpath/OneRankOfTwo", benchOneRankOfTwo)
+}
+
+// Groups of several communicators' ranks run concurrently from several
+// goroutines: they share the pools of group, admission and merge memory
+// and the process's residency ledger (run it with -race).
+func TestConcurrentGroups(t *testing.T) {
+	sets := []*ranks{open(t, 2), open(t, 8), open(t, 1), open(t, 2)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(sets))
+	for i, r := range sets {
+		wg.Go(func() {
+			for range 200 {
+				if err := r.allReduce(); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "set %d", i)
+	}
+	for _, r := range sets {
+		for _, c := range r.comms {
+			require.NoError(t, c.Err())
+		}
+	}
 }
