@@ -83,10 +83,6 @@ type Engine struct {
 	mu        sync.Mutex
 	destroyed bool
 	finalized bool
-	// state mirrors destroyed (stateDestroyed) and finalized
-	// (stateFinalized), written with them under mu, for State: every
-	// call checks it, twice in a group.
-	state atomic.Uint32
 	aborted   atomic.Bool
 	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
 	events    map[uintptr]launchEvent // last launch per stream
@@ -96,6 +92,11 @@ type Engine struct {
 	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
 	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
 	split     splitState              // Split and Shrink (split.go)
+
+	// state mirrors destroyed (stateDestroyed) and finalized
+	// (stateFinalized), written with them under mu, for State: every
+	// call checks it, twice in a group.
+	state atomic.Uint32
 }
 
 // hostFlags is the host-mapped memory shared with the kernels: the abort
