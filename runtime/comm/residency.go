@@ -156,6 +156,14 @@ func gpuName(p residencyInfo) string {
 // work (whose blocks differ between ranks, while a lagging rank must fit
 // in the grant its peers took). ok is false when c is not on a ledger.
 func (c *Engine) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Request, ok bool) {
+	r, ok, _ = c.admission(&Launch{Engine: c, Plan: p, Tasks: tasks}, false)
+	return r, ok
+}
+
+// admission is request for l (of c) and, when merging, l's merge
+// candidate (Launch.candidate), under one lock.
+func (c *Engine) admission(l *Launch, merging bool) (r residency.Request, ok bool, cand mergeCand) {
+	p, tasks := l.Plan, l.Tasks
 	blocks := 0
 	for i := range p.Launches {
 		blocks = max(blocks, p.Launches[i].NBlocks())
@@ -163,9 +171,13 @@ func (c *Engine) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Req
 	if blocks > 0 && slices.ContainsFunc(tasks, func(t enqueue.Task) bool { return t.Coll == kspace.SendRecv }) {
 		blocks = c.nChannels
 	}
+	merging = merging && l.mergeable()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil
+	if merging {
+		cand = l.candidateLocked()
+	}
+	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil, cand
 }
 
 // Launch is one communicator's part of a group: its plan, on its stream.
@@ -214,8 +226,9 @@ func (a *admission) admitAndRun(ls []Launch) error {
 // it: the group's requests on the ledger, its ticket, and the launch of
 // AdmitAndRunOne.
 type admission struct {
-	idx    []int // request → index in the group's launches
-	ks     []int // requests admitted together (Ticket.TryNextAll)
+	idx    []int       // request → index in the group's launches
+	ks     []int       // requests admitted together (Ticket.TryNextAll)
+	cands  []mergeCand // per request, its merge candidate when merging
 	reqs   []residency.Request
 	usable []func() error // the requests' Launch.Usable
 	// interrupted is check, the ticket's interruption poll, made once.
@@ -254,6 +267,8 @@ func (a *admission) release() {
 	a.idx = a.idx[:0]
 	clear(a.reqs[:cap(a.reqs)])
 	a.reqs = a.reqs[:0]
+	clear(a.cands[:cap(a.cands)])
+	a.cands = a.cands[:0]
 	clear(a.usable[:cap(a.usable)])
 	a.usable = a.usable[:0]
 	clear(a.errs[:cap(a.errs)])
@@ -319,11 +334,13 @@ func (a *admission) admit(ls []Launch) error {
 	errs := a.errs[:0]
 	defer func() { a.errs = errs }()
 	timeout := time.Duration(0)
-	for i, l := range ls {
+	merging := len(ls) > 1
+	for i := range ls {
+		l := &ls[i]
 		if l.Plan.Empty() {
 			continue
 		}
-		r, ok := l.Engine.request(l.Plan, l.Tasks)
+		r, ok, cand := l.Engine.admission(l, merging)
 		if !ok {
 			// Not on a ledger (destroyed meanwhile): run reports it.
 			if _, err := l.Engine.run(l.Plan, l.Stream); err != nil {
@@ -333,6 +350,7 @@ func (a *admission) admit(ls []Launch) error {
 		}
 		a.idx = append(a.idx, i)
 		a.reqs = append(a.reqs, r)
+		a.cands = append(a.cands, cand)
 		// The ticket keeps the interruption check (a.check): it reads the
 		// launches' Usable functions, not ls.
 		a.usable = append(a.usable, l.Usable)
@@ -351,7 +369,11 @@ func (a *admission) admit(ls []Launch) error {
 	if timeout <= 0 {
 		timeout = bootstrap.DefaultTimeout
 	}
-	m := newMerger(ls, a.idx)
+	var cands []mergeCand
+	if merging {
+		cands = a.cands
+	}
+	m := newMergerOf(ls, a.idx, cands)
 	defer m.release()
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
