@@ -112,6 +112,8 @@ bundle:
 		name=$$(echo $$p | sed 's|^\.$$|ncclgo|; s|^\./||; s|/|_|g'); \
 		CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/$$name.test $$p || exit 1; \
 	done
+	@# The host path on a fake GPU (run from the tree: it builds the fake driver).
+	CGO_ENABLED=1 $(GO) test -c $(STRIP) -o $(BUNDLE)/tests/hostpath.test ./internal/hostpath
 	@du -sh $(BUNDLE); ls -la $(BUNDLE)/bin $(BUNDLE)/tests
 
 ## gpu-test: on the GPU machine, from the bundle: build the fatbin, then run every GPU test.

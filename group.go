@@ -26,16 +26,42 @@ import (
 // in any order within the group. A Group must not be used after its
 // outermost End; it is safe for concurrent use.
 type Group struct {
-	mu      sync.Mutex
-	depth   int
-	ended   bool
-	entries []*groupEntry
+	mu    sync.Mutex
+	depth int
+	ended bool
+	calls *groupCalls // nil until the first call, and after the end
+}
+
+// groupCalls is a group's calls and the memory its End plans them in,
+// kept in groupCallsPool between groups so that a repeated group
+// allocates none of it.
+type groupCalls struct {
+	entries []groupEntry // per communicator, in the order of their first calls
+	ls      []comm.Launch
+	plans   []enqueue.Plan // their memory is reused by the next group's plans
 }
 
 type groupEntry struct {
 	comm   *Comm
 	stream *cuda.Stream
 	tasks  []enqueue.Task
+}
+
+var groupCallsPool = sync.Pool{New: func() any { return new(groupCalls) }}
+
+// release clears what gc points at (communicators, streams, launches)
+// and puts it back in groupCallsPool; the plans keep their memory.
+func (gc *groupCalls) release() {
+	all := gc.entries[:cap(gc.entries)]
+	for i := range all {
+		e := &all[i]
+		e.comm, e.stream = nil, nil
+		clear(e.tasks[:cap(e.tasks)])
+		e.tasks = e.tasks[:0]
+	}
+	gc.entries = gc.entries[:0]
+	clear(gc.ls[:cap(gc.ls)])
+	groupCallsPool.Put(gc)
 }
 
 // errNilGroup is the error of a method called on a nil *Group.
@@ -79,10 +105,15 @@ func (g *Group) End() error {
 		return nil
 	}
 	g.ended = true
-	entries := g.entries
-	g.entries = nil
+	calls := g.calls
+	g.calls = nil
 	g.mu.Unlock()
-	return launch(entries)
+	if calls == nil {
+		return nil
+	}
+	err := calls.launch()
+	calls.release()
+	return err
 }
 
 // Discard ends the group without launching anything.
@@ -92,8 +123,12 @@ func (g *Group) Discard() {
 	}
 	g.mu.Lock()
 	g.ended = true
-	g.entries = nil
+	calls := g.calls
+	g.calls = nil
 	g.mu.Unlock()
+	if calls != nil {
+		calls.release()
+	}
 }
 
 // add queues tasks of c on stream.
@@ -106,7 +141,12 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 	if g.ended {
 		return fmt.Errorf("ncclgo: %s: %w: the group has ended", op, ErrInvalidUsage)
 	}
-	for _, e := range g.entries {
+	if g.calls == nil {
+		g.calls = groupCallsPool.Get().(*groupCalls)
+	}
+	gc := g.calls
+	for i := range gc.entries {
+		e := &gc.entries[i]
 		if e.comm != c {
 			continue
 		}
@@ -117,32 +157,50 @@ func (g *Group) add(op string, c *Comm, stream *cuda.Stream, tasks ...enqueue.Ta
 		e.tasks = append(e.tasks, tasks...)
 		return nil
 	}
-	g.entries = append(g.entries, &groupEntry{comm: c, stream: stream, tasks: tasks})
+	n := len(gc.entries)
+	if n < cap(gc.entries) {
+		gc.entries = gc.entries[:n+1] // an earlier group's entry: its tasks' memory
+	} else {
+		gc.entries = append(gc.entries, groupEntry{})
+	}
+	e := &gc.entries[n]
+	e.comm, e.stream = c, stream
+	e.tasks = append(e.tasks[:0], tasks...)
 	return nil
 }
 
 // launch plans every entry, then launches each as the residency ledger
 // admits it (in entry order unless one must wait for room on its GPU).
-func launch(entries []*groupEntry) error {
-	if len(entries) == 1 {
-		e := entries[0]
-		if err := e.comm.usable("Group.End"); err != nil {
-			return err
-		}
-		return e.comm.runNow(e.stream, e.tasks...)
+func (gc *groupCalls) launch() error {
+	entries := gc.entries
+	n := len(entries)
+	if cap(gc.plans) < n {
+		plans := make([]enqueue.Plan, n)
+		copy(plans, gc.plans[:cap(gc.plans)]) // their memory
+		gc.plans = plans
 	}
-	ls := make([]comm.Launch, len(entries))
-	plans := make([]enqueue.Plan, len(entries))
-	for i, e := range entries {
+	plans := gc.plans[:n]
+	if n == 1 {
+		e := &entries[0]
 		if err := e.comm.usable("Group.End"); err != nil {
 			return err
 		}
-		p, err := e.comm.engine().Plan(e.tasks)
-		if err != nil {
+		return e.comm.runInto(&plans[0], e.stream, e.tasks)
+	}
+	if cap(gc.ls) < n {
+		gc.ls = make([]comm.Launch, n)
+	}
+	ls := gc.ls[:n]
+	for i := range entries {
+		e := &entries[i]
+		if err := e.comm.usable("Group.End"); err != nil {
 			return err
 		}
-		plans[i] = p
-		ls[i] = comm.Launch{Engine: e.comm.engine(), Plan: &plans[i], Tasks: e.tasks, Stream: e.stream, Usable: e.comm.usableAtEnd()}
+		eng := e.comm.engine()
+		if err := eng.PlanInto(&plans[i], e.tasks); err != nil {
+			return err
+		}
+		ls[i] = comm.Launch{Engine: eng, Plan: &plans[i], Tasks: e.tasks, Stream: e.stream, Usable: e.comm.usableAtEnd()}
 	}
 	return comm.AdmitAndRun(ls)
 }
@@ -153,12 +211,17 @@ func launch(entries []*groupEntry) error {
 // path, its validation having checked c). It allocates nothing on its own
 // when the plan needs no kernel (a one-rank call).
 func (c *Comm) runNow(stream *cuda.Stream, tasks ...enqueue.Task) error {
+	var p enqueue.Plan
+	return c.runInto(&p, stream, tasks)
+}
+
+// runInto is runNow planning into p (Engine.PlanInto: reusing its memory).
+func (c *Comm) runInto(p *enqueue.Plan, stream *cuda.Stream, tasks []enqueue.Task) error {
 	e := c.engine()
-	p, err := e.Plan(tasks)
-	if err != nil {
+	if err := e.PlanInto(p, tasks); err != nil {
 		return err
 	}
-	return comm.AdmitAndRunOne(e, &p, tasks, stream, c.usableAtEnd())
+	return comm.AdmitAndRunOne(e, p, tasks, stream, c.usableAtEnd())
 }
 
 // usableAtEnd is the Launch.Usable of c's launches: c.usable for

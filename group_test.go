@@ -19,7 +19,7 @@ func TestGroupMisuse(t *testing.T) {
 	require.NoError(t, g.Start())
 	require.NoError(t, g.add("AllReduce", c, s, task))
 	require.NoError(t, g.End(), "an inner End launches nothing")
-	assert.Len(t, g.entries, 1)
+	assert.Len(t, g.calls.entries, 1)
 	// A second stream for one comm in one group is refused.
 	err := g.add("AllReduce", c, cuda.WrapStream(nil, 0x200), task)
 	var ae *ArgError
@@ -65,7 +65,7 @@ func TestGroupPlansAllToAll(t *testing.T) {
 		c := fakeComm(t, r, 4)
 		g := NewGroup()
 		require.NoError(t, g.add("AllToAll", c, cuda.WrapStream(nil, 1), allToAllTasks(c, 0x10000, 0x20000, 256, Float32)...))
-		p, err := c.e.Plan(g.entries[0].tasks)
+		p, err := c.e.Plan(g.calls.entries[0].tasks)
 		require.NoError(t, err)
 		require.Len(t, p.Copies, 1)
 		assert.EqualValues(t, 0x20000+r*1024, p.Copies[0].Dst)
@@ -82,4 +82,33 @@ func allToAllTasks(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType) [
 		ts = append(ts, p2pTask(true, send+cuda.DevicePtr(p)*bs, count, dt, p), p2pTask(false, recv+cuda.DevicePtr(p)*bs, count, dt, p))
 	}
 	return ts
+}
+
+// A group's calls go back to the pool cleared, and a later group with
+// fewer communicators reuses them (release panicked on entries past the
+// later group's).
+func TestGroupCallsReuse(t *testing.T) {
+	s := cuda.WrapStream(nil, 0x100)
+	gc := new(groupCalls)
+	for _, n := range []int{8, 1, 3} {
+		g := NewGroup()
+		g.calls = gc // the pool's object, made sure of
+		for r := range n {
+			c := fakeComm(t, r, 8)
+			require.NoError(t, g.add("AllReduce", c, s, collTask(kspace.AllReduce, 0x1000, 0x2000, 2, Float32, devOp{op: kspace.Sum}, 0)))
+			require.NoError(t, g.add("AllReduce", c, s, collTask(kspace.AllReduce, 0x3000, 0x4000, 2, Float32, devOp{op: kspace.Sum}, 0)))
+		}
+		require.Len(t, gc.entries, n)
+		for _, e := range gc.entries {
+			require.Len(t, e.tasks, 2)
+			assert.EqualValues(t, 0x3000, e.tasks[1].Send)
+		}
+		g.Discard()
+		assert.Nil(t, g.calls)
+		assert.Empty(t, gc.entries)
+		for _, e := range gc.entries[:cap(gc.entries)] {
+			assert.Nil(t, e.comm, "a released entry keeps no communicator")
+			assert.Empty(t, e.tasks)
+		}
+	}
 }

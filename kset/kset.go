@@ -74,6 +74,10 @@ type Manifest struct {
 	Aliases map[string]int `json:"aliases"`
 }
 
+// FuncTableBytes is the size of a device function table of n functions:
+// a pointer for each and a null terminator.
+func FuncTableBytes(n int) uint64 { return 8 * uint64(n+1) }
+
 // Func is one entry of the device function table.
 type Func struct {
 	// Name is the function's words ("AllReduce Sum f32 RING LL"), or "Nop"

@@ -148,7 +148,7 @@ func Check(t *testing.T, name string, bench func(b *testing.B)) {
 	if !ok && os.Getenv(UpdateEnv) != "1" {
 		t.Fatalf("benchguard: no baseline for %s in internal/benchguard/baseline.txt (run with %s=1 to print one)", name, UpdateEnv)
 	}
-	if raceEnabled {
+	if RaceEnabled {
 		testing.Benchmark(bench)
 		t.Skip("the race detector is on: timings mean nothing")
 	}

@@ -5,8 +5,11 @@
 // Every entry point runtime/cuda's shim resolves exists and returns
 // CUDA_SUCCESS; those that hand something back (contexts, streams, events,
 // modules, memory) return distinct made-up handles, and the calling
-// thread's current context is kept as the driver keeps it. Nothing runs:
-// a kernel launch or a copy only counts. Build needs the C compiler cgo
+// thread's current context is kept as the driver keeps it. The one device
+// has an H200's attributes (132 SMs, compute capability 9.0). Nothing
+// runs: a kernel launch or a copy only counts. A kernel set made by
+// KernelSet loads as a real one does, so the whole runtime, from
+// communicator init to a group's launch, runs against the fake. Build needs the C compiler cgo
 // uses and this module's source tree (it reads the shim's symbol list).
 package fakecuda
 
@@ -32,6 +35,7 @@ import "C"
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -42,21 +46,21 @@ import (
 	"sort"
 	"strings"
 	"unsafe"
+
+	"github.com/ncclgo/ncclgo/kset"
 )
 
 //go:embed special.c.in
 var special string
 
 // Build writes the fake driver's source into dir, compiles it into
-// dir/libcuda-fake.so and returns that path.
+// dir/libcuda-fake.so and returns that path. It reads the symbol list
+// from runtime/cuda/shim.c of the tree the package was built in, or of
+// the working directory's tree.
 func Build(dir string) (string, error) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("fakecuda: cannot locate the module's source")
-	}
-	shim, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "runtime", "cuda", "shim.c"))
+	shim, err := readShim()
 	if err != nil {
-		return "", fmt.Errorf("fakecuda: the shim's symbol list: %w", err)
+		return "", err
 	}
 	syms := symbols(string(shim))
 	if len(syms) == 0 {
@@ -77,6 +81,38 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("fakecuda: %s: %w\n%s", cc, err, out)
 	}
 	return lib, nil
+}
+
+// shimPath is runtime/cuda's shim within the module's tree.
+var shimPath = filepath.Join("runtime", "cuda", "shim.c")
+
+// readShim reads runtime/cuda/shim.c from the source tree this package
+// was compiled in, or else from the working directory or one above it (a
+// test binary run from a copy of the tree on another machine).
+func readShim() ([]byte, error) {
+	var tried []string
+	if _, self, _, ok := runtime.Caller(0); ok {
+		p := filepath.Join(filepath.Dir(self), "..", "..", shimPath)
+		if b, err := os.ReadFile(p); err == nil {
+			return b, nil
+		}
+		tried = append(tried, p)
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			p := filepath.Join(dir, shimPath)
+			if b, err := os.ReadFile(p); err == nil {
+				return b, nil
+			}
+			tried = append(tried, p)
+			up := filepath.Dir(dir)
+			if up == dir {
+				break
+			}
+			dir = up
+		}
+	}
+	return nil, fmt.Errorf("fakecuda: the shim's symbol list: no %s in %s (run from the module's tree)", shimPath, strings.Join(tried, ", "))
 }
 
 // symbols returns the driver symbols the shim resolves, from its
@@ -126,6 +162,45 @@ func source(syms []string) string {
 		}
 	}
 	return b.String()
+}
+
+// fatbinMagic starts a fatbin (little-endian), as the loader checks.
+const fatbinMagic = 0xBA55ED50
+
+// imageMark follows the magic's 8-byte word in an Image; special.c.in's
+// FAKE_IMAGE_MARK.
+const imageMark = "FAKECUDA"
+
+// imageSize is an Image's length; its global's name gets the bytes from
+// offset 24 on, less a terminator (special.c.in's FAKE_NAME_MAX).
+const imageSize = 64
+
+// Image returns a module image that the fake driver loads as a module
+// with one global, name, of size bytes: cuModuleGetGlobal answers with
+// that size for that name (and 8 for any other name or image). It starts
+// with the fatbin magic, so the runtime takes it for a fatbin.
+func Image(name string, size uint64) ([]byte, error) {
+	if name == "" || len(name) > imageSize-24-1 {
+		return nil, fmt.Errorf("fakecuda: global name %q: want 1 to %d bytes", name, imageSize-24-1)
+	}
+	b := make([]byte, imageSize)
+	binary.LittleEndian.PutUint32(b, fatbinMagic)
+	copy(b[8:], imageMark)
+	binary.LittleEndian.PutUint64(b[16:], size)
+	copy(b[24:], name)
+	return b, nil
+}
+
+// KernelSet returns a kernel-set file (package kset) of manifest m around
+// an Image whose function table has the size the runtime checks for m
+// (kset.FuncTableBytes): with the fake driver, the runtime loads it as it
+// loads a real set, and its launches run nothing.
+func KernelSet(m *kset.Manifest) ([]byte, error) {
+	img, err := Image(m.FuncTable, kset.FuncTableBytes(len(m.Funcs)))
+	if err != nil {
+		return nil, err
+	}
+	return kset.Wrap(m, img)
 }
 
 // Driver is the fake driver library as loaded in this process.

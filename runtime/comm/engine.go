@@ -92,6 +92,11 @@ type Engine struct {
 	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
 	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
 	split     splitState              // Split and Shrink (split.go)
+
+	// state mirrors destroyed (stateDestroyed) and finalized
+	// (stateFinalized), written with them under mu, for State: every
+	// call checks it, twice in a group.
+	state atomic.Uint32
 }
 
 // hostFlags is the host-mapped memory shared with the kernels: the abort
@@ -162,11 +167,17 @@ func (e *Engine) Context() *cuda.Context { return e.cctx }
 // Settings returns the settings the engine runs with.
 func (e *Engine) Settings() Settings { return e.s }
 
-// State reports whether Destroy and Finalize were called.
+// The bits of Engine.state.
+const (
+	stateDestroyed = 1 << iota
+	stateFinalized
+)
+
+// State reports whether Destroy and Finalize were called. It takes no
+// lock.
 func (e *Engine) State() (destroyed, finalized bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.destroyed, e.finalized
+	st := e.state.Load()
+	return st&stateDestroyed != 0, st&stateFinalized != 0
 }
 
 // Aborted reports whether the engine was aborted (Abort, a lost peer, or
@@ -331,6 +342,7 @@ func (e *Engine) Finalize() error {
 		return fmt.Errorf("ncclgo: Finalize: %w", ErrDestroyed)
 	}
 	e.finalized = true
+	e.state.Or(stateFinalized)
 	return nil
 }
 
@@ -349,6 +361,7 @@ func (e *Engine) Destroy() error {
 		return fmt.Errorf("ncclgo: Destroy: %w", ErrDestroyed)
 	}
 	e.destroyed = true
+	e.state.Or(stateDestroyed)
 	evs := e.events // left in e.events for proxyFailed's look until destroyed below
 	e.mu.Unlock()
 	handles := slices.Sorted(maps.Keys(evs))
@@ -535,26 +548,35 @@ func (e *Engine) free() error {
 
 // Plan builds the launches of tasks, one group's calls of this rank.
 func (e *Engine) Plan(tasks []enqueue.Task) (enqueue.Plan, error) {
+	var p enqueue.Plan
+	err := e.PlanInto(&p, tasks)
+	return p, err
+}
+
+// PlanInto is Plan into *p, reusing the memory of the plan p held (see
+// enqueue.PlanCache.BuildInto): a caller that plans each group into the
+// same Plan allocates nothing for a repeated call. What p held is
+// overwritten; nothing may still use it.
+func (e *Engine) PlanInto(p *enqueue.Plan, tasks []enqueue.Task) error {
 	lookup := enqueue.GeneratedLookup
 	if e.kset != nil {
 		lookup = e.kset.Resolve // the set's own ids, from its manifest
 	}
 	tasks = e.markWindows(tasks) // window.go
-	var p enqueue.Plan
 	var err error
 	if e.log != nil && e.log.Enabled(context.Background(), slog.LevelDebug) {
 		// The tuner logs each choice at Debug: ask it every time.
-		p, err = enqueue.Build(e.plan, tasks, e.tuner, lookup)
+		*p, err = enqueue.Build(e.plan, tasks, e.tuner, lookup)
 	} else {
-		p, err = e.plans.Build(e.plan, tasks, e.tuner, lookup)
+		err = e.plans.BuildInto(p, e.plan, tasks, e.tuner, lookup)
 	}
 	if err != nil {
 		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) {
 			err = fmt.Errorf("%w (DIRECT runs across processes only on calls whose buffers lie in registered windows)", err)
 		}
-		return p, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	return p, nil
+	return nil
 }
 
 // run queues a plan on stream and records the stream's completion event,

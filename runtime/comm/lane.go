@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
@@ -15,6 +16,9 @@ type laneState struct {
 	shared  bool          // another rank of this process runs on this GPU
 	lane    *enqueue.Lane // made at the first launch that needs it
 	entered *cuda.Stream  // the caller's stream of an Enter not yet left
+	// in mirrors entered != nil, for leaveLane to skip e.mu when no lane
+	// is entered (the common case); written under mu.
+	in atomic.Bool
 }
 
 // laneFor returns the stream run launches on for the caller's stream: the
@@ -37,6 +41,7 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	e.lanes.entered = stream
+	e.lanes.in.Store(true)
 	return s, nil
 }
 
@@ -46,7 +51,9 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 func leaveLanes(ls []Launch) error {
 	var errs []error
 	for _, l := range ls {
-		errs = append(errs, l.Engine.leaveLane())
+		if err := l.Engine.leaveLane(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -54,6 +61,9 @@ func leaveLanes(ls []Launch) error {
 // leaveLane joins e's lane back to the stream it was entered from, if a
 // launch entered it.
 func (e *Engine) leaveLane() error {
+	if !e.lanes.in.Load() {
+		return nil // as leaveLaneLocked finds it
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.leaveLaneLocked()
@@ -63,6 +73,7 @@ func (e *Engine) leaveLane() error {
 func (e *Engine) leaveLaneLocked() error {
 	if s := e.lanes.entered; s != nil {
 		e.lanes.entered = nil
+		e.lanes.in.Store(false)
 		if err := e.lanes.lane.Leave(s); err != nil {
 			return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 		}
@@ -76,6 +87,7 @@ func (e *Engine) closeLane() error {
 	e.mu.Lock()
 	l := e.lanes.lane
 	e.lanes.lane, e.lanes.entered = nil, nil
+	e.lanes.in.Store(false)
 	e.mu.Unlock()
 	return l.Close()
 }

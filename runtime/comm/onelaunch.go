@@ -68,12 +68,24 @@ func mutual(tasks []enqueue.Task) bool {
 // candidate describes l for the merge planning; l's plan is on the ledger
 // (not empty). It reads e's lease under e.mu.
 func (l *Launch) candidate() mergeCand {
-	e := l.Engine
-	if !e.s.OneLaunch || e.hostOnly || len(l.Plan.Copies) > 0 || len(l.Plan.Launches) != 1 || !mutual(l.Tasks) {
+	if !l.mergeable() {
 		return mergeCand{}
 	}
-	e.mu.Lock() // Destroy frees the launcher once destroyed is set under mu
-	defer e.mu.Unlock()
+	l.Engine.mu.Lock() // Destroy frees the launcher once destroyed is set under mu
+	defer l.Engine.mu.Unlock()
+	return l.candidateLocked()
+}
+
+// mergeable reports whether l's plan and settings allow a multi-rank
+// launch, which candidateLocked then checks of its engine.
+func (l *Launch) mergeable() bool {
+	e := l.Engine
+	return e.s.OneLaunch && !e.hostOnly && len(l.Plan.Copies) == 0 && len(l.Plan.Launches) == 1 && mutual(l.Tasks)
+}
+
+// candidateLocked is candidate of a mergeable l with e.mu held.
+func (l *Launch) candidateLocked() mergeCand {
+	e := l.Engine
 	if e.destroyed || e.launcher == nil || e.res.lease == nil {
 		return mergeCand{}
 	}
@@ -562,7 +574,12 @@ type mergeState struct {
 // into ls) of a group. It allocates nothing when no launch may merge, and
 // nothing either when it reuses the memory of an earlier group's merger
 // (release).
-func newMerger(ls []Launch, idx []int) merger {
+func newMerger(ls []Launch, idx []int) merger { return newMergerOf(ls, idx, nil) }
+
+// newMergerOf is newMerger given the candidates of the requests, cands[k]
+// of ls[idx[k]] (made with the ledger request under the same lock:
+// Engine.admission), or nil to make them.
+func newMergerOf(ls []Launch, idx []int, cands []mergeCand) merger {
 	m := merger{ls: ls, idx: idx}
 	if len(idx) < 2 || !slices.ContainsFunc(idx, func(i int) bool { return ls[i].Engine.s.OneLaunch }) {
 		return m
@@ -571,8 +588,12 @@ func newMerger(ls []Launch, idx []int) merger {
 	n := len(idx)
 	cs := grow(sc.cs, n)
 	sc.cs = cs
-	for k, i := range idx {
-		cs[k] = ls[i].candidate()
+	if cands != nil {
+		copy(cs, cands)
+	} else {
+		for k, i := range idx {
+			cs[k] = ls[i].candidate()
+		}
 	}
 	sets := planMergesIn(cs, sc)
 	if len(sets) == 0 {
@@ -654,12 +675,13 @@ func (m *merger) admitted(k int, tk *residency.Ticket) error {
 		evs[j] = nil
 	}
 	err := runMulti(ls, m.parts[s], evs, m.rs[:len(set)])
-	for j, r := range set {
+	tk.DoneEach(set, func(j int) residency.Completion {
 		if evs[j] != nil {
-			tk.Done(r, evs[j])
-		} else {
-			tk.Done(r, nil)
+			return evs[j]
 		}
+		return nil // not a nil *cuda.Event: nothing was queued
+	})
+	for _, r := range set {
 		m.held[r] = false
 	}
 	m.state[s].broken = true
@@ -667,16 +689,18 @@ func (m *merger) admitted(k int, tk *residency.Ticket) error {
 }
 
 // flush runs every held request on its own and gives up their multi-rank
-// launches: their other requests run on their own once admitted.
-func (m *merger) flush(tk *residency.Ticket) []error {
-	var errs []error
+// launches: their other requests run on their own once admitted. It
+// returns errs with their errors appended.
+func (m *merger) flush(tk *residency.Ticket, errs []error) []error {
 	for k, h := range m.held {
 		if !h {
 			continue
 		}
 		m.held[k] = false
 		m.state[m.setOf[k]].broken = true
-		errs = append(errs, runAlone(m.ls[m.idx[k]], k, tk))
+		if err := runAlone(m.ls[m.idx[k]], k, tk); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }

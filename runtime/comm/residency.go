@@ -156,6 +156,14 @@ func gpuName(p residencyInfo) string {
 // work (whose blocks differ between ranks, while a lagging rank must fit
 // in the grant its peers took). ok is false when c is not on a ledger.
 func (c *Engine) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Request, ok bool) {
+	r, ok, _ = c.admission(&Launch{Engine: c, Plan: p, Tasks: tasks}, false)
+	return r, ok
+}
+
+// admission is request for l (of c) and, when merging, l's merge
+// candidate (Launch.candidate), under one lock.
+func (c *Engine) admission(l *Launch, merging bool) (r residency.Request, ok bool, cand mergeCand) {
+	p, tasks := l.Plan, l.Tasks
 	blocks := 0
 	for i := range p.Launches {
 		blocks = max(blocks, p.Launches[i].NBlocks())
@@ -163,9 +171,13 @@ func (c *Engine) request(p *enqueue.Plan, tasks []enqueue.Task) (r residency.Req
 	if blocks > 0 && slices.ContainsFunc(tasks, func(t enqueue.Task) bool { return t.Coll == kspace.SendRecv }) {
 		blocks = c.nChannels
 	}
+	merging = merging && l.mergeable()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil
+	if merging {
+		cand = l.candidateLocked()
+	}
+	return residency.Request{Lease: c.res.lease, Rank: c.rank, Seq: c.res.seq, Blocks: blocks}, c.res.lease != nil, cand
 }
 
 // Launch is one communicator's part of a group: its plan, on its stream.
@@ -186,6 +198,13 @@ type Launch struct {
 // group's communicators, and end when one of them is no longer usable
 // (aborted or destroyed, say).
 func AdmitAndRun(ls []Launch) error {
+	a := admissionPool.Get().(*admission)
+	defer a.release()
+	return a.admitAndRun(ls)
+}
+
+// admitAndRun is AdmitAndRun in a's memory.
+func (a *admission) admitAndRun(ls []Launch) error {
 	if perThread(ls) {
 		// Every driver call of the group on the per-thread default stream
 		// (lane joins, a multi-rank launch's joins) must name one thread's
@@ -193,10 +212,72 @@ func AdmitAndRun(ls []Launch) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	err := admitAndRun(ls)
+	err := a.admit(ls)
 	// After every rank of the group has entered its lane (run), so that no
 	// rank's Enter on a shared default stream comes after another's Leave.
-	return errors.Join(err, leaveLanes(ls))
+	if lerr := leaveLanes(ls); lerr != nil {
+		return errors.Join(err, lerr)
+	}
+	return err
+}
+
+// admission is the memory of a group's admission (AdmitAndRun), kept in
+// admissionPool between groups so that a repeated group allocates none of
+// it: the group's requests on the ledger, its ticket, and the launch of
+// AdmitAndRunOne.
+type admission struct {
+	idx    []int       // request → index in the group's launches
+	ks     []int       // requests admitted together (Ticket.TryNextAll)
+	cands  []mergeCand // per request, its merge candidate when merging
+	reqs   []residency.Request
+	usable []func() error // the requests' Launch.Usable
+	// interrupted is check, the ticket's interruption poll, made once.
+	interrupted func() error
+	tk          residency.Ticket
+	errs        []error
+	// AdmitAndRunOne's group of one: its launch, a copy of its plan and
+	// of its tasks (the caller's may live on its stack).
+	one   [1]Launch
+	plan  enqueue.Plan
+	tasks []enqueue.Task
+}
+
+var admissionPool = sync.Pool{New: func() any {
+	a := new(admission)
+	a.interrupted = a.check
+	return a
+}}
+
+// check reports the first error of the group's Usable functions.
+func (a *admission) check() error {
+	for _, u := range a.usable {
+		if u != nil {
+			if err := u(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// release clears what a points at (launches, plans, engines, leases) and
+// puts it back in admissionPool. Its ticket is closed.
+func (a *admission) release() {
+	a.tk.Close()
+	a.idx = a.idx[:0]
+	clear(a.reqs[:cap(a.reqs)])
+	a.reqs = a.reqs[:0]
+	clear(a.cands[:cap(a.cands)])
+	a.cands = a.cands[:0]
+	clear(a.usable[:cap(a.usable)])
+	a.usable = a.usable[:0]
+	clear(a.errs[:cap(a.errs)])
+	a.errs = a.errs[:0]
+	a.one[0] = Launch{}
+	a.plan = enqueue.Plan{}
+	clear(a.tasks[:cap(a.tasks)])
+	a.tasks = a.tasks[:0]
+	admissionPool.Put(a)
 }
 
 // AdmitAndRunOne is AdmitAndRun of a group of one launch, {e, p, tasks,
@@ -212,8 +293,12 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 	}
 	if len(p.Launches) > 0 {
 		if r, ok := e.request(p, tasks); ok && r.Blocks > 0 {
-			pc := *p
-			return AdmitAndRun([]Launch{{Engine: e, Plan: &pc, Tasks: slices.Clone(tasks), Stream: stream, Usable: usable}})
+			a := admissionPool.Get().(*admission)
+			defer a.release()
+			a.plan = *p
+			a.tasks = append(a.tasks[:0], tasks...)
+			a.one[0] = Launch{Engine: e, Plan: &a.plan, Tasks: a.tasks, Stream: stream, Usable: usable}
+			return a.admitAndRun(a.one[:])
 		}
 	}
 	// Not on a ledger (destroyed meanwhile: run reports it), or admitted
@@ -243,16 +328,19 @@ func perThread(ls []Launch) bool {
 	return false
 }
 
-func admitAndRun(ls []Launch) error {
-	var idx []int
-	var reqs []residency.Request
-	var errs []error
+// admit admits and runs the launches of ls (admitAndRun, before the lanes
+// are left).
+func (a *admission) admit(ls []Launch) error {
+	errs := a.errs[:0]
+	defer func() { a.errs = errs }()
 	timeout := time.Duration(0)
-	for i, l := range ls {
+	merging := len(ls) > 1
+	for i := range ls {
+		l := &ls[i]
 		if l.Plan.Empty() {
 			continue
 		}
-		r, ok := l.Engine.request(l.Plan, l.Tasks)
+		r, ok, cand := l.Engine.admission(l, merging)
 		if !ok {
 			// Not on a ledger (destroyed meanwhile): run reports it.
 			if _, err := l.Engine.run(l.Plan, l.Stream); err != nil {
@@ -260,68 +348,70 @@ func admitAndRun(ls []Launch) error {
 			}
 			continue
 		}
-		idx = append(idx, i)
-		reqs = append(reqs, r)
+		a.idx = append(a.idx, i)
+		a.reqs = append(a.reqs, r)
+		a.cands = append(a.cands, cand)
+		// The ticket keeps the interruption check (a.check): it reads the
+		// launches' Usable functions, not ls.
+		a.usable = append(a.usable, l.Usable)
 		if t := l.Engine.res.timeout; timeout == 0 || (t > 0 && t < timeout) {
 			timeout = t
 		}
 	}
-	if len(reqs) == 0 {
+	if len(a.reqs) == 0 {
 		return errors.Join(errs...)
 	}
-	// The ticket keeps the interruption check: it holds the launches'
-	// Usable functions, not ls.
-	usable := make([]func() error, len(idx))
-	for j, i := range idx {
-		usable[j] = ls[i].Usable
-	}
-	tk, err := residency.Default().Acquire(reqs, func() error {
-		for _, u := range usable {
-			if u != nil {
-				if err := u(); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	tk := &a.tk
+	if err := residency.Default().AcquireInto(tk, a.reqs, a.interrupted); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("ncclgo: Group.End: %w", err))...)
 	}
 	defer tk.Close()
 	if timeout <= 0 {
 		timeout = bootstrap.DefaultTimeout
 	}
-	m := newMerger(ls, idx)
+	var cands []mergeCand
+	if merging {
+		cands = a.cands
+	}
+	m := newMergerOf(ls, a.idx, cands)
 	defer m.release()
 	// The bound on waiting for room starts with the first wait; a group
 	// whose requests are admitted at once makes no context.
 	var ctx context.Context
-	for range reqs {
-		k, ok := tk.TryNext()
-		if !ok {
+	for taken := 0; taken < len(a.reqs); {
+		ks := tk.TryNextAll(a.ks[:0])
+		if len(ks) == 0 {
 			// Nothing admitted waits behind a wait for room: launches held
 			// for a multi-rank launch whose other ranks are not admitted
 			// yet run on their own now.
-			errs = append(errs, m.flush(tk)...)
+			errs = m.flush(tk, errs)
 			if ctx == nil {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(context.Background(), timeout)
 				defer cancel()
 			}
-			var err error
-			if k, err = tk.Next(ctx); err != nil {
+			k, err := tk.Next(ctx)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("ncclgo: Group.End: waiting for room on the GPU: %w", err))
 				break
 			}
+			ks = append(ks, k)
 		}
-		if m.hold(k) {
-			errs = append(errs, m.admitted(k, tk))
-			continue
+		a.ks = ks
+		taken += len(ks)
+		for _, k := range ks {
+			var err error
+			if m.hold(k) {
+				err = m.admitted(k, tk)
+			} else {
+				err = runAlone(ls[a.idx[k]], k, tk)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
-		errs = append(errs, runAlone(ls[idx[k]], k, tk))
 	}
-	errs = append(errs, m.flush(tk)...)
+	errs = m.flush(tk, errs)
 	return errors.Join(errs...)
 }
 

@@ -2,6 +2,7 @@ package enqueue
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
@@ -27,12 +28,18 @@ const planCacheSize = 8
 // either must call Reset. Plans of several tasks and of point-to-point
 // calls are built every time.
 //
-// The zero PlanCache is empty and ready; it is safe for concurrent use.
+// The zero PlanCache is empty and ready; it is safe for concurrent use. A
+// hit takes no lock: the entries are an immutable array that a miss
+// replaces whole.
 type PlanCache struct {
-	mu   sync.Mutex
-	next int // the entry the next miss replaces
-	ents [planCacheSize]cachedPlan
+	ents atomic.Pointer[planEntries]
+	mu   sync.Mutex // orders the misses' replacements
+	next int        // the entry the next miss replaces; mu
 }
+
+// planEntries is a PlanCache's plans; nil entries are empty. Neither the
+// array nor a plan it points to changes once published.
+type planEntries [planCacheSize]*cachedPlan
 
 // planKey is a call's shape: the task without its buffers.
 type planKey struct {
@@ -43,9 +50,35 @@ type planKey struct {
 }
 
 type cachedPlan struct {
-	ok   bool
 	key  planKey
 	plan Plan // with the buffers of the call that built it
+}
+
+// lookup returns the cached plan of shape k, or nil.
+func (pc *PlanCache) lookup(k *planKey) *cachedPlan {
+	es := pc.ents.Load()
+	if es == nil {
+		return nil
+	}
+	for _, e := range es {
+		if e != nil && e.key == *k {
+			return e
+		}
+	}
+	return nil
+}
+
+// store caches p, the plan of shape k.
+func (pc *PlanCache) store(k planKey, p Plan) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	var es planEntries
+	if old := pc.ents.Load(); old != nil {
+		es = *old
+	}
+	es[pc.next] = &cachedPlan{key: k, plan: p}
+	pc.next = (pc.next + 1) % planCacheSize
+	pc.ents.Store(&es)
 }
 
 // keyOf returns the shape of tasks, or false when a plan of them is not
@@ -70,31 +103,38 @@ func (pc *PlanCache) Build(c Comm, tasks []Task, choose Chooser, lookup FuncLook
 		return Build(c, tasks, choose, lookup)
 	}
 	send, recv := tasks[0].Send, tasks[0].Recv
-	pc.mu.Lock()
-	for i := range pc.ents {
-		if e := &pc.ents[i]; e.ok && e.key == k {
-			p := e.plan.patched(send, recv)
-			pc.mu.Unlock()
-			return p, nil
-		}
+	if e := pc.lookup(&k); e != nil {
+		return e.plan.patched(send, recv), nil
 	}
-	pc.mu.Unlock()
 	p, err := Build(c, tasks, choose, lookup)
 	if err != nil || !storeable(&p, send, recv) {
 		return p, err
 	}
-	keep := p.patched(send, recv) // the cache's own copy
-	pc.mu.Lock()
-	pc.ents[pc.next] = cachedPlan{ok: true, key: k, plan: keep}
-	pc.next = (pc.next + 1) % planCacheSize
-	pc.mu.Unlock()
+	pc.store(k, p.patched(send, recv)) // the cache's own copy
 	return p, nil
+}
+
+// BuildInto is Build into *dst, reusing the memory of the plan dst held
+// (its copies, launches and works) on a hit: a caller that plans the same
+// shape again into the same Plan allocates nothing. What dst held before
+// is overwritten; nothing may still use it.
+func (pc *PlanCache) BuildInto(dst *Plan, c Comm, tasks []Task, choose Chooser, lookup FuncLookup) error {
+	k, ok := keyOf(c, tasks, choose)
+	if ok {
+		if e := pc.lookup(&k); e != nil {
+			e.plan.patchInto(dst, tasks[0].Send, tasks[0].Recv)
+			return nil
+		}
+	}
+	p, err := pc.Build(c, tasks, choose, lookup)
+	*dst = p
+	return err
 }
 
 // Reset forgets every plan.
 func (pc *PlanCache) Reset() {
 	pc.mu.Lock()
-	pc.ents = [planCacheSize]cachedPlan{}
+	pc.ents.Store(nil)
 	pc.next = 0
 	pc.mu.Unlock()
 }
@@ -117,6 +157,34 @@ func storeable(p *Plan, send, recv uint64) bool {
 		}
 	}
 	return true
+}
+
+// patchInto is patched into q, reusing q's slices (and the works of its
+// launches) where they are large enough.
+func (p *Plan) patchInto(q *Plan, send, recv uint64) {
+	q.Decisions = p.Decisions
+	q.Copies = q.Copies[:0]
+	for _, cp := range p.Copies {
+		cp.Src, cp.Dst = send, recv
+		q.Copies = append(q.Copies, cp)
+	}
+	n := len(p.Launches)
+	if cap(q.Launches) < n {
+		ls := make([]Launch, n)
+		copy(ls, q.Launches[:cap(q.Launches)]) // their works' memory
+		q.Launches = ls
+	}
+	q.Launches = q.Launches[:n]
+	for i := range p.Launches {
+		l := &q.Launches[i]
+		works := l.Works[:0]
+		*l = p.Launches[i]
+		for _, w := range p.Launches[i].Works {
+			w.Sendbuff, w.Recvbuff = send, recv
+			works = append(works, w)
+		}
+		l.Works = works
+	}
 }
 
 // patched returns a copy of p (its own copies, launches and works; the

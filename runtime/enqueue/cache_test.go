@@ -91,6 +91,7 @@ func TestPlanCacheEqualsBuild(t *testing.T) {
 	hits := 0
 	for _, s := range setups {
 		var pc PlanCache
+		var into Plan // BuildInto's, reused by every call of the setup
 		for i := range 150 {
 			t0 := Task{Coll: colls[rng.IntN(len(colls))], Type: kspace.Type(rng.IntN(int(kspace.NumTypes)))}
 			if t0.Coll.HasRedOp() {
@@ -140,11 +141,53 @@ func TestPlanCacheEqualsBuild(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, want, got, "%s #%d: %+v", s.name, i, again[0])
 				require.Equal(t, planArgs(&want), planArgs(&got), "%s #%d: kernel arguments", s.name, i)
+				require.NoError(t, pc.BuildInto(&into, s.c, again, s.tn, GeneratedLookup))
+				require.Equal(t, want, withNils(into), "%s #%d: BuildInto: %+v", s.name, i, again[0])
+				require.Equal(t, planArgs(&want), planArgs(&into), "%s #%d: BuildInto's kernel arguments", s.name, i)
 				hits++
 			}
 		}
 	}
 	require.Greater(t, hits, 10000)
+}
+
+// withNils is p with its empty slices nil, as Build leaves them.
+func withNils(p Plan) Plan {
+	if len(p.Copies) == 0 {
+		p.Copies = nil
+	}
+	if len(p.Launches) == 0 {
+		p.Launches = nil
+	}
+	return p
+}
+
+// BuildInto reuses the plan it is given: a repeated shape allocates
+// nothing, and the cache's plan is not the caller's.
+func TestPlanCacheBuildIntoReuses(t *testing.T) {
+	tn := cacheTuner(t, tune.Topology{NRanks: 2, RanksPerGPU: 1, SMCount: 132, BlocksPerSM: 1, IntraBW: 20, NChannels: 32}, nil)
+	c := Comm{Rank: 0, NRanks: 2, NChannels: 32, P2PChannelsPerPeer: 2}
+	var pc PlanCache
+	var p Plan
+	for _, tk := range []Task{
+		{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x2000, Bytes: 8, Type: kspace.F32, Op: kspace.Sum},
+		{Coll: kspace.AllGather, Send: 0x1000, Recv: 0x2000, Bytes: 1 << 20, Type: kspace.F32},
+	} {
+		tasks := []Task{tk}
+		require.NoError(t, pc.BuildInto(&p, c, tasks, tn, GeneratedLookup)) // a miss
+		allocs := testing.AllocsPerRun(100, func() {
+			tasks[0].Send += 0x100
+			if err := pc.BuildInto(&p, c, tasks, tn, GeneratedLookup); err != nil {
+				t.Fatal(err)
+			}
+		})
+		require.Zero(t, allocs, "%v", tk.Coll)
+		require.Equal(t, tasks[0].Send, p.Launches[0].Works[0].Sendbuff)
+		p.Launches[0].Works[0].Count = 99
+		q, err := pc.Build(c, tasks, tn, GeneratedLookup)
+		require.NoError(t, err)
+		require.NotEqual(t, uint64(99), q.Launches[0].Works[0].Count, "the cache's plan changed with the caller's")
+	}
 }
 
 // A repeated shape is not planned again (the Chooser is not asked), a new

@@ -243,7 +243,7 @@ func (m *module) load(image []byte) (err error) {
 	if err != nil {
 		return &MismatchError{Symbol: tab.funcTable, Filter: tab.filter, Err: err}
 	}
-	if want := uint64(8 * (len(tab.funcs) + 1)); size != want {
+	if want := kset.FuncTableBytes(len(tab.funcs)); size != want {
 		return &MismatchError{
 			Symbol: tab.funcTable,
 			Detail: fmt.Sprintf("has %d bytes of %s, not the %d its manifest implies (%d functions and a terminator)", size, tab.funcTable, want, len(tab.funcs)),

@@ -66,7 +66,20 @@ type Ledger struct {
 	asleep  int                 // Tickets waiting on changed
 }
 
-type gpuState struct{ budget, used int }
+// gpuState is a GPU's blocks: those reserved by held leases, and how many
+// may be resident. A GPU that a lease's ranks run on but on which no rank
+// joined yet has no budget (joined false): it counts reservations but
+// limits none.
+type gpuState struct {
+	budget, used int
+	joined       bool
+}
+
+// leaseGPU is a GPU of a lease and the lease's ranks on it.
+type leaseGPU struct {
+	st    *gpuState
+	ranks int
+}
 
 // New returns an empty ledger.
 func New() *Ledger {
@@ -85,6 +98,7 @@ type Lease struct {
 	l        *Ledger
 	key      string
 	local    map[string]int // GPU → ranks of the communicator on it in this process
+	gpus     []leaseGPU     // local, with each GPU's state, in GPU order
 	maxWidth int
 	members  int
 
@@ -114,10 +128,9 @@ func (l *Ledger) Join(key, gpu string, budget int, local map[string]int, maxWidt
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g := l.gpus[gpu]
-	if g == nil {
-		g = &gpuState{budget: budget}
-		l.gpus[gpu] = g
+	g := l.gpu(gpu)
+	if !g.joined {
+		g.joined, g.budget = true, budget
 	}
 	g.budget = min(g.budget, budget)
 	if need := maxWidth * local[gpu]; need > g.budget {
@@ -127,6 +140,9 @@ func (l *Ledger) Join(key, gpu string, budget int, local map[string]int, maxWidt
 	s := l.leases[key]
 	if s == nil {
 		s = &Lease{l: l, key: key, local: maps.Clone(local), maxWidth: maxWidth, latest: map[int]Completion{}}
+		for _, name := range slices.Sorted(maps.Keys(local)) {
+			s.gpus = append(s.gpus, leaseGPU{st: l.gpu(name), ranks: local[name]})
+		}
 		l.leases[key] = s
 	} else if !maps.Equal(s.local, local) || s.maxWidth != maxWidth {
 		return nil, fmt.Errorf("residency: Join(%q): local=%v, maxWidth=%d disagree with an earlier rank's %v, %d",
@@ -134,6 +150,17 @@ func (l *Ledger) Join(key, gpu string, budget int, local map[string]int, maxWidt
 	}
 	s.members++
 	return s, nil
+}
+
+// gpu returns the state of the GPU name, making it (not joined) for a GPU
+// new to the ledger. l.mu is held.
+func (l *Ledger) gpu(name string) *gpuState {
+	g := l.gpus[name]
+	if g == nil {
+		g = &gpuState{}
+		l.gpus[name] = g
+	}
+	return g
 }
 
 // Leave unregisters rank. A launch of the rank that has not finished stays
@@ -158,7 +185,7 @@ func (s *Lease) Leave(rank int) {
 func (l *Ledger) Used(gpu string) (used, budget int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if g := l.gpus[gpu]; g != nil {
+	if g := l.gpus[gpu]; g != nil && g.joined {
 		return g.used, g.budget
 	}
 	return 0, 0
@@ -187,40 +214,71 @@ type request struct {
 	Request
 	state  reqState
 	pinned bool
-	since  time.Time
 }
 
 // Ticket is a set of requests made together, typically the launches of one
 // group. Its requests are admitted one by one as they fit; Next returns
-// them. A Ticket is used by one goroutine.
+// them. A Ticket is used by one goroutine. The zero Ticket is closed: a
+// caller may keep one and acquire into it again and again (AcquireInto).
 type Ticket struct {
 	l           *Ledger
-	reqs        []*request
+	reqs        []request // the ledger's queue points into it while open
+	open        bool      // acquired and not yet closed
 	interrupted func() error
+	// waiting is when Next first found nothing admitted: what a wait
+	// error says the requests waited since (a ticket admitted at once
+	// never reads the clock).
+	waiting time.Time
 }
+
+// ErrTicketOpen is returned by AcquireInto given a ticket not yet closed.
+var ErrTicketOpen = errors.New("residency: the ticket is still open (Close it first)")
 
 // Acquire queues reqs, admitting at once those that fit, and returns the
 // ticket that Next returns them from. interrupted (may be nil) is polled
 // while waiting; a non-nil result ends the wait with it. Close the ticket
 // when done with it.
 func (l *Ledger) Acquire(reqs []Request, interrupted func() error) (*Ticket, error) {
-	t := &Ticket{l: l, interrupted: interrupted}
-	now := time.Now()
+	t := new(Ticket)
+	if err := l.AcquireInto(t, reqs, interrupted); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// AcquireInto is Acquire into t, a zero or closed Ticket, reusing its
+// memory: a caller that keeps a Ticket for its groups allocates nothing
+// here. It fails with ErrTicketOpen, changing nothing, when t is open.
+func (l *Ledger) AcquireInto(t *Ticket, reqs []Request, interrupted func() error) error {
 	for i, r := range reqs {
 		if r.Lease == nil || r.Lease.l != l {
-			return nil, fmt.Errorf("residency: request %d: lease %v: want a lease of this ledger", i, r.Lease)
+			return fmt.Errorf("residency: request %d: lease %v: want a lease of this ledger", i, r.Lease)
 		}
 		if r.Blocks < 0 || r.Blocks > r.Lease.maxWidth {
-			return nil, fmt.Errorf("residency: request %d (communicator %s rank %d): blocks=%d: want 0..%d",
+			return fmt.Errorf("residency: request %d (communicator %s rank %d): blocks=%d: want 0..%d",
 				i, r.Lease.key, r.Rank, r.Blocks, r.Lease.maxWidth)
 		}
-		t.reqs = append(t.reqs, &request{Request: r, since: now})
+	}
+	if t.open {
+		return ErrTicketOpen
+	}
+	// t is closed: no queue of any ledger points into t.reqs.
+	t.l, t.interrupted, t.waiting = l, interrupted, time.Time{}
+	if cap(t.reqs) < len(reqs) {
+		t.reqs = make([]request, len(reqs))
+	}
+	t.reqs = t.reqs[:len(reqs)]
+	for i, r := range reqs {
+		t.reqs[i] = request{Request: r}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.queue = append(l.queue, t.reqs...)
+	t.open = true
+	for i := range t.reqs {
+		l.queue = append(l.queue, &t.reqs[i])
+	}
 	l.pass(false)
-	return t, nil
+	return nil
 }
 
 // TryNext returns, without waiting, the index of one more admitted request
@@ -233,6 +291,20 @@ func (t *Ticket) TryNext() (int, bool) {
 	defer t.l.mu.Unlock()
 	i, _ := t.admit()
 	return i, i >= 0
+}
+
+// TryNextAll is TryNext for every request of t admitted now: it appends
+// their indexes to ks, lowest first, under one lock, and returns it.
+func (t *Ticket) TryNextAll(ks []int) []int {
+	t.l.mu.Lock()
+	defer t.l.mu.Unlock()
+	for {
+		i, _ := t.admit()
+		if i < 0 {
+			return ks
+		}
+		ks = append(ks, i)
+	}
 }
 
 // admit is take after a pass of the ledger when nothing of t was admitted
@@ -274,6 +346,9 @@ func (t *Ticket) Next(ctx context.Context) (int, error) {
 		ch := l.changed
 		l.asleep++
 		l.mu.Unlock()
+		if t.waiting.IsZero() {
+			t.waiting = time.Now()
+		}
 		var stop error
 		if t.interrupted != nil {
 			stop = t.interrupted()
@@ -311,8 +386,8 @@ func (t *Ticket) Next(ctx context.Context) (int, error) {
 // ok when every request was returned, -1 and !ok when some still wait.
 func (t *Ticket) take() (int, bool) {
 	all := true
-	for i, r := range t.reqs {
-		switch r.state {
+	for i := range t.reqs {
+		switch r := &t.reqs[i]; r.state {
 		case admitted:
 			r.state = returned
 			return i, false
@@ -326,7 +401,8 @@ func (t *Ticket) take() (int, bool) {
 // describe says what t waits for; l.mu is held.
 func (t *Ticket) describe() error {
 	var parts []string
-	for _, r := range t.reqs {
+	for i := range t.reqs {
+		r := &t.reqs[i]
 		if r.state != queued {
 			continue
 		}
@@ -334,13 +410,13 @@ func (t *Ticket) describe() error {
 		var gs []string
 		for _, g := range slices.Sorted(maps.Keys(s.local)) {
 			st := t.l.gpus[g]
-			if st == nil {
+			if st == nil || !st.joined {
 				continue
 			}
 			gs = append(gs, fmt.Sprintf("GPU %s: %d of %d blocks in use", g, st.used, st.budget))
 		}
 		parts = append(parts, fmt.Sprintf("communicator %s rank %d launch %d (%d blocks × %v ranks) waited %v; %s; %d launches of other communicators queued first",
-			s.key, r.Rank, r.Seq, r.Blocks, s.local, time.Since(r.since).Round(time.Millisecond), strings.Join(gs, ", "), t.l.ahead(r)))
+			s.key, r.Rank, r.Seq, r.Blocks, s.local, time.Since(t.waiting).Round(time.Millisecond), strings.Join(gs, ", "), t.l.ahead(r)))
 	}
 	return fmt.Errorf("residency: %s", strings.Join(parts, "; "))
 }
@@ -366,12 +442,20 @@ func (t *Ticket) Done(i int, c Completion) {
 	l := t.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i < 0 || i >= len(t.reqs) {
-		return
+	if t.done(i, c) {
+		l.notify()
 	}
-	r := t.reqs[i]
+}
+
+// done is Done without the notification; it reports whether it changed
+// anything. l.mu is held.
+func (t *Ticket) done(i int, c Completion) bool {
+	if i < 0 || i >= len(t.reqs) {
+		return false
+	}
+	r := &t.reqs[i]
 	if r.state != returned && r.state != admitted {
-		return
+		return false
 	}
 	r.state = finished
 	if r.pinned {
@@ -381,24 +465,49 @@ func (t *Ticket) Done(i int, c Completion) {
 		r.Lease.pins--
 		r.pinned = false
 	}
+	return true
+}
+
+// DoneEach is Done(ks[j], c(j)) for every j, under one lock.
+func (t *Ticket) DoneEach(ks []int, c func(j int) Completion) {
+	l := t.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j, i := range ks {
+		t.done(i, c(j))
+	}
 	l.notify()
 }
 
 // Close withdraws the requests of t still queued and unpins those admitted
-// but not Done. It is safe to call more than once.
+// but not Done. It is safe to call more than once, and on a zero Ticket.
 func (t *Ticket) Close() {
 	l := t.l
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range t.reqs {
+	if !t.open {
+		return
+	}
+	t.open = false
+	withdrawn := false // requests of t were in the queue
+	for i := range t.reqs {
+		r := &t.reqs[i]
+		withdrawn = withdrawn || r.state == queued
 		if r.pinned {
 			r.Lease.pins--
 			r.pinned = false
 		}
 		r.state = finished
 	}
-	l.queue = slices.DeleteFunc(l.queue, func(q *request) bool { return q.state == finished })
-	l.pass(false)
+	if withdrawn {
+		// They may have blocked later requests on their GPUs (pass keeps
+		// the queue's order per GPU); only queued requests are queued.
+		l.queue = slices.DeleteFunc(l.queue, func(q *request) bool { return q.state == finished })
+		l.pass(false)
+	}
 	l.notify()
 }
 
@@ -417,7 +526,7 @@ func (l *Ledger) pass(reap bool) {
 	if reap {
 		l.reap()
 	}
-	var blocked map[string]bool
+	var blocked map[*gpuState]bool
 	changed := false
 	keep := l.queue[:0]
 	for _, r := range l.queue {
@@ -443,10 +552,10 @@ func (l *Ledger) pass(reap bool) {
 			l.pin(r)
 		default:
 			if blocked == nil {
-				blocked = map[string]bool{}
+				blocked = map[*gpuState]bool{}
 			}
-			for g := range s.local {
-				blocked[g] = true
+			for _, g := range s.gpus {
+				blocked[g.st] = true
 			}
 			keep = append(keep, r)
 			continue
@@ -466,9 +575,12 @@ func (l *Ledger) pin(r *request) {
 	r.Lease.pins++
 }
 
-func touches(blocked map[string]bool, s *Lease) bool {
-	for g := range s.local {
-		if blocked[g] {
+func touches(blocked map[*gpuState]bool, s *Lease) bool {
+	if blocked == nil {
+		return false
+	}
+	for _, g := range s.gpus {
+		if blocked[g.st] {
 			return true
 		}
 	}
@@ -482,8 +594,8 @@ func (l *Ledger) fits(s *Lease, blocks int) bool {
 		cur = s.width
 	}
 	extra := max(blocks, cur) - cur
-	for g, n := range s.local {
-		if st := l.gpus[g]; st != nil && st.used+extra*n > st.budget {
+	for _, g := range s.gpus {
+		if g.st.joined && g.st.used+extra*g.ranks > g.st.budget {
 			return false
 		}
 	}
@@ -492,10 +604,8 @@ func (l *Ledger) fits(s *Lease, blocks int) bool {
 
 // resize sets s's reservation to width blocks per rank.
 func (l *Ledger) resize(s *Lease, width int) {
-	for g, n := range s.local {
-		if st := l.gpus[g]; st != nil {
-			st.used += (width - s.width) * n
-		}
+	for _, g := range s.gpus {
+		g.st.used += (width - s.width) * g.ranks
 	}
 	s.width = width
 }

@@ -527,3 +527,100 @@ func TestLeaveKeepsRunningLaunches(t *testing.T) {
 	assert.NotContains(t, l.held, a, "and was released")
 	l.mu.Unlock()
 }
+
+// A ticket acquired into again and again reuses its memory: admitting a
+// group that fits allocates nothing. An open ticket is refused.
+func TestAcquireIntoReuses(t *testing.T) {
+	l := New()
+	s := join(t, l, "A", 132, map[string]int{"0": 8}, 16)
+	done := &fake{}
+	done.finish()
+	reqs := make([]Request, 8)
+	var tk Ticket
+	tk.Close() // a zero ticket is closed
+	var seq uint64
+	group := func() {
+		for r := range reqs {
+			reqs[r] = Request{Lease: s, Rank: r, Seq: seq, Blocks: 16}
+		}
+		if err := l.AcquireInto(&tk, reqs, nil); err != nil {
+			t.Fatal(err)
+		}
+		for range reqs {
+			i, ok := tk.TryNext()
+			if !ok {
+				t.Fatal("a request that fits waits")
+			}
+			tk.Done(i, done)
+		}
+		tk.Close()
+		seq++
+	}
+	group()
+	assert.Zero(t, testing.AllocsPerRun(100, group))
+	require.NoError(t, l.AcquireInto(&tk, reqs[:1], nil))
+	require.ErrorIs(t, l.AcquireInto(&tk, reqs[:1], nil), ErrTicketOpen)
+	tk.Close()
+	tk.Close()
+	require.Empty(t, l.queue)
+}
+
+// A GPU of a lease on which no rank joined yet counts the lease's blocks
+// all the same, so that they are taken back whole when it is released
+// after a rank joins there: Used never goes negative.
+func TestReservationOnGPUJoinedLater(t *testing.T) {
+	l := New()
+	both := map[string]int{"0": 1, "1": 1}
+	a, err := l.Join("A", "0", 8, both, 4)
+	require.NoError(t, err)
+	tk, _ := admit(t, l, Request{Lease: a, Blocks: 4})
+	tk.Done(0, nil)
+	tk.Close()
+	used, budget := l.Used("1")
+	assert.Equal(t, [2]int{0, 0}, [2]int{used, budget}, "no rank joined on GPU 1")
+	_, err = l.Join("A", "1", 8, both, 4)
+	require.NoError(t, err)
+	used, _ = l.Used("1")
+	assert.Equal(t, 4, used, "A's held reservation on GPU 1")
+	// A request that needs room waits for a pass that reaps A's finished
+	// launch: then both GPUs are free again.
+	b := join(t, l, "B", 8, both, 8)
+	tkB, _ := admit(t, l, Request{Lease: b, Blocks: 8})
+	defer tkB.Close()
+	for _, g := range []string{"0", "1"} {
+		used, _ := l.Used(g)
+		assert.Equal(t, 8, used, "GPU %s: B alone", g)
+	}
+}
+
+// TryNextAll returns every admitted request at once, lowest first, and
+// DoneEach finishes several: the lease keeps the completions given, and a
+// wait behind them ends once they finish.
+func TestTryNextAllAndDoneEach(t *testing.T) {
+	l := New()
+	a := join(t, l, "A", 8, map[string]int{"0": 2}, 4)
+	b := join(t, l, "B", 8, map[string]int{"0": 1}, 4)
+	tk, err := l.Acquire([]Request{{Lease: a, Rank: 0, Blocks: 4}, {Lease: b, Blocks: 4}, {Lease: a, Rank: 1, Blocks: 4}}, nil)
+	require.NoError(t, err)
+	defer tk.Close()
+	// A takes 8 blocks (2 ranks × 4): B does not fit.
+	ks := tk.TryNextAll(nil)
+	assert.Equal(t, []int{0, 2}, ks)
+	assert.Empty(t, tk.TryNextAll(nil), "returned already")
+	f := &fake{}
+	tk.DoneEach(ks, func(j int) Completion {
+		if j == 0 {
+			return f
+		}
+		return nil
+	})
+	assert.Zero(t, a.pins)
+	assert.Equal(t, Completion(f), a.latest[0])
+	assert.NotContains(t, a.latest, 1, "nothing launched for rank 1")
+	_, err = tk.Next(short(t))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "A's launch still runs")
+	f.finish()
+	i, err := tk.Next(long(t))
+	require.NoError(t, err)
+	assert.Equal(t, 1, i)
+}

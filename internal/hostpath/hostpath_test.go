@@ -1,0 +1,226 @@
+package hostpath
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/gen"
+	"github.com/ncclgo/ncclgo/internal/benchguard"
+	"github.com/ncclgo/ncclgo/internal/fakecuda"
+	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// Set by TestMain: the fake driver as loaded, the fake kernel set, or why
+// there are none.
+var (
+	driver    *fakecuda.Driver
+	kernelSet []byte
+	noFake    string
+)
+
+// TestMain builds the fake driver and points runtime/cuda at it before
+// any test initializes CUDA: every test of this package runs on the fake.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hostpath")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	noFake = setup(dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// setup builds the fake driver in dir, loads it and makes the kernel set;
+// it returns why it could not ("" when it did).
+func setup(dir string) string {
+	lib, err := fakecuda.Build(dir)
+	if err != nil {
+		return "no fake CUDA driver (it needs the module's tree and the C compiler cgo uses): " + err.Error()
+	}
+	if err := os.Setenv(cuda.LibraryEnv, lib); err != nil {
+		return err.Error()
+	}
+	if err := cuda.Init(); err != nil {
+		return "the fake driver does not load: " + err.Error()
+	}
+	if driver, err = fakecuda.Loaded(lib); err != nil {
+		return err.Error()
+	}
+	s, err := kspace.NewSpace(kspace.Filter{})
+	if err != nil {
+		return err.Error()
+	}
+	if kernelSet, err = fakecuda.KernelSet(gen.KernelSet(s, []string{"sm_90"})); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// ranks are n ranks of one communicator in this process, on the fake's
+// one device, each with its own stream and 8-byte send and receive
+// buffers: ncclperf -g n.
+type ranks struct {
+	comms      []*ncclgo.Comm
+	streams    []*cuda.Stream
+	send, recv []cuda.DevicePtr
+}
+
+func open(tb testing.TB, n int) *ranks {
+	tb.Helper()
+	if noFake != "" {
+		tb.Skip(noFake)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms, err := ncclgo.InitAll(ctx, make([]int, n), &ncclgo.Options{KernelImageBytes: kernelSet})
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		for _, c := range comms {
+			require.NoError(tb, c.Destroy())
+		}
+	})
+	dev, err := cuda.GetDevice(0)
+	require.NoError(tb, err)
+	cctx, err := dev.PrimaryContext()
+	require.NoError(tb, err)
+	r := &ranks{comms: comms}
+	for range n {
+		s, err := cctx.NewStream(true)
+		require.NoError(tb, err)
+		send, err := cctx.MemAlloc(8)
+		require.NoError(tb, err)
+		recv, err := cctx.MemAlloc(8)
+		require.NoError(tb, err)
+		r.streams, r.send, r.recv = append(r.streams, s), append(r.send, send), append(r.recv, recv)
+	}
+	return r
+}
+
+// allReduce is one iteration of ncclperf's ncclgo backend: every rank's
+// 8-byte out-of-place AllReduce in one group.
+func (r *ranks) allReduce() error {
+	g := ncclgo.NewGroup()
+	for i, c := range r.comms {
+		if err := g.AllReduce(c, r.send[i], r.recv[i], 2, ncclgo.Float32, ncclgo.Sum, r.streams[i]); err != nil {
+			g.Discard()
+			return err
+		}
+	}
+	return g.End()
+}
+
+func benchGroupAllReduce(b *testing.B, n int) {
+	r := open(b, n)
+	for b.Loop() {
+		if err := r.allReduce(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchOneRankOfTwo is one process's iteration of ncclperf -np 2: a
+// group of one rank's 8-byte AllReduce whose kernel waits for a rank of
+// another process (here the other rank of InitAll's pair, which never
+// calls: on the fake driver nothing waits), through the residency ledger.
+func benchOneRankOfTwo(b *testing.B) {
+	r := open(b, 2)
+	one := &ranks{comms: r.comms[:1], streams: r.streams[:1], send: r.send[:1], recv: r.recv[:1]}
+	for b.Loop() {
+		if err := one.allReduce(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOneRankOfTwo is ncclperf -np 2's iteration on the fake driver.
+func BenchmarkOneRankOfTwo(b *testing.B) {
+	b.ReportAllocs()
+	benchOneRankOfTwo(b)
+}
+
+// BenchmarkGroupAllReduce is ncclperf -g N -b 8 -e 8 -hosttime -c 0 on
+// the fake driver: the host's cost of one iteration.
+func BenchmarkGroupAllReduce(b *testing.B) {
+	for _, n := range []int{1, 2, 8} {
+		b.Run(fmt.Sprintf("ranks=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			benchGroupAllReduce(b, n)
+		})
+	}
+}
+
+// TestGroupAllReduceLaunches checks that the benchmarked path is the real
+// one: n ranks' group makes one kernel launch (one multi-rank launch for
+// n > 1), and a one-rank out-of-place call one copy.
+func TestGroupAllReduceLaunches(t *testing.T) {
+	for _, n := range []int{1, 2, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			r := open(t, n)
+			require.NoError(t, r.allReduce()) // first use makes events
+			driver.Reset()
+			const iters = 16
+			for range iters {
+				require.NoError(t, r.allReduce())
+			}
+			calls := driver.Counts().Div(iters)
+			t.Logf("%d ranks: %v", n, calls)
+			if n == 1 {
+				require.Equal(t, 1, calls["cuMemcpyDtoDAsync_v2"], "%v", calls)
+				require.Zero(t, calls["cuLaunchKernel"], "%v", calls)
+				return
+			}
+			require.Equal(t, 1, calls["cuLaunchKernel"], "%v", calls)
+		})
+	}
+}
+
+// TestHostCost fails when the host path of ncclperf -g 1, 2 or 8's
+// iteration, or of one process's of -np 2, regresses past twice its committed baseline, or allocates
+// more (internal/benchguard).
+func TestHostCost(t *testing.T) {
+	if noFake != "" {
+		t.Skip(noFake)
+	}
+	for _, n := range []int{1, 2, 8} {
+		benchguard.Check(t, fmt.Sprintf("hostpath/GroupAllReduce%d", n), func(b *testing.B) { benchGroupAllReduce(b, n) })
+	}
+	benchguard.Check(t, "hostpath/OneRankOfTwo", benchOneRankOfTwo)
+}
+
+// Groups of several communicators' ranks run concurrently from several
+// goroutines: they share the pools of group, admission and merge memory
+// and the process's residency ledger (run it with -race).
+func TestConcurrentGroups(t *testing.T) {
+	sets := []*ranks{open(t, 2), open(t, 8), open(t, 1), open(t, 2)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(sets))
+	for i, r := range sets {
+		wg.Go(func() {
+			for range 200 {
+				if err := r.allReduce(); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "set %d", i)
+	}
+	for _, r := range sets {
+		for _, c := range r.comms {
+			require.NoError(t, c.Err())
+		}
+	}
+}
