@@ -76,7 +76,7 @@ func TestCopyAPIFromEnv(t *testing.T) {
 		v       string
 		set     bool
 		generic bool
-	}{{"", false, false}, {"", true, false}, {"dtod", true, false}, {"generic", true, true}} {
+	}{{"", false, true}, {"", true, true}, {"dtod", true, false}, {"generic", true, true}} {
 		got, err := copyAPIFromEnv(env(tc.v, tc.set))
 		if err != nil || got != tc.generic {
 			t.Errorf("%s=%q (set %v): %v, %v; want %v", CopyAPIEnv, tc.v, tc.set, got, err, tc.generic)

@@ -84,10 +84,12 @@ func setGenericCopies(on bool) { C.ncu_set_copy_generic(C.int(b2i(on))) }
 
 // CopyAPIEnv names the environment variable that picks the driver call
 // behind device-to-device copies (Stream.MemcpyDtoDAsync,
-// Ops.MemcpyDtoDAsync: a one-rank collective's copy): "dtod"
-// (cuMemcpyDtoDAsync, the default) or "generic" (cuMemcpyAsync, what
-// cudaMemcpyAsync calls). Both copy the same bytes; they differ in the
-// host's cost per call.
+// Ops.MemcpyDtoDAsync: a one-rank collective's copy): "generic"
+// (cuMemcpyAsync, what cudaMemcpyAsync calls; the default) or "dtod"
+// (cuMemcpyDtoDAsync). Both copy the same bytes; they differ in the
+// host's cost per call: on an H200 an 8-byte copy cost 3.7 µs through
+// cuMemcpyAsync and 4.8 µs through cuMemcpyDtoDAsync (BenchmarkGPULaunch).
+// A driver without cuMemcpyAsync gets cuMemcpyDtoDAsync.
 const CopyAPIEnv = "NCCLGO_COPY_API"
 
 // copyAPIFromEnv reads CopyAPIEnv: whether copies go through
@@ -95,12 +97,12 @@ const CopyAPIEnv = "NCCLGO_COPY_API"
 func copyAPIFromEnv(lookup func(string) (string, bool)) (generic bool, _ error) {
 	v, ok := lookup(CopyAPIEnv)
 	switch {
-	case !ok || v == "" || v == "dtod":
-		return false, nil
-	case v == "generic":
+	case !ok || v == "" || v == "generic":
 		return true, nil
+	case v == "dtod":
+		return false, nil
 	}
-	return false, fmt.Errorf("cuda: %s=%q: want dtod (cuMemcpyDtoDAsync) or generic (cuMemcpyAsync)", CopyAPIEnv, v)
+	return false, fmt.Errorf("cuda: %s=%q: want generic (cuMemcpyAsync, the default) or dtod (cuMemcpyDtoDAsync)", CopyAPIEnv, v)
 }
 
 func b2i(b bool) int {

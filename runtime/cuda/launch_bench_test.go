@@ -100,13 +100,13 @@ func BenchmarkGPULaunch(b *testing.B) {
 	})
 	// One rank's collective is a device copy: its host cost, and a poll.
 	b.Run("memcpyDtoD8B", func(b *testing.B) {
+		setGenericCopies(false)
+		defer setGenericCopies(true)
 		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
 	})
-	// The same through cuMemcpyAsync (NCCLGO_COPY_API=generic), the call
-	// cudaMemcpyAsync makes: NCCL's one-rank copy.
+	// The same through cuMemcpyAsync (NCCLGO_COPY_API=generic, the
+	// default), the call cudaMemcpyAsync makes: NCCL's one-rank copy.
 	b.Run("memcpyGeneric8B", func(b *testing.B) {
-		setGenericCopies(true)
-		defer setGenericCopies(false)
 		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
 	})
 	b.Run("streamQuery", func(b *testing.B) {
