@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/internal/envmap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/net/nettest"
 	"github.com/stretchr/testify/assert"
@@ -140,16 +141,7 @@ func TestPluginFromEnv(t *testing.T) {
 		fromEnvByName(t)
 		return
 	}
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
+	env := envmap.Getenv
 	path := nettest.BuildPlugin(t, "env")
 	n, err := FromEnv(env("NCCL_NET_PLUGIN", path, "NCCL_SOCKET_IFNAME", "lo"))
 	require.NoError(t, err)

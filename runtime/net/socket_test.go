@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclgo/ncclgo/internal/envmap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -226,16 +227,7 @@ func TestSocketCloseLeavesNoGoroutine(t *testing.T) {
 }
 
 func TestSocketOptionsFromEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
+	env := envmap.Getenv
 	o, err := SocketOptionsFromEnv(env("NCCL_SOCKET_NTHREADS", "4", "NCCL_NSOCKS_PERTHREAD", "2"))
 	require.NoError(t, err)
 	assert.Equal(t, SocketOptions{NThreads: 4, NSocksPerThread: 2}, o)

@@ -7,21 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclgo/ncclgo/internal/envmap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestPolicyFromEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
+	env := envmap.Getenv
 	p, err := PolicyFromEnv(env())
 	require.NoError(t, err)
 	assert.Equal(t, Policy{Spin: SpinIdle, Nap: NapIdle}, p)

@@ -4,21 +4,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/internal/envmap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestNETKnobsFromEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
+	env := envmap.Getenv
 	k, err := netKnobsFromEnv(env())
 	require.NoError(t, err)
 	assert.Equal(t, netKnobs{recvAhead: 8, sendPairs: 16, creditBatch: 4}, k, "the defaults")
