@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/internal/envmap"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/stretchr/testify/assert"
@@ -29,16 +30,7 @@ func TestParsePath(t *testing.T) {
 }
 
 func TestPolicyFromEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
+	env := envmap.Getenv
 	p, err := PolicyFromEnv(false, false, env())
 	require.NoError(t, err)
 	assert.Equal(t, DefaultP2PLevel, p.Level())
