@@ -110,26 +110,27 @@ func (o *Ops) Query(s *Stream, f OpFlag) int {
 
 // WaitEvent adds s.WaitEvent(e), or with external s.WaitEventExternal(e).
 func (o *Ops) WaitEvent(s *Stream, e *Event, external bool, f OpFlag) int {
-	kind := C.NCU_OP_WAIT
-	if external {
-		kind = C.NCU_OP_WAIT_EXTERNAL
-	}
-	p, i := o.add("Ops.WaitEvent", s, kind, f)
-	p.e = o.event("Ops.WaitEvent", e)
+	i := o.addEvent("Ops.WaitEvent", s, e, C.NCU_OP_WAIT, C.NCU_OP_WAIT_EXTERNAL, external, f)
 	return i
 }
 
 // Record adds e.Record(s), or with external e.RecordExternal(s).
 func (o *Ops) Record(e *Event, s *Stream, external bool, f OpFlag) int {
-	kind := C.NCU_OP_RECORD
-	if external {
-		kind = C.NCU_OP_RECORD_EXTERNAL
-	}
-	p, i := o.add("Ops.Record", s, kind, f)
-	p.e = o.event("Ops.Record", e)
+	i := o.addEvent("Ops.Record", s, e, C.NCU_OP_RECORD, C.NCU_OP_RECORD_EXTERNAL, external, f)
 	if e != nil && s != nil && e.ctx != nil && s.ctx != nil && e.ctx.h != s.ctx.h {
 		o.fail(badArg("Ops.Record", "event and stream belong to different contexts"))
 	}
+	return i
+}
+
+// addEvent adds an operation on s with event e: kind, or extKind when
+// external.
+func (o *Ops) addEvent(name string, s *Stream, e *Event, kind, extKind int, external bool, f OpFlag) int {
+	if external {
+		kind = extKind
+	}
+	p, i := o.add(name, s, kind, f)
+	p.e = o.event(name, e)
 	return i
 }
 
