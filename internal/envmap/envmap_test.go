@@ -1,6 +1,9 @@
 package envmap
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestGetenv(t *testing.T) {
 	get := Getenv("A", "1", "B", "", "A", "2")
@@ -14,5 +17,5 @@ func TestGetenv(t *testing.T) {
 			t.Error("odd pairs: no panic")
 		}
 	}()
-	Getenv("A")
+	Getenv(strings.Fields("A")...) // one name, no value
 }
