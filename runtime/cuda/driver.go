@@ -82,6 +82,15 @@ func doInit() error {
 // or cuMemcpyDtoDAsync; cuMemcpyAsync is used only where the driver has it.
 func setGenericCopies(on bool) { C.ncu_set_copy_generic(C.int(b2i(on))) }
 
+// copySymbol names the driver call device-to-device copies make now, for
+// their errors.
+func copySymbol() string {
+	if C.ncu_copy_is_generic() != 0 {
+		return "cuMemcpyAsync"
+	}
+	return "cuMemcpyDtoDAsync"
+}
+
 // CopyAPIEnv names the environment variable that picks the driver call
 // behind device-to-device copies (Stream.MemcpyDtoDAsync,
 // Ops.MemcpyDtoDAsync: a one-rank collective's copy): "generic"

@@ -235,7 +235,7 @@ func (o *Ops) Err(i int) error {
 	case C.NCU_OP_RECORD_EXTERNAL:
 		sym, op = "cuEventRecordWithFlags", "Event.RecordExternal"
 	case C.NCU_OP_DTOD:
-		sym, op = "cuMemcpyDtoDAsync", fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", uint64(p.n))
+		sym, op = copySymbol(), fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", uint64(p.n))
 	case C.NCU_OP_LAUNCH:
 		sym, op = "cuLaunchKernel", fmt.Sprintf("Launch(%q, grid %d, block %d, smem %d, %d arg bytes)", o.fns[i].name, uint(p.grid), uint(p.block), uint(p.smem), o.argN)
 	}

@@ -339,6 +339,7 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
    cuMemcpyDtoDAsync; set once at Init (NCCLGO_COPY_API), read after. */
 static int ncu_copy_generic;
 void ncu_set_copy_generic(int on) { ncu_copy_generic = on && p_cuMemcpyAsync != NULL; }
+int ncu_copy_is_generic(void) { return ncu_copy_generic; }
 static CUresult ncu_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   if (ncu_copy_generic) return p_cuMemcpyAsync(dst, src, n, s);
   return p_cuMemcpyDtoDAsync(dst, src, n, s);

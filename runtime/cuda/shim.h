@@ -66,6 +66,7 @@ enum {
 // Loading.
 int ncu_load(const char* path, char* err, size_t errlen);
 void ncu_set_copy_generic(int on);
+int ncu_copy_is_generic(void);
 int ncu_loaded(void);
 CUresult ncu_init(void);
 

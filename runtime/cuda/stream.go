@@ -203,7 +203,7 @@ func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, n uint64) er
 }
 
 // MemcpyDtoDAsync queues a device-to-device copy of n bytes
-// (cuMemcpyDtoDAsync_v2).
+// (cuMemcpyAsync, or cuMemcpyDtoDAsync_v2: CopyAPIEnv).
 func (s *Stream) MemcpyDtoDAsync(dst, src DevicePtr, n uint64) error {
 	c, h, err := s.stream("MemcpyDtoDAsync")
 	if err != nil {
@@ -212,7 +212,7 @@ func (s *Stream) MemcpyDtoDAsync(dst, src DevicePtr, n uint64) error {
 	if err := checkCopy("MemcpyDtoDAsync", n, dst != 0, src != 0); err != nil || n == 0 {
 		return err
 	}
-	if err := check("cuMemcpyDtoDAsync", Result(C.ncu_memcpy_dtod_async(c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), h))); err != nil {
+	if err := check(copySymbol(), Result(C.ncu_memcpy_dtod_async(c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), h))); err != nil {
 		return s.ctx.wrap(fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", n), err)
 	}
 	return nil
