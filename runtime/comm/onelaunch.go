@@ -295,14 +295,7 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 	// Something may be queued even when the launch failed: track it all
 	// the same, as run does.
 	errs = append(errs, joinAfter(driverSync{}, rs, evs)...)
-	for i, l := range ls {
-		e := l.Engine
-		e.res.seq++
-		e.multi++
-		if evs[i] != nil {
-			e.res.last = evs[i]
-		}
-	}
+	noteMultiLaunch(ls, evs)
 	return errors.Join(errs...)
 }
 
@@ -417,14 +410,7 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 			k++
 		}
 	}
-	for i, l := range ls {
-		e := l.Engine
-		e.res.seq++
-		e.multi++
-		if evs[i] != nil {
-			e.res.last = evs[i]
-		}
-	}
+	noteMultiLaunch(ls, evs)
 	return true, errors.Join(errs...)
 }
 
@@ -703,4 +689,18 @@ func (m *merger) flush(tk *residency.Ticket, errs []error) []error {
 		}
 	}
 	return errs
+}
+
+// noteMultiLaunch records a multi-rank launch in each rank's engine: one
+// more launch in sequence, and its completion event (evs[i]) as the
+// rank's last where it has one.
+func noteMultiLaunch(ls []Launch, evs []*cuda.Event) {
+	for i, l := range ls {
+		e := l.Engine
+		e.res.seq++
+		e.multi++
+		if evs[i] != nil {
+			e.res.last = evs[i]
+		}
+	}
 }
