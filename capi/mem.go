@@ -25,12 +25,7 @@ import (
 type vmm interface {
 	MemGranularityFor(prop cuda.AllocProp, recommended bool) (uint64, error)
 	MemCreateWith(size uint64, prop cuda.AllocProp) (cuda.MemHandle, error)
-	MemAddressReserve(size, alignment uint64) (cuda.DevicePtr, error)
-	MemMap(p cuda.DevicePtr, size uint64, mh cuda.MemHandle) error
-	MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.Device) error
-	MemUnmap(p cuda.DevicePtr, size uint64) error
-	MemAddressFree(p cuda.DevicePtr, size uint64) error
-	MemRelease(mh cuda.MemHandle) error
+	cuda.VMMapper
 	MemAlloc(size uint64) (cuda.DevicePtr, error)
 	MemFree(p cuda.DevicePtr) error
 	Release() error

@@ -46,12 +46,7 @@ type vmmMemory interface {
 	MemExportToShareableHandle(mh cuda.MemHandle) (int, error)
 	MemImportFromShareableHandle(fd int) (cuda.MemHandle, error)
 	MemGetAllocationGranularity(recommended bool) (uint64, error)
-	MemAddressReserve(size, alignment uint64) (cuda.DevicePtr, error)
-	MemMap(p cuda.DevicePtr, size uint64, mh cuda.MemHandle) error
-	MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.Device) error
-	MemUnmap(p cuda.DevicePtr, size uint64) error
-	MemAddressFree(p cuda.DevicePtr, size uint64) error
-	MemRelease(mh cuda.MemHandle) error
+	cuda.VMMapper
 }
 
 var _ vmmMemory = (*cuda.Context)(nil)

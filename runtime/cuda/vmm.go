@@ -379,3 +379,18 @@ func (c *Context) MemHostUnregister(p unsafe.Pointer) error {
 	pinDrop(p)
 	return nil
 }
+
+// VMMapper is the part of the virtual memory API that maps an allocation
+// handle at a reserved address range and undoes it, which every user of
+// VMM memory needs (the transports, windows, ncclMemAlloc); each declares
+// what else it asks beside it. *Context implements it.
+type VMMapper interface {
+	MemAddressReserve(size, alignment uint64) (DevicePtr, error)
+	MemMap(p DevicePtr, size uint64, mh MemHandle) error
+	MemSetAccess(p DevicePtr, size uint64, devices ...Device) error
+	MemUnmap(p DevicePtr, size uint64) error
+	MemAddressFree(p DevicePtr, size uint64) error
+	MemRelease(mh MemHandle) error
+}
+
+var _ VMMapper = (*Context)(nil)

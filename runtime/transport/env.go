@@ -25,12 +25,7 @@ type IPCMemory interface {
 	Device() cuda.Device
 	MemGetAllocationGranularity(recommended bool) (uint64, error)
 	MemCreate(size uint64) (cuda.MemHandle, error)
-	MemAddressReserve(size, alignment uint64) (cuda.DevicePtr, error)
-	MemMap(p cuda.DevicePtr, size uint64, mh cuda.MemHandle) error
-	MemSetAccess(p cuda.DevicePtr, size uint64, devices ...cuda.Device) error
-	MemUnmap(p cuda.DevicePtr, size uint64) error
-	MemAddressFree(p cuda.DevicePtr, size uint64) error
-	MemRelease(mh cuda.MemHandle) error
+	cuda.VMMapper
 	MemExportToShareableHandle(mh cuda.MemHandle) (int, error)
 	MemImportFromShareableHandle(fd int) (cuda.MemHandle, error)
 	IpcGetMemHandle(p cuda.DevicePtr) (cuda.IpcMemHandle, error)
