@@ -23,6 +23,7 @@ typedef const char* (*fk_name_t)(int);
 typedef long (*fk_get_t)(int);
 typedef void (*fk_reset_t)(void);
 typedef void (*fk_set_t)(const char*, int);
+typedef int (*fk_peek_t)(const char*);
 
 static void* fk_lib(const char* path) { return dlopen(path, RTLD_NOW | RTLD_NOLOAD); }
 static int fk_n(void* f) { return ((fk_n_t)f)(); }
@@ -30,6 +31,7 @@ static const char* fk_name(void* f, int i) { return ((fk_name_t)f)(i); }
 static long fk_get(void* f, int i) { return ((fk_get_t)f)(i); }
 static void fk_reset(void* f) { ((fk_reset_t)f)(); }
 static void fk_set(void* f, const char* k, int v) { ((fk_set_t)f)(k, v); }
+static int fk_peek(void* f, const char* k) { return ((fk_peek_t)f)(k); }
 */
 import "C"
 
@@ -205,7 +207,7 @@ func KernelSet(m *kset.Manifest) ([]byte, error) {
 
 // Driver is the fake driver library as loaded in this process.
 type Driver struct {
-	n, name, get, reset, set unsafe.Pointer
+	n, name, get, reset, set, peek unsafe.Pointer
 }
 
 // Loaded returns the fake driver at path, which runtime/cuda must have
@@ -221,7 +223,7 @@ func Loaded(path string) (*Driver, error) {
 	for _, f := range []struct {
 		p    *unsafe.Pointer
 		name string
-	}{{&d.n, "fakecuda_n"}, {&d.name, "fakecuda_name"}, {&d.get, "fakecuda_get"}, {&d.reset, "fakecuda_reset"}, {&d.set, "fakecuda_set"}} {
+	}{{&d.n, "fakecuda_n"}, {&d.name, "fakecuda_name"}, {&d.get, "fakecuda_get"}, {&d.reset, "fakecuda_reset"}, {&d.set, "fakecuda_set"}, {&d.peek, "fakecuda_peek"}} {
 		cn := C.CString(f.name)
 		*f.p = C.dlsym(h, cn)
 		C.free(unsafe.Pointer(cn))
@@ -255,6 +257,15 @@ func (d *Driver) Set(knob string, v int) {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))
 	C.fk_set(d.set, ck, C.int(v))
+}
+
+// Peek returns what the fake noted: "record_deps" is the number of
+// dependencies the last cuGraphAddEventRecordNode was given; -1 for an
+// unknown knob.
+func (d *Driver) Peek(knob string) int {
+	ck := C.CString(knob)
+	defer C.free(unsafe.Pointer(ck))
+	return int(C.fk_peek(d.peek, ck))
 }
 
 // Counts is driver calls by symbol.

@@ -86,6 +86,7 @@ type Engine struct {
 	aborted   atomic.Bool
 	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
 	events    map[uintptr]launchEvent // last launch per stream
+	beside    besideRecords           // captured records beside their chains (capture.go)
 	grace     time.Duration           // Destroy's wait for kernels to react to an abort (0: abortGrace)
 	res       residencyState          // guarded by mu (residency.go)
 	lanes     laneState               // guarded by mu (lane.go)
@@ -661,7 +662,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 	runErr := e.launcher.RunIn(p, stream, capture)
 	// Something may be queued even when Run failed: track it all the same.
 	e.res.seq++
-	if err := capture.Record(ev, stream); err != nil {
+	if err := e.record(capture, ev, stream); err != nil {
 		return nil, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
 	}
 	e.res.last = ev
@@ -763,7 +764,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	if err != nil || !ok {
 		return nil, false, nil // RunIn reports the error
 	}
-	ri := o.Record(ev, stream, captured, cuda.OpAlways)
+	ri := e.queueRecord(o, ev, stream, captured)
 	if err := o.Run(); err != nil {
 		return nil, false, nil
 	}
@@ -784,6 +785,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	if err := o.Err(ri); err != nil {
 		return nil, true, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
 	}
+	e.recorded(o, ri, stream)
 	e.res.last = ev
 	if runErr != nil {
 		return ev, true, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)

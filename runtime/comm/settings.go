@@ -42,6 +42,9 @@ type Settings struct {
 	// either); the Go API keeps Comm.Wait's promise to wait for
 	// everything.
 	UntrackedOneRankCopies bool
+	// CaptureRecordBeside puts a captured launch's completion record
+	// beside the captured stream's chain (EnvCaptureRecord sets it).
+	CaptureRecordBeside bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -55,6 +58,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 		return err
 	}
 	s.OneLaunch = on
+	if s.CaptureRecordBeside, err = captureRecordFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
 	s.Config = cfg
 	if cfg.SocketIfname.IsSet() {
 		s.Bootstrap.Interface = cfg.SocketIfname.String()

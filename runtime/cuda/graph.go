@@ -156,6 +156,45 @@ func (e *Event) RecordExternal(s *Stream) error {
 	return e.ctx.wrap("Event.RecordExternal", check("cuEventRecordWithFlags", Result(C.ncu_event_record_external(c, h, sh))))
 }
 
+// GraphRecord is an event record node that RecordBeside added to a
+// stream's capture, with that capture's id: what a later RecordBeside on
+// the same capture orders its record after. The zero GraphRecord is none
+// (and what RecordBeside returns when it recorded in the stream's chain).
+type GraphRecord struct {
+	node    C.CUgraphNode
+	capture uint64
+}
+
+// Beside reports whether r is a record node beside a stream's chain.
+func (r GraphRecord) Beside() bool { return r.node != nil }
+
+// RecordBeside is RecordExternal with the record node beside the stream's
+// chain instead of in it: the node follows what s captured so far (its
+// capture dependencies, cuStreamGetCaptureInfo) and prev when prev is a
+// record of the same capture, and what s captures next does not wait for
+// it (cuGraphAddEventRecordNode). At each replay the event is then
+// recorded when the work before it is done, without the stream's next node
+// waiting for the record; chaining each record after the one before keeps
+// the event's records in order. It returns the node; a driver without
+// those calls, or a stream joined from too many others, gets the record in
+// the chain (RecordExternal) and the zero GraphRecord. It fails on a
+// stream that is not capturing.
+func (e *Event) RecordBeside(s *Stream, prev GraphRecord) (GraphRecord, error) {
+	c, h, err := e.event("Event.RecordBeside")
+	if err != nil {
+		return GraphRecord{}, err
+	}
+	_, sh, err := s.stream("Event.RecordBeside")
+	if err != nil {
+		return GraphRecord{}, err
+	}
+	node, capture := prev.node, C.ulonglong(prev.capture)
+	if err := check("cuGraphAddEventRecordNode", Result(C.ncu_event_record_beside(c, h, sh, &node, &capture))); err != nil {
+		return GraphRecord{}, e.ctx.wrap("Event.RecordBeside", err)
+	}
+	return GraphRecord{node: node, capture: uint64(capture)}, nil
+}
+
 // Graph is a CUDA graph (CUgraph), as EndCapture returns it.
 type Graph struct {
 	ctx *Context

@@ -123,6 +123,26 @@ func (o *Ops) Record(e *Event, s *Stream, external bool, f OpFlag) int {
 	return i
 }
 
+// RecordBeside adds e.RecordBeside(s, prev); GraphRecord(i) returns the
+// node after Run.
+func (o *Ops) RecordBeside(e *Event, s *Stream, prev GraphRecord, f OpFlag) int {
+	i := o.Record(e, s, false, f)
+	p := &o.ops[i]
+	p.kind = C.NCU_OP_RECORD_BESIDE
+	p.node, p.capture = prev.node, C.ulonglong(prev.capture)
+	return i
+}
+
+// GraphRecord returns RecordBeside i's node (the zero GraphRecord when it
+// did not run, failed or recorded in the stream's chain).
+func (o *Ops) GraphRecord(i int) GraphRecord {
+	p := &o.ops[i]
+	if p.kind != C.NCU_OP_RECORD_BESIDE || p.result != C.NCU_SUCCESS {
+		return GraphRecord{}
+	}
+	return GraphRecord{node: p.node, capture: uint64(p.capture)}
+}
+
 // addEvent adds an operation on s with event e: kind, or extKind when
 // external.
 func (o *Ops) addEvent(name string, s *Stream, e *Event, kind, extKind int, external bool, f OpFlag) int {
@@ -234,6 +254,8 @@ func (o *Ops) Err(i int) error {
 		sym, op = "cuEventRecord", "Event.Record"
 	case C.NCU_OP_RECORD_EXTERNAL:
 		sym, op = "cuEventRecordWithFlags", "Event.RecordExternal"
+	case C.NCU_OP_RECORD_BESIDE:
+		sym, op = "cuGraphAddEventRecordNode", "Event.RecordBeside"
 	case C.NCU_OP_DTOD:
 		sym, op = copySymbol(), fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", uint64(p.n))
 	case C.NCU_OP_LAUNCH:

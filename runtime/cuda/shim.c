@@ -101,6 +101,11 @@
   X(cuGraphExecDestroy, "cuGraphExecDestroy", 0, (CUgraphExec e))                               \
   X(cuGraphDestroy, "cuGraphDestroy", 0, (CUgraph g))                                           \
   X(cuGraphGetNodes, "cuGraphGetNodes", 0, (CUgraph g, void** nodes, size_t* n))                \
+  X(cuStreamGetCaptureInfo_v2, "cuStreamGetCaptureInfo_v2", 0,                                  \
+    (CUstream s, int* status, unsigned long long* id, CUgraph* g, const CUgraphNode** deps,     \
+     size_t* n))                                                                                \
+  X(cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode", 0,                                  \
+    (CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e))               \
   X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 0,                          \
     (size_t* g, const CUmemAllocationProp* prop, int option))                                   \
   X(cuMemCreate, "cuMemCreate", 0,                                                              \
@@ -373,6 +378,36 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
   return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, extra);
 }
 
+/* The most capture dependencies a record beside the chain follows; a
+   stream with more (a join of many forks) gets its record in the chain. */
+#define NCU_BESIDE_MAX_DEPS 32
+
+static CUresult ncu_record_beside(CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture) {
+  if (p_cuStreamGetCaptureInfo_v2 == NULL || p_cuGraphAddEventRecordNode == NULL) goto chain;
+  int status = 0;
+  unsigned long long id = 0;
+  CUgraph g = NULL;
+  const CUgraphNode* deps = NULL;
+  size_t n = 0;
+  CUresult r = p_cuStreamGetCaptureInfo_v2(s, &status, &id, &g, &deps, &n);
+  if (r != NCU_SUCCESS) return r;
+  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || g == NULL || n + 1 > NCU_BESIDE_MAX_DEPS) goto chain;
+  CUgraphNode all[NCU_BESIDE_MAX_DEPS];
+  for (size_t i = 0; i < n; i++) all[i] = deps[i];
+  if (*node != NULL && *capture == id) all[n++] = *node;
+  CUgraphNode added = NULL;
+  r = p_cuGraphAddEventRecordNode(&added, g, all, n, e);
+  if (r != NCU_SUCCESS) return r;
+  *node = added;
+  *capture = id;
+  return NCU_SUCCESS;
+chain:
+  *node = NULL;
+  *capture = 0;
+  if (p_cuEventRecordWithFlags == NULL) return NCU_ERROR_NOT_SUPPORTED;
+  return p_cuEventRecordWithFlags(e, s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
+}
+
 static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
   switch (o->kind) {
   case NCU_OP_CAPTURE:
@@ -389,6 +424,8 @@ static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
   case NCU_OP_RECORD_EXTERNAL:
     if (p_cuEventRecordWithFlags == NULL) return NCU_ERROR_NOT_SUPPORTED;
     return p_cuEventRecordWithFlags(o->e, o->s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
+  case NCU_OP_RECORD_BESIDE:
+    return ncu_record_beside(o->e, o->s, &o->node, &o->capture);
   case NCU_OP_DTOD:
     return ncu_dtod(o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
@@ -619,6 +656,10 @@ CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s) {
   NEED(p_cuEventRecordWithFlags);
   SETCTX(c);
   return p_cuEventRecordWithFlags(e, s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
+}
+CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture) {
+  SETCTX(c);
+  return ncu_record_beside(e, s, node, capture);
 }
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e) {
   SETCTX(c);

@@ -16,6 +16,7 @@ typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUgraphNode_st* CUgraphNode;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
@@ -141,6 +142,7 @@ enum {
   NCU_OP_RECORD_EXTERNAL,
   NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), or cuMemcpyAsync (ncu_set_copy_generic)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
+  NCU_OP_RECORD_BESIDE, // ncu_record_beside(e, s, node, capture)
 };
 enum {
   NCU_OP_STOP = 1,       // on failure, run nothing more
@@ -161,6 +163,8 @@ typedef struct {
   size_t n;
   CUfunction f;
   unsigned grid, block, smem;
+  CUgraphNode node;           // NCU_OP_RECORD_BESIDE: in, the record to follow; out, the new one (NULL: in the stream)
+  unsigned long long capture; // NCU_OP_RECORD_BESIDE: in, node's capture id; out, the stream's
 } ncu_op;
 // ncu_run_ops makes c current and runs ops in order; args (size bytes) are
 // the parameters of every NCU_OP_LAUNCH. It returns the failure to make c
@@ -214,6 +218,15 @@ CUresult ncu_stream_is_capturing(CUcontext c, CUstream s, int* status);
 CUresult ncu_stream_begin_capture(CUcontext c, CUstream s, int mode);
 CUresult ncu_stream_end_capture(CUcontext c, CUstream s, CUgraph* g);
 CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s);
+// ncu_event_record_beside adds an event record node for e to the graph that
+// s is capturing into, after s's capture dependencies and after *node when
+// *capture is the capture's id, without making it a dependency of what s
+// captures next: the record is a branch beside the stream's chain. It
+// returns the node and the capture id in *node and *capture. Without the
+// driver calls it needs (cuStreamGetCaptureInfo, cuGraphAddEventRecordNode)
+// or with more dependencies than it handles, it records e in the stream
+// (CU_EVENT_RECORD_EXTERNAL) and returns *node NULL.
+CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture);
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e);
 CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
 CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g);

@@ -1,0 +1,187 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// captureChain captures n launches of add1 on p (one block of size
+// threads) on s, each followed by a record of done as mode says:
+// "none", "chain" (RecordExternal) or "beside" (RecordBeside, each after
+// the one before). It returns the instantiated graph.
+func captureChain(tb testing.TB, s *Stream, add1 *Function, p DevicePtr, size uint32, done *Event, n int, mode string) *GraphExec {
+	tb.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := s.BeginCapture(CaptureModeGlobal); err != nil {
+		tb.Fatal(err)
+	}
+	var a packArgs
+	a.u64(uint64(p))
+	a.u32(size)
+	var prev GraphRecord
+	for i := range n {
+		if err := s.Launch(add1, Dim1(1), Dim1(size), 0, a.b); err != nil {
+			tb.Fatal(err)
+		}
+		var err error
+		switch mode {
+		case "chain":
+			err = done.RecordExternal(s)
+		case "beside":
+			var r GraphRecord
+			r, err = done.RecordBeside(s, prev)
+			if err == nil && !r.Beside() {
+				err = fmt.Errorf("record %d: the driver put it in the chain", i)
+			}
+			prev = r
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer g.Destroy()
+	nodes, err := g.NodeCount()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	want := n
+	if mode != "none" {
+		want = 2 * n
+	}
+	if nodes != want {
+		tb.Fatalf("%s: %d nodes, want %d", mode, nodes, want)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return x
+}
+
+// TestGPUGraphRecordBeside captures kernels each followed by a record
+// beside the stream's chain, and checks that the capture ends (records
+// that nothing follows are allowed), that every replay runs every kernel
+// once, and that the event, recorded by each replay, completes.
+func TestGPUGraphRecordBeside(t *testing.T) {
+	c := gpu(t)
+	m := loadTestModule(t, c)
+	f, err := m.Function("add1")
+	require.NoError(t, err)
+	const n, size, replays = 10, 256, 50
+	p, err := c.MemAlloc(4 * size)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.MemFree(p)) }()
+	require.NoError(t, c.MemsetD8(p, 0, 4*size))
+	s, err := c.NewStream(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Destroy()) }()
+	done, err := c.NewEvent(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, done.Destroy()) }()
+
+	x := captureChain(t, s, f, p, size, done, n, "beside")
+	defer func() { assert.NoError(t, x.Destroy()) }()
+	for range replays {
+		require.NoError(t, x.Launch(s))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ok, err := done.Query()
+		require.NoError(t, err)
+		if ok {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "replays did not finish")
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.NoError(t, s.Synchronize())
+	out := make([]int32, size)
+	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, 4*size))
+	for i, v := range out {
+		require.Equal(t, int32(n*replays), v, "p[%d]", i)
+	}
+	// Outside a capture the record is refused.
+	_, err = done.RecordBeside(s, GraphRecord{})
+	assert.Error(t, err)
+}
+
+// BenchmarkGPUGraphReplay measures what a replayed graph of 100 one-block
+// kernels costs per kernel with no record after each kernel, with an
+// external record in the stream's chain after each (what a captured
+// ncclgo launch adds by default), and with the record beside the chain
+// (NCCLGO_CAPTURE_RECORD=beside): the GPU-side gap the record node adds
+// between two captured collectives.
+func BenchmarkGPUGraphReplay(b *testing.B) {
+	if err := Init(); err != nil {
+		b.Skip("no CUDA driver: " + err.Error())
+	}
+	d, err := GetDevice(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := d.PrimaryContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Release()
+	m, err := c.LoadModule([]byte(testPTX))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Unload()
+	add1, err := m.Function("add1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const size = 32
+	p, err := c.MemAlloc(4 * size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.MemFree(p)
+	s, err := c.NewStream(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	done, err := c.NewEvent(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer done.Destroy()
+	const kernels = 100
+	for _, mode := range []string{"none", "chain", "beside"} {
+		b.Run(mode, func(b *testing.B) {
+			x := captureChain(b, s, add1, p, size, done, kernels, mode)
+			defer x.Destroy()
+			if err := x.Launch(s); err != nil { // warm-up: the first launch uploads the graph
+				b.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for b.Loop() {
+				if err := x.Launch(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*kernels), "ns/kernel")
+		})
+	}
+}
