@@ -30,6 +30,18 @@ import (
 //	extern "C" __global__ void big(Big b) {
 //	  for (int i = threadIdx.x; i < 1020; i += blockDim.x) b.out[i] = b.vals[i] + b.n;
 //	}
+//	// copy16: n 16-byte words, four in flight per thread (grid-stride).
+//	extern "C" __global__ void copy16(const int4* __restrict__ src, int4* __restrict__ dst, unsigned long long n) {
+//	  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+//	  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+//	  for (; i + 3 * stride < n; i += 4 * stride) {
+//	    int4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+//	    dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;
+//	  }
+//	  for (; i < n; i += stride) dst[i] = src[i];
+//	}
+//
+// (nvcc 11.8 -ptx -arch=sm_80 -O3.)
 const testPTX = `
 .version 7.8
 .target sm_80
@@ -93,6 +105,88 @@ $L__BB1_2:
 	@%p2 bra 	$L__BB1_2;
 $L__BB1_3:
 	ret;
+}
+.visible .entry copy16(
+	.param .u64 copy16_param_0,
+	.param .u64 copy16_param_1,
+	.param .u64 copy16_param_2
+)
+{
+	.reg .pred 	%p<5>;
+	.reg .b32 	%r<45>;
+	.reg .b64 	%rd<46>;
+
+
+	ld.param.u64 	%rd19, [copy16_param_0];
+	ld.param.u64 	%rd20, [copy16_param_1];
+	ld.param.u64 	%rd18, [copy16_param_2];
+	cvta.to.global.u64 	%rd1, %rd20;
+	cvta.to.global.u64 	%rd2, %rd19;
+	mov.u32 	%r1, %nctaid.x;
+	cvt.u64.u32 	%rd3, %r1;
+	mov.u32 	%r2, %ntid.x;
+	cvt.u64.u32 	%rd4, %r2;
+	mul.wide.u32 	%rd5, %r1, %r2;
+	mov.u32 	%r3, %ctaid.x;
+	mul.wide.u32 	%rd21, %r3, %r2;
+	mov.u32 	%r4, %tid.x;
+	cvt.u64.u32 	%rd22, %r4;
+	add.s64 	%rd44, %rd21, %rd22;
+	mul.lo.s64 	%rd7, %rd5, 3;
+	add.s64 	%rd23, %rd44, %rd7;
+	setp.ge.u64 	%p1, %rd23, %rd18;
+	@%p1 bra 	$L__BB0_3;
+
+	mul.lo.s64 	%rd24, %rd3, %rd4;
+	shl.b64 	%rd8, %rd24, 4;
+	shl.b64 	%rd25, %rd44, 4;
+	add.s64 	%rd43, %rd1, %rd25;
+	neg.s64 	%rd10, %rd24;
+	shl.b64 	%rd33, %rd10, 4;
+
+$L__BB0_2:
+	shl.b64 	%rd26, %rd44, 4;
+	add.s64 	%rd27, %rd2, %rd26;
+	shl.b64 	%rd28, %rd5, 2;
+	shl.b64 	%rd29, %rd5, 4;
+	add.s64 	%rd30, %rd27, %rd29;
+	ld.global.nc.v4.u32 	{%r5, %r6, %r7, %r8}, [%rd30];
+	add.s64 	%rd31, %rd30, %rd8;
+	ld.global.nc.v4.u32 	{%r13, %r14, %r15, %r16}, [%rd31];
+	add.s64 	%rd32, %rd31, %rd8;
+	ld.global.nc.v4.u32 	{%r21, %r22, %r23, %r24}, [%rd32];
+	add.s64 	%rd34, %rd30, %rd33;
+	ld.global.nc.v4.u32 	{%r29, %r30, %r31, %r32}, [%rd34];
+	st.global.v4.u32 	[%rd43], {%r29, %r30, %r31, %r32};
+	add.s64 	%rd35, %rd43, %rd8;
+	st.global.v4.u32 	[%rd35], {%r5, %r6, %r7, %r8};
+	add.s64 	%rd36, %rd35, %rd8;
+	st.global.v4.u32 	[%rd36], {%r13, %r14, %r15, %r16};
+	add.s64 	%rd37, %rd36, %rd8;
+	add.s64 	%rd43, %rd37, %rd8;
+	st.global.v4.u32 	[%rd37], {%r21, %r22, %r23, %r24};
+	add.s64 	%rd44, %rd28, %rd44;
+	add.s64 	%rd38, %rd44, %rd7;
+	setp.lt.u64 	%p2, %rd38, %rd18;
+	@%p2 bra 	$L__BB0_2;
+
+$L__BB0_3:
+	setp.ge.u64 	%p3, %rd44, %rd18;
+	@%p3 bra 	$L__BB0_6;
+
+$L__BB0_5:
+	shl.b64 	%rd39, %rd44, 4;
+	add.s64 	%rd40, %rd2, %rd39;
+	add.s64 	%rd41, %rd1, %rd39;
+	ld.global.nc.v4.u32 	{%r37, %r38, %r39, %r40}, [%rd40];
+	st.global.v4.u32 	[%rd41], {%r37, %r38, %r39, %r40};
+	add.s64 	%rd44, %rd44, %rd5;
+	setp.lt.u64 	%p4, %rd44, %rd18;
+	@%p4 bra 	$L__BB0_5;
+
+$L__BB0_6:
+	ret;
+
 }
 `
 
