@@ -264,15 +264,11 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	root, id, err := NewRoot(ctx, opts)
 	require.NoError(t, err)
 	defer root.Close()
-	magic, _, err := id.decode()
-	require.NoError(t, err)
 
 	// Rank 0 checks in by hand, and asks for the status so that we know the
 	// root has registered it.
-	raw, err := net.Dial("tcp", id.Addr())
-	require.NoError(t, err)
+	raw := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: 2, addr: "127.0.0.1:9"})
 	defer raw.Close()
-	require.NoError(t, writeFrame(raw, hello{magic: magic, kind: helloCheckIn, rank: 0, nRanks: 2, addr: "127.0.0.1:9"}.encode()))
 	require.NoError(t, writeFrame(raw, []byte{msgQuery}))
 	b, err := readFrame(raw, 1024)
 	require.NoError(t, err)
