@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
@@ -274,7 +275,7 @@ func peerAbortRanks(t *testing.T, machine []string, share []bool) ([]*Engine, []
 			t.Cleanup(func() { segs[r].Close() })
 		}
 	}
-	pps, errs := onEveryRank(n, func(r int) (*peerPages, error) {
+	pps, errs := testutil.OnEveryRank(n, func(r int) (*peerPages, error) {
 		return sharePeerFlags(context.Background(), nets[r], r, peers, machine[r], segs[r], ipc.SelfPidfd, es[r].log)
 	})
 	for r := range n {
