@@ -241,24 +241,7 @@ func TestGPUCollectives(t *testing.T) {
 	n := len(envs)
 	for _, count := range []int{3, 1000, 100003} {
 		t.Run(fmt.Sprintf("AllGather/%d", count), func(t *testing.T) {
-			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
-			want := make([]float32, n*count)
-			g := NewGroup()
-			for r, e := range envs {
-				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*n*count)
-				v := make([]float32, count)
-				for i := range v {
-					v[i] = val(r, i)
-					want[r*count+i] = v[i]
-				}
-				e.put(t, send[r], v)
-				require.NoError(t, g.AllGather(e.c, send[r], recv[r], count, Float32, e.s))
-			}
-			require.NoError(t, g.End())
-			waitAll(t, envs)
-			for r, e := range envs {
-				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], n*count), want)
-			}
+			runSplitAllGather(t, envs, count)
 		})
 		t.Run(fmt.Sprintf("ReduceScatter/%d", count), func(t *testing.T) {
 			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)

@@ -50,6 +50,9 @@ func byRank(comms []*Comm, members [][]int) [][]*Comm {
 	return out
 }
 
+// runSplitAllGather runs one AllGather of count float32 on every rank of
+// envs (a whole communicator's or a Split child's) as one group and checks
+// every rank's result.
 func runSplitAllGather(t *testing.T, envs []*rankEnv, count int) {
 	n := len(envs)
 	send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
