@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
@@ -614,14 +615,7 @@ func TestGPUInitRank(t *testing.T) {
 		_ = e.s.Destroy()
 		_ = e.ctx.Release()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := goruntime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before, %d after Destroy:\n%s", before, g, buf[:goruntime.Stack(buf, true)])
-	}
+	leakcheck.WaitGoroutines(t, before)
 }
 
 // A big AllReduce, timed.

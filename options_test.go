@@ -2,6 +2,7 @@ package ncclgo
 
 import (
 	"context"
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/stretchr/testify/assert"
@@ -76,7 +77,7 @@ func TestDebugFileClosed(t *testing.T) {
 	require.NoError(t, err)
 	cancel()
 	settleFDs("GetUniqueID, its context ended")
-	settle(t, before)
+	leakcheck.WaitGoroutines(t, before)
 
 	parents := fakeParents(t, 2, false)
 	_, errs := testutil.OnEveryRank(2, func(r int) (*Comm, error) {

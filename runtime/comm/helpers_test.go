@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	goruntime "runtime"
 	"slices"
 	"testing"
 	"time"
@@ -85,16 +84,4 @@ func childRanks(t *testing.T, parents, children []*Engine) map[int][]int {
 		}
 	}
 	return m
-}
-
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := goruntime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before, %d after:\n%s", before, g, buf[:goruntime.Stack(buf, true)])
-	}
 }

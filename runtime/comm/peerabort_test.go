@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/transport"
@@ -191,7 +192,7 @@ func TestPeerAbortEndsKilledProcess(t *testing.T) {
 	require.NoError(t, pp.Close())
 	require.NoError(t, pp.Close(), "Close twice")
 	assert.Equal(t, fds, fdCount(t), "descriptors left open")
-	waitGoroutines(t, gs)
+	leakcheck.WaitGoroutines(t, gs)
 }
 
 // TestPeerAbortSkipsDestroyedPeer: a peer process that destroyed its
@@ -313,7 +314,7 @@ func TestPeerLostEndsPeerKernels(t *testing.T) {
 		require.NoError(t, s.Close())
 	}
 	assert.Equal(t, fds, fdCount(t), "descriptors left open")
-	waitGoroutines(t, gs)
+	leakcheck.WaitGoroutines(t, gs)
 }
 
 // TestPeerAbortOff: a rank that shares no page (NCCLGO_PEER_ABORT=0) is

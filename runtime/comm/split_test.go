@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/residency"
@@ -95,7 +96,7 @@ func TestSplitFake(t *testing.T) {
 			destroyAll(t, again...)
 			destroyAll(t, grand...)
 			assert.Zero(t, bootstrap.SharedNetworks())
-			waitGoroutines(t, before)
+			leakcheck.WaitGoroutines(t, before)
 		})
 	}
 }
@@ -132,7 +133,7 @@ func TestShrinkFake(t *testing.T) {
 			}
 			destroyAll(t, kids...)
 			destroyAll(t, parents...)
-			waitGoroutines(t, before)
+			leakcheck.WaitGoroutines(t, before)
 		})
 	}
 }
