@@ -183,13 +183,15 @@ func collTask(coll kspace.Coll, send, recv cuda.DevicePtr, count int, dt DataTyp
 		Op: d.op, OpArg: d.arg, OpArgPtr: d.isPtr, Root: root}
 }
 
-// reduceTask validates a reducing collective.
-func reduceTask(op string, coll kspace.Coll, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, rop RedOp, root int, stream *cuda.Stream, mult int) (enqueue.Task, error) {
+// reduceTask validates a reducing collective. count is its count argument:
+// for ReduceScatter one rank's block, whose send holds nRanks of them
+// (kspace.Coll.Blocks).
+func reduceTask(op string, coll kspace.Coll, c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, rop RedOp, root int, stream *cuda.Stream) (enqueue.Task, error) {
 	k, err := begin(op, c)
 	if err != nil {
 		return enqueue.Task{}, err
 	}
-	k.count("count", count, dt, mult)
+	k.count("count", count, dt, max(coll.Blocks(c.nRanks)))
 	k.dtype(dt)
 	k.buf("sendbuff", send, count)
 	if coll != kspace.Reduce || c.rank == root {
@@ -209,7 +211,7 @@ func reduceTask(op string, coll kspace.Coll, c *Comm, send, recv cuda.DevicePtr,
 // AllReduce queues an all-reduce of count elements of dt from send into recv
 // (in place when equal) on every rank of c.
 func (g *Group) AllReduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream, 1)
+	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream)
 	if err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func (g *Group) AllReduce(c *Comm, send, recv cuda.DevicePtr, count int, dt Data
 
 // Reduce queues a reduction of count elements into root's recv.
 func (g *Group) Reduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
-	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream, 1)
+	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream)
 	if err != nil {
 		return err
 	}
@@ -228,20 +230,11 @@ func (g *Group) Reduce(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTyp
 // ReduceScatter queues a reduce-scatter: send holds nRanks × recvCount
 // elements, recv gets this rank's reduced block of recvCount.
 func (g *Group) ReduceScatter(c *Comm, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	t, err := reduceScatterTask(c, send, recv, recvCount, dt, op, stream)
+	t, err := reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream)
 	if err != nil {
 		return err
 	}
 	return g.add("ReduceScatter", c, stream, t)
-}
-
-// reduceScatterTask validates a ReduceScatter: send holds nRanks blocks.
-func reduceScatterTask(c *Comm, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) (enqueue.Task, error) {
-	mult := 1
-	if c != nil {
-		mult = c.nRanks
-	}
-	return reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream, mult)
 }
 
 // checkEvery validates an AllGather or an AllToAll: every rank's send and
@@ -427,7 +420,7 @@ func (g *Group) Scatter(c *Comm, send, recv cuda.DevicePtr, count int, dt DataTy
 // AllReduce runs an all-reduce now (see Group.AllReduce): asynchronous on
 // stream.
 func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream, 1)
+	t, err := reduceTask("AllReduce", kspace.AllReduce, c, send, recv, count, dt, op, 0, stream)
 	if err != nil {
 		return err
 	}
@@ -436,7 +429,7 @@ func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op R
 
 // Reduce runs a reduction into root now (see Group.Reduce).
 func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, root int, stream *cuda.Stream) error {
-	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream, 1)
+	t, err := reduceTask("Reduce", kspace.Reduce, c, send, recv, count, dt, op, root, stream)
 	if err != nil {
 		return err
 	}
@@ -445,7 +438,7 @@ func (c *Comm) Reduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedO
 
 // ReduceScatter runs a reduce-scatter now (see Group.ReduceScatter).
 func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, stream *cuda.Stream) error {
-	t, err := reduceScatterTask(c, send, recv, recvCount, dt, op, stream)
+	t, err := reduceTask("ReduceScatter", kspace.ReduceScatter, c, send, recv, recvCount, dt, op, 0, stream)
 	if err != nil {
 		return err
 	}

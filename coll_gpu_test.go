@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/kernels"
@@ -241,24 +242,7 @@ func TestGPUCollectives(t *testing.T) {
 	n := len(envs)
 	for _, count := range []int{3, 1000, 100003} {
 		t.Run(fmt.Sprintf("AllGather/%d", count), func(t *testing.T) {
-			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
-			want := make([]float32, n*count)
-			g := NewGroup()
-			for r, e := range envs {
-				send[r], recv[r] = e.alloc(t, 4*count), e.alloc(t, 4*n*count)
-				v := make([]float32, count)
-				for i := range v {
-					v[i] = val(r, i)
-					want[r*count+i] = v[i]
-				}
-				e.put(t, send[r], v)
-				require.NoError(t, g.AllGather(e.c, send[r], recv[r], count, Float32, e.s))
-			}
-			require.NoError(t, g.End())
-			waitAll(t, envs)
-			for r, e := range envs {
-				checkEq(t, fmt.Sprintf("rank %d", r), e.get(t, recv[r], n*count), want)
-			}
+			runSplitAllGather(t, envs, count)
 		})
 		t.Run(fmt.Sprintf("ReduceScatter/%d", count), func(t *testing.T) {
 			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
@@ -631,14 +615,7 @@ func TestGPUInitRank(t *testing.T) {
 		_ = e.s.Destroy()
 		_ = e.ctx.Release()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := goruntime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before, %d after Destroy:\n%s", before, g, buf[:goruntime.Stack(buf, true)])
-	}
+	leakcheck.WaitGoroutines(t, before)
 }
 
 // A big AllReduce, timed.

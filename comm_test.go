@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/ncclgo/ncclgo/runtime/config"
@@ -135,19 +136,6 @@ func TestInitRankScalableIDsBounded(t *testing.T) {
 	}
 }
 
-// settle waits for the goroutine count to come back to before.
-func settle(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines: %d before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
-}
-
 // TestRootLifetime: GetUniqueID used to leave a root listener and
 // goroutines running with no way to stop them. StartRoot gives a handle;
 // GetUniqueID's root ends with its context (or the bootstrap timeout).
@@ -163,7 +151,7 @@ func TestRootLifetime(t *testing.T) {
 	require.ErrorIs(t, r.Wait(context.Background()), bootstrap.ErrClosed)
 	_, err = net.Dial("tcp", addr)
 	require.Error(t, err, "the listener is closed")
-	settle(t, before)
+	leakcheck.WaitGoroutines(t, before)
 
 	// The bootstrap timeout ends a root nobody checks in with.
 	r, err = StartRoot(context.Background(), quiet)
@@ -172,14 +160,14 @@ func TestRootLifetime(t *testing.T) {
 	err = r.Wait(context.Background())
 	require.ErrorIs(t, err, bootstrap.ErrTimeout)
 	t.Logf("root with no rank gave up after %v: %v", time.Since(start), err)
-	settle(t, before)
+	leakcheck.WaitGoroutines(t, before)
 
 	// GetUniqueID: the root ends with its context.
 	ctx, cancel := context.WithCancel(context.Background())
 	id, err := GetUniqueID(ctx)
 	require.NoError(t, err)
 	cancel()
-	settle(t, before)
+	leakcheck.WaitGoroutines(t, before)
 	_, err = net.Dial("tcp", bootstrap.UniqueID(id).Addr())
 	require.Error(t, err)
 	require.False(t, errors.Is(err, nil))

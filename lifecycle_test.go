@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/internal/leakcheck"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
@@ -75,7 +76,7 @@ func leakCycle(t *testing.T, i int) {
 	opts := loopback(20 * time.Second)
 	root, id, err := bootstrap.NewRoot(ctx, opts)
 	require.NoError(t, err)
-	conns, errs := onEveryRank(2, func(r int) (bootstrap.Network, error) {
+	conns, errs := testutil.OnEveryRank(2, func(r int) (bootstrap.Network, error) {
 		return bootstrap.Init(ctx, id, r, 2, opts)
 	})
 	for r, err := range errs {
@@ -87,7 +88,7 @@ func leakCycle(t *testing.T, i int) {
 
 	// Split views of device-less ranks (every 4th cycle over TCP).
 	parents := fakeParents(t, 2, i%4 == 3)
-	kids, errs := onEveryRank(2, func(r int) (*Comm, error) {
+	kids, errs := testutil.OnEveryRank(2, func(r int) (*Comm, error) {
 		return parents[r].Split(ctx, 0, -r, nil)
 	})
 	for r, err := range errs {
@@ -129,7 +130,7 @@ func leakFaults(t *testing.T, ctx context.Context, i int) {
 	abortRecv(t, ctx, inproc)
 	root, id, err = bootstrap.NewRoot(ctx, opts)
 	require.NoError(t, err)
-	conns, errs := onEveryRank(2, func(r int) (bootstrap.Network, error) {
+	conns, errs := testutil.OnEveryRank(2, func(r int) (bootstrap.Network, error) {
 		return bootstrap.Init(ctx, id, r, 2, opts)
 	})
 	for r, err := range errs {
@@ -140,7 +141,7 @@ func leakFaults(t *testing.T, ctx context.Context, i int) {
 
 	parents, nets := hostOnlyRanks(t, 3, false)
 	nets[1].Abort() // rank 1 is dead
-	kids, errs := onEveryRank(3, func(r int) (*Comm, error) {
+	kids, errs := testutil.OnEveryRank(3, func(r int) (*Comm, error) {
 		if r == 1 {
 			return nil, nil
 		}
@@ -174,7 +175,7 @@ func abortRecv(t *testing.T, ctx context.Context, nets []bootstrap.Network) {
 // the blocks, then closes the ranks.
 func gather(t *testing.T, ctx context.Context, nets []bootstrap.Network, block []byte) {
 	t.Helper()
-	all, errs := onEveryRank(len(nets), func(r int) ([][]byte, error) {
+	all, errs := testutil.OnEveryRank(len(nets), func(r int) ([][]byte, error) {
 		got, err := nets[r].AllGather(ctx, append(slices.Clip(block), byte(r)))
 		if err == nil {
 			err = nets[r].Barrier(ctx)

@@ -2,6 +2,8 @@ package ncclgo
 
 import (
 	"context"
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,10 +77,10 @@ func TestDebugFileClosed(t *testing.T) {
 	require.NoError(t, err)
 	cancel()
 	settleFDs("GetUniqueID, its context ended")
-	settle(t, before)
+	leakcheck.WaitGoroutines(t, before)
 
 	parents := fakeParents(t, 2, false)
-	_, errs := onEveryRank(2, func(r int) (*Comm, error) {
+	_, errs := testutil.OnEveryRank(2, func(r int) (*Comm, error) {
 		return parents[r].Split(context.Background(), []int{0, -5}[r], 0, &Options{})
 	})
 	require.ErrorIs(t, errs[0], ErrInvalidArgument)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -49,6 +50,9 @@ func byRank(comms []*Comm, members [][]int) [][]*Comm {
 	return out
 }
 
+// runSplitAllGather runs one AllGather of count float32 on every rank of
+// envs (a whole communicator's or a Split child's) as one group and checks
+// every rank's result.
 func runSplitAllGather(t *testing.T, envs []*rankEnv, count int) {
 	n := len(envs)
 	send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
@@ -113,7 +117,7 @@ func TestGPUSplit(t *testing.T) {
 	parents := envsOf(t, mustInitAll(t, []int{0, 0, 0, 0, 0, 0, 0, 0}))
 	color := []int{0, 1, 1, 2, 2, 2, 2, SplitNoColor}
 	key := []int{0, 0, 0, 9, 8, 7, 6, 0}
-	kids, errs := onEveryRank(8, func(r int) (*Comm, error) {
+	kids, errs := testutil.OnEveryRank(8, func(r int) (*Comm, error) {
 		return parents[r].c.Split(context.Background(), color[r], key[r], nil)
 	})
 	for r, err := range errs {
@@ -140,7 +144,7 @@ func TestGPUSplitTwoGPUs(t *testing.T) {
 		t.Skipf("needs 2 GPUs, %d visible", n)
 	}
 	parents := envsOf(t, mustInitAll(t, []int{0, 1, 0, 1}))
-	kids, errs := onEveryRank(4, func(r int) (*Comm, error) {
+	kids, errs := testutil.OnEveryRank(4, func(r int) (*Comm, error) {
 		return parents[r].c.Split(context.Background(), r/2, 0, nil)
 	})
 	for r, err := range errs {
@@ -162,7 +166,7 @@ func TestGPUShrink(t *testing.T) {
 			if abort {
 				parents[3].c.Abort()
 			}
-			kids, errs := onEveryRank(3, func(r int) (*Comm, error) {
+			kids, errs := testutil.OnEveryRank(3, func(r int) (*Comm, error) {
 				return parents[r].c.Shrink(context.Background(), []int{3}, nil, abort)
 			})
 			for r, err := range errs {

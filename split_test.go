@@ -2,11 +2,11 @@ package ncclgo
 
 import (
 	"context"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/comm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"sync"
 	"testing"
 	"time"
 )
@@ -33,17 +33,6 @@ func TestCheckExclude(t *testing.T) {
 	}
 }
 
-// onEveryRank runs fn for ranks 0..n-1 at once and returns the results.
-func onEveryRank[T any](n int, fn func(r int) (T, error)) ([]T, []error) {
-	out, errs := make([]T, n), make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { out[r], errs[r] = fn(r) })
-	}
-	wg.Wait()
-	return out, errs
-}
-
 // fakeParents returns n device-less ranks on an in-process or TCP
 // bootstrap (their Split and Shrink children are device-less too).
 func fakeParents(t *testing.T, n int, tcp bool) []*Comm {
@@ -55,24 +44,8 @@ func fakeParents(t *testing.T, n int, tcp bool) []*Comm {
 // hostOnlyRanks is fakeParents, with the ranks' bootstrap networks.
 func hostOnlyRanks(t *testing.T, n int, tcp bool) ([]*Comm, []bootstrap.Network) {
 	t.Helper()
-	nets := make([]bootstrap.Network, n)
 	opts := bootstrap.Options{Timeout: 20 * time.Second}
-	if tcp {
-		root, id, err := bootstrap.NewRoot(context.Background(), opts)
-		require.NoError(t, err)
-		defer root.Close()
-		conns, errs := onEveryRank(n, func(r int) (*bootstrap.Conn, error) {
-			return bootstrap.Init(context.Background(), id, r, n, opts)
-		})
-		for r := range n {
-			require.NoError(t, errs[r])
-			nets[r] = conns[r]
-		}
-	} else {
-		var err error
-		nets, err = bootstrap.NewInProcessOptions(n, opts)
-		require.NoError(t, err)
-	}
+	nets := testutil.Networks(t, n, tcp, opts)
 	comms := make([]*Comm, n)
 	for r := range n {
 		comms[r] = newComm(comm.NewHostOnly(nets[r], r, n, 0, comm.Settings{Bootstrap: opts}, hostTuner(t, n)))
@@ -92,7 +65,7 @@ func destroyAll(t *testing.T, comms ...*Comm) {
 func TestSplitBadColor(t *testing.T) {
 	parents := fakeParents(t, 3, false)
 	defer destroyAll(t, parents...)
-	_, errs := onEveryRank(3, func(r int) (*Comm, error) {
+	_, errs := testutil.OnEveryRank(3, func(r int) (*Comm, error) {
 		return parents[r].Split(context.Background(), []int{0, -2, 0}[r], 0, nil)
 	})
 	var ae *ArgError

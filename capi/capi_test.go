@@ -234,10 +234,38 @@ func lastError() string {
 // TestEveryExportGuarded: every exported function defers guard (or
 // guardString) first, naming itself, so that no panic reaches the host.
 func TestEveryExportGuarded(t *testing.T) {
+	fset, fds := exports(t)
+	for _, fd := range fds {
+		pos := fset.Position(fd.Pos())
+		require.NotEmpty(t, fd.Body.List, "%s: %s has an empty body", pos, fd.Name.Name)
+		ds, ok := fd.Body.List[0].(*ast.DeferStmt)
+		if !assert.True(t, ok, "%s: %s does not start with defer guard(...)", pos, fd.Name.Name) {
+			continue
+		}
+		fn, _ := ds.Call.Fun.(*ast.Ident)
+		switch {
+		case fn != nil && fn.Name == "guard":
+			lit, _ := ds.Call.Args[0].(*ast.BasicLit)
+			require.NotNil(t, lit, "%s: guard's op is not a literal", pos)
+			op, _ := strconv.Unquote(lit.Value)
+			assert.Equal(t, strings.TrimPrefix(fd.Name.Name, "nccl"), op, "%s: guard names another function", pos)
+		case fn != nil && fn.Name == "guardString":
+		default:
+			t.Errorf("%s: %s defers something other than guard first", pos, fd.Name.Name)
+		}
+	}
+	assert.GreaterOrEqual(t, len(fds), len(importedByClients), "found fewer exports than clients import")
+}
+
+// exports parses the package's non-test files and returns its exported
+// functions (those with an //export comment), and the file set that
+// places them.
+func exports(t *testing.T) (*token.FileSet, []*ast.FuncDecl) {
+	t.Helper()
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	fset := token.NewFileSet()
-	n := 0
+	var fds []*ast.FuncDecl
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -247,31 +275,12 @@ func TestEveryExportGuarded(t *testing.T) {
 		f, err := parser.ParseFile(fset, name, src, parser.ParseComments)
 		require.NoError(t, err)
 		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Doc == nil || !hasExport(fd.Doc, fd.Name.Name) {
-				continue
-			}
-			n++
-			pos := fset.Position(fd.Pos())
-			require.NotEmpty(t, fd.Body.List, "%s: %s has an empty body", pos, fd.Name.Name)
-			ds, ok := fd.Body.List[0].(*ast.DeferStmt)
-			if !assert.True(t, ok, "%s: %s does not start with defer guard(...)", pos, fd.Name.Name) {
-				continue
-			}
-			fn, _ := ds.Call.Fun.(*ast.Ident)
-			switch {
-			case fn != nil && fn.Name == "guard":
-				lit, _ := ds.Call.Args[0].(*ast.BasicLit)
-				require.NotNil(t, lit, "%s: guard's op is not a literal", pos)
-				op, _ := strconv.Unquote(lit.Value)
-				assert.Equal(t, strings.TrimPrefix(fd.Name.Name, "nccl"), op, "%s: guard names another function", pos)
-			case fn != nil && fn.Name == "guardString":
-			default:
-				t.Errorf("%s: %s defers something other than guard first", pos, fd.Name.Name)
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Doc != nil && hasExport(fd.Doc, fd.Name.Name) {
+				fds = append(fds, fd)
 			}
 		}
 	}
-	assert.GreaterOrEqual(t, n, len(importedByClients), "found fewer exports than clients import")
+	return fset, fds
 }
 
 func hasExport(doc *ast.CommentGroup, name string) bool {

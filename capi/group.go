@@ -154,6 +154,17 @@ func (c *comm) wrap(h uintptr) *cuda.Stream {
 	return s
 }
 
+// pick is a call's method: queued (the method of the thread's group g,
+// taking the communicator first) in a group, now (the same method of
+// ncclgo.Comm, a method expression of the same signature) outside one.
+// Each entry point names its arguments once.
+func pick[F any](g *ncclgo.Group, now, queued F) F {
+	if g == nil {
+		return now
+	}
+	return queued
+}
+
 func ptr(p unsafe.Pointer) cuda.DevicePtr { return cuda.DevicePtr(uintptr(p)) }
 
 // args converts the count, type and op of a call.
@@ -174,10 +185,7 @@ func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllReduce", &res)
 	return collective("AllReduce", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.AllReduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
-		}
-		return k.group.AllReduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		return pick(k.group, (*ncclgo.Comm).AllReduce, k.group.AllReduce)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
@@ -185,10 +193,7 @@ func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Reduce", &res)
 	return collective("Reduce", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Reduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
-		}
-		return k.group.Reduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Reduce, k.group.Reduce)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 	})
 }
 
@@ -196,10 +201,7 @@ func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("ReduceScatter", &res)
 	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.ReduceScatter(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
-		}
-		return k.group.ReduceScatter(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		return pick(k.group, (*ncclgo.Comm).ReduceScatter, k.group.ReduceScatter)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
@@ -207,10 +209,7 @@ func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AllGather", &res)
 	return collective("AllGather", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.AllGather(ptr(send), ptr(recv), k.n, k.t, k.stream)
-		}
-		return k.group.AllGather(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
+		return pick(k.group, (*ncclgo.Comm).AllGather, k.group.AllGather)(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
@@ -218,10 +217,7 @@ func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Broadcast", &res)
 	return collective("Broadcast", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Broadcast(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
-		}
-		return k.group.Broadcast(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Broadcast, k.group.Broadcast)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
@@ -235,10 +231,7 @@ func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.i
 func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("AlltoAll", &res)
 	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.AllToAll(ptr(send), ptr(recv), k.n, k.t, k.stream)
-		}
-		return k.group.AllToAll(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
+		return pick(k.group, (*ncclgo.Comm).AllToAll, k.group.AllToAll)(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
@@ -246,10 +239,7 @@ func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t
 func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Gather", &res)
 	return collective("Gather", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Gather(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
-		}
-		return k.group.Gather(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Gather, k.group.Gather)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
@@ -257,10 +247,7 @@ func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Scatter", &res)
 	return collective("Scatter", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Scatter(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
-		}
-		return k.group.Scatter(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Scatter, k.group.Scatter)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
@@ -268,10 +255,7 @@ func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t,
 func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Send", &res)
 	return collective("Send", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Send(ptr(send), k.n, k.t, int(peer), k.stream)
-		}
-		return k.group.Send(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Send, k.group.Send)(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
 	})
 }
 
@@ -279,10 +263,7 @@ func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.i
 func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
 	defer guard("Recv", &res)
 	return collective("Recv", h, stream, count, dt, func(k call) error {
-		if k.group == nil {
-			return k.comm.Recv(ptr(recv), k.n, k.t, int(peer), k.stream)
-		}
-		return k.group.Recv(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
+		return pick(k.group, (*ncclgo.Comm).Recv, k.group.Recv)(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
 	})
 }
 

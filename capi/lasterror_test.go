@@ -4,17 +4,12 @@ import (
 	"context"
 	"fmt"
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
@@ -24,27 +19,15 @@ import (
 // that return an ncclResult_t: those that defer guard.
 func guardedExports(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
+	_, fds := exports(t)
 	var names []string
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
+	for _, fd := range fds {
+		if len(fd.Body.List) == 0 {
 			continue
 		}
-		src, err := os.ReadFile(name)
-		require.NoError(t, err)
-		f, err := parser.ParseFile(fset, name, src, parser.ParseComments)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Doc == nil || !hasExport(fd.Doc, fd.Name.Name) || len(fd.Body.List) == 0 {
-				continue
-			}
-			if ds, ok := fd.Body.List[0].(*ast.DeferStmt); ok {
-				if fn, _ := ds.Call.Fun.(*ast.Ident); fn != nil && fn.Name == "guard" {
-					names = append(names, strings.TrimPrefix(fd.Name.Name, "nccl"))
-				}
+		if ds, ok := fd.Body.List[0].(*ast.DeferStmt); ok {
+			if fn, _ := ds.Call.Fun.(*ast.Ident); fn != nil && fn.Name == "guard" {
+				names = append(names, strings.TrimPrefix(fd.Name.Name, "nccl"))
 			}
 		}
 	}

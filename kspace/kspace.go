@@ -48,6 +48,33 @@ func (c Coll) HasRedOp() bool { return Colls[c].Reduces }
 // bandwidth, as nccl-tests defines it.
 func (c Coll) BusFactor(n int) float64 { return Colls[c].Bus.Factor(n) }
 
+// Blocks returns how many blocks of a call's size one rank's send and
+// receive buffers hold when c runs on n ranks. A call's size (the count of
+// nccl.h's calls, runtime/enqueue's Task.Bytes) is the whole buffer for
+// AllReduce, Reduce and Broadcast (1, 1), one rank's block for AllGather
+// (1, n: every rank's block lands in recv) and ReduceScatter (n, 1: send
+// holds a block for every rank), and the message for SendRecv (1, 1).
+// AllGatherV counts as AllGather (its blocks, which may differ, come with
+// the call). The larger of the two is the whole buffer of the call.
+func (c Coll) Blocks(n int) (send, recv int) {
+	switch c {
+	case AllGather, AllGatherV:
+		return 1, n
+	case ReduceScatter:
+		return n, 1
+	default:
+		return 1, 1
+	}
+}
+
+// Extents returns the sizes in bytes of one rank's send and receive
+// buffers for a call of c of size bytes on n ranks (see Blocks). The
+// caller checks that they fit in a uint64.
+func (c Coll) Extents(bytes uint64, n int) (send, recv uint64) {
+	s, r := c.Blocks(n)
+	return bytes * uint64(s), bytes * uint64(r)
+}
+
 // RedOp is a device reduction op (NCCL's ncclDevRedOp_t).
 type RedOp int
 

@@ -109,6 +109,26 @@ func TestBusFactors(t *testing.T) {
 	assert.Equal(t, 1.0, BusAllReduce.Factor(2))
 }
 
+func TestBlocks(t *testing.T) {
+	// One rank's send and receive buffers, in blocks of the call's size,
+	// on 4 ranks, and their bytes for a call of 8 bytes.
+	type ext struct{ send, recv int }
+	want := map[Coll]ext{
+		Broadcast: {1, 1}, Reduce: {1, 1}, AllReduce: {1, 1}, SendRecv: {1, 1},
+		AllGather: {1, 4}, AllGatherV: {1, 4}, ReduceScatter: {4, 1},
+	}
+	require.Len(t, want, int(NumColls))
+	for c := Coll(0); c < NumColls; c++ {
+		s, r := c.Blocks(4)
+		assert.Equal(t, want[c], ext{s, r}, c)
+		sb, rb := c.Extents(8, 4)
+		assert.Equal(t, [2]uint64{8 * uint64(want[c].send), 8 * uint64(want[c].recv)}, [2]uint64{sb, rb}, c)
+		// One rank: every buffer is the call's size.
+		s, r = c.Blocks(1)
+		assert.Equal(t, ext{1, 1}, ext{s, r}, c)
+	}
+}
+
 func TestCollTable(t *testing.T) {
 	for c := Coll(0); c < NumColls; c++ {
 		ci := Colls[c]

@@ -137,19 +137,35 @@ func parseColl(s string) (coll, error) {
 	return 0, fmt.Errorf("-coll %q: unknown collective; valid are %s", s, strings.Join(collNames, ", "))
 }
 
-// collBus is each collective's bus-bandwidth factor, as kspace defines them.
-var collBus = [...]kspace.Bus{
-	collAllReduce:     kspace.Colls[kspace.AllReduce].Bus,
-	collAllGather:     kspace.Colls[kspace.AllGather].Bus,
-	collReduceScatter: kspace.Colls[kspace.ReduceScatter].Bus,
-	collBroadcast:     kspace.Colls[kspace.Broadcast].Bus,
-	collReduce:        kspace.Colls[kspace.Reduce].Bus,
-	collSendRecv:      kspace.Colls[kspace.SendRecv].Bus,
-	collAllToAll:      kspace.AllToAllBus,
+// collModel is the device collective of each collective but alltoall,
+// which is none (SendRecv with every peer): kspace describes them.
+var collModel = [...]kspace.Coll{
+	collAllReduce:     kspace.AllReduce,
+	collAllGather:     kspace.AllGather,
+	collReduceScatter: kspace.ReduceScatter,
+	collBroadcast:     kspace.Broadcast,
+	collReduce:        kspace.Reduce,
+	collSendRecv:      kspace.SendRecv,
 }
 
 // busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests does.
-func (c coll) busFactor(n int) float64 { return collBus[c].Factor(n) }
+func (c coll) busFactor(n int) float64 {
+	if c == collAllToAll {
+		return kspace.AllToAllBus.Factor(n)
+	}
+	return collModel[c].BusFactor(n)
+}
+
+// blocks is how many blocks of the count argument one rank's send and
+// receive buffers hold on n ranks (kspace.Coll.Blocks); alltoall sends a
+// block to and receives one from every rank.
+func (c coll) blocks(n int) (send, recv int64) {
+	if c == collAllToAll {
+		return int64(n), int64(n)
+	}
+	s, r := collModel[c].Blocks(n)
+	return int64(s), int64(r)
+}
 
 // backend runs one collective on every rank, as one group, on streams[r].
 // All its methods are called from one OS thread (run locks it). A backend
@@ -614,10 +630,7 @@ func (c *config) next(size int64) int64 {
 // allgather, reducescatter and alltoall by the whole buffer, nRanks chunks
 // of count.
 func (c *config) elemsPerCount() int64 {
-	if c.coll == collAllGather || c.coll == collReduceScatter || c.coll == collAllToAll {
-		return int64(c.nRanks)
-	}
-	return 1
+	return max(c.coll.blocks(c.nRanks))
 }
 
 // countFor is the count argument of the collective for a size in bytes,
@@ -652,15 +665,8 @@ func (c *config) bufferBytes(size int64) (send, recv int64) {
 // count.
 func (c *config) countBytes(n int64) (send, recv int64) {
 	count := n * int64(c.dt.size())
-	switch c.coll {
-	case collAllGather:
-		return count, count * int64(c.nRanks)
-	case collReduceScatter:
-		return count * int64(c.nRanks), count
-	case collAllToAll:
-		return count * int64(c.nRanks), count * int64(c.nRanks)
-	}
-	return count, count
+	s, r := c.coll.blocks(c.nRanks)
+	return count * s, count * r
 }
 
 type result struct {
@@ -671,10 +677,8 @@ type result struct {
 
 // sendCount is the number of elements each rank sends.
 func (c *config) sendCount(count int64) int64 {
-	if c.coll == collReduceScatter || c.coll == collAllToAll {
-		return count * int64(c.nRanks)
-	}
-	return count
+	s, _ := c.coll.blocks(c.nRanks)
+	return count * s
 }
 
 // fillChunk is the most elements of one rank's input that the host encodes
@@ -777,13 +781,11 @@ func (c *config) verify(ranks []rankBuffers, recv []cuda.DevicePtr, count int64)
 	rounded := map[float64]float64{} // want → want in c.dt
 	for lr, rb := range ranks {
 		r := c.rank0 + lr
-		n := count
-		var bounds []int64
-		if c.coll == collAllGather || c.coll == collAllToAll {
-			n = count * int64(c.nRanks)
-			for k := 1; k < c.nRanks; k++ {
-				bounds = append(bounds, int64(k)*count)
-			}
+		_, blocks := c.coll.blocks(c.nRanks)
+		n := count * blocks
+		var bounds []int64 // between the blocks of recv
+		for k := int64(1); k < blocks; k++ {
+			bounds = append(bounds, k*count)
 		}
 		if c.coll == collReduce && r != c.root {
 			continue

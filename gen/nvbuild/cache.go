@@ -123,28 +123,10 @@ func (s store) writeDeps(key string, r *depsRecord) error {
 
 // writeFileAtomic writes data to a temporary file next to p and renames it.
 func writeFileAtomic(p string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	return writeAtomic(p, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
-		os.Remove(tmp)
-		if werr != nil {
-			return werr
-		}
-		return cerr
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	})
 }
 
 // copyFileAtomic copies src to dst through a temporary file next to dst.
@@ -154,15 +136,25 @@ func copyFileAtomic(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	return writeAtomic(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}
+
+// writeAtomic makes p's directory, has write fill a temporary file next
+// to p and renames it to p; on any failure the temporary file is removed
+// and p is left as it was.
+func writeAtomic(p string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	_, werr := io.Copy(f, in)
+	werr := write(f)
 	cerr := f.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(tmp)
@@ -171,7 +163,7 @@ func copyFileAtomic(src, dst string) error {
 		}
 		return cerr
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := os.Rename(tmp, p); err != nil {
 		os.Remove(tmp)
 		return err
 	}

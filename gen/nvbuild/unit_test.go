@@ -1,6 +1,8 @@
 package nvbuild
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,6 +258,25 @@ func TestWriteFileAtomic(t *testing.T) {
 	ents, err := os.ReadDir(filepath.Dir(p))
 	require.NoError(t, err)
 	assert.Len(t, ents, 1, "no temporary files left")
+
+	// A copy lands whole; a failed write leaves the file as it was.
+	q := filepath.Join(dir, "c", "d.json")
+	require.NoError(t, copyFileAtomic(p, q))
+	data, err = os.ReadFile(q)
+	require.NoError(t, err)
+	assert.Equal(t, "two", string(data))
+	boom := errors.New("boom")
+	require.ErrorIs(t, writeAtomic(q, func(w io.Writer) error {
+		_, _ = w.Write([]byte("partial"))
+		return boom
+	}), boom)
+	data, err = os.ReadFile(q)
+	require.NoError(t, err)
+	assert.Equal(t, "two", string(data))
+	ents, err = os.ReadDir(filepath.Dir(q))
+	require.NoError(t, err)
+	assert.Len(t, ents, 1, "no temporary files left")
+	require.Error(t, copyFileAtomic(filepath.Join(dir, "missing"), q))
 }
 
 func TestProgressTerminalLine(t *testing.T) {

@@ -3,8 +3,10 @@ package leakcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -81,3 +83,38 @@ func TestSettleContext(t *testing.T) {
 	_, err = Take(Probe{DeviceMem: func() (uint64, error) { return 0, boom }})
 	assert.ErrorIs(t, err, boom)
 }
+
+// recorder is a testing.TB that keeps what Errorf says.
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func TestWaitGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	// A goroutine that ends soon is waited for.
+	done := make(chan struct{})
+	go func() { time.Sleep(20 * time.Millisecond); close(done) }()
+	r := &recorder{TB: t}
+	WaitGoroutines(r, before)
+	assert.Empty(t, r.errs)
+	<-done
+	// One that outlives the wait is reported, with its stack.
+	if testing.Short() {
+		t.Skip("waits GoroutineSettle")
+	}
+	stop := make(chan struct{})
+	go parkedForWaitGoroutines(stop)
+	WaitGoroutines(r, before)
+	close(stop)
+	require.Len(t, r.errs, 1)
+	assert.Contains(t, r.errs[0], fmt.Sprintf("goroutines: %d before, %d after:", before, before+1))
+	assert.Contains(t, r.errs[0], "parkedForWaitGoroutines")
+}
+
+func parkedForWaitGoroutines(stop chan struct{}) { <-stop }

@@ -87,11 +87,18 @@ func TestMaxMessageSize(t *testing.T) {
 // forge dials addr and says hello as rank `as` of n with the magic of id.
 func forge(t *testing.T, addr string, id UniqueID, as, n int, token uint64) net.Conn {
 	t.Helper()
+	return dialHello(t, addr, id, hello{kind: helloPeer, rank: as, nRanks: n, token: token})
+}
+
+// dialHello dials addr and sends h with the magic of id, by hand.
+func dialHello(t *testing.T, addr string, id UniqueID, h hello) net.Conn {
+	t.Helper()
 	magic, _, err := id.decode()
 	require.NoError(t, err)
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	require.NoError(t, writeFrame(c, hello{magic: magic, kind: helloPeer, rank: as, nRanks: n, token: token}.encode()))
+	h.magic = magic
+	require.NoError(t, writeFrame(c, h.encode()))
 	return c
 }
 

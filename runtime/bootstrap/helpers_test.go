@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -151,21 +150,4 @@ func exercise(t *testing.T, nets []Network) {
 		}
 		return nw.Barrier(ctx)
 	})
-}
-
-// checkNoGoroutineLeak fails if, after cleanup, more goroutines run than
-// before.
-func checkNoGoroutineLeak(t *testing.T, before int) {
-	t.Helper()
-	// Poll by hand: assert.Eventually runs its condition in goroutines of
-	// its own.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("goroutines: %d before, %d after Close:\n%s", before, n, buf)
-	}
 }

@@ -84,12 +84,8 @@ func TestRootPoisonBounded(t *testing.T) {
 	root, id, err := NewRoot(ctx, opts)
 	require.NoError(t, err)
 	defer root.Close()
-	magic, _, err := id.decode()
-	require.NoError(t, err)
-	raw, err := net.Dial("tcp", id.Addr())
-	require.NoError(t, err)
+	raw := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: MaxRanks, addr: "127.0.0.1:9"})
 	defer raw.Close()
-	require.NoError(t, writeFrame(raw, hello{magic: magic, kind: helloCheckIn, rank: 0, nRanks: MaxRanks, addr: "127.0.0.1:9"}.encode()))
 	var worst time.Duration
 	for range 20 {
 		start := time.Now()

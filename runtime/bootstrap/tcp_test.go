@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 )
 
 func TestTCPCollectives(t *testing.T) {
@@ -118,7 +120,7 @@ func TestMissingRank(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout)
 		require.EqualError(t, err, "bootstrap: timed out after 2s waiting for ranks [3] of 4 to check in")
 		require.NoError(t, root.Close())
-		checkNoGoroutineLeak(t, before)
+		leakcheck.WaitGoroutines(t, before)
 	})
 	t.Run("root-times-out-first", func(t *testing.T) {
 		ctx := context.Background()
@@ -164,7 +166,7 @@ func TestMissingRank(t *testing.T) {
 		require.NotErrorIs(t, err, ErrTimeout)
 		require.NoError(t, root.Close())
 		require.ErrorIs(t, root.Wait(context.Background()), ErrClosed)
-		checkNoGoroutineLeak(t, before)
+		leakcheck.WaitGoroutines(t, before)
 	})
 	t.Run("root-ctx-cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -255,7 +257,7 @@ func TestStrangersRejected(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 	idle.Close()
-	checkNoGoroutineLeak(t, before)
+	leakcheck.WaitGoroutines(t, before)
 }
 
 func TestRootRejectsDuplicateRank(t *testing.T) {
@@ -264,15 +266,11 @@ func TestRootRejectsDuplicateRank(t *testing.T) {
 	root, id, err := NewRoot(ctx, opts)
 	require.NoError(t, err)
 	defer root.Close()
-	magic, _, err := id.decode()
-	require.NoError(t, err)
 
 	// Rank 0 checks in by hand, and asks for the status so that we know the
 	// root has registered it.
-	raw, err := net.Dial("tcp", id.Addr())
-	require.NoError(t, err)
+	raw := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: 2, addr: "127.0.0.1:9"})
 	defer raw.Close()
-	require.NoError(t, writeFrame(raw, hello{magic: magic, kind: helloCheckIn, rank: 0, nRanks: 2, addr: "127.0.0.1:9"}.encode()))
 	require.NoError(t, writeFrame(raw, []byte{msgQuery}))
 	b, err := readFrame(raw, 1024)
 	require.NoError(t, err)
@@ -330,5 +328,5 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		_, err = conns[1].Recv(ctx, 0, 0)
 		require.ErrorIs(t, err, ErrAborted)
 	}()
-	checkNoGoroutineLeak(t, before)
+	leakcheck.WaitGoroutines(t, before)
 }

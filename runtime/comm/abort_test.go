@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
@@ -16,7 +17,7 @@ import (
 func splitParents(t *testing.T, n int, tcp bool) (parents, kids []*Engine) {
 	t.Helper()
 	parents = fakeParents(t, n, tcp)
-	kids, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(context.Background(), parents[r], 0, 0) })
+	kids, errs := testutil.OnEveryRank(n, func(r int) (*Engine, error) { return split(context.Background(), parents[r], 0, 0) })
 	require.NoError(t, errors.Join(errs...))
 	return parents, kids
 }
@@ -30,7 +31,7 @@ func TestAbortAfterDestroyKeepsChild(t *testing.T) {
 	parents, kids := splitParents(t, n, false)
 	destroyAll(t, parents...)
 	parents[0].Abort()
-	grand, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
+	grand, errs := testutil.OnEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
 	require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
 	destroyAll(t, grand...)
 	destroyAll(t, kids...)
@@ -71,7 +72,7 @@ func TestAbortRacesDestroy(t *testing.T) {
 		const n = 2
 		ctx := context.Background()
 		parents, kids := splitParents(t, n, false)
-		_, errs := onEveryRank(3, func(i int) (struct{}, error) {
+		_, errs := testutil.OnEveryRank(3, func(i int) (struct{}, error) {
 			if i == 0 {
 				return struct{}{}, parents[0].Destroy()
 			}
@@ -79,7 +80,7 @@ func TestAbortRacesDestroy(t *testing.T) {
 			return struct{}{}, nil
 		})
 		require.NoError(t, errors.Join(errs...))
-		grand, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
+		grand, errs := testutil.OnEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
 		require.NoError(t, errors.Join(errs...), "the child's bootstrap still works")
 		destroyAll(t, grand...)
 		destroyAll(t, kids...)

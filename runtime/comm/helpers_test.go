@@ -3,14 +3,13 @@ package comm
 import (
 	"context"
 	"fmt"
-	goruntime "runtime"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/tune"
@@ -28,24 +27,8 @@ func fakeEngine(t *testing.T, rank, n int) *Engine {
 // bootstrap.
 func fakeParents(t *testing.T, n int, tcp bool) []*Engine {
 	t.Helper()
-	nets := make([]bootstrap.Network, n)
 	opts := bootstrap.Options{Timeout: 20 * time.Second}
-	if tcp {
-		root, id, err := bootstrap.NewRoot(context.Background(), opts)
-		require.NoError(t, err)
-		defer root.Close()
-		conns, errs := onEveryRank(n, func(r int) (*bootstrap.Conn, error) {
-			return bootstrap.Init(context.Background(), id, r, n, opts)
-		})
-		for r := range n {
-			require.NoError(t, errs[r])
-			nets[r] = conns[r]
-		}
-	} else {
-		var err error
-		nets, err = bootstrap.NewInProcessOptions(n, opts)
-		require.NoError(t, err)
-	}
+	nets := testutil.Networks(t, n, tcp, opts)
 	es := make([]*Engine, n)
 	for r := range n {
 		es[r] = fakeEngine(t, r, n)
@@ -65,17 +48,6 @@ func shrink(ctx context.Context, e *Engine, exclude []int, abortMode bool) (*Eng
 	return e.Shrink(ctx, slices.Sorted(slices.Values(exclude)), e.Settings(), abortMode, nil)
 }
 
-// onEveryRank runs fn for ranks 0..n-1 at once and returns the results.
-func onEveryRank[T any](n int, fn func(r int) (T, error)) ([]T, []error) {
-	out, errs := make([]T, n), make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { out[r], errs[r] = fn(r) })
-	}
-	wg.Wait()
-	return out, errs
-}
-
 func destroyAll(t *testing.T, es ...*Engine) {
 	t.Helper()
 	for _, e := range es {
@@ -89,7 +61,7 @@ func destroyAll(t *testing.T, es ...*Engine) {
 // every member.
 func childRanks(t *testing.T, parents, children []*Engine) map[int][]int {
 	t.Helper()
-	out, errs := onEveryRank(len(children), func(i int) ([]int, error) {
+	out, errs := testutil.OnEveryRank(len(children), func(i int) ([]int, error) {
 		c := children[i]
 		if c == nil {
 			return nil, nil
@@ -112,16 +84,4 @@ func childRanks(t *testing.T, parents, children []*Engine) map[int][]int {
 		}
 	}
 	return m
-}
-
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := goruntime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before, %d after:\n%s", before, g, buf[:goruntime.Stack(buf, true)])
-	}
 }

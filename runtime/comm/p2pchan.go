@@ -2,9 +2,8 @@ package comm
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/ncclgo/ncclgo/internal/envint"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
@@ -66,15 +65,13 @@ type p2pLimits struct {
 func p2pLimitsFrom(opt int, p2pDisable bool, getenv func(string) string) (p2pLimits, error) {
 	lim := p2pLimits{PerPeer: opt, PerNetPeer: DefaultP2PNetChannels, P2PDisable: p2pDisable}
 	read := func(name string, dst *int) error {
-		s := strings.TrimSpace(getenv(name))
-		if s == "" {
-			return nil
+		n, ok, err := envint.Get(getenv, name, "a channel count", 1, config.MaxChannels)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > config.MaxChannels {
-			return fmt.Errorf("%w: %s=%q: want a channel count from 1 to %d", ErrInvalidArgument, name, s, config.MaxChannels)
+		if ok {
+			*dst = n
 		}
-		*dst = n
 		return nil
 	}
 	if lim.PerPeer == 0 {

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/transport"
 	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
@@ -190,7 +192,7 @@ func TestPeerAbortEndsKilledProcess(t *testing.T) {
 	require.NoError(t, pp.Close())
 	require.NoError(t, pp.Close(), "Close twice")
 	assert.Equal(t, fds, fdCount(t), "descriptors left open")
-	waitGoroutines(t, gs)
+	leakcheck.WaitGoroutines(t, gs)
 }
 
 // TestPeerAbortSkipsDestroyedPeer: a peer process that destroyed its
@@ -274,7 +276,7 @@ func peerAbortRanks(t *testing.T, machine []string, share []bool) ([]*Engine, []
 			t.Cleanup(func() { segs[r].Close() })
 		}
 	}
-	pps, errs := onEveryRank(n, func(r int) (*peerPages, error) {
+	pps, errs := testutil.OnEveryRank(n, func(r int) (*peerPages, error) {
 		return sharePeerFlags(context.Background(), nets[r], r, peers, machine[r], segs[r], ipc.SelfPidfd, es[r].log)
 	})
 	for r := range n {
@@ -312,7 +314,7 @@ func TestPeerLostEndsPeerKernels(t *testing.T) {
 		require.NoError(t, s.Close())
 	}
 	assert.Equal(t, fds, fdCount(t), "descriptors left open")
-	waitGoroutines(t, gs)
+	leakcheck.WaitGoroutines(t, gs)
 }
 
 // TestPeerAbortOff: a rank that shares no page (NCCLGO_PEER_ABORT=0) is

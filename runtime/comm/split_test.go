@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/residency"
 )
@@ -56,7 +58,7 @@ func TestSplitFake(t *testing.T) {
 			// Colors: rank 0 alone, 1-2, 3-6 (reversed by key), 7 none.
 			color := []int{0, 1, 1, 2, 2, 2, 2, SplitNoColor}
 			key := []int{0, 0, 0, 9, 8, 7, 6, 0}
-			kids, errs := onEveryRank(8, func(r int) (*Engine, error) {
+			kids, errs := testutil.OnEveryRank(8, func(r int) (*Engine, error) {
 				return split(context.Background(), parents[r], color[r], key[r])
 			})
 			for r, err := range errs {
@@ -69,7 +71,7 @@ func TestSplitFake(t *testing.T) {
 			assert.Equal(t, 4, kids[3].Size())
 
 			// A split of a child.
-			grand, errs := onEveryRank(4, func(i int) (*Engine, error) {
+			grand, errs := testutil.OnEveryRank(4, func(i int) (*Engine, error) {
 				return split(context.Background(), kids[3+i], kids[3+i].Rank()%2, 0)
 			})
 			for _, err := range errs {
@@ -79,7 +81,7 @@ func TestSplitFake(t *testing.T) {
 			assert.Equal(t, map[int][]int{0: {0, 2}, 2: {0, 2}, 1: {1, 3}, 3: {1, 3}}, g, "by the child's rank (parent ranks 6 and 4, 5 and 3)")
 
 			// The parent is untouched, and its second Split works.
-			again, errs := onEveryRank(8, func(r int) (*Engine, error) {
+			again, errs := testutil.OnEveryRank(8, func(r int) (*Engine, error) {
 				return split(context.Background(), parents[r], 0, -r)
 			})
 			for _, err := range errs {
@@ -94,7 +96,7 @@ func TestSplitFake(t *testing.T) {
 			destroyAll(t, again...)
 			destroyAll(t, grand...)
 			assert.Zero(t, bootstrap.SharedNetworks())
-			waitGoroutines(t, before)
+			leakcheck.WaitGoroutines(t, before)
 		})
 	}
 }
@@ -108,7 +110,7 @@ func TestShrinkFake(t *testing.T) {
 				// Rank 1 is dead: its bootstrap is gone.
 				parents[1].net.Abort()
 			}
-			kids, errs := onEveryRank(5, func(r int) (*Engine, error) {
+			kids, errs := testutil.OnEveryRank(5, func(r int) (*Engine, error) {
 				if r == 1 || r == 3 {
 					return nil, nil // excluded ranks do not call Shrink
 				}
@@ -131,7 +133,7 @@ func TestShrinkFake(t *testing.T) {
 			}
 			destroyAll(t, kids...)
 			destroyAll(t, parents...)
-			waitGoroutines(t, before)
+			leakcheck.WaitGoroutines(t, before)
 		})
 	}
 }
@@ -141,7 +143,7 @@ func TestShrinkDisagree(t *testing.T) {
 	defer destroyAll(t, parents...)
 	excl := [][]int{{3}, {3}, {1}, nil}
 	start := time.Now()
-	_, errs := onEveryRank(4, func(r int) (*Engine, error) {
+	_, errs := testutil.OnEveryRank(4, func(r int) (*Engine, error) {
 		if r == 3 {
 			return nil, nil
 		}
@@ -157,7 +159,7 @@ func TestShrinkDisagree(t *testing.T) {
 
 	// A bad list on one rank (package ncclgo's check fails it locally)
 	// fails the others at once too.
-	_, errs = onEveryRank(3, func(r int) (*Engine, error) {
+	_, errs = testutil.OnEveryRank(3, func(r int) (*Engine, error) {
 		var local error
 		if r == 2 {
 			local = fmt.Errorf("exclude=[3 3]: %w", ErrInvalidArgument)
@@ -225,7 +227,7 @@ func TestDestroyAbortKeepsChildren(t *testing.T) {
 		require.NoError(t, err)
 		p.addColocated()
 	}
-	kids, errs := onEveryRank(2, func(r int) (*Engine, error) {
+	kids, errs := testutil.OnEveryRank(2, func(r int) (*Engine, error) {
 		return split(context.Background(), parents[r], 0, 0)
 	})
 	require.NoError(t, errors.Join(errs...))
@@ -233,7 +235,7 @@ func TestDestroyAbortKeepsChildren(t *testing.T) {
 	for _, p := range parents {
 		require.True(t, p.Aborted())
 	}
-	grand, errs := onEveryRank(2, func(r int) (*Engine, error) {
+	grand, errs := testutil.OnEveryRank(2, func(r int) (*Engine, error) {
 		return split(context.Background(), kids[r], 0, 0)
 	})
 	require.NoError(t, errors.Join(errs...), "the children's bootstrap still works")
@@ -273,13 +275,13 @@ func TestAbortKeepsChildren(t *testing.T) {
 			require.True(t, parents[0].Aborted())
 
 			t1 := time.Now()
-			_, errs := onEveryRank(n-1, func(i int) (*Engine, error) { return split(ctx, parents[i+1], 0, 0) })
+			_, errs := testutil.OnEveryRank(n-1, func(i int) (*Engine, error) { return split(ctx, parents[i+1], 0, 0) })
 			for i, err := range errs {
 				require.ErrorIs(t, err, bootstrap.ErrCollectiveBroken, "rank %d", i+1)
 			}
 			require.Less(t, time.Since(t1), 5*time.Second, "the peers heard of the abort instead of timing out")
 
-			grand, errs := onEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
+			grand, errs := testutil.OnEveryRank(n, func(r int) (*Engine, error) { return split(ctx, kids[r], 0, 0) })
 			require.NoError(t, errors.Join(errs...), "the children's bootstrap still works")
 			destroyAll(t, grand...)
 			destroyAll(t, kids...)

@@ -339,23 +339,16 @@ func (e *Engine) markWindows(tasks []enqueue.Task) []enqueue.Task {
 	tasks = append([]enqueue.Task(nil), tasks...)
 	for i := range tasks {
 		t := &tasks[i]
-		n := uint64(e.nRanks)
-		var sendBytes, recvBytes uint64
-		switch t.Coll {
-		case kspace.AllReduce, kspace.Broadcast:
-			sendBytes, recvBytes = t.Bytes, t.Bytes
-		case kspace.AllGather:
-			sendBytes, recvBytes = t.Bytes, t.Bytes*n
-		case kspace.ReduceScatter:
-			sendBytes, recvBytes = t.Bytes*n, t.Bytes
-		case kspace.SendRecv:
+		if t.Coll == kspace.SendRecv {
 			if r := e.windowRow(t.Send, t.Bytes); t.IsSend && t.Bytes > 0 && r >= 0 {
 				t.SendWin = int32(r + 1)
 			}
 			continue
-		default:
+		}
+		if !kspace.Implemented(t.Coll, kspace.Direct) {
 			continue
 		}
+		sendBytes, recvBytes := t.Coll.Extents(t.Bytes, e.nRanks)
 		send := t.Send
 		if t.Coll == kspace.Broadcast && t.Root != e.rank {
 			send = t.Recv // a non-root's sendbuff is not read

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -41,7 +42,7 @@ func TestRegisterWindowLocalErrorFailsEveryRank(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			start := time.Now()
-			_, errs := onEveryRank(3, func(r int) (*Window, error) { return es[r].RegisterWindow(ctx, c.buf(r), 64) })
+			_, errs := testutil.OnEveryRank(3, func(r int) (*Window, error) { return es[r].RegisterWindow(ctx, c.buf(r), 64) })
 			assert.Less(t, time.Since(start), 4*time.Second, "every rank returns at once")
 			require.ErrorIs(t, errs[1], ErrInvalidArgument)
 			assert.ErrorContains(t, errs[1], c.want)
@@ -75,7 +76,7 @@ func TestAbortEndsWindowExchange(t *testing.T) {
 		if withChild {
 			// A Split child rides on the parent's network: Abort then
 			// leaves the network open for it.
-			ks, errs := onEveryRank(2, func(r int) (*Engine, error) { return split(context.Background(), es[r], 0, r) })
+			ks, errs := testutil.OnEveryRank(2, func(r int) (*Engine, error) { return split(context.Background(), es[r], 0, r) })
 			require.NoError(t, errors.Join(errs...))
 			kids = ks
 		}

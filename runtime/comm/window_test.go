@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -112,11 +113,11 @@ func windowEngines(t *testing.T, n int, pids []int) ([]*Engine, []*fakeWinIPC) {
 func register(es []*Engine, buf func(r int) cuda.DevicePtr, size func(r int) uint64) ([]*Window, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return onEveryRank(len(es), func(r int) (*Window, error) { return es[r].RegisterWindow(ctx, buf(r), size(r)) })
+	return testutil.OnEveryRank(len(es), func(r int) (*Window, error) { return es[r].RegisterWindow(ctx, buf(r), size(r)) })
 }
 
 func deregister(es []*Engine, ws []*Window) []error {
-	_, errs := onEveryRank(len(es), func(r int) (struct{}, error) {
+	_, errs := testutil.OnEveryRank(len(es), func(r int) (struct{}, error) {
 		return struct{}{}, es[r].DeregisterWindow(context.Background(), ws[r])
 	})
 	return errs

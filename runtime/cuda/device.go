@@ -85,26 +85,33 @@ func GetDevice(ordinal int) (Device, error) {
 	return Device(d), nil
 }
 
+// query makes one driver query of d after Init: fn names the driver
+// call, call makes it. A failed call is an error naming the device, with
+// about (" attribute 16", ", peer 1") after it.
+func (d Device) query(fn, about string, call func() C.CUresult) error {
+	if err := Init(); err != nil {
+		return err
+	}
+	if err := check(fn, Result(call())); err != nil {
+		return fmt.Errorf("cuda: device %d%s: %w", int(d), about, err)
+	}
+	return nil
+}
+
 // Name returns the device's product name, e.g. "NVIDIA H200".
 func (d Device) Name() (string, error) {
-	if err := Init(); err != nil {
-		return "", err
-	}
 	var buf [256]C.char
-	if err := check("cuDeviceGetName", Result(C.ncu_device_name(&buf[0], C.int(len(buf)), C.CUdevice(d)))); err != nil {
-		return "", fmt.Errorf("cuda: device %d: %w", int(d), err)
+	if err := d.query("cuDeviceGetName", "", func() C.CUresult { return C.ncu_device_name(&buf[0], C.int(len(buf)), C.CUdevice(d)) }); err != nil {
+		return "", err
 	}
 	return C.GoString(&buf[0]), nil
 }
 
 // Attribute returns one device property.
 func (d Device) Attribute(a DeviceAttribute) (int, error) {
-	if err := Init(); err != nil {
-		return 0, err
-	}
 	var v C.int
-	if err := check("cuDeviceGetAttribute", Result(C.ncu_device_attribute(&v, C.int(a), C.CUdevice(d)))); err != nil {
-		return 0, fmt.Errorf("cuda: device %d attribute %d: %w", int(d), int(a), err)
+	if err := d.query("cuDeviceGetAttribute", fmt.Sprintf(" attribute %d", int(a)), func() C.CUresult { return C.ncu_device_attribute(&v, C.int(a), C.CUdevice(d)) }); err != nil {
+		return 0, err
 	}
 	return int(v), nil
 }
@@ -122,12 +129,9 @@ func (d Device) ComputeCapability() (major, minor int, err error) {
 
 // TotalMem returns the device's memory size in bytes.
 func (d Device) TotalMem() (uint64, error) {
-	if err := Init(); err != nil {
-		return 0, err
-	}
 	var v C.size_t
-	if err := check("cuDeviceTotalMem", Result(C.ncu_device_total_mem(&v, C.CUdevice(d)))); err != nil {
-		return 0, fmt.Errorf("cuda: device %d: %w", int(d), err)
+	if err := d.query("cuDeviceTotalMem", "", func() C.CUresult { return C.ncu_device_total_mem(&v, C.CUdevice(d)) }); err != nil {
+		return 0, err
 	}
 	return uint64(v), nil
 }
@@ -136,12 +140,9 @@ func (d Device) TotalMem() (uint64, error) {
 // "domain:bus:device.function", lowercased so that it matches the names
 // under /sys/bus/pci/devices (e.g. "0000:3b:00.0").
 func (d Device) PCIBusIDString() (string, error) {
-	if err := Init(); err != nil {
-		return "", err
-	}
 	var buf [64]C.char
-	if err := check("cuDeviceGetPCIBusId", Result(C.ncu_device_pci_bus_id(&buf[0], C.int(len(buf)), C.CUdevice(d)))); err != nil {
-		return "", fmt.Errorf("cuda: device %d: %w", int(d), err)
+	if err := d.query("cuDeviceGetPCIBusId", "", func() C.CUresult { return C.ncu_device_pci_bus_id(&buf[0], C.int(len(buf)), C.CUdevice(d)) }); err != nil {
+		return "", err
 	}
 	return strings.ToLower(C.GoString(&buf[0])), nil
 }
@@ -150,12 +151,9 @@ func (d Device) PCIBusIDString() (string, error) {
 // driver has it).
 func (d Device) UUID() ([16]byte, error) {
 	var out [16]byte
-	if err := Init(); err != nil {
-		return out, err
-	}
 	var u C.CUuuid
-	if err := check("cuDeviceGetUuid", Result(C.ncu_device_uuid(&u, C.CUdevice(d)))); err != nil {
-		return out, fmt.Errorf("cuda: device %d: %w", int(d), err)
+	if err := d.query("cuDeviceGetUuid", "", func() C.CUresult { return C.ncu_device_uuid(&u, C.CUdevice(d)) }); err != nil {
+		return out, err
 	}
 	for i := range out {
 		out[i] = byte(u.bytes[i])
@@ -166,12 +164,9 @@ func (d Device) UUID() ([16]byte, error) {
 // CanAccessPeer reports whether d can access peer's memory directly
 // (cuDeviceCanAccessPeer). A device and itself report false, as in CUDA.
 func (d Device) CanAccessPeer(peer Device) (bool, error) {
-	if err := Init(); err != nil {
-		return false, err
-	}
 	var v C.int
-	if err := check("cuDeviceCanAccessPeer", Result(C.ncu_device_can_access_peer(&v, C.CUdevice(d), C.CUdevice(peer)))); err != nil {
-		return false, fmt.Errorf("cuda: device %d, peer %d: %w", int(d), int(peer), err)
+	if err := d.query("cuDeviceCanAccessPeer", fmt.Sprintf(", peer %d", int(peer)), func() C.CUresult { return C.ncu_device_can_access_peer(&v, C.CUdevice(d), C.CUdevice(peer)) }); err != nil {
+		return false, err
 	}
 	return v != 0, nil
 }

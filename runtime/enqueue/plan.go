@@ -246,13 +246,11 @@ func deviceUnits(t Task) (n, unit uint64) {
 }
 
 // bufferBytes is the size of the whole buffer of t that the tuner sizes
-// the call by: t.Bytes, times nRanks for AllGather and ReduceScatter,
-// whose Bytes is one rank's chunk.
+// the call by: the larger of one rank's send and receive buffers
+// (kspace.Coll.Extents; for AllGather and ReduceScatter, whose Bytes is one
+// rank's chunk, NRanks chunks).
 func bufferBytes(c Comm, t Task) uint64 {
-	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
-		return t.Bytes * uint64(c.NRanks)
-	}
-	return t.Bytes
+	return max(t.Coll.Extents(t.Bytes, c.NRanks))
 }
 
 // split divides n units into at most k parts whose boundaries are

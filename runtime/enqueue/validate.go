@@ -46,9 +46,10 @@ func validateTask(c Comm, t Task) error {
 		return fmt.Errorf("%s root %d: want 0..%d", t.Coll, t.Root, c.NRanks-1)
 	}
 	// The whole buffer the tuner sizes (bufferBytes): Bytes, × nRanks for
-	// AllGather and ReduceScatter, whose Bytes is one rank's chunk.
-	if t.Coll == kspace.AllGather || t.Coll == kspace.ReduceScatter {
-		hi, lo := bits.Mul64(t.Bytes, uint64(c.NRanks))
+	// AllGather and ReduceScatter, whose Bytes is one rank's chunk
+	// (kspace.Coll.Blocks).
+	if blocks := max(t.Coll.Blocks(c.NRanks)); blocks > 1 {
+		hi, lo := bits.Mul64(t.Bytes, uint64(blocks))
 		if hi != 0 || lo > MaxBytes {
 			return fmt.Errorf("%s bytes %d per rank (× %d ranks): the buffer exceeds %d bytes; want at most %d bytes per rank",
 				t.Coll, t.Bytes, c.NRanks, uint64(MaxBytes), uint64(MaxBytes)/uint64(c.NRanks))

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ncclgo/ncclgo/internal/envint"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 )
 
@@ -85,15 +86,13 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 		dst  *int
 		max  int
 	}{{"NCCL_SOCKET_NTHREADS", &o.NThreads, MaxSocketThreads}, {"NCCL_NSOCKS_PERTHREAD", &o.NSocksPerThread, MaxSockets}} {
-		s := strings.TrimSpace(getenv(v.name))
-		if s == "" {
-			continue
+		n, ok, err := envint.Get(getenv, v.name, "an integer", 1, v.max)
+		if err != nil {
+			return o, fmt.Errorf("net: %w", err)
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > v.max {
-			return o, fmt.Errorf("net: %s=%q: want an integer from 1 to %d", v.name, s, v.max)
+		if ok {
+			*v.dst = n
 		}
-		*v.dst = n
 	}
 	if s := strings.TrimSpace(getenv("NCCLGO_SOCKET_BUFSIZE")); s != "" {
 		n, err := strconv.Atoi(s)

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ncclgo/ncclgo/internal/envint"
 )
 
 // Conn is a connection that the engine drives.
@@ -70,15 +70,13 @@ func PolicyFromEnv(getenv func(string) string) (Policy, error) {
 		{"NCCLGO_NET_PROXY_SPIN_US", &p.Spin, 0, maxSpinUS, SpinIdle},
 		{"NCCLGO_NET_PROXY_NAP_US", &p.Nap, 1, maxNapUS, NapIdle},
 	} {
-		s := strings.TrimSpace(getenv(v.name))
-		if s == "" {
-			continue
+		n, ok, err := envint.Get(getenv, v.name, "microseconds", v.min, v.max)
+		if err != nil {
+			return DefaultPolicy, fmt.Errorf("proxy: %w (default %d)", err, v.def.Microseconds())
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < v.min || n > v.max {
-			return DefaultPolicy, fmt.Errorf("proxy: %s=%q: want microseconds from %d to %d (default %d)", v.name, s, v.min, v.max, v.def.Microseconds())
+		if ok {
+			*v.dst = time.Duration(n) * time.Microsecond
 		}
-		*v.dst = time.Duration(n) * time.Microsecond
 	}
 	return p, nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/bits"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/internal/envint"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	ncclnet "github.com/ncclgo/ncclgo/runtime/net"
@@ -114,15 +114,13 @@ func netKnobsFromEnv(getenv func(string) string) (netKnobs, error) {
 		{"NCCLGO_NET_SEND_PAIRS", func(n int) { k.sendPairs = n }, 1, maxPairs, maxPairs},
 		{"NCCLGO_NET_CREDIT_BATCH", func(n int) { k.creditBatch = uint64(n) }, 1, generated.Steps, creditBatch},
 	} {
-		s := strings.TrimSpace(getenv(v.name))
-		if s == "" {
-			continue
+		n, ok, err := envint.Get(getenv, v.name, "an integer", v.min, v.max)
+		if err != nil {
+			return defaultNetKnobs, fmt.Errorf("transport: %w (default %d)", err, v.def)
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < v.min || n > v.max {
-			return defaultNetKnobs, fmt.Errorf("transport: %s=%q: want an integer from %d to %d (default %d)", v.name, s, v.min, v.max, v.def)
+		if ok {
+			v.set(n)
 		}
-		v.set(n)
 	}
 	return k, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/internal/envmap"
+	"github.com/ncclgo/ncclgo/internal/testutil"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/stretchr/testify/assert"
@@ -325,7 +326,7 @@ func TestConnectIPCSubAllocated(t *testing.T) {
 		peers, devs := fakeProcesses(n)
 		devs[1].ipcShort = short
 		nets := bootstrap.NewInProcess(n)
-		sets, errs := onEveryRankT(n, func(r int) (*Set, error) {
+		sets, errs := testutil.OnEveryRank(n, func(r int) (*Set, error) {
 			s, err := Connect(context.Background(), nets[r], subAllocIPC{devs[r]}, r, peers, ringEdges(n, nch, r), sizes, Options{Policy: Policy{NoCuMem: true}})
 			if err != nil {
 				nets[r].Abort()
@@ -349,16 +350,4 @@ func TestConnectIPCSubAllocated(t *testing.T) {
 			assert.Zero(t, devs[r].liveCount(), "rank %d: every mapping, handle and allocation released", r)
 		}
 	}
-}
-
-// onEveryRankT runs fn for every rank at once.
-func onEveryRankT[T any](n int, fn func(r int) (T, error)) ([]T, []error) {
-	out := make([]T, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { out[r], errs[r] = fn(r) })
-	}
-	wg.Wait()
-	return out, errs
 }
