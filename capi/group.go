@@ -125,8 +125,9 @@ type call struct {
 
 // collective runs one call of count elements of dt (checked here first):
 // add queues it into the thread's open group, or, outside a group, runs it
-// at once (k.group is nil then).
-func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
+// at once (k.group is nil then), keeping the thread's current context
+// unless sc says the C entry keeps it (scope.c).
+func collective(op string, sc C.int, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
 		return r
@@ -138,6 +139,9 @@ func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t
 	k := call{comm: gc, stream: c.wrap(uintptr(stream)), n: n, t: t}
 	if tg := threadGroup(false); tg != nil {
 		k.group = tg.g
+		return fail(op, add(k))
+	}
+	if sc != 0 {
 		return fail(op, add(k))
 	}
 	return keepContextOf(gc.Context(), func() result { return fail(op, add(k)) })
@@ -170,10 +174,10 @@ func args(op string, count C.size_t, dt C.ncclDataType_t) (int, ncclgo.DataType,
 
 func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 
-//export ncclAllReduce
-func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAllReduce
+func capiAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AllReduce", &res)
-	return collective("AllReduce", h, stream, count, dt, func(k call) error {
+	return collective("AllReduce", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.AllReduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 		}
@@ -181,10 +185,10 @@ func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 	})
 }
 
-//export ncclReduce
-func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiReduce
+func capiReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Reduce", &res)
-	return collective("Reduce", h, stream, count, dt, func(k call) error {
+	return collective("Reduce", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Reduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 		}
@@ -192,10 +196,10 @@ func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 	})
 }
 
-//export ncclReduceScatter
-func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiReduceScatter
+func capiReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("ReduceScatter", &res)
-	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
+	return collective("ReduceScatter", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.ReduceScatter(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 		}
@@ -203,10 +207,10 @@ func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 	})
 }
 
-//export ncclAllGather
-func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAllGather
+func capiAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AllGather", &res)
-	return collective("AllGather", h, stream, count, dt, func(k call) error {
+	return collective("AllGather", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.AllGather(ptr(send), ptr(recv), k.n, k.t, k.stream)
 		}
@@ -214,10 +218,10 @@ func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 	})
 }
 
-//export ncclBroadcast
-func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiBroadcast
+func capiBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Broadcast", &res)
-	return collective("Broadcast", h, stream, count, dt, func(k call) error {
+	return collective("Broadcast", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Broadcast(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 		}
@@ -225,16 +229,16 @@ func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_
 	})
 }
 
-//export ncclBcast
-func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiBcast
+func capiBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Bcast", &res)
-	return ncclBroadcast(buf, buf, count, dt, root, h, stream)
+	return capiBroadcast(buf, buf, count, dt, root, h, stream, sc)
 }
 
-//export ncclAlltoAll
-func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAlltoAll
+func capiAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AlltoAll", &res)
-	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
+	return collective("AlltoAll", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.AllToAll(ptr(send), ptr(recv), k.n, k.t, k.stream)
 		}
@@ -242,10 +246,10 @@ func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t
 	})
 }
 
-//export ncclGather
-func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiGather
+func capiGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Gather", &res)
-	return collective("Gather", h, stream, count, dt, func(k call) error {
+	return collective("Gather", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Gather(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 		}
@@ -253,10 +257,10 @@ func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, 
 	})
 }
 
-//export ncclScatter
-func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiScatter
+func capiScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Scatter", &res)
-	return collective("Scatter", h, stream, count, dt, func(k call) error {
+	return collective("Scatter", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Scatter(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 		}
@@ -264,10 +268,10 @@ func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t,
 	})
 }
 
-//export ncclSend
-func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiSend
+func capiSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Send", &res)
-	return collective("Send", h, stream, count, dt, func(k call) error {
+	return collective("Send", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Send(ptr(send), k.n, k.t, int(peer), k.stream)
 		}
@@ -275,10 +279,10 @@ func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.i
 	})
 }
 
-//export ncclRecv
-func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiRecv
+func capiRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Recv", &res)
-	return collective("Recv", h, stream, count, dt, func(k call) error {
+	return collective("Recv", sc, h, stream, count, dt, func(k call) error {
 		if k.group == nil {
 			return k.comm.Recv(ptr(recv), k.n, k.t, int(peer), k.stream)
 		}

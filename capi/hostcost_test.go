@@ -46,7 +46,7 @@ func benchCAllReduceInPlace1(b *testing.B) {
 	var streamObj byte
 	buf, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&streamObj)
 	for b.Loop() {
-		if r := ncclAllReduce(buf, buf, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
+		if r := capiAllReduce(buf, buf, 2, cFloat32, cSum, c.h, stream, 1); r != cSuccess {
 			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
 		}
 	}
@@ -66,7 +66,7 @@ func BenchmarkCAllReduceOutOfPlace1(b *testing.B) {
 	var streamObj byte
 	send, recv, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&mem[8]), unsafe.Pointer(&streamObj)
 	for b.Loop() {
-		if r := ncclAllReduce(send, recv, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
+		if r := capiAllReduce(send, recv, 2, cFloat32, cSum, c.h, stream, 1); r != cSuccess {
 			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
 		}
 	}
