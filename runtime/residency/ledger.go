@@ -480,7 +480,8 @@ func (t *Ticket) DoneEach(ks []int, c func(j int) Completion) {
 }
 
 // Close withdraws the requests of t still queued and unpins those admitted
-// but not Done. It is safe to call more than once, and on a zero Ticket.
+// but not Done; Done and Next then find no request. It is safe to call
+// more than once, and on a zero Ticket.
 func (t *Ticket) Close() {
 	l := t.l
 	if l == nil {
@@ -508,6 +509,13 @@ func (t *Ticket) Close() {
 		l.queue = slices.DeleteFunc(l.queue, func(q *request) bool { return q.state == finished })
 		l.pass(false)
 	}
+	// Nothing points into t.reqs now. Keep their memory for AcquireInto,
+	// but not the leases (and their completions) nor the check: a ticket
+	// kept for later groups must not keep a destroyed communicator alive.
+	// Empty, t still answers as closed: nothing to take, Done ignored.
+	clear(t.reqs)
+	t.reqs = t.reqs[:0]
+	t.interrupted = nil
 	l.notify()
 }
 

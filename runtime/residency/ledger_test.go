@@ -624,3 +624,39 @@ func TestTryNextAllAndDoneEach(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, i)
 }
+
+// A closed ticket keeps no lease, nor the interruption check: a caller
+// that keeps it for its next group (a pooled admission) does not keep a
+// destroyed communicator's lease, and the completions it holds, alive.
+// Closed, it still answers as one: nothing to take, Done ignored.
+func TestClosedTicketKeepsNothing(t *testing.T) {
+	l := New()
+	a := join(t, l, "A", 8, map[string]int{"0": 2}, 4)
+	b := join(t, l, "B", 8, map[string]int{"0": 1}, 4)
+	var tk Ticket
+	require.NoError(t, l.AcquireInto(&tk, []Request{{Lease: a, Rank: 0, Blocks: 4}, {Lease: b, Blocks: 4}, {Lease: a, Rank: 1, Blocks: 4}},
+		func() error { return nil }))
+	ks := tk.TryNextAll(nil)
+	require.Equal(t, []int{0, 2}, ks, "B waits")
+	tk.Done(0, nil)
+	tk.Close()
+	for i, r := range tk.reqs[:cap(tk.reqs)] {
+		assert.Nil(t, r.Lease, "request %d", i)
+	}
+	assert.Nil(t, tk.interrupted)
+	assert.Zero(t, a.pins, "the admitted request not Done was unpinned")
+	tk.Done(2, nil) // after Close: ignored
+	_, ok := tk.TryNext()
+	assert.False(t, ok)
+	_, err := tk.Next(long(t))
+	require.ErrorIs(t, err, ErrNoRequest)
+	l.mu.Lock()
+	assert.Empty(t, l.queue, "B's request was withdrawn")
+	l.mu.Unlock()
+	// Acquired into again, it works as new.
+	require.NoError(t, l.AcquireInto(&tk, []Request{{Lease: b, Blocks: 1}}, nil))
+	defer tk.Close()
+	i, err := tk.Next(long(t))
+	require.NoError(t, err, "nothing of A runs: released")
+	assert.Equal(t, 0, i)
+}
