@@ -10,7 +10,13 @@
 // context itself.
 #undef NCCLGO_TYPES_ONLY
 #include "nccl.h"
-#include "../runtime/cuda/shim.h"
+
+// The shim's scope (runtime/cuda/shim.h), declared here instead of
+// included: shim.h declares the driver's types itself, and they clash
+// with the CUDA headers' (CUuuid) where nccl.h found and included them.
+struct CUctx_st;
+int ncu_scope_enter(struct CUctx_st** prev);
+void ncu_scope_leave(struct CUctx_st* prev);
 
 // The Go side, as cgo exports it (_cgo_export.h cannot be included beside
 // the full nccl.h: its prototypes of the other exports drop const).
@@ -29,7 +35,7 @@ ncclResult_t capiRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, void*, int
 // SCOPED runs the Go side call (whose last argument is the scope's flag)
 // inside a scope.
 #define SCOPED(call)                   \
-  CUcontext prev = NULL;               \
+  struct CUctx_st* prev = NULL;        \
   int sc = ncu_scope_enter(&prev);     \
   ncclResult_t r = call;               \
   if (sc) ncu_scope_leave(prev);       \
