@@ -198,6 +198,47 @@ func driverCallsChild(t *testing.T, lib string) {
 		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
 		assert.NotErrorIs(t, err, ErrInvalidUsage)
 	}
+	// The same without a plan (RunOneRankCopy, a one-rank collective of
+	// the C ABI outside a group): the same driver calls, and the same
+	// answers to a capture and to a failed copy.
+	{
+		e := countEngines(t, ctx, fn, 1, 1)[0]
+		e.s.UntrackedOneRankCopies = true
+		s := stream()
+		cp, ok := enqueue.OneRankCopy(ar(0, false)[0])
+		require.True(t, ok)
+		call := func() error {
+			done, err := e.RunOneRankCopy(cp, s)
+			require.True(t, done)
+			return err
+		}
+		got["1 rank unplanned"] = measure(t, d, call)
+		assert.Empty(t, e.events)
+		assert.Nil(t, e.res.last)
+		d.Set("capture_status", 1)
+		c := measure(t, d, call)
+		d.Set("capture_status", 0)
+		assert.Equal(t, 1, c.calls["cuMemcpyAsync"], "captured: %v", c)
+		assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
+		d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
+		err := call()
+		d.Set("copy_result", 0)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrInvalidUsage)
+		assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
+		assert.Contains(t, err.Error(), "copy of 8 bytes")
+		d.Set("copy_result", int(cuda.ResultIllegalAddress))
+		err = call()
+		d.Set("copy_result", 0)
+		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
+		assert.NotErrorIs(t, err, ErrInvalidUsage)
+		// In place: nothing reaches the driver.
+		inPlace, ok := enqueue.OneRankCopy(ar(0, true)[0])
+		require.True(t, ok)
+		c = measure(t, d, func() error { _, err := e.RunOneRankCopy(inPlace, s); return err })
+		assert.Zero(t, c.calls.Total(), "in place: %v", c)
+		assert.Zero(t, c.cgo, "in place: %v", c)
+	}
 	// One rank's kernel, run alone (Engine.run).
 	{
 		e := countEngines(t, ctx, fn, 1, 2)[0]
@@ -307,7 +348,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -317,6 +358,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		"1 rank copy": {4, 1},
 		// Branch onerank: the C ABI's copy alone (was 4 in 1).
 		"1 rank copy untracked": {2, 1},
+		"1 rank unplanned":      {2, 1},
 		"1 rank kernel":         {4, 1},
 		"2 processes":           {4, 1},
 		"2 ranks merged":        {10, 1},
@@ -352,6 +394,7 @@ func driverCallsChild(t *testing.T, lib string) {
 	assert.Zero(t, got["2 ranks 1 stream"].calls["cuStreamWaitEvent"], "one stream: no join")
 	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyAsync"])
 	assert.Equal(t, 1, got["1 rank copy untracked"].calls["cuMemcpyAsync"])
+	assert.Equal(t, 1, got["1 rank unplanned"].calls["cuMemcpyAsync"])
 	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")
 	assert.Equal(t, 2, got["2 ranks busy"].calls["cuStreamWaitEvent"], "the busy stream's join")
 	c := got["2 ranks captured"].calls

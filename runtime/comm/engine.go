@@ -700,6 +700,12 @@ func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
 		}
 		k++
 	}
+	return e.copiesErr(err)
+}
+
+// copiesErr words the failure of runCopies' copies: ErrInvalidUsage on a
+// stream whose CUDA graph capture was invalidated, as run's capture check.
+func (e *Engine) copiesErr(err error) error {
 	if ce := (*cuda.Error)(nil); errors.As(err, &ce) && ce.Code == cuda.ResultStreamCaptureInvalidated {
 		return fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w (%w)", e.rank, ErrInvalidUsage, enqueue.ErrCaptureInvalidated, err)
 	}
@@ -707,6 +713,46 @@ func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
 		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	return nil
+}
+
+// RunOneRankCopy runs a collective of a one-rank engine that needs no
+// kernel, given as what it plans (cp, from enqueue.OneRankCopy), without
+// planning it: nothing for an empty copy (in place, or no bytes), as for
+// an empty plan; else, under Settings.UntrackedOneRankCopies, the copy
+// alone on stream in one call into the driver, as run queues a plan of
+// only that copy (runCopies), with run's checks and errors. The engine's
+// lock orders it with Destroy: it queues nothing once Destroy began.
+// A plan of copies only has no decisions to log. done is false, with
+// nothing done, when e has more than one rank or tracks its copies: the
+// caller then plans the call.
+func (e *Engine) RunOneRankCopy(cp enqueue.Copy, stream *cuda.Stream) (done bool, err error) {
+	if e.nRanks != 1 {
+		return false, nil
+	}
+	if cp.Bytes == 0 {
+		return true, nil
+	}
+	// A one-rank engine shares its GPU with no rank of its own, so it has
+	// no lane (laneFor) to enter.
+	if !e.s.UntrackedOneRankCopies || e.lanes.shared {
+		return false, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return true, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
+	}
+	if err := e.IdleNetError(); err != nil {
+		return true, fmt.Errorf("ncclgo: rank %d: nothing launched: %w: %w", e.rank, ErrPeerFailed, err)
+	}
+	if e.launcher == nil {
+		return true, nil // host-only: nothing runs
+	}
+	// One cgo call: no other thread's per-thread stream can come between.
+	if err := stream.MemcpyDtoDAsync(cuda.DevicePtr(cp.Dst), cuda.DevicePtr(cp.Src), cp.Bytes); err != nil {
+		return true, e.copiesErr(fmt.Errorf("enqueue: copy of %d bytes: %w", cp.Bytes, err))
+	}
+	return true, nil
 }
 
 // runEager is run's common case in one call into the driver (cuda.Ops):

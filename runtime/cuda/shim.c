@@ -163,19 +163,61 @@ CUresult ncu_init(void) { return p_cuInit(0); }
 CUresult ncu_error_name(CUresult r, const char** s) { return p_cuGetErrorName(r, s); }
 CUresult ncu_error_string(CUresult r, const char** s) { return p_cuGetErrorString(r, s); }
 
+/* scope is the calling thread's entry into the library through its C API
+   (ncu_scope_enter .. ncu_scope_leave): the context current when the host
+   called, and, while known, the one current now. Only the shim changes the
+   thread's context inside a scope (the callback's goroutine is locked to
+   the host's thread, and the host runs nothing until the call returns), so
+   each switch it makes updates cur, and SETCTX trusts cur instead of
+   asking the driver; anything that changes the context otherwise
+   (cuCtxDestroy pops it) clears known, and SETCTX asks again. */
+static __thread struct {
+  int scoped, known;
+  CUcontext cur;
+} scope;
+
 /* SETCTX makes c current on the calling thread unless it already is
    (cuCtxGetCurrent is a thread-local read; cuCtxSetCurrent does more), so
    that a thread issuing call after call in one context pays for the switch
    once, while one whose context something else changed meanwhile (another
-   library, cudaSetDevice) still gets c. */
-#define SETCTX(c)                                                         \
-  do {                                                                    \
-    CUcontext _cur = NULL;                                                \
-    if (p_cuCtxGetCurrent(&_cur) != NCU_SUCCESS || _cur != (c)) {         \
-      CUresult _r = p_cuCtxSetCurrent(c);                                 \
-      if (_r != NCU_SUCCESS) return _r;                                   \
-    }                                                                     \
+   library, cudaSetDevice) still gets c. Inside a scope whose context is
+   known it asks nothing. */
+#define SETCTX(c)                                                             \
+  do {                                                                        \
+    CUcontext _cur = NULL;                                                    \
+    int _same = scope.known ? scope.cur == (c)                                \
+                            : p_cuCtxGetCurrent(&_cur) == NCU_SUCCESS && _cur == (c); \
+    if (!_same) {                                                             \
+      CUresult _r = p_cuCtxSetCurrent(c);                                     \
+      ncu_scope_switched(c, _r);                                              \
+      if (_r != NCU_SUCCESS) return _r;                                       \
+    }                                                                         \
   } while (0)
+
+int ncu_scope_enter(CUcontext* prev) {
+  scope.scoped = scope.known = 0;
+  if (p_cuCtxGetCurrent == NULL || p_cuCtxGetCurrent(prev) != NCU_SUCCESS) return 0;
+  scope.scoped = scope.known = 1;
+  scope.cur = *prev;
+  return 1;
+}
+
+void ncu_scope_leave(CUcontext prev) {
+  if (!scope.scoped) return;
+  CUcontext cur = scope.cur;
+  int known = scope.known || p_cuCtxGetCurrent(&cur) == NCU_SUCCESS;
+  scope.scoped = scope.known = 0;
+  if (known && cur != prev) p_cuCtxSetCurrent(prev);
+}
+
+void ncu_scope_switched(CUcontext c, CUresult r) {
+  if (!scope.scoped) return;
+  scope.known = r == NCU_SUCCESS;
+  scope.cur = c;
+}
+
+void ncu_scope_forget(void) { scope.known = 0; }
+
 #define NEED(p)                                      \
   do {                                               \
     if (p == NULL) return NCU_ERROR_NOT_SUPPORTED;   \
@@ -223,12 +265,21 @@ CUresult ncu_device_can_access_peer(int* v, CUdevice d, CUdevice peer) {
 }
 
 CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
-CUresult ncu_primary_ctx_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
+CUresult ncu_primary_ctx_release(CUdevice d) {
+  ncu_scope_forget(); /* a context it destroys is current nowhere after */
+  return p_cuDevicePrimaryCtxRelease(d);
+}
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
   SETCTX(c);
   return p_cuCtxEnablePeerAccess(peer, 0);
 }
-CUresult ncu_ctx_get_current(CUcontext* c) { return p_cuCtxGetCurrent(c); }
+CUresult ncu_ctx_get_current(CUcontext* c) {
+  if (scope.known) {
+    *c = scope.cur;
+    return NCU_SUCCESS;
+  }
+  return p_cuCtxGetCurrent(c);
+}
 CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d) {
   SETCTX(c);
   return p_cuCtxGetDevice(d);
@@ -243,9 +294,14 @@ CUresult ncu_ctx_create(CUcontext* c, CUdevice d) {
 }
 CUresult ncu_ctx_destroy(CUcontext c) {
   NEED(p_cuCtxDestroy);
+  ncu_scope_forget(); /* destroying the current context pops it */
   return p_cuCtxDestroy(c);
 }
-CUresult ncu_ctx_set_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
+CUresult ncu_ctx_set_current(CUcontext c) {
+  CUresult r = p_cuCtxSetCurrent(c);
+  ncu_scope_switched(c, r);
+  return r;
+}
 CUresult ncu_ctx_sm_limit(CUcontext c, int* n) {
   NEED(p_cuCtxGetExecAffinity);
   SETCTX(c);
