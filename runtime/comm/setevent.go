@@ -64,7 +64,16 @@ func setEventFor(ls []Launch, rs []rankSync) (*setEvent, error) {
 			return s, nil
 		}
 	}
-	ev, err := e0.cctx.NewEvent(true)
+	// Through a context wrapper of its own: the first rank's is released
+	// at its Destroy (and with it every event made through it), while the
+	// other ranks may still query the event. The context itself outlives
+	// the event: each rank retains it (or its caller owns it) until after
+	// it let go of the event.
+	ctx, err := cuda.WrapContext(e0.cctx.Handle())
+	var ev *cuda.Event
+	if err == nil {
+		ev, err = ctx.NewEvent(true)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo: ranks %s: the multi-rank launch's completion event: %w", ranksOf(ls), err)
 	}
