@@ -94,6 +94,11 @@ type Engine struct {
 	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
 	split     splitState              // Split and Shrink (split.go)
 
+	// sets are the completion events of the multi-rank launch sets the
+	// rank was launched in (setevent.go), held until Destroy; guarded by
+	// mu.
+	sets []*setEvent
+
 	// state mirrors destroyed (stateDestroyed) and finalized
 	// (stateFinalized), written with them under mu, for State: every
 	// call checks it, twice in a group.
@@ -301,7 +306,7 @@ func (e *Engine) Wait(ctx context.Context, check func() error) error {
 		e.mu.Unlock()
 		return fmt.Errorf("ncclgo: Wait: %w", ErrDestroyed)
 	}
-	evs := slices.Collect(maps.Values(e.events))
+	evs := e.completions(nil)
 	e.mu.Unlock()
 	err := poll(ctx, func() (bool, error) {
 		for len(evs) > 0 {
@@ -364,16 +369,23 @@ func (e *Engine) Destroy() error {
 	e.destroyed = true
 	e.state.Or(stateDestroyed)
 	evs := e.events // left in e.events for proxyFailed's look until destroyed below
+	sets := e.sets  // likewise; no launch adds to either once destroyed is set
 	e.mu.Unlock()
 	handles := slices.Sorted(maps.Keys(evs))
-	comps := make([]residency.Completion, len(handles))
-	for i, h := range handles {
-		comps[i] = evs[h]
+	comps := make([]residency.Completion, 0, len(handles)+len(sets))
+	labels := make([]string, 0, cap(comps))
+	for _, h := range handles {
+		comps = append(comps, evs[h])
+		labels = append(labels, fmt.Sprintf("%#x", h))
+	}
+	for _, s := range sets {
+		comps = append(comps, s.ev)
+		labels = append(labels, s.label())
 	}
 	streams := func(idx []int) string {
 		s := make([]string, len(idx))
 		for i, p := range idx {
-			s[i] = fmt.Sprintf("%#x", handles[p])
+			s[i] = labels[p]
 		}
 		return strings.Join(s, ", ")
 	}
@@ -422,6 +434,9 @@ func (e *Engine) Destroy() error {
 		errs = append(errs, ev.Destroy())
 	}
 	e.events = nil
+	// Every set event it held has completed: let go of them (the last
+	// rank of a set destroys its event).
+	errs = append(errs, e.releaseSets())
 	e.mu.Unlock()
 	// Freeing device memory waits for every kernel of the device, other
 	// communicators' too: bound that wait as well.
@@ -654,7 +669,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 	} else if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	if last := e.res.last; last != nil && last != ev {
+	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		if err := capture.Wait(stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
 		}
@@ -803,7 +818,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	o := &e.ops
 	checks := o.Len()
 	wi := -1
-	if last := e.res.last; last != nil && last != ev {
+	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		wi = o.WaitEvent(stream, last, captured, cuda.OpStop)
 	}
 	first, last, ok, err := e.launcher.Queue(p, stream, o)
