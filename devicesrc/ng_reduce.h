@@ -229,30 +229,29 @@ __device__ __forceinline__ P ngPackReduce(const Op& op, P a, P b) {
   return r;
 }
 
-template <typename T, typename Op, typename P>
-__device__ __forceinline__ P ngPackPre(const Op& op, P a) {
-  if (!Op::kPre) return a;
+// ngPackMap applies f to every lane of a: op.pre (Post false) or op.post
+// (Post true), and returns a itself when the op has none.
+template <typename T, bool Post, typename Op, typename P>
+__device__ __forceinline__ P ngPackMap(const Op& op, P a) {
+  if (!(Post ? Op::kPost : Op::kPre)) return a;
   constexpr int N = sizeof(P) / sizeof(T);
   T ea[N];
   memcpy(ea, &a, sizeof(P));
 #pragma unroll
-  for (int i = 0; i < N; i++) ea[i] = op.pre(ea[i]);
+  for (int i = 0; i < N; i++) ea[i] = Post ? op.post(ea[i]) : op.pre(ea[i]);
   P r;
   memcpy(&r, ea, sizeof(P));
   return r;
 }
 
 template <typename T, typename Op, typename P>
+__device__ __forceinline__ P ngPackPre(const Op& op, P a) {
+  return ngPackMap<T, false>(op, a);
+}
+
+template <typename T, typename Op, typename P>
 __device__ __forceinline__ P ngPackPost(const Op& op, P a) {
-  if (!Op::kPost) return a;
-  constexpr int N = sizeof(P) / sizeof(T);
-  T ea[N];
-  memcpy(ea, &a, sizeof(P));
-#pragma unroll
-  for (int i = 0; i < N; i++) ea[i] = op.post(ea[i]);
-  P r;
-  memcpy(&r, ea, sizeof(P));
-  return r;
+  return ngPackMap<T, true>(op, a);
 }
 
 #endif // NG_REDOPS_H_
