@@ -34,20 +34,17 @@ struct ngArith {
 };
 
 // 8-bit integers promote to int in C++; keep them wrapping.
-template <>
-struct ngArith<uint8_t> {
-  static __device__ __forceinline__ uint8_t add(uint8_t a, uint8_t b) { return (uint8_t)(a + b); }
-  static __device__ __forceinline__ uint8_t mul(uint8_t a, uint8_t b) { return (uint8_t)(a * b); }
-  static __device__ __forceinline__ uint8_t min(uint8_t a, uint8_t b) { return b < a ? b : a; }
-  static __device__ __forceinline__ uint8_t max(uint8_t a, uint8_t b) { return b > a ? b : a; }
+template <typename T>
+struct ngArith8 {
+  static __device__ __forceinline__ T add(T a, T b) { return (T)(a + b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return (T)(a * b); }
+  static __device__ __forceinline__ T min(T a, T b) { return b < a ? b : a; }
+  static __device__ __forceinline__ T max(T a, T b) { return b > a ? b : a; }
 };
 template <>
-struct ngArith<int8_t> {
-  static __device__ __forceinline__ int8_t add(int8_t a, int8_t b) { return (int8_t)(a + b); }
-  static __device__ __forceinline__ int8_t mul(int8_t a, int8_t b) { return (int8_t)(a * b); }
-  static __device__ __forceinline__ int8_t min(int8_t a, int8_t b) { return b < a ? b : a; }
-  static __device__ __forceinline__ int8_t max(int8_t a, int8_t b) { return b > a ? b : a; }
-};
+struct ngArith<uint8_t> : ngArith8<uint8_t> {};
+template <>
+struct ngArith<int8_t> : ngArith8<int8_t> {};
 
 template <>
 struct ngArith<half> {
