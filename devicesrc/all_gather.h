@@ -11,36 +11,26 @@
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngAllGatherRing(struct ngShmem* sh) {
-  const ngGroup g = ngWorkGroup(sh);
-  if (g.tid >= g.nThreads) return;
-  const struct ngDevWork w = sh->work;
-  const int N = sh->comm.nRanks;
-  const int64_t count = (int64_t)w.count;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
-  const int me = sh->comm.rank;
-  if (N == 1) {
-    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst + (int64_t)me * count, total, false);
-    return;
-  }
-  int prev = sh->channel.ring.prev, next = sh->channel.ring.next;
-  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
-  const int64_t cap = ngStepElems<T, Proto>(sh);
-  for (int64_t off = 0; off < total; off += cap) {
-    const int n = (int)ngMin64(cap, total - off);
-    for (int j = 0; j < N; j++) {
-      bool ok;
-      if (j == 0) {
-        ok = prims.step(src + off, dst + (int64_t)me * count + off, n, false, true, false);
-      } else {
-        T* d = dst + (int64_t)ngRingRank(sh, N - j) * count + off;
-        ok = prims.step(nullptr, d, n, true, j < N - 1, false);
+  ngRingRun<T, Op, Proto>(sh, /*post=*/false, /*ownBlock=*/true,
+                          [&](ngGroup g, const struct ngDevWork& w, int N, int me, const ngChanSpan<T>& s) {
+    const int64_t count = (int64_t)w.count;
+    auto prims = ngRingPrims<T, Op, Proto>(sh, g);
+    const int64_t cap = ngStepElems<T, Proto>(sh);
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      for (int j = 0; j < N; j++) {
+        bool ok;
+        if (j == 0) {
+          ok = prims.step(s.src + off, s.dst + (int64_t)me * count + off, n, false, true, false);
+        } else {
+          T* d = s.dst + (int64_t)ngRingRank(sh, N - j) * count + off;
+          ok = prims.step(nullptr, d, n, true, j < N - 1, false);
+        }
+        if (!ok) return;
       }
-      if (!ok) return;
     }
-  }
-  prims.finish();
+    prims.finish();
+  });
 }
 
 template <typename T, typename Op, int Algo, int Proto>

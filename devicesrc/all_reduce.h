@@ -67,9 +67,7 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
   const ngGroup g = ngWorkGroup(sh);
   if (g.tid >= g.nThreads) return;
   const struct ngDevWork w = sh->work;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
+  const ngChanSpan<T> s(w);
   int up = sh->channel.tree.up;
   int down[NG_MAX_TREE_ARITY];
   int nDown = 0;
@@ -80,16 +78,16 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
     if (d >= 0) down[nDown++] = d;
   }
   if (sh->comm.nRanks == 1 || (up < 0 && nDown == 0)) {
-    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, true);
+    ngLocalReduceCopy<T, Op, Proto>(sh, g, s.src, s.dst, s.total, true);
     return;
   }
   const int64_t cap = ngStepElems<T, Proto>(sh);
   if (up < 0) {
     // Root: receive from the children, reduce with our input, finish, send back down.
     ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, NG_MAX_TREE_ARITY> prims(sh, g, down, nDown, down, nDown);
-    for (int64_t off = 0; off < total; off += cap) {
-      const int n = (int)ngMin64(cap, total - off);
-      if (!prims.step(src + off, dst + off, n, true, true, true)) return;
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      if (!prims.step(s.src + off, s.dst + off, n, true, true, true)) return;
     }
     prims.finish();
     return;
@@ -101,16 +99,16 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
   // window open while still pipelining across the tree's depth.
   ngPrims<T, Op, Proto, NG_MAX_TREE_ARITY, 1> upP(sh, g, down, nDown, &up, 1);
   ngPrims<T, Op, Proto, 1, NG_MAX_TREE_ARITY> dnP(sh, g, &up, 1, down, nDown);
-  const int64_t nChunks = (total + cap - 1) / cap;
+  const int64_t nChunks = (s.total + cap - 1) / cap;
   constexpr int64_t lag = NG_STEPS / 2;
   for (int64_t k = 0; k < nChunks + lag; k++) {
     if (k < nChunks) {
       const int64_t off = k * cap;
-      if (!upP.step(src + off, nullptr, (int)ngMin64(cap, total - off), true, true, false)) return;
+      if (!upP.step(s.src + off, nullptr, (int)ngMin64(cap, s.total - off), true, true, false)) return;
     }
     if (k >= lag) {
       const int64_t off = (k - lag) * cap;
-      if (!dnP.step(nullptr, dst + off, (int)ngMin64(cap, total - off), true, true, false)) return;
+      if (!dnP.step(nullptr, s.dst + off, (int)ngMin64(cap, s.total - off), true, true, false)) return;
     }
   }
   upP.finish();

@@ -10,30 +10,21 @@
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngBroadcastRing(struct ngShmem* sh) {
-  const ngGroup g = ngWorkGroup(sh);
-  if (g.tid >= g.nThreads) return;
-  const struct ngDevWork w = sh->work;
-  const int N = sh->comm.nRanks;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
-  if (N == 1) {
-    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, false);
-    return;
-  }
-  const bool isRoot = sh->comm.rank == w.root;
-  const bool isLast = sh->channel.ring.next == w.root;
-  int prev = sh->channel.ring.prev, next = sh->channel.ring.next;
-  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
-  const int64_t cap = ngStepElems<T, Proto>(sh);
-  for (int64_t off = 0; off < total; off += cap) {
-    const int n = (int)ngMin64(cap, total - off);
-    bool ok;
-    if (isRoot) ok = prims.step(src + off, dst + off, n, false, true, false);
-    else ok = prims.step(nullptr, dst + off, n, true, !isLast, false);
-    if (!ok) return;
-  }
-  prims.finish();
+  ngRingRun<T, Op, Proto>(sh, /*post=*/false, /*ownBlock=*/false,
+                          [&](ngGroup g, const struct ngDevWork& w, int, int, const ngChanSpan<T>& s) {
+    const bool isRoot = sh->comm.rank == w.root;
+    const bool isLast = sh->channel.ring.next == w.root;
+    auto prims = ngRingPrims<T, Op, Proto>(sh, g);
+    const int64_t cap = ngStepElems<T, Proto>(sh);
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      bool ok;
+      if (isRoot) ok = prims.step(s.src + off, s.dst + off, n, false, true, false);
+      else ok = prims.step(nullptr, s.dst + off, n, true, !isLast, false);
+      if (!ok) return;
+    }
+    prims.finish();
+  });
 }
 
 template <typename T, typename Op, int Algo, int Proto>

@@ -184,25 +184,6 @@ __device__ __forceinline__ bool ngDirectRuns(struct ngShmem* sh) {
   return false;
 }
 
-// 8 bytes [8*pack, 8*pack+8) of a peer's buffer of nbytes bytes, through
-// L2; bytes past the end read as 0.
-template <typename T>
-__device__ __forceinline__ uint64_t ngLoadPack8CG(const T* base, int pack, int nbytes) {
-  const char* p = reinterpret_cast<const char*>(base) + 8 * (size_t)pack;
-  if (((uintptr_t)p & 7) == 0 && 8 * pack + 8 <= nbytes) return ngLoadCG(reinterpret_cast<const uint64_t*>(p));
-  constexpr int N = 8 / sizeof(T);
-  T e[N];
-  uint64_t zero = 0;
-  memcpy(e, &zero, 8);
-#pragma unroll
-  for (int i = 0; i < N; i++) {
-    if (8 * pack + i * (int)sizeof(T) < nbytes) e[i] = ngLoadCG(reinterpret_cast<const T*>(p) + i);
-  }
-  uint64_t v;
-  memcpy(&v, e, 8);
-  return v;
-}
-
 template <typename T>
 __device__ __forceinline__ const T* ngDirectSendBuf(struct ngShmem* sh, int p) {
   return reinterpret_cast<const T*>(sh->directSend[p]);
@@ -485,9 +466,9 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
       const int i = g.tid + k * g.nThreads;
       v[k] = 0;
       if (i < nPacks) {
-        uint64_t a = ngPackPre<T>(op, ngLoadPack8CG(ngDirectSendBuf<T>(sh, 0) + off, i, nbytes));
+        uint64_t a = ngPackPre<T>(op, ngLoadPack8<T, true>(ngDirectSendBuf<T>(sh, 0) + off, i, nbytes));
         for (int p = 1; p < n; p++)
-          a = ngPackReduce<T>(op, a, ngPackPre<T>(op, ngLoadPack8CG(ngDirectSendBuf<T>(sh, p) + off, i, nbytes)));
+          a = ngPackReduce<T>(op, a, ngPackPre<T>(op, ngLoadPack8<T, true>(ngDirectSendBuf<T>(sh, p) + off, i, nbytes)));
         v[k] = ngPackPost<T>(op, a);
       }
     }

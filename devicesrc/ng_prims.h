@@ -89,19 +89,27 @@ __device__ __forceinline__ uint4 ngLoadCG16(const uint4* p) {
   return v;
 }
 
-// Loads 8 bytes [8*pack, 8*pack+8) of a user buffer of nbytes bytes; bytes past
-// the end read as 0. Element-wise when misaligned.
-template <typename T>
+// Loads 8 bytes [8*pack, 8*pack+8) of a buffer of nbytes bytes; bytes past
+// the end read as 0. Element-wise when misaligned. CG loads through L2
+// (ngLoadCG), as a peer's buffer must be read; else a plain load, as for
+// the user's own buffer.
+template <bool CG, typename U>
+__device__ __forceinline__ U ngLoadMaybeCG(const U* p) {
+  if constexpr (CG) return ngLoadCG(p);
+  else return *p;
+}
+
+template <typename T, bool CG = false>
 __device__ __forceinline__ uint64_t ngLoadPack8(const T* base, int pack, int nbytes) {
   const char* p = reinterpret_cast<const char*>(base) + 8 * (size_t)pack;
-  if (((uintptr_t)p & 7) == 0 && 8 * pack + 8 <= nbytes) return *reinterpret_cast<const uint64_t*>(p);
+  if (((uintptr_t)p & 7) == 0 && 8 * pack + 8 <= nbytes) return ngLoadMaybeCG<CG>(reinterpret_cast<const uint64_t*>(p));
   constexpr int N = 8 / sizeof(T);
   T e[N];
   uint64_t zero = 0;
   memcpy(e, &zero, 8);
 #pragma unroll
   for (int i = 0; i < N; i++) {
-    if (8 * pack + i * (int)sizeof(T) < nbytes) e[i] = reinterpret_cast<const T*>(p)[i];
+    if (8 * pack + i * (int)sizeof(T) < nbytes) e[i] = ngLoadMaybeCG<CG>(reinterpret_cast<const T*>(p) + i);
   }
   uint64_t v;
   memcpy(&v, e, 8);

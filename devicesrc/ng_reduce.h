@@ -34,20 +34,17 @@ struct ngArith {
 };
 
 // 8-bit integers promote to int in C++; keep them wrapping.
-template <>
-struct ngArith<uint8_t> {
-  static __device__ __forceinline__ uint8_t add(uint8_t a, uint8_t b) { return (uint8_t)(a + b); }
-  static __device__ __forceinline__ uint8_t mul(uint8_t a, uint8_t b) { return (uint8_t)(a * b); }
-  static __device__ __forceinline__ uint8_t min(uint8_t a, uint8_t b) { return b < a ? b : a; }
-  static __device__ __forceinline__ uint8_t max(uint8_t a, uint8_t b) { return b > a ? b : a; }
+template <typename T>
+struct ngArith8 {
+  static __device__ __forceinline__ T add(T a, T b) { return (T)(a + b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return (T)(a * b); }
+  static __device__ __forceinline__ T min(T a, T b) { return b < a ? b : a; }
+  static __device__ __forceinline__ T max(T a, T b) { return b > a ? b : a; }
 };
 template <>
-struct ngArith<int8_t> {
-  static __device__ __forceinline__ int8_t add(int8_t a, int8_t b) { return (int8_t)(a + b); }
-  static __device__ __forceinline__ int8_t mul(int8_t a, int8_t b) { return (int8_t)(a * b); }
-  static __device__ __forceinline__ int8_t min(int8_t a, int8_t b) { return b < a ? b : a; }
-  static __device__ __forceinline__ int8_t max(int8_t a, int8_t b) { return b > a ? b : a; }
-};
+struct ngArith<uint8_t> : ngArith8<uint8_t> {};
+template <>
+struct ngArith<int8_t> : ngArith8<int8_t> {};
 
 template <>
 struct ngArith<half> {
@@ -229,30 +226,29 @@ __device__ __forceinline__ P ngPackReduce(const Op& op, P a, P b) {
   return r;
 }
 
-template <typename T, typename Op, typename P>
-__device__ __forceinline__ P ngPackPre(const Op& op, P a) {
-  if (!Op::kPre) return a;
+// ngPackMap applies f to every lane of a: op.pre (Post false) or op.post
+// (Post true), and returns a itself when the op has none.
+template <typename T, bool Post, typename Op, typename P>
+__device__ __forceinline__ P ngPackMap(const Op& op, P a) {
+  if (!(Post ? Op::kPost : Op::kPre)) return a;
   constexpr int N = sizeof(P) / sizeof(T);
   T ea[N];
   memcpy(ea, &a, sizeof(P));
 #pragma unroll
-  for (int i = 0; i < N; i++) ea[i] = op.pre(ea[i]);
+  for (int i = 0; i < N; i++) ea[i] = Post ? op.post(ea[i]) : op.pre(ea[i]);
   P r;
   memcpy(&r, ea, sizeof(P));
   return r;
 }
 
 template <typename T, typename Op, typename P>
+__device__ __forceinline__ P ngPackPre(const Op& op, P a) {
+  return ngPackMap<T, false>(op, a);
+}
+
+template <typename T, typename Op, typename P>
 __device__ __forceinline__ P ngPackPost(const Op& op, P a) {
-  if (!Op::kPost) return a;
-  constexpr int N = sizeof(P) / sizeof(T);
-  T ea[N];
-  memcpy(ea, &a, sizeof(P));
-#pragma unroll
-  for (int i = 0; i < N; i++) ea[i] = op.post(ea[i]);
-  P r;
-  memcpy(&r, ea, sizeof(P));
-  return r;
+  return ngPackMap<T, true>(op, a);
 }
 
 #endif // NG_REDOPS_H_

@@ -187,61 +187,62 @@ struct ngPat {
   }
 };
 
-template <typename T, typename Op>
-__device__ __forceinline__ void ngAllGatherPat(struct ngShmem* sh) {
+// ngPatRun runs a PAT collective on this channel, the way ngRingRun runs a
+// RING one: the threads outside the work's group leave, then body(pat,
+// nRanks, rank, count, span, cap) runs the steps (count: work.count, the
+// elements of a block; cap: of one FIFO slot) and returns when they are
+// done or one stopped the work (abort).
+template <typename T, typename Op, typename Body>
+__device__ __forceinline__ void ngPatRun(struct ngShmem* sh, Body body) {
   const ngGroup g = ngWorkGroup(sh);
   if (g.tid >= g.nThreads) return;
   const struct ngDevWork w = sh->work;
   const int N = sh->comm.nRanks, me = sh->comm.rank;
   const int64_t count = (int64_t)w.count;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
+  const ngChanSpan<T> s(w);
   ngPat<T, Op> pat(sh, g);
-  const int64_t cap = ngStepElems<T, NG_PROTO_SIMPLE>(sh);
-  // Output block of offset o.
-  auto out = [&](int o) -> T* { return dst + (int64_t)((me + o) % N) * count; };
-  for (int64_t off = 0; off < total; off += cap) {
-    const int n = (int)ngMin64(cap, total - off);
-    if (!pat.step(src + off, out(0) + off, n, -1, 0, 0, true, false)) return;
-    for (int64_t d = 1; d < N; d *= 2) {
-      const int m = (int)ngMin64(d, N - d);
-      const int to = pat.peer(-d), from = pat.peer(d);
-      // Send offset j to me-d (as the single connection: a fan of none
-      // receives), receive offset d+j from me+d.
-      for (int j = 0; j < m && j < NG_STEPS; j++) {
-        if (!pat.step(out(j) + off, nullptr, n, to, 0, 0, false, false)) return;
-      }
-      for (int j = 0; j < m; j++) {
-        if (!pat.step(nullptr, out((int)d + j) + off, n, from, 0, 0, true, false)) return;
-        if (j + NG_STEPS < m && !pat.step(out(j + NG_STEPS) + off, nullptr, n, to, 0, 0, false, false)) return;
+  body(pat, N, me, count, s, (int64_t)ngStepElems<T, NG_PROTO_SIMPLE>(sh));
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllGatherPat(struct ngShmem* sh) {
+  ngPatRun<T, Op>(sh, [&](ngPat<T, Op>& pat, int N, int me, int64_t count, const ngChanSpan<T>& s, int64_t cap) {
+    // Output block of offset o.
+    auto out = [&](int o) -> T* { return s.dst + (int64_t)((me + o) % N) * count; };
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      if (!pat.step(s.src + off, out(0) + off, n, -1, 0, 0, true, false)) return;
+      for (int64_t d = 1; d < N; d *= 2) {
+        const int m = (int)ngMin64(d, N - d);
+        const int to = pat.peer(-d), from = pat.peer(d);
+        // Send offset j to me-d (as the single connection: a fan of none
+        // receives), receive offset d+j from me+d.
+        for (int j = 0; j < m && j < NG_STEPS; j++) {
+          if (!pat.step(out(j) + off, nullptr, n, to, 0, 0, false, false)) return;
+        }
+        for (int j = 0; j < m; j++) {
+          if (!pat.step(nullptr, out((int)d + j) + off, n, from, 0, 0, true, false)) return;
+          if (j + NG_STEPS < m && !pat.step(out(j + NG_STEPS) + off, nullptr, n, to, 0, 0, false, false)) return;
+        }
       }
     }
-  }
+  });
 }
 
 template <typename T, typename Op>
 __device__ __forceinline__ void ngReduceScatterPat(struct ngShmem* sh) {
-  const ngGroup g = ngWorkGroup(sh);
-  if (g.tid >= g.nThreads) return;
-  const struct ngDevWork w = sh->work;
-  const int N = sh->comm.nRanks, me = sh->comm.rank;
-  const int64_t count = (int64_t)w.count;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
-  ngPat<T, Op> pat(sh, g);
-  const int64_t cap = ngStepElems<T, NG_PROTO_SIMPLE>(sh);
-  for (int64_t off = 0; off < total; off += cap) {
-    const int n = (int)ngMin64(cap, total - off);
-    for (int o = N - 1; o >= 0; o--) {
-      const bool last = o == 0;
-      const T* in = src + (int64_t)((me + o) % N) * count + off;
-      // Receive the fan from me-2^k; send to me+2^h(o), or write the result.
-      const int to = last ? -1 : pat.peer(1ll << ngPatHigh(o));
-      if (!pat.step(in, last ? dst + off : nullptr, n, to, ngPatFanBegin(o), ngPatFanEnd(N, o), false, last)) return;
+  ngPatRun<T, Op>(sh, [&](ngPat<T, Op>& pat, int N, int me, int64_t count, const ngChanSpan<T>& s, int64_t cap) {
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      for (int o = N - 1; o >= 0; o--) {
+        const bool last = o == 0;
+        const T* in = s.src + (int64_t)((me + o) % N) * count + off;
+        // Receive the fan from me-2^k; send to me+2^h(o), or write the result.
+        const int to = last ? -1 : pat.peer(1ll << ngPatHigh(o));
+        if (!pat.step(in, last ? s.dst + off : nullptr, n, to, ngPatFanBegin(o), ngPatFanEnd(N, o), false, last)) return;
+      }
     }
-  }
+  });
 }
 
 #endif // NG_PAT_H_

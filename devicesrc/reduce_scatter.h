@@ -11,34 +11,24 @@
 
 template <typename T, typename Op, int Proto>
 __device__ __forceinline__ void ngReduceScatterRing(struct ngShmem* sh) {
-  const ngGroup g = ngWorkGroup(sh);
-  if (g.tid >= g.nThreads) return;
-  const struct ngDevWork w = sh->work;
-  const int N = sh->comm.nRanks;
-  const int64_t count = (int64_t)w.count;
-  const T* src = reinterpret_cast<const T*>(w.sendbuff) + w.chanOffset;
-  T* dst = reinterpret_cast<T*>(w.recvbuff) + w.chanOffset;
-  const int64_t total = (int64_t)w.chanCount;
-  const int me = sh->comm.rank;
-  if (N == 1) {
-    ngLocalReduceCopy<T, Op, Proto>(sh, g, src, dst, total, true);
-    return;
-  }
-  int prev = sh->channel.ring.prev, next = sh->channel.ring.next;
-  ngPrims<T, Op, Proto, 1, 1> prims(sh, g, &prev, 1, &next, 1);
-  const int64_t cap = ngStepElems<T, Proto>(sh);
-  for (int64_t off = 0; off < total; off += cap) {
-    const int n = (int)ngMin64(cap, total - off);
-    for (int j = 0; j < N; j++) {
-      // Step j reduces block ngRingRank(N-1-j) (our own at the last step,
-      // which lands in recvbuff); the first step only sends, the last only
-      // receives. One call site keeps the step inlined once.
-      const bool last = j == N - 1;
-      const int b = last ? me : ngRingRank(sh, N - 1 - j);
-      if (!prims.step(src + (int64_t)b * count + off, last ? dst + off : nullptr, n, j > 0, !last, last)) return;
+  ngRingRun<T, Op, Proto>(sh, /*post=*/true, /*ownBlock=*/false,
+                          [&](ngGroup g, const struct ngDevWork& w, int N, int me, const ngChanSpan<T>& s) {
+    const int64_t count = (int64_t)w.count;
+    auto prims = ngRingPrims<T, Op, Proto>(sh, g);
+    const int64_t cap = ngStepElems<T, Proto>(sh);
+    for (int64_t off = 0; off < s.total; off += cap) {
+      const int n = (int)ngMin64(cap, s.total - off);
+      for (int j = 0; j < N; j++) {
+        // Step j reduces block ngRingRank(N-1-j) (our own at the last step,
+        // which lands in recvbuff); the first step only sends, the last only
+        // receives. One call site keeps the step inlined once.
+        const bool last = j == N - 1;
+        const int b = last ? me : ngRingRank(sh, N - 1 - j);
+        if (!prims.step(s.src + (int64_t)b * count + off, last ? s.dst + off : nullptr, n, j > 0, !last, last)) return;
+      }
     }
-  }
-  prims.finish();
+    prims.finish();
+  });
 }
 
 template <typename T, typename Op, int Algo, int Proto>
