@@ -40,11 +40,19 @@ func (c launchCost) String() string {
 // (internal/fakecuda) in a child process: a one-rank out-of-place copy, a
 // one-rank kernel, one rank of two processes (through the residency
 // ledger), and the multi-rank launch of 2 and 8 ranks of one process on
-// their own streams (ncclperf -g N). It fails when a path makes more calls
-// than it does now.
+// their own streams (ncclperf -g N). It fails when a path makes other
+// calls than it does now.
 func TestDriverCallsPerLaunch(t *testing.T) {
+	inFakeDriver(t, "TestDriverCallsPerLaunch", driverCallsChild)
+}
+
+// inFakeDriver runs child in a child process of the test binary that
+// loads the counting fake driver (internal/fakecuda) in place of libcuda:
+// here it builds the fake and runs the test name, t's, there; there
+// (fakeDriverEnv set) it calls child with the fake's path.
+func inFakeDriver(t *testing.T, name string, child func(t *testing.T, lib string)) {
 	if lib := os.Getenv(fakeDriverEnv); lib != "" {
-		driverCallsChild(t, lib)
+		child(t, lib)
 		return
 	}
 	if testing.Short() {
@@ -54,7 +62,7 @@ func TestDriverCallsPerLaunch(t *testing.T) {
 	if err != nil {
 		t.Skip("no fake driver: " + err.Error())
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDriverCallsPerLaunch$", "-test.v", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
