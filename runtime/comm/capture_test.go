@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -44,22 +42,7 @@ func TestCaptureRecordFromEnv(t *testing.T) {
 // with records in the chain (the default), a CU_EVENT_RECORD_EXTERNAL
 // record; eager launches record as before.
 func TestCaptureRecordBeside(t *testing.T) {
-	if lib := os.Getenv(fakeDriverEnv); lib != "" {
-		captureBesideChild(t, lib)
-		return
-	}
-	if testing.Short() {
-		t.Skip("builds a fake driver library")
-	}
-	lib, err := fakecuda.Build(t.TempDir())
-	if err != nil {
-		t.Skip("no fake driver: " + err.Error())
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCaptureRecordBeside$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
-	require.NoError(t, err)
+	inFakeDriver(t, "TestCaptureRecordBeside", captureBesideChild)
 }
 
 func captureBesideChild(t *testing.T, lib string) {

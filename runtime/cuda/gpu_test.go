@@ -192,7 +192,7 @@ $L__BB0_6:
 
 // gpu returns a retained primary context of device 0, or skips the test
 // when there is no usable driver.
-func gpu(t *testing.T) *Context {
+func gpu(t testing.TB) *Context {
 	t.Helper()
 	if err := Init(); err != nil {
 		t.Skip("no CUDA driver: " + err.Error())
@@ -476,7 +476,7 @@ func TestGPUMappedHostMemory(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidValue)
 }
 
-func loadTestModule(t *testing.T, c *Context) *Module {
+func loadTestModule(t testing.TB, c *Context) *Module {
 	t.Helper()
 	m, err := c.LoadModule([]byte(testPTX))
 	require.NoError(t, err)

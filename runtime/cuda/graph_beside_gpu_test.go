@@ -95,16 +95,7 @@ func TestGPUGraphRecordBeside(t *testing.T) {
 	for range replays {
 		require.NoError(t, x.Launch(s))
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ok, err := done.Query()
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "replays did not finish")
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitReplays(t, done)
 	require.NoError(t, s.Synchronize())
 	out := make([]int32, size)
 	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, 4*size))
@@ -123,23 +114,8 @@ func TestGPUGraphRecordBeside(t *testing.T) {
 // (NCCLGO_CAPTURE_RECORD=beside): the GPU-side gap the record node adds
 // between two captured collectives.
 func BenchmarkGPUGraphReplay(b *testing.B) {
-	if err := Init(); err != nil {
-		b.Skip("no CUDA driver: " + err.Error())
-	}
-	d, err := GetDevice(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := d.PrimaryContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Release()
-	m, err := c.LoadModule([]byte(testPTX))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Unload()
+	c := gpu(b)
+	m := loadTestModule(b, c)
 	add1, err := m.Function("add1")
 	if err != nil {
 		b.Fatal(err)

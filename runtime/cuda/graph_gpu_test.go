@@ -96,16 +96,7 @@ func TestGPUGraphCapture(t *testing.T) {
 		require.NoError(t, x.Launch(s))
 	}
 	// done is an ordinary event, recorded by each replay.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ok, err := done.Query()
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "replays did not finish")
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitReplays(t, done)
 	require.NoError(t, s.Synchronize())
 	out := make([]int32, n)
 	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, 4*n))
@@ -122,4 +113,21 @@ func TestGPUGraphCapture(t *testing.T) {
 	assert.Error(t, s.WaitEventExternal(before))
 	assert.Error(t, done.RecordExternal(s))
 	assert.ErrorIs(t, s.BeginCapture(CaptureMode(7)), ErrInvalidValue)
+}
+
+// waitReplays polls done, which every replay of a graph records, until it
+// completes: an ordinary event, queryable although graphs record it. It
+// fails t after a minute.
+func waitReplays(t *testing.T, done *Event) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ok, err := done.Query()
+		require.NoError(t, err)
+		if ok {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "replays did not finish")
+		time.Sleep(100 * time.Microsecond)
+	}
 }

@@ -16,23 +16,8 @@ import (
 // can move per channel on the GPU side, whatever the sockets do. MB/s is
 // the bytes moved (64 MiB a copy).
 func BenchmarkGPUHostPath(b *testing.B) {
-	if err := Init(); err != nil {
-		b.Skip("no CUDA driver: " + err.Error())
-	}
-	d, err := GetDevice(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := d.PrimaryContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Release()
-	m, err := c.LoadModule([]byte(testPTX))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Unload()
+	c := gpu(b)
+	m := loadTestModule(b, c)
 	copy16, err := m.Function("copy16")
 	if err != nil {
 		b.Fatal(err)

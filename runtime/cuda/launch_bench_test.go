@@ -15,23 +15,8 @@ import (
 // drained off the clock every 256 operations, so the figure is host time,
 // not GPU time.
 func BenchmarkGPULaunch(b *testing.B) {
-	if err := Init(); err != nil {
-		b.Skip("no CUDA driver: " + err.Error())
-	}
-	d, err := GetDevice(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := d.PrimaryContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Release()
-	m, err := c.LoadModule([]byte(testPTX))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Unload()
+	c := gpu(b)
+	m := loadTestModule(b, c)
 	add1, err := m.Function("add1")
 	if err != nil {
 		b.Fatal(err)
