@@ -6,9 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/internal/fakecuda"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
 
@@ -46,17 +44,7 @@ func TestCaptureRecordBeside(t *testing.T) {
 }
 
 func captureBesideChild(t *testing.T, lib string) {
-	require.NoError(t, cuda.Init())
-	d, err := fakecuda.Loaded(lib)
-	require.NoError(t, err)
-	dev, err := cuda.GetDevice(0)
-	require.NoError(t, err)
-	ctx, err := dev.PrimaryContext()
-	require.NoError(t, err)
-	m, err := ctx.LoadModule([]byte("fake image"))
-	require.NoError(t, err)
-	fn, err := m.Function("fake")
-	require.NoError(t, err)
+	d, ctx, fn := fakeKernel(t, lib)
 	tasks := []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000, Recv: 0x2000_0000, Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
 
 	for _, beside := range []bool{false, true} {

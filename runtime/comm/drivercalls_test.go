@@ -110,7 +110,10 @@ func measure(t *testing.T, d *fakecuda.Driver, op func() error) launchCost {
 	return launchCost{calls: d.Counts().Div(iters), cgo: int(cgo) / iters}
 }
 
-func driverCallsChild(t *testing.T, lib string) {
+// fakeKernel loads the fake driver at lib (in inFakeDriver's child) and
+// returns it, device 0's primary context and a kernel of a fake module.
+func fakeKernel(t *testing.T, lib string) (*fakecuda.Driver, *cuda.Context, *cuda.Function) {
+	t.Helper()
 	require.NoError(t, cuda.Init())
 	d, err := fakecuda.Loaded(lib)
 	require.NoError(t, err)
@@ -122,6 +125,11 @@ func driverCallsChild(t *testing.T, lib string) {
 	require.NoError(t, err)
 	fn, err := m.Function("fake")
 	require.NoError(t, err)
+	return d, ctx, fn
+}
+
+func driverCallsChild(t *testing.T, lib string) {
+	d, ctx, fn := fakeKernel(t, lib)
 	stream := func() *cuda.Stream {
 		s, err := ctx.NewStream(true)
 		require.NoError(t, err)
