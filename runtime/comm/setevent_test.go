@@ -27,18 +27,8 @@ type fakeSetup struct {
 
 func newFakeSetup(t *testing.T, lib string) fakeSetup {
 	t.Helper()
-	require.NoError(t, cuda.Init())
-	d, err := fakecuda.Loaded(lib)
-	require.NoError(t, err)
-	dev, err := cuda.GetDevice(0)
-	require.NoError(t, err)
-	ctx, err := dev.PrimaryContext()
-	require.NoError(t, err)
-	m, err := ctx.LoadModule([]byte("fake image"))
-	require.NoError(t, err)
-	fn, err := m.Function("fake")
-	require.NoError(t, err)
-	return fakeSetup{d: d, dev: dev, fn: fn}
+	d, ctx, fn := fakeKernel(t, lib)
+	return fakeSetup{d: d, dev: ctx.Device(), fn: fn}
 }
 
 // engines returns n engines of one communicator of n ranks on the fake
