@@ -70,9 +70,10 @@ func Mix(seed uint64, vs ...uint64) uint64 {
 }
 
 // word is the 64-bit word number w of rank's stream under seed.
-func word(seed uint64, rank int, w uint64) uint64 {
-	return mix64(seed ^ mix64(uint64(rank)+0x632be59bd9b4e019) ^ w*0xd6e8feb86659fd93)
-}
+func word(seed uint64, rank int, w uint64) uint64 { return keyedWord(seed, rankKey(rank), w) }
+
+// keyedWord is word w of the stream whose rankKey is key.
+func keyedWord(seed, key, w uint64) uint64 { return mix64(seed ^ key ^ w*0xd6e8feb86659fd93) }
 
 // Uint64 is word i of rank's pseudo-random stream under seed (Bytes are
 // its little-endian bytes): for data of a caller's own shape.
@@ -201,28 +202,60 @@ func Range(t kspace.Type, nRanks int) (lo, hi int64) {
 // ±2 (1 or 2 unsigned) with zero, one or two ranks, drawn per index,
 // holding a 2, so that products stay within 4 in magnitude.
 func Input(seed uint64, t kspace.Type, op Op, nRanks, rank int, i uint64) float64 {
-	h := word(seed, rank, i)
-	g := word(seed, -1, i) // per index, the same on every rank
-	n := uint64(max(nRanks, 1))
-	if op == Prod {
+	d := newDraw(seed, t, op, nRanks)
+	return d.input(rankKey(rank), rank, i, d.indexWord(i))
+}
+
+// draw is Input for one seed, type, op and rank count, with what does not
+// depend on the rank or the element computed once: the reference (Result,
+// Inputs) draws millions of elements.
+type draw struct {
+	seed   uint64
+	op     Op
+	signed bool
+	n      uint64 // ranks, at least 1
+	lo     int64  // Range
+	span   uint64 // hi - lo + 1
+	index  uint64 // the key of the per-index stream (word's rank -1)
+}
+
+func newDraw(seed uint64, t kspace.Type, op Op, nRanks int) draw {
+	lo, hi := Range(t, nRanks)
+	return draw{seed: seed, op: op, signed: signed(t), n: uint64(max(nRanks, 1)), lo: lo, span: uint64(hi - lo + 1),
+		index: rankKey(-1)}
+}
+
+// rankKey is word's key of rank's stream.
+func rankKey(rank int) uint64 { return mix64(uint64(rank) + 0x632be59bd9b4e019) }
+
+// indexWord is element i's word of the per-index stream, the same on every
+// rank.
+func (d *draw) indexWord(i uint64) uint64 { return keyedWord(d.seed, d.index, i) }
+
+// input is Input of rank (whose key is key) at element i, whose per-index
+// word is g.
+func (d *draw) input(key uint64, rank int, i, g uint64) float64 {
+	h := keyedWord(d.seed, key, i)
+	n := d.n
+	if d.op == Prod {
 		v := 1.0
 		k := g % 3
 		if k >= 1 && uint64(rank) == (g>>8)%n || k == 2 && uint64(rank) == (g>>40)%n {
 			v = 2
 		}
-		if signed(t) && h&1 == 1 {
+		if d.signed && h&1 == 1 {
 			v = -v
 		}
 		return v
 	}
-	lo, hi := Range(t, nRanks)
-	span := uint64(hi - lo + 1)
-	if op == Max || op == Min {
+	lo, span := d.lo, d.span
+	if d.op == Max || d.op == Min {
 		top := lo + int64((g>>8)%span) // the result
 		if uint64(rank) == g%n {
 			return float64(top)
 		}
-		if op == Max {
+		hi := lo + int64(span) - 1
+		if d.op == Max {
 			return float64(lo + int64(h%uint64(top-lo+1)))
 		}
 		return float64(top + int64(h%uint64(hi-top+1)))
@@ -233,9 +266,12 @@ func Input(seed uint64, t kspace.Type, op Op, nRanks, rank int, i uint64) float6
 // Inputs returns n consecutive inputs from element off (see Input).
 func Inputs(seed uint64, t kspace.Type, op Op, nRanks, rank int, off uint64, n int) []float64 {
 	out := make([]float64, n)
+	d := newDraw(seed, t, op, nRanks)
+	key := rankKey(rank)
 	chunked(n, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
-			out[k] = Input(seed, t, op, nRanks, rank, off+uint64(k))
+			i := off + uint64(k)
+			out[k] = d.input(key, rank, i, d.indexWord(i))
 		}
 	})
 	return out
@@ -251,24 +287,35 @@ func Encoded(seed uint64, t kspace.Type, op Op, nRanks, rank int, off uint64, n 
 // dividing the sum by nRanks (towards zero for the integer types, as the
 // device does).
 func Result(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uint64) float64 {
+	d := newDraw(seed, t, op, nRanks)
+	keys := make([]uint64, max(nRanks, 0))
+	for r := range keys {
+		keys[r] = rankKey(r)
+	}
+	return d.result(keys, t, scalar, i)
+}
+
+// result is Result at element i, keys holding every rank's key.
+func (d *draw) result(keys []uint64, t kspace.Type, scalar float64, i uint64) float64 {
+	g := d.indexWord(i)
 	var acc float64
-	for r := range nRanks {
-		v := Input(seed, t, op, nRanks, r, i) * scalar
+	for r := range len(keys) {
+		v := d.input(keys[r], r, i, g) * scalar
 		switch {
 		case r == 0:
 			acc = v
-		case op == Prod:
+		case d.op == Prod:
 			acc *= v
-		case op == Max:
+		case d.op == Max:
 			acc = math.Max(acc, v)
-		case op == Min:
+		case d.op == Min:
 			acc = math.Min(acc, v)
 		default:
 			acc += v
 		}
 	}
-	if op == Avg {
-		acc /= float64(nRanks)
+	if d.op == Avg {
+		acc /= float64(len(keys))
 		if t.IsInteger() {
 			acc = math.Trunc(acc)
 		}
@@ -279,9 +326,14 @@ func Result(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, i uin
 // Results returns n consecutive results from element off, encoded in t.
 func Results(seed uint64, t kspace.Type, op Op, nRanks int, scalar float64, off uint64, n int) []byte {
 	vals := make([]float64, n)
+	d := newDraw(seed, t, op, nRanks)
+	keys := make([]uint64, max(nRanks, 0))
+	for r := range keys {
+		keys[r] = rankKey(r)
+	}
 	chunked(n, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
-			vals[k] = Result(seed, t, op, nRanks, scalar, off+uint64(k))
+			vals[k] = d.result(keys, t, scalar, off+uint64(k))
 		}
 	})
 	return numfmt.Encode(t, vals)
