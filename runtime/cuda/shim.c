@@ -3,6 +3,7 @@
 // within the same C call, so goroutine migration between threads cannot
 // separate the two.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -395,19 +396,83 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
   SETCTX(c);
   return p_cuMemcpyDtoHAsync(dst, src, n, s);
 }
-/* ncu_copy_generic: device-to-device copies go through cuMemcpyAsync
-   (the unified-addressing copy cudaMemcpyAsync uses) instead of
-   cuMemcpyDtoDAsync; set once at Init (NCCLGO_COPY_API), read after. */
-static int ncu_copy_generic;
-void ncu_set_copy_generic(int on) { ncu_copy_generic = on && p_cuMemcpyAsync != NULL; }
-int ncu_copy_is_generic(void) { return ncu_copy_generic; }
-static CUresult ncu_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  if (ncu_copy_generic) return p_cuMemcpyAsync(dst, src, n, s);
+/* ncu_copy_mode: how device-to-device copies are queued (NCCLGO_COPY_API,
+   set once at Init, read after): NCU_COPY_DTOD (cuMemcpyDtoDAsync),
+   NCU_COPY_GENERIC (cuMemcpyAsync, the unified-addressing copy
+   cudaMemcpyAsync uses) or NCU_COPY_KERNEL (a launch of the context's copy
+   kernel, registered by ncu_copy_fn_set; cuMemcpyAsync in a context that
+   has none). */
+static int ncu_copy_mode = NCU_COPY_GENERIC;
+void ncu_set_copy_mode(int m) {
+  if (m != NCU_COPY_DTOD && p_cuMemcpyAsync == NULL) m = NCU_COPY_DTOD;
+  ncu_copy_mode = m;
+}
+int ncu_get_copy_mode(void) { return ncu_copy_mode; }
+
+/* The copy kernels by context: a few contexts at most, written rarely
+   (a context's first copy, its release), read on every kernel-mode copy. */
+static struct {
+  CUcontext c;
+  CUfunction f;
+} ncu_copy_fns[NCU_COPY_FNS];
+static pthread_mutex_t ncu_copy_mu = PTHREAD_MUTEX_INITIALIZER;
+int ncu_copy_fn_set(CUcontext c, CUfunction f) {
+  int ok = f == NULL;
+  pthread_mutex_lock(&ncu_copy_mu);
+  for (int i = 0; i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == c) {
+      ncu_copy_fns[i].f = f;
+      if (f == NULL) ncu_copy_fns[i].c = NULL;
+      ok = 1;
+      break;
+    }
+  }
+  for (int i = 0; !ok && i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == NULL) {
+      ncu_copy_fns[i].c = c;
+      ncu_copy_fns[i].f = f;
+      ok = 1;
+    }
+  }
+  pthread_mutex_unlock(&ncu_copy_mu);
+  return ok;
+}
+static CUfunction ncu_copy_fn(CUcontext c) {
+  CUfunction f = NULL;
+  pthread_mutex_lock(&ncu_copy_mu);
+  for (int i = 0; i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == c) {
+      f = ncu_copy_fns[i].f;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ncu_copy_mu);
+  return f;
+}
+
+/* ncu_dtod queues the copy in context c (current) as ncu_copy_mode says. The
+   copy kernel (ngcopy: src, dst, n) moves 16 bytes a thread-step where both
+   pointers are 16-byte aligned: a block of 32 threads for a small copy, up
+   to 1024 blocks of 256 for a large one. */
+static CUresult ncu_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (ncu_copy_mode == NCU_COPY_KERNEL) {
+    CUfunction f = ncu_copy_fn(c);
+    if (f != NULL) {
+      unsigned long long nn = n;
+      unsigned threads = n < 4096 ? 32 : 256;
+      size_t blocks = (n + 4095) / 4096;
+      if (blocks < 1) blocks = 1;
+      if (blocks > 1024) blocks = 1024;
+      void* params[] = {&src, &dst, &nn};
+      return p_cuLaunchKernel(f, (unsigned)blocks, 1, 1, threads, 1, 1, 0, s, params, NULL);
+    }
+  }
+  if (ncu_copy_mode != NCU_COPY_DTOD) return p_cuMemcpyAsync(dst, src, n, s);
   return p_cuMemcpyDtoDAsync(dst, src, n, s);
 }
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   SETCTX(c);
-  return ncu_dtod(dst, src, n, s);
+  return ncu_dtod(c, dst, src, n, s);
 }
 CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
   SETCTX(c);
@@ -464,7 +529,7 @@ chain:
   return p_cuEventRecordWithFlags(e, s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
 }
 
-static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
+static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   switch (o->kind) {
   case NCU_OP_CAPTURE:
     if (p_cuStreamIsCapturing == NULL) return NCU_ERROR_NOT_SUPPORTED;
@@ -483,7 +548,7 @@ static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
   case NCU_OP_RECORD_BESIDE:
     return ncu_record_beside(o->e, o->s, &o->node, &o->capture);
   case NCU_OP_DTOD:
-    return ncu_dtod(o->dst, o->src, o->n, o->s);
+    return ncu_dtod(c, o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
     if (*size == 0) return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, NULL);
     void* extra[] = {
@@ -518,7 +583,7 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
       relaxed = 1;
       ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
     }
-    CUresult r = ncu_run_op(o, args, &size);
+    CUresult r = ncu_run_op(c, o, args, &size);
     o->result = r;
     int failed = r != NCU_SUCCESS && !(o->kind == NCU_OP_QUERY && r == NCU_ERROR_NOT_READY);
     if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) {

@@ -66,8 +66,13 @@ enum {
 
 // Loading.
 int ncu_load(const char* path, char* err, size_t errlen);
-void ncu_set_copy_generic(int on);
-int ncu_copy_is_generic(void);
+enum { NCU_COPY_DTOD = 0, NCU_COPY_GENERIC = 1, NCU_COPY_KERNEL = 2 };
+#define NCU_COPY_FNS 64 // contexts with a copy kernel at once
+void ncu_set_copy_mode(int m);
+int ncu_get_copy_mode(void);
+// ncu_copy_fn_set registers c's copy kernel (f NULL: forgets c's); 0 when
+// the table is full (c's copies then go through cuMemcpyAsync).
+int ncu_copy_fn_set(CUcontext c, CUfunction f);
 int ncu_loaded(void);
 CUresult ncu_init(void);
 
@@ -154,7 +159,7 @@ enum {
   NCU_OP_WAIT_EXTERNAL,
   NCU_OP_RECORD,      // cuEventRecord(e, s)
   NCU_OP_RECORD_EXTERNAL,
-  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), or cuMemcpyAsync (ncu_set_copy_generic)
+  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), cuMemcpyAsync or the copy kernel (ncu_set_copy_mode)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
   NCU_OP_RECORD_BESIDE, // ncu_record_beside(e, s, node, capture)
 };
