@@ -88,4 +88,27 @@ func captureBesideChild(t *testing.T, lib string) {
 		require.True(t, ok)
 		assert.True(t, r.Beside())
 	}
+
+	// The general path's record (a plan that does not fit one sequence)
+	// goes through Engine.record: beside the chain under capture, each
+	// after the one before; eagerly a plain record.
+	e := countEngines(t, ctx, fn, 1, 2)[0]
+	e.s.CaptureRecordBeside = true
+	s, err := ctx.NewStream(true)
+	require.NoError(t, err)
+	ev, err := ctx.NewEvent(true)
+	require.NoError(t, err)
+	d.Set("capture_status", 1)
+	d.Reset()
+	require.NoError(t, e.record(enqueue.Capture(true), ev, s))
+	deps1 := d.Peek("record_deps")
+	require.NoError(t, e.record(enqueue.Capture(true), ev, s))
+	deps2, c := d.Peek("record_deps"), d.Counts()
+	d.Set("capture_status", 0)
+	assert.Equal(t, 2, c["cuGraphAddEventRecordNode"])
+	assert.Zero(t, c["cuEventRecordWithFlags"])
+	assert.Equal(t, [2]int{1, 2}, [2]int{deps1, deps2}, "the second record follows the first")
+	d.Reset()
+	require.NoError(t, e.record(enqueue.Capture(false), ev, s))
+	assert.Equal(t, 1, d.Counts()["cuEventRecord"])
 }
