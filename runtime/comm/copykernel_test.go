@@ -35,6 +35,7 @@ func TestKernelCopies(t *testing.T) {
 		t.Logf("first copy: %v; three copies: %v", first, all)
 		assert.Equal(t, 1, first["cuModuleLoadDataEx"], "the first copy loads the kernel")
 		assert.Equal(t, 1, first["cuModuleGetFunction"])
+		assert.Equal(t, 1, first["cuFuncLoad"], "loaded before its first launch, not lazily")
 		assert.Equal(t, 1, first["cuLaunchKernel"])
 		assert.Equal(t, 1, all["cuModuleLoadDataEx"], "once per context")
 		assert.Equal(t, 3, all["cuLaunchKernel"], "every copy is a launch")

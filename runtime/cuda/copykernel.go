@@ -136,6 +136,12 @@ func (c *Context) ensureCopyKernel() error {
 		return fmt.Errorf("cuda: the copy kernel (%s=kernel): %w", CopyAPIEnv, err)
 	}
 	f, err := m.Function("ngcopy")
+	if err == nil {
+		// Loaded now, not at its first launch: under lazy loading
+		// (CUDA_MODULE_LOADING=LAZY, a host's choice) that load may wait
+		// for the device to drain, behind kernels that wait for peers.
+		err = f.Load()
+	}
 	if err == nil && C.ncu_copy_fn_set(h, f.h) == 0 {
 		err = fmt.Errorf("cuda: the copy kernel (%s=kernel): more than %d contexts hold one", CopyAPIEnv, C.NCU_COPY_FNS)
 	}
