@@ -553,12 +553,17 @@ func (e *Engine) MultiLaunches() uint64 {
 
 // ranksOf names the ranks of ls for errors.
 func ranksOf(ls []Launch) string {
+	return rankList(len(ls), func(i int) int { return ls[i].Engine.rank })
+}
+
+// rankList names n ranks, rank(0) to rank(n-1), for errors: "0,1,3".
+func rankList(n int, rank func(i int) int) string {
 	s := ""
-	for i, l := range ls {
+	for i := range n {
 		if i > 0 {
 			s += ","
 		}
-		s += fmt.Sprint(l.Engine.rank)
+		s += fmt.Sprint(rank(i))
 	}
 	return s
 }

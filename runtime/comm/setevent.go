@@ -103,14 +103,7 @@ func (s *setEvent) label() string {
 
 // ranks names the ranks of s for errors.
 func (s *setEvent) ranks() string {
-	r := ""
-	for i, e := range s.members {
-		if i > 0 {
-			r += ","
-		}
-		r += fmt.Sprint(e.rank)
-	}
-	return r
+	return rankList(len(s.members), func(i int) int { return s.members[i].rank })
 }
 
 // joinedAfter reports whether e's stream h is ordered after ev, the
