@@ -74,21 +74,8 @@ func captureChain(tb testing.TB, s *Stream, add1 *Function, p DevicePtr, size ui
 // that nothing follows are allowed), that every replay runs every kernel
 // once, and that the event, recorded by each replay, completes.
 func TestGPUGraphRecordBeside(t *testing.T) {
-	c := gpu(t)
-	m := loadTestModule(t, c)
-	f, err := m.Function("add1")
-	require.NoError(t, err)
 	const n, size, replays = 10, 256, 50
-	p, err := c.MemAlloc(4 * size)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.MemFree(p)) }()
-	require.NoError(t, c.MemsetD8(p, 0, 4*size))
-	s, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s.Destroy()) }()
-	done, err := c.NewEvent(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, done.Destroy()) }()
+	c, f, p, s, done := graphFixture(t, size)
 
 	x := captureChain(t, s, f, p, size, done, n, "beside")
 	defer func() { assert.NoError(t, x.Destroy()) }()
@@ -103,7 +90,7 @@ func TestGPUGraphRecordBeside(t *testing.T) {
 		require.Equal(t, int32(n*replays), v, "p[%d]", i)
 	}
 	// Outside a capture the record is refused.
-	_, err = done.RecordBeside(s, GraphRecord{})
+	_, err := done.RecordBeside(s, GraphRecord{})
 	assert.Error(t, err)
 }
 

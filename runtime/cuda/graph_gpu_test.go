@@ -16,25 +16,11 @@ import (
 // external event record and wait; then replays the graph and checks that
 // each replay ran once, with the arguments it was captured with.
 func TestGPUGraphCapture(t *testing.T) {
-	c := gpu(t)
-	m := loadTestModule(t, c)
-	f, err := m.Function("add1")
-	require.NoError(t, err)
 	const n = 256
-	p, err := c.MemAlloc(4 * n)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.MemFree(p)) }()
-	require.NoError(t, c.MemsetD8(p, 0, 4*n))
-
-	s, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s.Destroy()) }()
+	c, f, p, s, done := graphFixture(t, n)
 	other, err := c.NewStream(true)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, other.Destroy()) }()
-	done, err := c.NewEvent(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, done.Destroy()) }()
 	before, err := c.NewEvent(true)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, before.Destroy()) }()
@@ -130,4 +116,26 @@ func waitReplays(t *testing.T, done *Event) {
 		require.True(t, time.Now().Before(deadline), "replays did not finish")
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// graphFixture is what the graph tests capture with: device 0's context,
+// add1, n zeroed ints for it, a stream and an event, released at the end
+// of t.
+func graphFixture(t *testing.T, n int) (*Context, *Function, DevicePtr, *Stream, *Event) {
+	t.Helper()
+	c := gpu(t)
+	m := loadTestModule(t, c)
+	f, err := m.Function("add1")
+	require.NoError(t, err)
+	p, err := c.MemAlloc(uint64(4 * n))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.MemFree(p)) })
+	require.NoError(t, c.MemsetD8(p, 0, uint64(4*n)))
+	s, err := c.NewStream(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Destroy()) })
+	done, err := c.NewEvent(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, done.Destroy()) })
+	return c, f, p, s, done
 }
