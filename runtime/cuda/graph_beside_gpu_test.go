@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -84,11 +83,7 @@ func TestGPUGraphRecordBeside(t *testing.T) {
 	}
 	waitReplays(t, done)
 	require.NoError(t, s.Synchronize())
-	out := make([]int32, size)
-	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, 4*size))
-	for i, v := range out {
-		require.Equal(t, int32(n*replays), v, "p[%d]", i)
-	}
+	requireInts(t, c, p, size, func(int) int32 { return n * replays })
 	// Outside a capture the record is refused.
 	_, err := done.RecordBeside(s, GraphRecord{})
 	assert.Error(t, err)

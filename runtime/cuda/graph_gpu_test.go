@@ -84,11 +84,8 @@ func TestGPUGraphCapture(t *testing.T) {
 	// done is an ordinary event, recorded by each replay.
 	waitReplays(t, done)
 	require.NoError(t, s.Synchronize())
+	requireInts(t, c, p, n, func(int) int32 { return replays })
 	out := make([]int32, n)
-	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, 4*n))
-	for i, v := range out {
-		require.Equal(t, int32(replays), v, "p[%d]", i)
-	}
 	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), q, 4*n))
 	for i, v := range out {
 		require.Equal(t, int32(i), v, "q[%d] (the upload)", i)
@@ -138,4 +135,14 @@ func graphFixture(t *testing.T, n int) (*Context, *Function, DevicePtr, *Stream,
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, done.Destroy()) })
 	return c, f, p, s, done
+}
+
+// requireInts fails t unless the n ints at p hold want(i) each.
+func requireInts(t *testing.T, c *Context, p DevicePtr, n int, want func(i int) int32) {
+	t.Helper()
+	out := make([]int32, n)
+	require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&out[0]), p, uint64(4*n)))
+	for i, v := range out {
+		require.Equal(t, want(i), v, "p[%d]", i)
+	}
 }
