@@ -104,17 +104,27 @@ func (it *iterator) capture(count int64, iters int) (execs []*cuda.GraphExec, er
 			break
 		}
 	}
-	for _, s := range it.streams { // end every capture, whatever failed
+	// End every capture, whatever failed, before instantiating any graph:
+	// in global capture mode cuGraphInstantiate is refused while another
+	// stream of the process is still capturing.
+	var graphs []*cuda.Graph
+	for _, s := range it.streams {
 		g, err := s.EndCapture()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		x, err := g.Instantiate()
-		errs = append(errs, err, g.Destroy())
-		if x != nil {
-			execs = append(execs, x)
+		graphs = append(graphs, g)
+	}
+	for _, g := range graphs {
+		if len(errs) == 0 {
+			x, err := g.Instantiate()
+			errs = append(errs, err)
+			if x != nil {
+				execs = append(execs, x)
+			}
 		}
+		errs = append(errs, g.Destroy())
 	}
 	if err := errors.Join(errs...); err != nil {
 		destroyExecs(execs)
