@@ -49,6 +49,9 @@ func buildLibrary(t *testing.T, dir string) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no gcc on PATH: building the c-shared library and the C test needs a C compiler")
 	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go on PATH (a test binary carried to the GPU machine): building the c-shared library needs the Go toolchain; bundle/lib holds the one `make bundle` built")
+	}
 	so := filepath.Join(dir, "libnccl.so.2")
 	script, err := filepath.Abs("libnccl.map")
 	require.NoError(t, err)
