@@ -446,27 +446,28 @@ func (c *Comm) usable(op string) error {
 	if c == nil {
 		return errNilComm(op)
 	}
-	d, f := c.engine().State()
+	e := c.engine()
+	d, f := e.State()
 	if d {
 		return fmt.Errorf("ncclgo: %s: %w", op, ErrDestroyed)
 	}
-	rank := c.engine().Rank()
+	rank := e.Rank()
 	if f {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w: the communicator was finalized", op, rank, ErrInvalidUsage)
 	}
-	if l := c.engine().Lost(); l != nil {
+	if l := e.Lost(); l != nil {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, &PeerLostError{Rank: l.Rank, PID: l.PID, Host: l.Host})
 	}
-	if err := c.engine().NetError(); err != nil {
+	if err := e.NetError(); err != nil {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w: %w", op, rank, ErrAborted, err)
 	}
-	if c.engine().Aborted() {
+	if e.Aborted() {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w", op, rank, ErrAborted)
 	}
-	if err := c.engine().IdleNetError(); err != nil {
+	if err := e.IdleNetError(); err != nil {
 		return fmt.Errorf("ncclgo: %s: rank %d: %w: %w", op, rank, ErrPeerFailed, err)
 	}
-	if code := c.engine().ErrorCode(); code != 0 {
+	if code := e.ErrorCode(); code != 0 {
 		return fmt.Errorf("ncclgo: %s: %w", op, &DeviceError{Rank: rank, Code: code})
 	}
 	return nil

@@ -216,8 +216,17 @@ func (c *Comm) runNow(stream *cuda.Stream, tasks ...enqueue.Task) error {
 }
 
 // runInto is runNow planning into p (Engine.PlanInto: reusing its memory).
+// One collective of a one-rank communicator needs no plan when it is a
+// copy or nothing (enqueue.OneRankCopy, Engine.RunOneRankCopy).
 func (c *Comm) runInto(p *enqueue.Plan, stream *cuda.Stream, tasks []enqueue.Task) error {
 	e := c.engine()
+	if c.nRanks == 1 && len(tasks) == 1 {
+		if cp, ok := enqueue.OneRankCopy(tasks[0]); ok {
+			if done, err := e.RunOneRankCopy(cp, stream); done {
+				return err
+			}
+		}
+	}
 	if err := e.PlanInto(p, tasks); err != nil {
 		return err
 	}

@@ -59,7 +59,9 @@ type Options struct {
 	// of an out-of-place call as NCCL does: a bare device-to-device copy
 	// on the caller's stream and nothing more (no CUDA graph capture
 	// check, no ordering after its previous launch on another stream, no
-	// completion event), which costs one driver call instead of four.
+	// completion event), which costs one driver call instead of four, and
+	// the host no planning and no allocation (as an in-place one is
+	// nothing at all).
 	// Wait, Finalize and Destroy then do not wait for those copies: the
 	// caller synchronizes its stream. A copy on a capturing stream is
 	// captured as a copy node all the same. The C ABI (libnccl.so.2) sets

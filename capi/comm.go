@@ -30,6 +30,8 @@ type comm struct {
 	blocking             bool
 	cancel               context.CancelCauseFunc     // cancels the init (errInitAborted: ncclCommAbort)
 	done                 chan struct{}               // closed when the init has ended
+	ended                atomic.Bool                 // done is closed: goComm's check without a select
+	forgotten            atomic.Bool                 // unregistered (forget): the hot cache must not find it
 	c                    *ncclgo.Comm                // set when done and the init succeeded
 	cctx                 *cuda.Context               // the device's primary context, for the caller's streams
 	stream               atomic.Pointer[cuda.Stream] // the stream of the latest call, reused while callers pass the same (wrap)
@@ -60,6 +62,16 @@ func (c *comm) who() string {
 // once and then read many times.
 var comms sync.Map
 
+// hot caches comms by handle in front of comms, whose Load hashes an
+// interface: one slot per handle of a run of consecutive handles (a
+// process's communicators), so threads calling on comms of their own do
+// not share one. A slot may hold a forgotten comm, which find skips.
+var hot [64]atomic.Pointer[comm]
+
+func hotSlot(h C.ncclComm_t) *atomic.Pointer[comm] {
+	return &hot[uintptr(unsafe.Pointer(h))/handleStep%uintptr(len(hot))]
+}
+
 // newComm registers c under a new handle: c is complete, since another
 // thread may look the handle up from now on.
 func newComm(c *comm) *comm {
@@ -73,6 +85,7 @@ func newComm(c *comm) *comm {
 // forget unregisters c and the ncclCommRegister handles the client did not
 // deregister (handles are never reused: there is nothing to free).
 func (c *comm) forget() {
+	c.forgotten.Store(true) // before the Delete: a find that misses comms cannot meet it in hot
 	comms.Delete(c.h)
 	dropRegistrations(c.h)
 }
@@ -91,8 +104,15 @@ func lookup(op string, h C.ncclComm_t) (*comm, result) {
 
 // find returns the live comm of a handle, or nil; it reports nothing.
 func find(h C.ncclComm_t) *comm {
+	slot := hotSlot(h)
+	if c := slot.Load(); c != nil && c.h == h && !c.forgotten.Load() {
+		return c
+	}
 	v, _ := comms.Load(h)
 	c, _ := v.(*comm)
+	if c != nil {
+		slot.Store(c)
+	}
 	return c
 }
 
@@ -121,10 +141,13 @@ func (c *comm) ready(op string) (*ncclgo.Comm, result) {
 // goComm returns c's Go communicator once its init has succeeded, or an
 // error saying why not; it reports nothing.
 func (c *comm) goComm() (*ncclgo.Comm, error) {
-	select {
-	case <-c.done:
-	default:
-		return nil, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage)
+	if !c.ended.Load() {
+		select {
+		case <-c.done:
+		default:
+			return nil, fmt.Errorf("%s: %w: the communicator is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", c.who(), ncclgo.ErrInvalidUsage)
+		}
+		c.ended.Store(true)
 	}
 	if c.initErr != nil {
 		return nil, fmt.Errorf("%s: %w: the communicator's init failed: %v", c.who(), ncclgo.ErrInvalidUsage, c.initErr)

@@ -125,8 +125,9 @@ type call struct {
 
 // collective runs one call of count elements of dt (checked here first):
 // add queues it into the thread's open group, or, outside a group, runs it
-// at once (k.group is nil then).
-func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
+// at once (k.group is nil then), keeping the thread's current context
+// unless sc says the C entry keeps it (scope.c).
+func collective(op string, sc C.int, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, add func(call) error) result {
 	n, t, r := args(op, count, dt)
 	if r != C.ncclSuccess {
 		return r
@@ -138,6 +139,9 @@ func collective(op string, h C.ncclComm_t, stream unsafe.Pointer, count C.size_t
 	k := call{comm: gc, stream: c.wrap(uintptr(stream)), n: n, t: t}
 	if tg := threadGroup(false); tg != nil {
 		k.group = tg.g
+		return fail(op, add(k))
+	}
+	if sc != 0 {
 		return fail(op, add(k))
 	}
 	return keepContextOf(gc.Context(), func() result { return fail(op, add(k)) })
@@ -152,17 +156,6 @@ func (c *comm) wrap(h uintptr) *cuda.Stream {
 	s := cuda.WrapStream(c.cctx, h)
 	c.stream.Store(s)
 	return s
-}
-
-// pick is a call's method: queued (the method of the thread's group g,
-// taking the communicator first) in a group, now (the same method of
-// ncclgo.Comm, a method expression of the same signature) outside one.
-// Each entry point names its arguments once.
-func pick[F any](g *ncclgo.Group, now, queued F) F {
-	if g == nil {
-		return now
-	}
-	return queued
 }
 
 func ptr(p unsafe.Pointer) cuda.DevicePtr { return cuda.DevicePtr(uintptr(p)) }
@@ -181,89 +174,119 @@ func args(op string, count C.size_t, dt C.ncclDataType_t) (int, ncclgo.DataType,
 
 func redOp(o C.ncclRedOp_t) ncclgo.RedOp { return ncclgo.RedOp(int32(o)) }
 
-//export ncclAllReduce
-func ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAllReduce
+func capiAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AllReduce", &res)
-	return collective("AllReduce", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).AllReduce, k.group.AllReduce)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+	return collective("AllReduce", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllReduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		}
+		return k.group.AllReduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
-//export ncclReduce
-func ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiReduce
+func capiReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Reduce", &res)
-	return collective("Reduce", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Reduce, k.group.Reduce)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
+	return collective("Reduce", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Reduce(ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
+		}
+		return k.group.Reduce(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), int(root), k.stream)
 	})
 }
 
-//export ncclReduceScatter
-func ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiReduceScatter
+func capiReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, o C.ncclRedOp_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("ReduceScatter", &res)
-	return collective("ReduceScatter", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).ReduceScatter, k.group.ReduceScatter)(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+	return collective("ReduceScatter", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.ReduceScatter(ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
+		}
+		return k.group.ReduceScatter(k.comm, ptr(send), ptr(recv), k.n, k.t, redOp(o), k.stream)
 	})
 }
 
-//export ncclAllGather
-func ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAllGather
+func capiAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AllGather", &res)
-	return collective("AllGather", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).AllGather, k.group.AllGather)(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
+	return collective("AllGather", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllGather(ptr(send), ptr(recv), k.n, k.t, k.stream)
+		}
+		return k.group.AllGather(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
-//export ncclBroadcast
-func ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiBroadcast
+func capiBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Broadcast", &res)
-	return collective("Broadcast", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Broadcast, k.group.Broadcast)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+	return collective("Broadcast", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Broadcast(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
+		return k.group.Broadcast(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
-//export ncclBcast
-func ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiBcast
+func capiBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Bcast", &res)
-	return ncclBroadcast(buf, buf, count, dt, root, h, stream)
+	return capiBroadcast(buf, buf, count, dt, root, h, stream, sc)
 }
 
-//export ncclAlltoAll
-func ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiAlltoAll
+func capiAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("AlltoAll", &res)
-	return collective("AlltoAll", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).AllToAll, k.group.AllToAll)(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
+	return collective("AlltoAll", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.AllToAll(ptr(send), ptr(recv), k.n, k.t, k.stream)
+		}
+		return k.group.AllToAll(k.comm, ptr(send), ptr(recv), k.n, k.t, k.stream)
 	})
 }
 
-//export ncclGather
-func ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiGather
+func capiGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Gather", &res)
-	return collective("Gather", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Gather, k.group.Gather)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+	return collective("Gather", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Gather(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
+		return k.group.Gather(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
-//export ncclScatter
-func ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiScatter
+func capiScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Scatter", &res)
-	return collective("Scatter", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Scatter, k.group.Scatter)(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+	return collective("Scatter", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Scatter(ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
+		}
+		return k.group.Scatter(k.comm, ptr(send), ptr(recv), k.n, k.t, int(root), k.stream)
 	})
 }
 
-//export ncclSend
-func ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiSend
+func capiSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Send", &res)
-	return collective("Send", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Send, k.group.Send)(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
+	return collective("Send", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Send(ptr(send), k.n, k.t, int(peer), k.stream)
+		}
+		return k.group.Send(k.comm, ptr(send), k.n, k.t, int(peer), k.stream)
 	})
 }
 
-//export ncclRecv
-func ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer) (res result) {
+//export capiRecv
+func capiRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, stream unsafe.Pointer, sc C.int) (res result) {
 	defer guard("Recv", &res)
-	return collective("Recv", h, stream, count, dt, func(k call) error {
-		return pick(k.group, (*ncclgo.Comm).Recv, k.group.Recv)(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
+	return collective("Recv", sc, h, stream, count, dt, func(k call) error {
+		if k.group == nil {
+			return k.comm.Recv(ptr(recv), k.n, k.t, int(peer), k.stream)
+		}
+		return k.group.Recv(k.comm, ptr(recv), k.n, k.t, int(peer), k.stream)
 	})
 }
 

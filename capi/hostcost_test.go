@@ -46,18 +46,17 @@ func benchCAllReduceInPlace1(b *testing.B) {
 	var streamObj byte
 	buf, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&streamObj)
 	for b.Loop() {
-		if r := ncclAllReduce(buf, buf, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
+		if r := capiAllReduce(buf, buf, 2, cFloat32, cSum, c.h, stream, 1); r != cSuccess {
 			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
 		}
 	}
 }
 
-// BenchmarkCAllReduceOutOfPlace1 is benchCAllReduceInPlace1 out of place:
-// the Go side of the one-rank copy's path (the plan, its copy, the call
-// into runCopies), without the driver (a host-only engine queues
+// benchCAllReduceOutOfPlace1 is benchCAllReduceInPlace1 out of place:
+// the Go side of the one-rank copy's path (the checks and the call into
+// Engine.RunOneRankCopy), without the driver (a host-only engine queues
 // nothing).
-func BenchmarkCAllReduceOutOfPlace1(b *testing.B) {
-	b.ReportAllocs()
+func benchCAllReduceOutOfPlace1(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c := hostComm(b)
@@ -66,10 +65,15 @@ func BenchmarkCAllReduceOutOfPlace1(b *testing.B) {
 	var streamObj byte
 	send, recv, stream := unsafe.Pointer(&mem[0]), unsafe.Pointer(&mem[8]), unsafe.Pointer(&streamObj)
 	for b.Loop() {
-		if r := ncclAllReduce(send, recv, 2, cFloat32, cSum, c.h, stream); r != cSuccess {
+		if r := capiAllReduce(send, recv, 2, cFloat32, cSum, c.h, stream, 1); r != cSuccess {
 			b.Fatalf("ncclAllReduce: %d: %s", r, lastError())
 		}
 	}
+}
+
+func BenchmarkCAllReduceOutOfPlace1(b *testing.B) {
+	b.ReportAllocs()
+	benchCAllReduceOutOfPlace1(b)
 }
 
 func BenchmarkCAllReduceInPlace1(b *testing.B) {
@@ -81,4 +85,5 @@ func BenchmarkCAllReduceInPlace1(b *testing.B) {
 // committed baseline, or allocates more (internal/benchguard).
 func TestHostCost(t *testing.T) {
 	benchguard.Check(t, "capi/AllReduceInPlace1", benchCAllReduceInPlace1)
+	benchguard.Check(t, "capi/AllReduceOutOfPlace1", benchCAllReduceOutOfPlace1)
 }

@@ -27,7 +27,7 @@ func guardedExports(t *testing.T) []string {
 		}
 		if ds, ok := fd.Body.List[0].(*ast.DeferStmt); ok {
 			if fn, _ := ds.Call.Fun.(*ast.Ident); fn != nil && fn.Name == "guard" {
-				names = append(names, strings.TrimPrefix(fd.Name.Name, "nccl"))
+				names = append(names, apiName(fd.Name.Name))
 			}
 		}
 	}
@@ -80,17 +80,17 @@ func TestLastErrorEveryFailure(t *testing.T) {
 		"DevCommDestroy":       func() result { return ncclDevCommDestroy(hb, buf) },
 		"RedOpCreatePreMulSum": func() result { return ncclRedOpCreatePreMulSum(nil, buf, cFloat32, 1, hb) },
 		"RedOpDestroy":         func() result { return ncclRedOpDestroy(cNumOps, hb) },
-		"AllReduce":            func() result { return ncclAllReduce(buf, buf, 1, cFloat32, cSum, hb, nil) },
-		"Reduce":               func() result { return ncclReduce(buf, buf, 1, cFloat32, cSum, 0, hb, nil) },
-		"ReduceScatter":        func() result { return ncclReduceScatter(buf, buf, 1, cNumTypes, cSum, hb, nil) },
-		"AllGather":            func() result { return ncclAllGather(buf, buf, 1, cFloat32, bogus, nil) },
-		"Broadcast":            func() result { return ncclBroadcast(buf, buf, 1, cFloat32, 0, hb, nil) },
-		"Bcast":                func() result { return ncclBcast(buf, 1, cFloat32, 0, hb, nil) },
-		"AlltoAll":             func() result { return ncclAlltoAll(buf, buf, 1, cBfloat16, hb, nil) },
-		"Gather":               func() result { return ncclGather(buf, buf, 1, cFloat32, 0, hb, nil) },
-		"Scatter":              func() result { return ncclScatter(buf, buf, 1, cFloat32, 0, hb, nil) },
-		"Send":                 func() result { return ncclSend(buf, 1, cFloat32, 1, hb, nil) },
-		"Recv":                 func() result { return ncclRecv(buf, 1, cFloat32, 1, hb, nil) },
+		"AllReduce":            func() result { return capiAllReduce(buf, buf, 1, cFloat32, cSum, hb, nil, 0) },
+		"Reduce":               func() result { return capiReduce(buf, buf, 1, cFloat32, cSum, 0, hb, nil, 0) },
+		"ReduceScatter":        func() result { return capiReduceScatter(buf, buf, 1, cNumTypes, cSum, hb, nil, 0) },
+		"AllGather":            func() result { return capiAllGather(buf, buf, 1, cFloat32, bogus, nil, 0) },
+		"Broadcast":            func() result { return capiBroadcast(buf, buf, 1, cFloat32, 0, hb, nil, 0) },
+		"Bcast":                func() result { return capiBcast(buf, 1, cFloat32, 0, hb, nil, 0) },
+		"AlltoAll":             func() result { return capiAlltoAll(buf, buf, 1, cBfloat16, hb, nil, 0) },
+		"Gather":               func() result { return capiGather(buf, buf, 1, cFloat32, 0, hb, nil, 0) },
+		"Scatter":              func() result { return capiScatter(buf, buf, 1, cFloat32, 0, hb, nil, 0) },
+		"Send":                 func() result { return capiSend(buf, 1, cFloat32, 1, hb, nil, 0) },
+		"Recv":                 func() result { return capiRecv(buf, 1, cFloat32, 1, hb, nil, 0) },
 		"MemAlloc":             func() result { return ncclMemAlloc(nil, 8) },
 		"MemFree":              func() result { return ncclMemFree(addr(0x7d0000000080)) },
 		"GroupEnd":             ncclGroupEnd,

@@ -21,6 +21,7 @@
 # through capi/test/hostid.sh, which sets NCCL_HOSTID from its MPI rank
 # (blocks of consecutive ranks), so that NET joins the hosts;
 # NCCL_SOCKET_IFNAME (default lo with HOSTS) reaches every rank.
+# ROWS=1 prints every size's row of each run besides its summary.
 # BIN_LIST (e.g. "all_reduce all_gather") builds only those tests (nccl-tests'
 # BIN_FILES_LIST); by default it builds them all.
 set -euo pipefail
@@ -113,6 +114,7 @@ for t in ${TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv
       echo "   FAILED (exit $rc); tail of $log:"; tail -15 "$log"; fail=1; continue
     fi
     grep -E "nccl-tests version|NCCL version|Out of bounds|Avg bus bandwidth" "$log" | sed 's/^/   /'
+    [ -z "$ROWS" ] || grep -E '^ +[0-9]+ ' "$log" | sed 's/^/   /' # ROWS=1: every size's row too
     grep -q "Out of bounds values : 0 OK" "$log" || fail=1
   done
 done

@@ -180,6 +180,7 @@ type iterator struct {
 	ranks      []rankBuffers
 	send, recv []cuda.DevicePtr
 	streams    []*cuda.Stream
+	graphNodes []int // -G: the node count of each rank's last captured graph
 	// done reports whether rank r's stream is idle (cuStreamQuery); tests
 	// replace it.
 	done func(r int) (bool, error)
@@ -329,6 +330,7 @@ func (c *config) bandwidth(count int64, usec float64) (algbw, busbw float64) {
 func (it *iterator) drain() error {
 	done := make([]bool, len(it.streams))
 	async, _ := it.b.(asyncErrer)
+	start := time.Now()
 	for remaining := len(it.streams); remaining > 0; {
 		idle := true
 		for i := range it.streams {
@@ -359,6 +361,9 @@ func (it *iterator) drain() error {
 			if err := it.c.mp.alive(); err != nil {
 				return err // a rank this one waits for is gone
 			}
+			if t := it.c.timeout; t > 0 && time.Since(start) > t {
+				return it.timedOut(done)
+			}
 			yield()
 		}
 	}
@@ -380,6 +385,44 @@ var yield = func() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // iteration 0 shifted by step * (i % steps) bytes (see config.shift).
 type looper interface {
 	Loop(c coll, send, recv []cuda.DevicePtr, count int, dt dataType, op redOp, root int, streams []*cuda.Stream, iters int, step, steps int64) error
+}
+
+// timedOut is drain's error when -T ran out: the ranks whose streams are
+// still busy, and where their connections stand when the backend can say
+// (stuckDumper).
+func (it *iterator) timedOut(done []bool) error {
+	e := &stuckError{after: it.c.timeout}
+	for i, d := range done {
+		if !d {
+			e.ranks = append(e.ranks, it.c.rank0+i)
+		}
+	}
+	if d, ok := it.b.(stuckDumper); ok {
+		e.dump = d.Dump()
+	}
+	return e
+}
+
+// stuckError is drain giving up (-T): the run ends and the communicators
+// are aborted, as after an asynchronous error.
+type stuckError struct {
+	after time.Duration
+	ranks []int  // the communicator ranks whose streams were still busy
+	dump  string // where their connections stood, if the backend could say
+}
+
+func (e *stuckError) Error() string {
+	s := fmt.Sprintf("%s %v: the streams of ranks %v are still busy", flagName("T"), e.after, e.ranks)
+	if e.dump != "" {
+		s += "; connections:\n" + e.dump
+	}
+	return s
+}
+
+// stuckDumper is a backend that can say where its ranks' connections stand
+// (ncclgo: internal/diag), for -T's error.
+type stuckDumper interface {
+	Dump() string
 }
 
 // asyncErrer is a backend that reports rank r's asynchronous error without

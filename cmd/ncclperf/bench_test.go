@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -465,6 +466,42 @@ func TestDrainIsTestStreamSynchronize(t *testing.T) {
 	require.NoError(t, c.closeBackend(b, nil))
 	assert.False(t, b.aborted)
 }
+
+// TestDrainTimeout: with -T, drain gives up on streams still busy, naming
+// their communicator ranks and where the backend says they stand; the run
+// ends and the communicators are aborted.
+func TestDrainTimeout(t *testing.T) {
+	saved := yield
+	yield = func() { time.Sleep(time.Millisecond) }
+	t.Cleanup(func() { yield = saved })
+
+	c := &config{coll: collAllReduce, dt: float32T, nRanks: 3, rank0: 4, timeout: 20 * time.Millisecond}
+	b := &dumpBackend{asyncBackend: asyncBackend{queries: make([]int, 3), failRank: -1}}
+	it := newIterator(c, b, make([]rankBuffers, 3))
+	it.done = func(r int) (bool, error) { return r == 1, nil }
+	start := time.Now()
+	err := it.drain()
+	var se *stuckError
+	require.ErrorAs(t, err, &se)
+	assert.GreaterOrEqual(t, time.Since(start), c.timeout)
+	assert.Equal(t, []int{4, 6}, se.ranks, "the communicator ranks still busy")
+	assert.EqualError(t, err, "-T/--timeout 20ms: the streams of ranks [4 6] are still busy; connections:\nch 0: 4 -> 5 stuck")
+	wrapped := fmt.Errorf("size 8, out-of-place: %w", err)
+	assert.Equal(t, wrapped, c.fatal(wrapped), "giving up ends the run")
+	require.NoError(t, c.closeBackend(b, wrapped))
+	assert.True(t, b.aborted, "communicators given up on are aborted")
+
+	_, err = parseFlags([]string{"-T", "-1"}, io.Discard)
+	assert.ErrorContains(t, err, "-T/--timeout -1: want a number of seconds, or 0 to wait for ever")
+	c, err = parseFlags([]string{"--timeout", "30"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, c.timeout)
+}
+
+// dumpBackend says where its connections stand (stuckDumper).
+type dumpBackend struct{ asyncBackend }
+
+func (*dumpBackend) Dump() string { return "ch 0: 4 -> 5 stuck" }
 
 // TestReferenceTimedLikeOurs: with -compare, NCCL's sweep issues exactly
 // what ncclgo's does (warm-up, then out-of-place and in-place at every

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -37,6 +38,7 @@ var longNames = map[string]string{
 	"N": "run_cycles",
 	"G": "cudagraph",
 	"R": "local_register",
+	"T": "timeout",
 }
 
 // flagName is how errors name a flag: "-b/--minbytes", or "-coll".
@@ -89,6 +91,7 @@ func parseArgs(args []string, stdout io.Writer, place *launch.Place) (*config, e
 func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config, error) {
 	fs := cli.NewFlagSet("ncclperf")
 	c := &config{}
+	var timeoutSec int
 	collS := fs.String("coll", "allreduce", "`collective`: "+strings.Join(collNames, ", ")+", or all (allreduce, allgather, reducescatter, broadcast)")
 	cmax := fs.String("check-max", "64M", "with -c 1, outputs up to this many `bytes` per rank are checked whole, larger ones on sampled windows")
 	b := fs.StringP(longNames["b"], "b", "32M", "minimum `size` in bytes (8, 64K, 128M, 1G)")
@@ -117,6 +120,7 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 	fs.StringVar(&c.fatbin, "fatbin", "", "ncclgo kernel image (`fatbin`; default: $NCCLGO_FATBIN, then build/ncclgo.fatbin)")
 	fs.IntVarP(&c.register, longNames["R"], "R", 0, "register the buffers (nccl-tests' -R): 0 no, 1 ncclCommRegister (changes nothing in ncclgo), 2 as symmetric windows (Comm.RegisterWindow: with ranks in several processes on one GPU or NVLink, DIRECT runs on them); a `mode`")
 	fs.IntVar(&c.p2pPerPeer, "p2p-channels", 0, "ncclgo: `channels` the point-to-point traffic between two ranks spreads over (Options.P2PChannelsPerPeer; 0: the default)")
+	fs.IntVarP(&timeoutSec, longNames["T"], "T", 0, "give up when a size's streams are still busy this many `seconds` after its last call, naming the busy ranks (nccl-tests' -T; 0 waits for ever)")
 	graphFlags(fs, c)
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, cli.ErrHelp) {
@@ -157,6 +161,13 @@ func parseConfig(args []string, stdout io.Writer, place *launch.Place) (*config,
 	}
 	if c.nRanks < 1 {
 		return nil, fmt.Errorf("%s %d: want at least 1 rank", flagName("g"), c.nRanks)
+	}
+	if timeoutSec < 0 {
+		return nil, fmt.Errorf("%s %d: want a number of seconds, or 0 to wait for ever", flagName("T"), timeoutSec)
+	}
+	c.timeout = time.Duration(timeoutSec) * time.Second
+	if err := c.checkGraphFlags(place != nil); err != nil {
+		return nil, err
 	}
 	if c.np < 0 {
 		return nil, fmt.Errorf("-np %d: want a number of processes (one rank each), at least 1", c.np)

@@ -24,16 +24,24 @@ func graphFlags(fs *pflag.FlagSet, c *config) {
 	fs.IntVarP(&c.graphLaunches, longNames["G"], "G", 0, "CUDA graph mode: capture the -n timed iterations into a graph per rank and launch it this many `times` (nccl-tests' -G); times are per collective")
 }
 
-// measureGraph is -G's run on this process's ranks (devices local).
-func (c *config) measureGraph(w io.Writer, local []int) (err error) {
+// checkGraphFlags refuses -G where it cannot run: it is checked with the
+// other flags, so that no process of a job ignores it.
+func (c *config) checkGraphFlags(launched bool) error {
 	switch {
 	case c.graphLaunches < 0:
-		return fmt.Errorf("-G %d: want a number of graph launches", c.graphLaunches)
-	case c.np > 0 || c.mp != nil || c.place != nil:
-		return errors.New("-G runs the ranks of one process: leave out -np and the launcher (nccl-tests -G on libnccl.so.2 covers several processes)")
+		return fmt.Errorf("%s %d: want a number of graph launches", flagName("G"), c.graphLaunches)
+	case c.graphLaunches == 0:
+		return nil
+	case c.np > 0 || launched:
+		return fmt.Errorf("%s %d runs the ranks of one process: leave out -np and the launcher (nccl-tests -G on libnccl.so.2 covers several processes)", flagName("G"), c.graphLaunches)
 	case c.ncclgo && c.compare != "":
-		return errors.New("-G times one library: give -compare with -ncclgo=false, or leave -compare out")
+		return fmt.Errorf("%s %d times one library: give -compare with -ncclgo=false, or leave -compare out", flagName("G"), c.graphLaunches)
 	}
+	return nil
+}
+
+// measureGraph is -G's run on this process's ranks (devices local).
+func (c *config) measureGraph(w io.Writer, local []int) (err error) {
 	ranks, release, err := openRanks(local)
 	defer release()
 	if err != nil {
@@ -66,13 +74,13 @@ func (c *config) measureGraph(w io.Writer, local []int) (err error) {
 			if gc.check {
 				n, err := it.graphCheck(count)
 				if err != nil {
-					return fmt.Errorf("-G, size %d, check: %w", size, err)
+					return fmt.Errorf("-G, size %d, check (graphs of %v nodes): %w", size, it.graphNodes, err)
 				}
 				wrong = fmt.Sprint(n)
 			}
 			usec, err := it.graphTime(count)
 			if err != nil {
-				return fmt.Errorf("-G, size %d: %w", size, err)
+				return fmt.Errorf("-G, size %d (graphs of %v nodes): %w", size, it.graphNodes, err)
 			}
 			alg, bus := gc.bandwidth(count, usec)
 			fmt.Fprintf(w, "  %12d %12d %6s %10.2f %10.2f %10.2f %6s\n", gc.rowBytes(count), count, gc.dt, usec, alg, bus, wrong)
@@ -104,17 +112,31 @@ func (it *iterator) capture(count int64, iters int) (execs []*cuda.GraphExec, er
 			break
 		}
 	}
-	for _, s := range it.streams { // end every capture, whatever failed
+	// End every capture, whatever failed, before instantiating any graph:
+	// in global capture mode cuGraphInstantiate is refused while another
+	// stream of the process is still capturing.
+	var graphs []*cuda.Graph
+	for _, s := range it.streams {
 		g, err := s.EndCapture()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		x, err := g.Instantiate()
-		errs = append(errs, err, g.Destroy())
-		if x != nil {
-			execs = append(execs, x)
+		graphs = append(graphs, g)
+	}
+	it.graphNodes = it.graphNodes[:0]
+	for _, g := range graphs {
+		n, err := g.NodeCount()
+		errs = append(errs, err)
+		it.graphNodes = append(it.graphNodes, n)
+		if errors.Join(errs...) == nil { // nothing failed so far
+			x, err := g.Instantiate()
+			errs = append(errs, err)
+			if x != nil {
+				execs = append(execs, x)
+			}
 		}
+		errs = append(errs, g.Destroy())
 	}
 	if err := errors.Join(errs...); err != nil {
 		destroyExecs(execs)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/launch"
 )
 
 func TestGraphFlag(t *testing.T) {
@@ -19,21 +21,24 @@ func TestGraphFlag(t *testing.T) {
 	assert.Zero(t, c.graphLaunches, "graph mode is off by default")
 }
 
-// TestGraphRefused: combinations -G cannot run are refused before any
-// device is touched.
+// TestGraphRefused: combinations -G cannot run are refused with the other
+// flags, before any device is touched, in every process of a job.
 func TestGraphRefused(t *testing.T) {
+	mpi := &launch.Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "mpirun"}
 	for _, tc := range []struct {
-		args []string
-		want string
+		args  []string
+		place *launch.Place
+		want  string
 	}{
-		{[]string{"-G", "-1"}, "-G -1"},
-		{[]string{"-G", "10", "-np", "2"}, "leave out -np"},
-		{[]string{"-G", "10", "-compare", "libnccl.so.2"}, "-ncclgo=false"},
+		{[]string{"-G", "-1"}, nil, "-G/--cudagraph -1: want a number of graph launches"},
+		{[]string{"-G", "10", "-np", "2"}, nil, "leave out -np"},
+		{[]string{"-G", "10"}, mpi, "leave out -np and the launcher"},
+		{[]string{"-G", "10", "-compare", "libnccl.so.2"}, nil, "-ncclgo=false"},
 	} {
-		c, err := parseFlags(tc.args, io.Discard)
-		require.NoError(t, err, "%q", tc.args)
-		err = c.measureGraph(io.Discard, []int{0})
+		_, err := parseArgs(tc.args, io.Discard, tc.place)
 		require.Error(t, err, "%q", tc.args)
 		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
 	}
+	_, err := parseArgs([]string{"-G", "10"}, io.Discard, nil)
+	require.NoError(t, err)
 }

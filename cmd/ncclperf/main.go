@@ -91,6 +91,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/internal/cli"
@@ -198,8 +199,9 @@ type config struct {
 	nRanks          int
 	devices         []int
 	iters, warmup   int
-	cycles          int // -N: sweeps after the warm-up
-	graphLaunches   int // -G: CUDA graph mode (graph.go)
+	cycles          int           // -N: sweeps after the warm-up
+	graphLaunches   int           // -G: CUDA graph mode (graph.go)
+	timeout         time.Duration // -T: how long drain waits for busy streams (0: for ever)
 	check           bool
 	op              redOp
 	ops             []redOp // -o all: every op
@@ -565,17 +567,19 @@ func (c *config) measureAll(b backend, ranks []rankBuffers, jobs []job, each fun
 // the job, and so does a communicator's asynchronous error; otherwise the
 // next job runs.
 func (c *config) fatal(sweepErr error) error {
-	if c.mp != nil || isAsync(sweepErr) {
+	if c.mp != nil || stranded(sweepErr) {
 		return sweepErr
 	}
 	return nil
 }
 
-// isAsync reports whether err is or wraps a communicator's asynchronous
-// error (see drain).
-func isAsync(err error) bool {
+// stranded reports whether err leaves communicators that may never finish
+// their work: it is or wraps a communicator's asynchronous error, or
+// drain gave up waiting (-T).
+func stranded(err error) bool {
 	var ae *asyncError
-	return errors.As(err, &ae)
+	var se *stuckError
+	return errors.As(err, &ae) || errors.As(err, &se)
 }
 
 // aborter is a backend whose communicators can be abandoned without
@@ -586,7 +590,7 @@ type aborter interface{ Abort() error }
 // other processes (its kernels may wait for a rank that is gone) or on an
 // asynchronous error (as nccl-tests aborts its communicators then).
 func (c *config) closeBackend(b backend, runErr error) error {
-	if a, ok := b.(aborter); ok && runErr != nil && (c.mp != nil || isAsync(runErr)) {
+	if a, ok := b.(aborter); ok && runErr != nil && (c.mp != nil || stranded(runErr)) {
 		return a.Abort()
 	}
 	return b.Close()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo"
+	"github.com/ncclgo/ncclgo/internal/diag"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -128,6 +129,24 @@ func (b *ncclgoBackend) AsyncErr(r int) error { return b.comms[r].Err() }
 // Begin does nothing: every ncclgo call makes its rank's context current
 // itself.
 func (b *ncclgoBackend) Begin() error { return nil }
+
+// Dump says where every rank's connections stand (internal/diag), for
+// -T's error; the reads may block behind a hung kernel, so it gives up
+// after a few seconds.
+func (b *ncclgoBackend) Dump() string {
+	comms := make([]any, len(b.comms))
+	for i, c := range b.comms {
+		comms[i] = c
+	}
+	done := make(chan string, 1)
+	go func() { done <- diag.Dump(comms) }()
+	select {
+	case s := <-done:
+		return s
+	case <-time.After(5 * time.Second):
+		return "the dump did not finish within 5s (reading device memory blocked)"
+	}
+}
 
 // Alloc allocates with cuMemAlloc, as ncclgo's users do (legacy IPC
 // exports it, for windows), and with -R 2 registers it as a window.

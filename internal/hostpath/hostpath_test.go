@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo"
@@ -77,12 +78,19 @@ type ranks struct {
 
 func open(tb testing.TB, n int) *ranks {
 	tb.Helper()
+	return openWith(tb, n, ncclgo.Options{})
+}
+
+// openWith is open with the options o (their kernel set the fake's).
+func openWith(tb testing.TB, n int, o ncclgo.Options) *ranks {
+	tb.Helper()
 	if noFake != "" {
 		tb.Skip(noFake)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	comms, err := ncclgo.InitAll(ctx, make([]int, n), &ncclgo.Options{KernelImageBytes: kernelSet})
+	o.KernelImageBytes = kernelSet
+	comms, err := ncclgo.InitAll(ctx, make([]int, n), &o)
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		for _, c := range comms {
@@ -182,6 +190,54 @@ func TestGroupAllReduceLaunches(t *testing.T) {
 			require.Equal(t, 1, calls["cuLaunchKernel"], "%v", calls)
 		})
 	}
+}
+
+// TestOneRankOps counts what each collective of a one-rank communicator
+// of the C ABI's kind (UntrackedOneRankCopies) asks of the driver outside
+// a group: out of place a copy, but a kernel where the op scales (Avg of
+// a floating-point type, PreMulSum), in place nothing but that kernel.
+func TestOneRankOps(t *testing.T) {
+	r := openWith(t, 1, ncclgo.Options{UntrackedOneRankCopies: true})
+	c, s := r.comms[0], r.streams[0]
+	pre, err := c.NewPreMulSum(2.0, ncclgo.Float32)
+	require.NoError(t, err)
+	calls := map[string]func(send, recv cuda.DevicePtr) error{
+		"Sum":       func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Float32, ncclgo.Sum, s) },
+		"Prod":      func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Float32, ncclgo.Prod, s) },
+		"Min":       func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Int32, ncclgo.Min, s) },
+		"Max":       func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Float32, ncclgo.Max, s) },
+		"AvgInt":    func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Int32, ncclgo.Avg, s) },
+		"Reduce":    func(sb, rb cuda.DevicePtr) error { return c.Reduce(sb, rb, 2, ncclgo.Float32, ncclgo.Sum, 0, s) },
+		"RS":        func(sb, rb cuda.DevicePtr) error { return c.ReduceScatter(sb, rb, 2, ncclgo.Float32, ncclgo.Sum, s) },
+		"AllGather": func(sb, rb cuda.DevicePtr) error { return c.AllGather(sb, rb, 2, ncclgo.Float32, s) },
+		"Broadcast": func(sb, rb cuda.DevicePtr) error { return c.Broadcast(sb, rb, 2, ncclgo.Float32, 0, s) },
+		"AvgFloat":  func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Float32, ncclgo.Avg, s) },
+		"PreMulSum": func(sb, rb cuda.DevicePtr) error { return c.AllReduce(sb, rb, 2, ncclgo.Float32, pre, s) },
+	}
+	for name, call := range calls {
+		scales := name == "AvgFloat" || name == "PreMulSum"
+		for _, inPlace := range []bool{false, true} {
+			recv := r.recv[0]
+			if inPlace {
+				recv = r.send[0]
+			}
+			require.NoError(t, call(r.send[0], recv), name) // first use makes events
+			driver.Reset()
+			require.NoError(t, call(r.send[0], recv), name)
+			got := driver.Counts()
+			t.Logf("%s in place %v: %v", name, inPlace, got)
+			switch {
+			case scales:
+				assert.Equal(t, 1, got["cuLaunchKernel"], "%s in place %v: %v", name, inPlace, got)
+				assert.Zero(t, got["cuMemcpyAsync"], "%s in place %v: %v", name, inPlace, got)
+			case inPlace:
+				assert.Zero(t, got.Total(), "%s in place: %v", name, got)
+			default:
+				assert.Equal(t, map[string]int{"cuCtxGetCurrent": 1, "cuMemcpyAsync": 1}, map[string]int(got), name)
+			}
+		}
+	}
+	require.NoError(t, c.Wait(context.Background()))
 }
 
 // TestHostCost fails when the host path of ncclperf -g 1, 2 or 8's

@@ -214,6 +214,47 @@ func driverCallsChild(t *testing.T, lib string) {
 		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
 		assert.NotErrorIs(t, err, ErrInvalidUsage)
 	}
+	// The same without a plan (RunOneRankCopy, a one-rank collective of
+	// the C ABI outside a group): the same driver calls, and the same
+	// answers to a capture and to a failed copy.
+	{
+		e := countEngines(t, ctx, fn, 1, 1)[0]
+		e.s.UntrackedOneRankCopies = true
+		s := stream()
+		cp, ok := enqueue.OneRankCopy(ar(0, false)[0])
+		require.True(t, ok)
+		call := func() error {
+			done, err := e.RunOneRankCopy(cp, s)
+			require.True(t, done)
+			return err
+		}
+		got["1 rank unplanned"] = measure(t, d, call)
+		assert.Empty(t, e.events)
+		assert.Nil(t, e.res.last)
+		d.Set("capture_status", 1)
+		c := measure(t, d, call)
+		d.Set("capture_status", 0)
+		assert.Equal(t, 1, c.calls["cuMemcpyAsync"], "captured: %v", c)
+		assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
+		d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
+		err := call()
+		d.Set("copy_result", 0)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrInvalidUsage)
+		assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
+		assert.Contains(t, err.Error(), "copy of 8 bytes")
+		d.Set("copy_result", int(cuda.ResultIllegalAddress))
+		err = call()
+		d.Set("copy_result", 0)
+		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
+		assert.NotErrorIs(t, err, ErrInvalidUsage)
+		// In place: nothing reaches the driver.
+		inPlace, ok := enqueue.OneRankCopy(ar(0, true)[0])
+		require.True(t, ok)
+		c = measure(t, d, func() error { _, err := e.RunOneRankCopy(inPlace, s); return err })
+		assert.Zero(t, c.calls.Total(), "in place: %v", c)
+		assert.Zero(t, c.cgo, "in place: %v", c)
+	}
 	// One rank's kernel, run alone (Engine.run).
 	{
 		e := countEngines(t, ctx, fn, 1, 2)[0]
@@ -323,7 +364,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -333,12 +374,15 @@ func driverCallsChild(t *testing.T, lib string) {
 		"1 rank copy": {4, 1},
 		// Branch onerank: the C ABI's copy alone (was 4 in 1).
 		"1 rank copy untracked": {2, 1},
+		"1 rank unplanned":      {2, 1},
 		"1 rank kernel":         {4, 1},
 		"2 processes":           {4, 1},
-		"2 ranks merged":        {10, 1},
-		"8 ranks merged":        {34, 1},
-		"2 ranks busy":          {12, 1},
-		"2 ranks 1 stream":      {5, 1},
+		// Branch setevent: one completion record per multi-rank launch
+		// (the set's event), not one per rank (were 10, 34, 12 and 5).
+		"2 ranks merged":   {9, 1},
+		"8 ranks merged":   {27, 1},
+		"2 ranks busy":     {11, 1},
+		"2 ranks 1 stream": {4, 1},
 		// Branch launchcut: a captured launch asked twice whether its
 		// stream was being captured, and made a cgo call per driver call
 		// after that (8 in 4; 2 ranks 20 in 9: each stream asked up to 3
@@ -348,8 +392,8 @@ func driverCallsChild(t *testing.T, lib string) {
 		"2 ranks captured": {9, 3},
 	}
 	for k, w := range want {
-		assert.LessOrEqual(t, got[k].calls.Total(), w.calls, "%s: %v", k, got[k])
-		assert.LessOrEqual(t, got[k].cgo, w.cgo, "%s: %v", k, got[k])
+		assert.Equal(t, w.calls, got[k].calls.Total(), "%s: %v", k, got[k])
+		assert.Equal(t, w.cgo, got[k].cgo, "%s: %v", k, got[k])
 		if got[k].cgo == 1 {
 			assert.Equal(t, 1, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context", k)
 		}
@@ -368,8 +412,14 @@ func driverCallsChild(t *testing.T, lib string) {
 	assert.Zero(t, got["2 ranks 1 stream"].calls["cuStreamWaitEvent"], "one stream: no join")
 	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyAsync"])
 	assert.Equal(t, 1, got["1 rank copy untracked"].calls["cuMemcpyAsync"])
-	assert.Equal(t, 3, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join")
+	assert.Equal(t, 1, got["1 rank unplanned"].calls["cuMemcpyAsync"])
+	assert.Equal(t, 2, got["2 ranks busy"].calls["cuEventRecord"], "the busy stream's join, and the set's completion")
 	assert.Equal(t, 2, got["2 ranks busy"].calls["cuStreamWaitEvent"], "the busy stream's join")
+	for _, k := range []string{"2 ranks 1 stream", "2 ranks merged", "8 ranks merged"} {
+		assert.Equal(t, 1, got[k].calls["cuEventRecord"], "%s: one completion record, the set's", k)
+	}
+	assert.Equal(t, 7, got["8 ranks merged"].calls["cuStreamWaitEvent"], "every other stream waits for the launch")
+	assert.Equal(t, 7, got["8 ranks merged"].calls["cuStreamQuery"])
 	c := got["2 ranks captured"].calls
 	assert.Equal(t, 2, c["cuLaunchKernel"], "one launch per rank")
 	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "external completion records")

@@ -94,6 +94,11 @@ type Engine struct {
 	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
 	split     splitState              // Split and Shrink (split.go)
 
+	// sets are the completion events of the multi-rank launch sets the
+	// rank was launched in (setevent.go), held until Destroy; guarded by
+	// mu.
+	sets []*setEvent
+
 	// state mirrors destroyed (stateDestroyed) and finalized
 	// (stateFinalized), written with them under mu, for State: every
 	// call checks it, twice in a group.
@@ -301,7 +306,7 @@ func (e *Engine) Wait(ctx context.Context, check func() error) error {
 		e.mu.Unlock()
 		return fmt.Errorf("ncclgo: Wait: %w", ErrDestroyed)
 	}
-	evs := slices.Collect(maps.Values(e.events))
+	evs := e.completions(nil)
 	e.mu.Unlock()
 	err := poll(ctx, func() (bool, error) {
 		for len(evs) > 0 {
@@ -364,16 +369,23 @@ func (e *Engine) Destroy() error {
 	e.destroyed = true
 	e.state.Or(stateDestroyed)
 	evs := e.events // left in e.events for proxyFailed's look until destroyed below
+	sets := e.sets  // likewise; no launch adds to either once destroyed is set
 	e.mu.Unlock()
 	handles := slices.Sorted(maps.Keys(evs))
-	comps := make([]residency.Completion, len(handles))
-	for i, h := range handles {
-		comps[i] = evs[h]
+	comps := make([]residency.Completion, 0, len(handles)+len(sets))
+	labels := make([]string, 0, cap(comps))
+	for _, h := range handles {
+		comps = append(comps, evs[h])
+		labels = append(labels, fmt.Sprintf("%#x", h))
+	}
+	for _, s := range sets {
+		comps = append(comps, s.ev)
+		labels = append(labels, s.label())
 	}
 	streams := func(idx []int) string {
 		s := make([]string, len(idx))
 		for i, p := range idx {
-			s[i] = fmt.Sprintf("%#x", handles[p])
+			s[i] = labels[p]
 		}
 		return strings.Join(s, ", ")
 	}
@@ -422,6 +434,9 @@ func (e *Engine) Destroy() error {
 		errs = append(errs, ev.Destroy())
 	}
 	e.events = nil
+	// Every set event it held has completed: let go of them (the last
+	// rank of a set destroys its event).
+	errs = append(errs, e.releaseSets())
 	e.mu.Unlock()
 	// Freeing device memory waits for every kernel of the device, other
 	// communicators' too: bound that wait as well.
@@ -654,7 +669,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 	} else if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	if last := e.res.last; last != nil && last != ev {
+	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		if err := capture.Wait(stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
 		}
@@ -700,6 +715,12 @@ func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
 		}
 		k++
 	}
+	return e.copiesErr(err)
+}
+
+// copiesErr words the failure of runCopies' copies: ErrInvalidUsage on a
+// stream whose CUDA graph capture was invalidated, as run's capture check.
+func (e *Engine) copiesErr(err error) error {
 	if ce := (*cuda.Error)(nil); errors.As(err, &ce) && ce.Code == cuda.ResultStreamCaptureInvalidated {
 		return fmt.Errorf("ncclgo: rank %d: %w under CUDA graph capture: %w (%w)", e.rank, ErrInvalidUsage, enqueue.ErrCaptureInvalidated, err)
 	}
@@ -707,6 +728,46 @@ func (e *Engine) runCopies(p *enqueue.Plan, stream *cuda.Stream) error {
 		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	return nil
+}
+
+// RunOneRankCopy runs a collective of a one-rank engine that needs no
+// kernel, given as what it plans (cp, from enqueue.OneRankCopy), without
+// planning it: nothing for an empty copy (in place, or no bytes), as for
+// an empty plan; else, under Settings.UntrackedOneRankCopies, the copy
+// alone on stream in one call into the driver, as run queues a plan of
+// only that copy (runCopies), with run's checks and errors. The engine's
+// lock orders it with Destroy: it queues nothing once Destroy began.
+// A plan of copies only has no decisions to log. done is false, with
+// nothing done, when e has more than one rank or tracks its copies: the
+// caller then plans the call.
+func (e *Engine) RunOneRankCopy(cp enqueue.Copy, stream *cuda.Stream) (done bool, err error) {
+	if e.nRanks != 1 {
+		return false, nil
+	}
+	if cp.Bytes == 0 {
+		return true, nil
+	}
+	// A one-rank engine shares its GPU with no rank of its own, so it has
+	// no lane (laneFor) to enter.
+	if !e.s.UntrackedOneRankCopies || e.lanes.shared {
+		return false, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return true, fmt.Errorf("ncclgo: rank %d: %w", e.rank, ErrDestroyed)
+	}
+	if err := e.IdleNetError(); err != nil {
+		return true, fmt.Errorf("ncclgo: rank %d: nothing launched: %w: %w", e.rank, ErrPeerFailed, err)
+	}
+	if e.launcher == nil {
+		return true, nil // host-only: nothing runs
+	}
+	// One cgo call: no other thread's per-thread stream can come between.
+	if err := stream.MemcpyDtoDAsync(cuda.DevicePtr(cp.Dst), cuda.DevicePtr(cp.Src), cp.Bytes); err != nil {
+		return true, e.copiesErr(fmt.Errorf("enqueue: copy of %d bytes: %w", cp.Bytes, err))
+	}
+	return true, nil
 }
 
 // runEager is run's common case in one call into the driver (cuda.Ops):
@@ -757,7 +818,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	o := &e.ops
 	checks := o.Len()
 	wi := -1
-	if last := e.res.last; last != nil && last != ev {
+	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		wi = o.WaitEvent(stream, last, captured, cuda.OpStop)
 	}
 	first, last, ok, err := e.launcher.Queue(p, stream, o)

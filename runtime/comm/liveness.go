@@ -99,11 +99,16 @@ func (c *Engine) netAbort(err error) {
 }
 
 // inFlight reports whether a launch of c may still run: the completion
-// event of its latest launch on some stream has not completed (or cannot
-// be queried). c.mu is held.
+// event of its latest launch on some stream, or of a multi-rank launch
+// set of it, has not completed (or cannot be queried). c.mu is held.
 func (c *Engine) inFlight() bool {
 	for _, ev := range c.events {
 		if done, err := ev.Query(); err != nil || !done {
+			return true
+		}
+	}
+	for _, s := range c.sets { // its multi-rank launches (setevent.go)
+		if done, err := s.ev.Query(); err != nil || !done {
 			return true
 		}
 	}

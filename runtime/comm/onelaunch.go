@@ -188,8 +188,8 @@ var mergePool = sync.Pool{New: func() any { return new(mergeScratch) }}
 // on one GPU in increasing rank order (a set of planMerges), as one
 // multi-rank launch, on the first launch's stream s0, joined to the other
 // ranks' streams (joinBefore, joinAfter). It stores each launch's
-// completion event, recorded after the launch, in evs (nil where nothing
-// was queued). When a stream is being captured into a CUDA graph, or a
+// completion event in evs: the set's (setEvent), recorded once after the
+// launch, or nil where nothing was queued or the record failed. When a stream is being captured into a CUDA graph, or a
 // rank was destroyed, it runs each plan on its own (run) instead. rs is
 // scratch as long as ls.
 func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSync) error {
@@ -285,7 +285,11 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 		}
 		rs[i].ev, rs[i].last = ev, e.res.last
 	}
-	if err := joinBefore(driverSync{}, rs); err != nil {
+	set, err := setEventFor(ls, rs)
+	if err != nil {
+		return err // at most the lane entered: leaveLanes leaves it
+	}
+	if err := joinBefore(driverSync{}, rs, set); err != nil {
 		return err // nothing launched
 	}
 	var errs []error
@@ -294,7 +298,7 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 	}
 	// Something may be queued even when the launch failed: track it all
 	// the same, as run does.
-	errs = append(errs, joinAfter(driverSync{}, rs, evs)...)
+	errs = append(errs, joinAfter(driverSync{}, rs, set, evs)...)
 	noteMultiLaunch(ls, evs)
 	return errors.Join(errs...)
 }
@@ -325,12 +329,16 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		}
 		rs[i].ev, rs[i].last = ev, e.res.last
 	}
+	set, err := setEventFor(ls, rs)
+	if err != nil {
+		return true, err // nothing queued
+	}
 	// joinBefore: a failure stops everything (nothing is launched).
 	type join struct{ wait, query int } // indexes in o, -1 for none
 	before := make([]join, 0, 8)
 	for i, r := range rs {
 		j := join{wait: -1, query: -1}
-		if r.last != nil && r.last != r.ev {
+		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
 		}
 		if i > 0 && r.h != h0 {
@@ -346,10 +354,10 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	}
 	// joinAfter: run whatever the launch did, as runMulti tracks it.
 	after := o.Len()
+	o.Record(set.ev, s0, false, cuda.OpAlways)
 	for _, r := range rs {
-		o.Record(r.ev, s0, false, cuda.OpAlways)
 		if r.h != h0 {
-			o.WaitEvent(r.stream, r.ev, false, cuda.OpAlways|cuda.OpIfPrevOK)
+			o.WaitEvent(r.stream, set.ev, false, cuda.OpAlways)
 		}
 	}
 	if err := o.Run(); err != nil {
@@ -395,17 +403,23 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	if err := o.Err(li); err != nil {
 		errs = append(errs, fmt.Errorf("ncclgo: ranks %s: enqueue: multi-rank launch of %s for %d ranks: %w", ranksOf(ls), parts[0].Launch.Func, len(parts), err))
 	}
-	k := after
-	for i, r := range rs {
-		if err := o.Err(k); err != nil {
-			errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", r.rank, err))
-		} else {
-			evs[i] = r.ev
+	if err := o.Err(after); err != nil {
+		errs = append(errs, recordErr(set, err))
+	} else {
+		for i := range evs {
+			evs[i] = set.ev
 		}
-		k++
+	}
+	k := after + 1
+	for i, r := range rs {
+		set.joined[i] = r.h == h0
 		if r.h != h0 {
-			if err := o.Err(k); err != nil && !errors.Is(err, cuda.ErrNotRun) {
-				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.h, err))
+			if err := o.Err(k); err != nil {
+				if !errors.Is(err, cuda.ErrNotRun) { // else what stopped it failed
+					errs = append(errs, waitErr(r, err))
+				}
+			} else {
+				set.joined[i] = true
 			}
 			k++
 		}
@@ -428,7 +442,7 @@ type rankSync struct {
 	rank   int
 	stream *cuda.Stream
 	h      uintptr     // stream.Handle()
-	ev     *cuda.Event // the rank's completion event on stream (Engine.eventFor)
+	ev     *cuda.Event // the rank's own completion event on stream (Engine.eventFor), for joinBefore
 	last   *cuda.Event // the rank's previous launch's event, nil for none
 	check  int         // runMultiOps: the index of its stream's capture check
 	known  knownCapture
@@ -458,11 +472,12 @@ func (driverSync) wait(s *cuda.Stream, ev *cuda.Event) error   { return s.WaitEv
 // saved; in a loop of multi-rank launches every other stream is idle but
 // for its wait for the previous launch, done by the time the host queues
 // the next). Ranks on s0's own stream (one shared default stream) need
-// nothing. It returns at the first failure, before the launch is queued.
-func joinBefore(o streamSync, rs []rankSync) error {
+// nothing, nor does a rank whose previous launch was set's, on s0 too. It
+// returns at the first failure, before the launch is queued.
+func joinBefore(o streamSync, rs []rankSync, set *setEvent) error {
 	s0, h0 := rs[0].stream, rs[0].h
 	for i, r := range rs {
-		if r.last != nil && r.last != r.ev {
+		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			if err := o.wait(s0, r.last); err != nil {
 				return fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
 			}
@@ -487,25 +502,45 @@ func joinBefore(o streamSync, rs []rankSync) error {
 	return nil
 }
 
-// joinAfter records each rank's completion event on s0 after the
-// multi-rank launch, stores it in evs (nil where the record failed), and
-// makes every other stream wait for it.
-func joinAfter(o streamSync, rs []rankSync, evs []*cuda.Event) []error {
+// joinAfter records the set's completion event on s0 after the
+// multi-rank launch, stores it in evs as every rank's (nil for all when
+// the record failed), and makes every other stream wait for it. A wait
+// runs even when the record failed: it then waits for the set's previous
+// launch, which the stream already waited for.
+func joinAfter(o streamSync, rs []rankSync, set *setEvent, evs []*cuda.Event) []error {
 	s0, h0 := rs[0].stream, rs[0].h
 	var errs []error
+	if err := o.record(set.ev, s0); err != nil {
+		errs = append(errs, recordErr(set, err))
+	} else {
+		for i := range evs {
+			evs[i] = set.ev
+		}
+	}
 	for i, r := range rs {
-		if err := o.record(r.ev, s0); err != nil {
-			errs = append(errs, fmt.Errorf("ncclgo: rank %d: %w", r.rank, err))
+		set.joined[i] = r.h == h0
+		if r.h == h0 {
 			continue
 		}
-		evs[i] = r.ev
-		if r.h != h0 {
-			if err := o.wait(r.stream, r.ev); err != nil {
-				errs = append(errs, fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.h, err))
-			}
+		if err := o.wait(r.stream, set.ev); err != nil {
+			errs = append(errs, waitErr(r, err))
+		} else {
+			set.joined[i] = true
 		}
 	}
 	return errs
+}
+
+// recordErr is the error of a failed record of set's completion event
+// after its launch: the launch is tracked by nothing.
+func recordErr(set *setEvent, err error) error {
+	return fmt.Errorf("ncclgo: ranks %s: recording the completion of the multi-rank launch: %w", set.ranks(), err)
+}
+
+// waitErr is the error of r's stream failing to wait for the multi-rank
+// launch.
+func waitErr(r rankSync, err error) error {
+	return fmt.Errorf("ncclgo: rank %d: joining stream %#x after the multi-rank launch: %w", r.rank, r.h, err)
 }
 
 // MultiLaunches returns how many of the rank's launches ran as part of a
@@ -518,12 +553,17 @@ func (e *Engine) MultiLaunches() uint64 {
 
 // ranksOf names the ranks of ls for errors.
 func ranksOf(ls []Launch) string {
+	return rankList(len(ls), func(i int) int { return ls[i].Engine.rank })
+}
+
+// rankList names n ranks, rank(0) to rank(n-1), for errors: "0,1,3".
+func rankList(n int, rank func(i int) int) string {
 	s := ""
-	for i, l := range ls {
+	for i := range n {
 		if i > 0 {
 			s += ","
 		}
-		s += fmt.Sprint(l.Engine.rank)
+		s += fmt.Sprint(rank(i))
 	}
 	return s
 }

@@ -135,6 +135,13 @@ func benchMultiHost(b *testing.B, n int) {
 		streams[r] = cuda.WrapStream(nil, uintptr(0x1000+r))
 		evs[r] = new(cuda.Event)
 	}
+	// The set's completion event, as its first launch made it (no
+	// device here to make one): later launches find it (setEventFor).
+	set := &setEvent{members: es, handles: make([]uintptr, n), ev: new(cuda.Event), joined: make([]bool, n)}
+	for r := range set.handles {
+		set.handles[r] = uintptr(0x1000 + r)
+	}
+	es[0].sets = []*setEvent{set}
 	plans := make([]enqueue.Plan, n)
 	ls := make([]Launch, n)
 	args := new(generated.KernelArgs)
@@ -155,12 +162,16 @@ func benchMultiHost(b *testing.B, n int) {
 		// runMulti's bookkeeping, on the merger's scratch.
 		rs, done := m.rs[:n], m.evs[:n]
 		for r := range rs {
-			rs[r] = rankSync{rank: r, stream: streams[r], h: uintptr(0x1000 + r), ev: evs[r], last: evs[r]}
+			rs[r] = rankSync{rank: r, stream: streams[r], h: uintptr(0x1000 + r), ev: evs[r], last: set.ev}
 		}
-		if err := joinBefore(nopSync{}, rs); err != nil {
+		s, err := setEventFor(ls, rs)
+		if err != nil || s != set {
+			b.Fatalf("the set's event: %v, %v", s, err)
+		}
+		if err := joinBefore(nopSync{}, rs, s); err != nil {
 			b.Fatal(err)
 		}
-		if errs := joinAfter(nopSync{}, rs, done); len(errs) > 0 {
+		if errs := joinAfter(nopSync{}, rs, s, done); len(errs) > 0 {
 			b.Fatal(errs)
 		}
 		m.release()

@@ -147,9 +147,10 @@ func TestCandidate(t *testing.T) {
 // fakeSync is a streamSync that logs its calls, with each stream's
 // handle, and answers idle from busy.
 type fakeSync struct {
-	calls []string
-	busy  map[uintptr]bool
-	fail  string // a call that fails ("idle", "record" or "wait")
+	calls    []string
+	recorded []*cuda.Event // the events recorded and waited for, in order
+	busy     map[uintptr]bool
+	fail     string // a call that fails ("idle", "record" or "wait")
 }
 
 func (f *fakeSync) idle(s *cuda.Stream) (bool, error) {
@@ -162,6 +163,7 @@ func (f *fakeSync) idle(s *cuda.Stream) (bool, error) {
 
 func (f *fakeSync) record(ev *cuda.Event, s *cuda.Stream) error {
 	f.calls = append(f.calls, fmt.Sprintf("record on %#x", s.Handle()))
+	f.recorded = append(f.recorded, ev)
 	if f.fail == "record" {
 		return errors.New("boom")
 	}
@@ -170,6 +172,7 @@ func (f *fakeSync) record(ev *cuda.Event, s *cuda.Stream) error {
 
 func (f *fakeSync) wait(s *cuda.Stream, ev *cuda.Event) error {
 	f.calls = append(f.calls, fmt.Sprintf("wait on %#x", s.Handle()))
+	f.recorded = append(f.recorded, ev)
 	if f.fail == "wait" {
 		return errors.New("boom")
 	}
@@ -198,6 +201,17 @@ func syncs(n int, h func(r int) uintptr) []rankSync {
 	return rs
 }
 
+// setOf returns the completion event of the set of ranks rs (setEvent),
+// as setEventFor makes it, without a device.
+func setOf(rs []rankSync) *setEvent {
+	s := &setEvent{ev: new(cuda.Event), joined: make([]bool, len(rs))}
+	for _, r := range rs {
+		s.members = append(s.members, &Engine{rank: r.rank})
+		s.handles = append(s.handles, r.h)
+	}
+	return s
+}
+
 func TestJoinStreams(t *testing.T) {
 	own := func(r int) uintptr { return uintptr(0x1000 + r) }
 	t.Run("streams of their own, idle", func(t *testing.T) {
@@ -206,21 +220,36 @@ func TestJoinStreams(t *testing.T) {
 		// launch), so the launch waits for none of them.
 		f := &fakeSync{}
 		rs := syncs(8, own)
-		require.NoError(t, joinBefore(f, rs))
+		set := setOf(rs)
+		require.NoError(t, joinBefore(f, rs, set))
 		assert.Equal(t, 7, f.count("idle"))
 		assert.Zero(t, f.count("record")+f.count("wait"), "%q", f.calls)
-		f.calls = nil
+		f.calls, f.recorded = nil, nil
 		evs := make([]*cuda.Event, 8)
-		require.Empty(t, joinAfter(f, rs, evs))
-		assert.Equal(t, 8, f.count("record on 0x1000"), "every rank's completion on s0")
+		require.Empty(t, joinAfter(f, rs, set, evs))
+		assert.Equal(t, 1, f.count("record on 0x1000"), "the set's completion on s0, once")
+		assert.Equal(t, 1, f.count("record"), "%q", f.calls)
 		assert.Equal(t, 7, f.count("wait"), "every other stream waits for the launch")
-		for r, ev := range evs {
-			assert.Same(t, rs[r].ev, ev, "rank %d", r)
+		for i, ev := range f.recorded {
+			assert.Same(t, set.ev, ev, "call %d: %s", i, f.calls[i])
 		}
+		for r, ev := range evs {
+			assert.Same(t, set.ev, ev, "rank %d", r)
+			assert.True(t, set.joined[r], "rank %d's stream waited", r)
+		}
+		// The next launch of the set: no rank's previous launch (the
+		// set's, on s0) is waited for.
+		for r := range rs {
+			rs[r].last = set.ev
+		}
+		f.calls = nil
+		require.NoError(t, joinBefore(f, rs, set))
+		assert.Zero(t, f.count("wait"), "%q", f.calls)
 	})
 	t.Run("streams of their own, busy", func(t *testing.T) {
 		f := &fakeSync{busy: map[uintptr]bool{0x1002: true, 0x1005: true}}
-		require.NoError(t, joinBefore(f, syncs(8, own)))
+		rs := syncs(8, own)
+		require.NoError(t, joinBefore(f, rs, setOf(rs)))
 		assert.Equal(t, []string{"idle 0x1001", "idle 0x1002", "record on 0x1002", "wait on 0x1000",
 			"idle 0x1003", "idle 0x1004", "idle 0x1005", "record on 0x1005", "wait on 0x1000",
 			"idle 0x1006", "idle 0x1007"}, f.calls)
@@ -230,29 +259,43 @@ func TestJoinStreams(t *testing.T) {
 			// Ranks handed one stream (a default one, say): nothing to join.
 			f := &fakeSync{busy: map[uintptr]bool{h: true}}
 			rs := syncs(4, func(int) uintptr { return h })
-			require.NoError(t, joinBefore(f, rs))
+			set := setOf(rs)
+			require.NoError(t, joinBefore(f, rs, set))
 			assert.Empty(t, f.calls)
-			require.Empty(t, joinAfter(f, rs, make([]*cuda.Event, 4)))
-			assert.Equal(t, 4, f.count(fmt.Sprintf("record on %#x", h)))
-			assert.Equal(t, 4, len(f.calls), "%q", f.calls)
+			require.Empty(t, joinAfter(f, rs, set, make([]*cuda.Event, 4)))
+			assert.Equal(t, []string{fmt.Sprintf("record on %#x", h)}, f.calls, "one record, no wait")
+			assert.Equal(t, []bool{true, true, true, true}, set.joined, "s0 is every rank's stream")
 		})
 	}
 	t.Run("previous launch on another stream", func(t *testing.T) {
 		f := &fakeSync{}
 		rs := syncs(2, own)
 		rs[1].last = new(cuda.Event) // rank 1's lane, say
-		require.NoError(t, joinBefore(f, rs))
+		require.NoError(t, joinBefore(f, rs, setOf(rs)))
 		assert.Equal(t, []string{"wait on 0x1000", "idle 0x1001"}, f.calls)
 	})
 	t.Run("errors name the rank", func(t *testing.T) {
+		rs := syncs(2, own)
+		set := setOf(rs)
 		f := &fakeSync{busy: map[uintptr]bool{0x1001: true}, fail: "idle"}
-		assert.ErrorContains(t, joinBefore(f, syncs(2, own)), "rank 1: querying stream 0x1001")
+		assert.ErrorContains(t, joinBefore(f, rs, set), "rank 1: querying stream 0x1001")
 		f = &fakeSync{busy: map[uintptr]bool{0x1001: true}, fail: "record"}
-		assert.ErrorContains(t, joinBefore(f, syncs(2, own)), "rank 1: recording stream 0x1001")
+		assert.ErrorContains(t, joinBefore(f, rs, set), "rank 1: recording stream 0x1001")
+		// A failed record of the set's event: no rank's launch is
+		// tracked by it, and the error names the set's ranks.
+		f.calls = nil
 		evs := make([]*cuda.Event, 2)
-		errs := joinAfter(f, syncs(2, own), evs)
-		assert.Len(t, errs, 2)
+		errs := joinAfter(f, rs, set, evs)
+		require.Len(t, errs, 1)
+		assert.ErrorContains(t, errs[0], "ranks 0,1: recording the completion of the multi-rank launch")
 		assert.Equal(t, []*cuda.Event{nil, nil}, evs, "no completion where the record failed")
+		assert.Equal(t, []string{"record on 0x1000", "wait on 0x1001"}, f.calls, "the wait runs: for the set's previous launch")
+		f = &fakeSync{fail: "wait"}
+		errs = joinAfter(f, rs, set, evs)
+		require.Len(t, errs, 1)
+		assert.ErrorContains(t, errs[0], "rank 1: joining stream 0x1001 after the multi-rank launch")
+		assert.Equal(t, []*cuda.Event{set.ev, set.ev}, evs)
+		assert.Equal(t, []bool{true, false}, set.joined, "rank 1's stream is not ordered after the launch")
 	})
 }
 

@@ -129,6 +129,7 @@ func DestroyContext(c *Context) error {
 		return err
 	}
 	c.h = nil
+	forgetCopyKernel(h)
 	return c.wrap("DestroyContext", check("cuCtxDestroy", Result(C.ncu_ctx_destroy(h))))
 }
 
@@ -141,10 +142,12 @@ func (c *Context) Wrapped() bool { return c.wrapped }
 // handle. The Context is unusable afterwards; the underlying context lives
 // on while other retains (or its owner) hold it.
 func (c *Context) Release() error {
-	if _, err := c.ctx("Release"); err != nil {
+	h, err := c.ctx("Release")
+	if err != nil {
 		return err
 	}
 	c.h = nil
+	forgetCopyKernel(h)
 	if c.wrapped {
 		return nil
 	}

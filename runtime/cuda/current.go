@@ -5,6 +5,8 @@ package cuda
 */
 import "C"
 
+import "unsafe"
+
 // The calling OS thread's current context. These exist for hosts that
 // drive CUDA themselves (the C API in capi): cudart's "current device" is
 // the device of the thread's current context. The goroutine must stay on
@@ -21,7 +23,7 @@ func CurrentContextHandle() (uintptr, error) {
 	if err := check("cuCtxGetCurrent", Result(C.ncu_ctx_get_current(&h))); err != nil {
 		return 0, err
 	}
-	return uintptr(C.ncu_ctx_to(h)), nil
+	return uintptr(unsafe.Pointer(h)), nil // as Context.Handle: no second cgo call
 }
 
 // SetCurrentContext makes the raw context h current on the calling thread
@@ -30,7 +32,7 @@ func SetCurrentContext(h uintptr) error {
 	if err := Init(); err != nil {
 		return err
 	}
-	return check("cuCtxSetCurrent", Result(C.ncu_ctx_set_current(C.ncu_ctx_from(C.uintptr_t(h)))))
+	return check("cuCtxSetCurrent", Result(C.ncu_ctx_set_current_handle(C.uintptr_t(h))))
 }
 
 // CurrentDevice returns the device of the calling thread's current context

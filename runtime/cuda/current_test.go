@@ -73,13 +73,13 @@ func TestCopyAPIFromEnv(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		v       string
-		set     bool
-		generic bool
-	}{{"", false, true}, {"", true, true}, {"dtod", true, false}, {"generic", true, true}} {
+		v    string
+		set  bool
+		mode copyMode
+	}{{"", false, copyGeneric}, {"", true, copyGeneric}, {"dtod", true, copyDtoD}, {"generic", true, copyGeneric}, {"kernel", true, copyKernel}} {
 		got, err := copyAPIFromEnv(env(tc.v, tc.set))
-		if err != nil || got != tc.generic {
-			t.Errorf("%s=%q (set %v): %v, %v; want %v", CopyAPIEnv, tc.v, tc.set, got, err, tc.generic)
+		if err != nil || got != tc.mode {
+			t.Errorf("%s=%q (set %v): %v, %v; want %v", CopyAPIEnv, tc.v, tc.set, got, err, tc.mode)
 		}
 	}
 	_, err := copyAPIFromEnv(env("memcpy", true))

@@ -70,22 +70,42 @@ func doInit() error {
 	if err := check("cuInit", Result(C.ncu_init())); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
-	generic, err := copyAPIFromEnv(os.LookupEnv)
+	mode, err := copyAPIFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
 	}
-	setGenericCopies(generic)
+	setCopyMode(mode)
 	return nil
 }
 
-// setGenericCopies switches device-to-device copies to cuMemcpyAsync (on)
-// or cuMemcpyDtoDAsync; cuMemcpyAsync is used only where the driver has it.
-func setGenericCopies(on bool) { C.ncu_set_copy_generic(C.int(b2i(on))) }
+// copyMode is how device-to-device copies are queued (CopyAPIEnv): the
+// shim's NCU_COPY_* values.
+type copyMode int
+
+const (
+	copyDtoD    copyMode = C.NCU_COPY_DTOD
+	copyGeneric copyMode = C.NCU_COPY_GENERIC
+	copyKernel  copyMode = C.NCU_COPY_KERNEL
+)
+
+// kernelCopies mirrors the shim's mode being copyKernel, for the copy
+// paths' check that the context has its copy kernel (copykernel.go).
+var kernelCopies atomic.Bool
+
+// setCopyMode switches device-to-device copies to m; cuMemcpyAsync (and
+// the kernel, which falls back to it) only where the driver has it.
+func setCopyMode(m copyMode) {
+	C.ncu_set_copy_mode(C.int(m))
+	kernelCopies.Store(copyMode(C.ncu_get_copy_mode()) == copyKernel)
+}
 
 // copySymbol names the driver call device-to-device copies make now, for
 // their errors.
 func copySymbol() string {
-	if C.ncu_copy_is_generic() != 0 {
+	switch copyMode(C.ncu_get_copy_mode()) {
+	case copyKernel:
+		return "cuLaunchKernel(ngcopy) or cuMemcpyAsync"
+	case copyGeneric:
 		return "cuMemcpyAsync"
 	}
 	return "cuMemcpyDtoDAsync"
@@ -94,24 +114,28 @@ func copySymbol() string {
 // CopyAPIEnv names the environment variable that picks the driver call
 // behind device-to-device copies (Stream.MemcpyDtoDAsync,
 // Ops.MemcpyDtoDAsync: a one-rank collective's copy): "generic"
-// (cuMemcpyAsync, what cudaMemcpyAsync calls; the default) or "dtod"
-// (cuMemcpyDtoDAsync). Both copy the same bytes; they differ in the
-// host's cost per call: on an H200 an 8-byte copy cost 3.7 µs through
-// cuMemcpyAsync and 4.8 µs through cuMemcpyDtoDAsync (BenchmarkGPULaunch).
-// A driver without cuMemcpyAsync gets cuMemcpyDtoDAsync.
+// (cuMemcpyAsync, what cudaMemcpyAsync calls; the default), "dtod"
+// (cuMemcpyDtoDAsync) or "kernel" (a launch of a copy kernel, loaded into
+// each context at its first copy: copykernel.go). All copy the same
+// bytes; they differ in the host's cost per call: on an H200 an 8-byte
+// copy cost 3.7 µs through cuMemcpyAsync and 4.8 µs through
+// cuMemcpyDtoDAsync, and a small kernel's launch 3.0-4.4 µs
+// (BenchmarkGPULaunch). A driver without cuMemcpyAsync gets
+// cuMemcpyDtoDAsync.
 const CopyAPIEnv = "NCCLGO_COPY_API"
 
-// copyAPIFromEnv reads CopyAPIEnv: whether copies go through
-// cuMemcpyAsync.
-func copyAPIFromEnv(lookup func(string) (string, bool)) (generic bool, _ error) {
+// copyAPIFromEnv reads CopyAPIEnv.
+func copyAPIFromEnv(lookup func(string) (string, bool)) (copyMode, error) {
 	v, ok := lookup(CopyAPIEnv)
 	switch {
 	case !ok || v == "" || v == "generic":
-		return true, nil
+		return copyGeneric, nil
 	case v == "dtod":
-		return false, nil
+		return copyDtoD, nil
+	case v == "kernel":
+		return copyKernel, nil
 	}
-	return false, fmt.Errorf("cuda: %s=%q: want generic (cuMemcpyAsync, the default) or dtod (cuMemcpyDtoDAsync)", CopyAPIEnv, v)
+	return 0, fmt.Errorf("cuda: %s=%q: want generic (cuMemcpyAsync, the default), dtod (cuMemcpyDtoDAsync) or kernel (a copy kernel)", CopyAPIEnv, v)
 }
 
 func b2i(b bool) int {

@@ -161,6 +161,10 @@ func (o *Ops) MemcpyDtoDAsync(s *Stream, dst, src DevicePtr, n uint64, f OpFlag)
 		o.fail(err)
 	} else if n == 0 {
 		o.fail(badArg("Ops.MemcpyDtoDAsync", "a copy of 0 bytes (leave it out)"))
+	} else if kernelCopies.Load() && s != nil && s.ctx != nil {
+		if err := s.ctx.ensureCopyKernel(); err != nil {
+			o.fail(err)
+		}
 	}
 	p.dst, p.src, p.n = C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)
 	return i

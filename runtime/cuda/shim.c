@@ -3,6 +3,7 @@
 // within the same C call, so goroutine migration between threads cannot
 // separate the two.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -163,19 +164,61 @@ CUresult ncu_init(void) { return p_cuInit(0); }
 CUresult ncu_error_name(CUresult r, const char** s) { return p_cuGetErrorName(r, s); }
 CUresult ncu_error_string(CUresult r, const char** s) { return p_cuGetErrorString(r, s); }
 
+/* scope is the calling thread's entry into the library through its C API
+   (ncu_scope_enter .. ncu_scope_leave): the context current when the host
+   called, and, while known, the one current now. Only the shim changes the
+   thread's context inside a scope (the callback's goroutine is locked to
+   the host's thread, and the host runs nothing until the call returns), so
+   each switch it makes updates cur, and SETCTX trusts cur instead of
+   asking the driver; anything that changes the context otherwise
+   (cuCtxDestroy pops it) clears known, and SETCTX asks again. */
+static __thread struct {
+  int scoped, known;
+  CUcontext cur;
+} scope;
+
 /* SETCTX makes c current on the calling thread unless it already is
    (cuCtxGetCurrent is a thread-local read; cuCtxSetCurrent does more), so
    that a thread issuing call after call in one context pays for the switch
    once, while one whose context something else changed meanwhile (another
-   library, cudaSetDevice) still gets c. */
-#define SETCTX(c)                                                         \
-  do {                                                                    \
-    CUcontext _cur = NULL;                                                \
-    if (p_cuCtxGetCurrent(&_cur) != NCU_SUCCESS || _cur != (c)) {         \
-      CUresult _r = p_cuCtxSetCurrent(c);                                 \
-      if (_r != NCU_SUCCESS) return _r;                                   \
-    }                                                                     \
+   library, cudaSetDevice) still gets c. Inside a scope whose context is
+   known it asks nothing. */
+#define SETCTX(c)                                                             \
+  do {                                                                        \
+    CUcontext _cur = NULL;                                                    \
+    int _same = scope.known ? scope.cur == (c)                                \
+                            : p_cuCtxGetCurrent(&_cur) == NCU_SUCCESS && _cur == (c); \
+    if (!_same) {                                                             \
+      CUresult _r = p_cuCtxSetCurrent(c);                                     \
+      ncu_scope_switched(c, _r);                                              \
+      if (_r != NCU_SUCCESS) return _r;                                       \
+    }                                                                         \
   } while (0)
+
+int ncu_scope_enter(CUcontext* prev) {
+  scope.scoped = scope.known = 0;
+  if (p_cuCtxGetCurrent == NULL || p_cuCtxGetCurrent(prev) != NCU_SUCCESS) return 0;
+  scope.scoped = scope.known = 1;
+  scope.cur = *prev;
+  return 1;
+}
+
+void ncu_scope_leave(CUcontext prev) {
+  if (!scope.scoped) return;
+  CUcontext cur = scope.cur;
+  int known = scope.known || p_cuCtxGetCurrent(&cur) == NCU_SUCCESS;
+  scope.scoped = scope.known = 0;
+  if (known && cur != prev) p_cuCtxSetCurrent(prev);
+}
+
+void ncu_scope_switched(CUcontext c, CUresult r) {
+  if (!scope.scoped) return;
+  scope.known = r == NCU_SUCCESS;
+  scope.cur = c;
+}
+
+void ncu_scope_forget(void) { scope.known = 0; }
+
 #define NEED(p)                                      \
   do {                                               \
     if (p == NULL) return NCU_ERROR_NOT_SUPPORTED;   \
@@ -223,12 +266,21 @@ CUresult ncu_device_can_access_peer(int* v, CUdevice d, CUdevice peer) {
 }
 
 CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
-CUresult ncu_primary_ctx_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
+CUresult ncu_primary_ctx_release(CUdevice d) {
+  ncu_scope_forget(); /* a context it destroys is current nowhere after */
+  return p_cuDevicePrimaryCtxRelease(d);
+}
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
   SETCTX(c);
   return p_cuCtxEnablePeerAccess(peer, 0);
 }
-CUresult ncu_ctx_get_current(CUcontext* c) { return p_cuCtxGetCurrent(c); }
+CUresult ncu_ctx_get_current(CUcontext* c) {
+  if (scope.known) {
+    *c = scope.cur;
+    return NCU_SUCCESS;
+  }
+  return p_cuCtxGetCurrent(c);
+}
 CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d) {
   SETCTX(c);
   return p_cuCtxGetDevice(d);
@@ -243,9 +295,14 @@ CUresult ncu_ctx_create(CUcontext* c, CUdevice d) {
 }
 CUresult ncu_ctx_destroy(CUcontext c) {
   NEED(p_cuCtxDestroy);
+  ncu_scope_forget(); /* destroying the current context pops it */
   return p_cuCtxDestroy(c);
 }
-CUresult ncu_ctx_set_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
+CUresult ncu_ctx_set_current(CUcontext c) {
+  CUresult r = p_cuCtxSetCurrent(c);
+  ncu_scope_switched(c, r);
+  return r;
+}
 CUresult ncu_ctx_sm_limit(CUcontext c, int* n) {
   NEED(p_cuCtxGetExecAffinity);
   SETCTX(c);
@@ -339,19 +396,83 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
   SETCTX(c);
   return p_cuMemcpyDtoHAsync(dst, src, n, s);
 }
-/* ncu_copy_generic: device-to-device copies go through cuMemcpyAsync
-   (the unified-addressing copy cudaMemcpyAsync uses) instead of
-   cuMemcpyDtoDAsync; set once at Init (NCCLGO_COPY_API), read after. */
-static int ncu_copy_generic;
-void ncu_set_copy_generic(int on) { ncu_copy_generic = on && p_cuMemcpyAsync != NULL; }
-int ncu_copy_is_generic(void) { return ncu_copy_generic; }
-static CUresult ncu_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  if (ncu_copy_generic) return p_cuMemcpyAsync(dst, src, n, s);
+/* ncu_copy_mode: how device-to-device copies are queued (NCCLGO_COPY_API,
+   set once at Init, read after): NCU_COPY_DTOD (cuMemcpyDtoDAsync),
+   NCU_COPY_GENERIC (cuMemcpyAsync, the unified-addressing copy
+   cudaMemcpyAsync uses) or NCU_COPY_KERNEL (a launch of the context's copy
+   kernel, registered by ncu_copy_fn_set; cuMemcpyAsync in a context that
+   has none). */
+static int ncu_copy_mode = NCU_COPY_GENERIC;
+void ncu_set_copy_mode(int m) {
+  if (m != NCU_COPY_DTOD && p_cuMemcpyAsync == NULL) m = NCU_COPY_DTOD;
+  ncu_copy_mode = m;
+}
+int ncu_get_copy_mode(void) { return ncu_copy_mode; }
+
+/* The copy kernels by context: a few contexts at most, written rarely
+   (a context's first copy, its release), read on every kernel-mode copy. */
+static struct {
+  CUcontext c;
+  CUfunction f;
+} ncu_copy_fns[NCU_COPY_FNS];
+static pthread_mutex_t ncu_copy_mu = PTHREAD_MUTEX_INITIALIZER;
+int ncu_copy_fn_set(CUcontext c, CUfunction f) {
+  int ok = f == NULL;
+  pthread_mutex_lock(&ncu_copy_mu);
+  for (int i = 0; i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == c) {
+      ncu_copy_fns[i].f = f;
+      if (f == NULL) ncu_copy_fns[i].c = NULL;
+      ok = 1;
+      break;
+    }
+  }
+  for (int i = 0; !ok && i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == NULL) {
+      ncu_copy_fns[i].c = c;
+      ncu_copy_fns[i].f = f;
+      ok = 1;
+    }
+  }
+  pthread_mutex_unlock(&ncu_copy_mu);
+  return ok;
+}
+static CUfunction ncu_copy_fn(CUcontext c) {
+  CUfunction f = NULL;
+  pthread_mutex_lock(&ncu_copy_mu);
+  for (int i = 0; i < NCU_COPY_FNS; i++) {
+    if (ncu_copy_fns[i].c == c) {
+      f = ncu_copy_fns[i].f;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ncu_copy_mu);
+  return f;
+}
+
+/* ncu_dtod queues the copy in context c (current) as ncu_copy_mode says. The
+   copy kernel (ngcopy: src, dst, n) moves 16 bytes a thread-step where both
+   pointers are 16-byte aligned: a block of 32 threads for a small copy, up
+   to 1024 blocks of 256 for a large one. */
+static CUresult ncu_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (ncu_copy_mode == NCU_COPY_KERNEL) {
+    CUfunction f = ncu_copy_fn(c);
+    if (f != NULL) {
+      unsigned long long nn = n;
+      unsigned threads = n < 4096 ? 32 : 256;
+      size_t blocks = (n + 4095) / 4096;
+      if (blocks < 1) blocks = 1;
+      if (blocks > 1024) blocks = 1024;
+      void* params[] = {&src, &dst, &nn};
+      return p_cuLaunchKernel(f, (unsigned)blocks, 1, 1, threads, 1, 1, 0, s, params, NULL);
+    }
+  }
+  if (ncu_copy_mode != NCU_COPY_DTOD) return p_cuMemcpyAsync(dst, src, n, s);
   return p_cuMemcpyDtoDAsync(dst, src, n, s);
 }
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   SETCTX(c);
-  return ncu_dtod(dst, src, n, s);
+  return ncu_dtod(c, dst, src, n, s);
 }
 CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
   SETCTX(c);
@@ -408,7 +529,7 @@ chain:
   return p_cuEventRecordWithFlags(e, s, 0x1 /* CU_EVENT_RECORD_EXTERNAL */);
 }
 
-static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
+static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   switch (o->kind) {
   case NCU_OP_CAPTURE:
     if (p_cuStreamIsCapturing == NULL) return NCU_ERROR_NOT_SUPPORTED;
@@ -427,7 +548,7 @@ static CUresult ncu_run_op(ncu_op* o, void* args, size_t* size) {
   case NCU_OP_RECORD_BESIDE:
     return ncu_record_beside(o->e, o->s, &o->node, &o->capture);
   case NCU_OP_DTOD:
-    return ncu_dtod(o->dst, o->src, o->n, o->s);
+    return ncu_dtod(c, o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
     if (*size == 0) return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, NULL);
     void* extra[] = {
@@ -462,7 +583,7 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
       relaxed = 1;
       ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
     }
-    CUresult r = ncu_run_op(o, args, &size);
+    CUresult r = ncu_run_op(c, o, args, &size);
     o->result = r;
     int failed = r != NCU_SUCCESS && !(o->kind == NCU_OP_QUERY && r == NCU_ERROR_NOT_READY);
     if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) {

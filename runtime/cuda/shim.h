@@ -66,8 +66,13 @@ enum {
 
 // Loading.
 int ncu_load(const char* path, char* err, size_t errlen);
-void ncu_set_copy_generic(int on);
-int ncu_copy_is_generic(void);
+enum { NCU_COPY_DTOD = 0, NCU_COPY_GENERIC = 1, NCU_COPY_KERNEL = 2 };
+#define NCU_COPY_FNS 64 // contexts with a copy kernel at once
+void ncu_set_copy_mode(int m);
+int ncu_get_copy_mode(void);
+// ncu_copy_fn_set registers c's copy kernel (f NULL: forgets c's); 0 when
+// the table is full (c's copies then go through cuMemcpyAsync).
+int ncu_copy_fn_set(CUcontext c, CUfunction f);
 int ncu_loaded(void);
 CUresult ncu_init(void);
 
@@ -96,6 +101,20 @@ CUresult ncu_ctx_get_device(CUcontext c, CUdevice* d);
 CUresult ncu_ctx_create(CUcontext* c, CUdevice d);
 CUresult ncu_ctx_destroy(CUcontext c);
 CUresult ncu_ctx_set_current(CUcontext c);
+
+// A scope is one call of the host into the library through its C API
+// (capi), on the host's thread: ncu_scope_enter asks for the thread's
+// current context once, into prev, and the shim then tracks every switch
+// it makes instead of asking again; ncu_scope_leave(prev) makes prev
+// current again if the scope left another. ncu_scope_enter returns 0 (no
+// scope) when the driver is not loaded or the question fails.
+// ncu_scope_switched records a switch to c that returned r (every
+// cuCtxSetCurrent made outside the shim's own entries); ncu_scope_forget
+// says the current context is no longer known (asked again when needed).
+int ncu_scope_enter(CUcontext* prev);
+void ncu_scope_leave(CUcontext prev);
+void ncu_scope_switched(CUcontext c, CUresult r);
+void ncu_scope_forget(void);
 // The SMs context c may use (cuCtxGetExecAffinity, SM count): its MPS
 // share, or what cuCtxCreate_v3 limited it to. NOT_SUPPORTED when the
 // driver lacks the entry point.
@@ -140,7 +159,7 @@ enum {
   NCU_OP_WAIT_EXTERNAL,
   NCU_OP_RECORD,      // cuEventRecord(e, s)
   NCU_OP_RECORD_EXTERNAL,
-  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), or cuMemcpyAsync (ncu_set_copy_generic)
+  NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), cuMemcpyAsync or the copy kernel (ncu_set_copy_mode)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
   NCU_OP_RECORD_BESIDE, // ncu_record_beside(e, s, node, capture)
 };
@@ -241,5 +260,8 @@ static inline CUstream ncu_stream_from(uintptr_t h) { return (CUstream)h; }
 static inline uintptr_t ncu_stream_to(CUstream s) { return (uintptr_t)s; }
 static inline uintptr_t ncu_ctx_to(CUcontext c) { return (uintptr_t)c; }
 static inline CUcontext ncu_ctx_from(uintptr_t h) { return (CUcontext)h; }
+// ncu_ctx_set_current_handle is ncu_ctx_set_current of a raw handle, in
+// one cgo call.
+static inline CUresult ncu_ctx_set_current_handle(uintptr_t h) { return ncu_ctx_set_current((CUcontext)h); }
 
 #endif

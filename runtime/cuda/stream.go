@@ -212,6 +212,11 @@ func (s *Stream) MemcpyDtoDAsync(dst, src DevicePtr, n uint64) error {
 	if err := checkCopy("MemcpyDtoDAsync", n, dst != 0, src != 0); err != nil || n == 0 {
 		return err
 	}
+	if kernelCopies.Load() {
+		if err := s.ctx.ensureCopyKernel(); err != nil {
+			return err
+		}
+	}
 	// copySymbol asks the shim (a cgo call): only on failure.
 	if r := Result(C.ncu_memcpy_dtod_async(c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), h)); r != ResultSuccess {
 		return s.ctx.wrap(fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", n), check(copySymbol(), r))

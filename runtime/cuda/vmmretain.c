@@ -39,6 +39,7 @@ CUresult ncu_mem_retain(CUcontext c, CUmemGenericAllocationHandle* h, CUdevicept
   CUcontext cur = NULL;
   if (r_cuCtxGetCurrent(&cur) != NCU_SUCCESS || cur != c) {
     CUresult r = r_cuCtxSetCurrent(c);
+    ncu_scope_switched(c, r);
     if (r != NCU_SUCCESS) return r;
   }
   return r_cuMemRetainAllocationHandle(h, (void*)(uintptr_t)p);

@@ -453,6 +453,24 @@ func funcOf(t Task, ch tune.Choice) kspace.Func {
 	return f
 }
 
+// OneRankCopy is what collective t plans on a communicator of one rank
+// when it needs no kernel: a copy of its bytes from its send buffer to its
+// receive buffer, or nothing (a zero Copy) when it is in place or empty.
+// ok is false when t needs a kernel (a PreMulSum scales its input, Avg of
+// a floating-point type included) or is not a collective (SendRecv: its
+// sends and receives to itself pair up in planP2P). Every other collective
+// of one rank is its input: Sum, Prod, Min and Max of one value, and an
+// integer Avg divided by 1.
+func OneRankCopy(t Task) (cp Copy, ok bool) {
+	if t.Coll == kspace.SendRecv || t.Coll.HasRedOp() && t.Op == kspace.PreMulSum {
+		return Copy{}, false
+	}
+	if t.Bytes == 0 || t.Send == t.Recv {
+		return Copy{}, true
+	}
+	return Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Bytes}, true
+}
+
 // planColl splits one collective over its channels. A collective over one
 // rank becomes a copy (unless it has to scale, PreMulSum).
 func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decision, *Copy, kspace.Func, error) {
@@ -462,12 +480,13 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 	if t.Bytes == 0 {
 		return ws, dec, nil, kspace.Func{}, nil
 	}
-	if c.NRanks == 1 && !(t.Coll.HasRedOp() && t.Op == kspace.PreMulSum) {
-		var cp *Copy
-		if t.Send != t.Recv {
-			cp = &Copy{Dst: t.Recv, Src: t.Send, Bytes: t.Bytes}
+	if c.NRanks == 1 {
+		if cp, ok := OneRankCopy(t); ok {
+			if cp.Bytes == 0 {
+				return ws, dec, nil, kspace.Func{}, nil
+			}
+			return ws, dec, &cp, kspace.Func{}, nil
 		}
-		return ws, dec, cp, kspace.Func{}, nil
 	}
 	if t.Choose != nil {
 		choose = t.Choose

@@ -160,6 +160,44 @@ func TestZeroCountAndOneRank(t *testing.T) {
 	assert.Empty(t, p.Launches)
 }
 
+// TestOneRankCopy: OneRankCopy answers what Build plans for one
+// collective of one rank, for every collective and op, in and out of
+// place: a copy or nothing when it needs no kernel, a launch otherwise
+// (PreMulSum, Avg of floating-point types included).
+func TestOneRankCopy(t *testing.T) {
+	one := Comm{Rank: 0, NRanks: 1, NChannels: 4}
+	for _, coll := range []kspace.Coll{kspace.Broadcast, kspace.Reduce, kspace.AllGather, kspace.ReduceScatter, kspace.AllReduce} {
+		ops := []kspace.RedOp{kspace.Sum}
+		if coll.HasRedOp() {
+			ops = []kspace.RedOp{kspace.Sum, kspace.Prod, kspace.MinMax, kspace.PreMulSum, kspace.SumPostDiv}
+		}
+		for _, op := range ops {
+			for _, recv := range []uint64{0x10, 0x20} {
+				for _, bytes := range []uint64{0, 8} {
+					task := Task{Coll: coll, Send: 0x10, Recv: recv, Type: kspace.F32, Op: op, Bytes: bytes}
+					name := fmt.Sprintf("%s %s recv %#x %d bytes", coll, op, recv, bytes)
+					p, err := Build(one, []Task{task}, ring(4), nil)
+					require.NoError(t, err, name)
+					cp, ok := OneRankCopy(task)
+					if !ok {
+						assert.Equal(t, kspace.PreMulSum, op, name)
+						assert.Len(t, p.Launches, min(int(bytes), 1), "%s: a kernel scales", name)
+						continue
+					}
+					assert.Empty(t, p.Launches, name)
+					if cp.Bytes == 0 {
+						assert.Empty(t, p.Copies, name)
+					} else {
+						assert.Equal(t, []Copy{cp}, p.Copies, name)
+					}
+				}
+			}
+		}
+	}
+	_, ok := OneRankCopy(Task{Coll: kspace.SendRecv, Send: 0x10, Bytes: 8, IsSend: true})
+	assert.False(t, ok, "a send to itself pairs with a receive")
+}
+
 func TestAggregationAndWorkFIFO(t *testing.T) {
 	comm := Comm{Rank: 0, NRanks: 2, NChannels: 8}
 	var tasks []Task
