@@ -50,6 +50,15 @@ var (
 	// time-slice, and the spin-waiting kernels of two ranks would never run
 	// together (a hang).
 	ErrSharedGPUNeedsMPS = comm.ErrSharedGPUNeedsMPS
+	// ErrContextLostAfterAbort is wrapped by Destroy's error when the CUDA
+	// context failed (a kernel fault; the MPS client torn down) after the
+	// communicator was aborted; the error names the abort's cause. Where
+	// processes share a GPU under MPS, a process killed while its kernels
+	// run takes every client of the GPU down with it (MPS's fatal-fault
+	// containment): the survivors learn of the loss first (the abort, an
+	// error naming the lost rank), then their contexts fail. The process
+	// must exit to use the GPU again.
+	ErrContextLostAfterAbort = comm.ErrContextLostAfterAbort
 
 	// ErrWindowMismatch is wrapped by RegisterWindow's and
 	// Window.Deregister's errors when the ranks did not call them alike

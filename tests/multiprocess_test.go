@@ -602,7 +602,12 @@ func mpRefused(t *testing.T, id ncclgo.UniqueID, rank, n, dev int) {
 // that names the lost rank, then Destroy, and form a new communicator on
 // the same GPUs that passes an AllReduce. With fake hosts
 // (NCCLGO_MP_HOSTS) the victim is on the last host, so the survivors of
-// other hosts learn of it through NET alone.
+// other hosts learn of it through NET alone. Where the processes share a
+// GPU under MPS, the victim's kernel still runs when it dies, and MPS
+// then fails every client of the GPU (its fatal-fault containment,
+// measured in tests/mpsprobe): a survivor's Destroy may then fail with
+// ErrContextLostAfterAbort, naming the lost rank, and no communicator can
+// be rebuilt in that process; the test accepts that under MPS only.
 func TestMultiProcessKill(t *testing.T) {
 	if os.Getenv(mpEnvRole) != "" {
 		t.Skip("child process")
@@ -654,7 +659,14 @@ func TestMultiProcessKill(t *testing.T) {
 		after := time.Unix(0, at).Sub(killed)
 		assert.Less(t, after, 10*time.Second, "survivor %d noticed after %v", p, after)
 		assert.Contains(t, m[3], fmt.Sprintf("rank %d ", victim), "survivor %d's error must name the lost rank", p)
-		assert.Contains(t, out, "MPREBUILT", "survivor %d: a new communicator on the same GPUs", p)
+		if ctxLost := regexp.MustCompile(`MPCTXLOST rank=\d+ err=(.*)`).FindStringSubmatch(out); ctxLost != nil {
+			// Under MPS the victim's running kernel took every client of
+			// the GPU down (MPS's fatal-fault containment); the child
+			// accepts that only under MPS, after naming the lost rank.
+			t.Logf("survivor %d: its CUDA context failed after the loss (MPS): %s", p, ctxLost[1])
+		} else {
+			assert.Contains(t, out, "MPREBUILT", "survivor %d: a new communicator on the same GPUs", p)
+		}
 		t.Logf("survivor %d (host %d): error after %v: %s", p, l.hostOf(p), after.Round(time.Millisecond), m[3])
 		slowest = max(slowest, after)
 	}
@@ -1189,8 +1201,17 @@ func mpKill(t *testing.T, ranks []*mpRank, n, victim, dev int, bufBytes uint64) 
 		t.Fatalf("the victim survived")
 	}
 	start := time.Now()
-	require.NoError(t, rk.comm.Destroy())
+	err := rk.comm.Destroy()
 	rk.comm = nil
+	if errors.Is(err, ncclgo.ErrContextLostAfterAbort) && topo.MPSActive(os.Getenv) {
+		// MPS took this client down with the victim (its kernel was
+		// running when it was killed): no communicator can be rebuilt in
+		// this process. The parent accepts this under MPS only.
+		require.ErrorContains(t, err, fmt.Sprintf("rank %d ", victim), "rank %d: the error names the lost rank", r)
+		fmt.Printf("MPCTXLOST rank=%d err=%v\n", r, err)
+		return
+	}
+	require.NoError(t, err)
 	fmt.Printf("MPDESTROYED rank=%d in=%v\n", r, time.Since(start))
 
 	// A new communicator of the survivors (ranks 0..victim-1 keep their

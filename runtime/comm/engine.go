@@ -286,6 +286,18 @@ func (l *lifetime) end(cause error) {
 	l.cancel(cause)
 }
 
+// ended reports whether the lifetime has ended.
+func (l *lifetime) ended() bool {
+	l.init()
+	return l.ctx.Err() != nil
+}
+
+// cause returns the cause the lifetime ended with (nil: not ended).
+func (l *lifetime) cause() error {
+	l.init()
+	return context.Cause(l.ctx)
+}
+
 // bind returns ctx, ended also when the lifetime ends (with its cause),
 // and the function that releases it.
 func (l *lifetime) bind(ctx context.Context) (context.Context, func()) {
@@ -424,7 +436,7 @@ func (e *Engine) Destroy() error {
 	}
 	e.stopNetWatch() // before the events it queries are destroyed
 	if len(unconfirmed) > 0 {
-		return e.leak(errors.Join(unconfirmed...))
+		return e.explainLost(e.leak(errors.Join(unconfirmed...)))
 	}
 	// Off the ledger before the events it may query are destroyed, and
 	// under mu, as a Wait of another goroutine may be querying one (query).
@@ -452,7 +464,7 @@ func (e *Engine) Destroy() error {
 			wait, e.device, context.DeadlineExceeded))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("ncclgo: rank %d: Destroy: %w", e.rank, err)
+		return e.explainLost(fmt.Errorf("ncclgo: rank %d: Destroy: %w", e.rank, err))
 	}
 	if err := e.IdleNetError(); err != nil {
 		// Its peer ended first (as at an Abort that ends a program):
@@ -504,6 +516,24 @@ func (e *Engine) leak(why error) error {
 	err := fmt.Errorf("ncclgo: rank %d: Destroy: %w; left allocated, as a kernel may still use them: %s",
 		e.rank, why, strings.Join(left, "; "))
 	return errors.Join(append([]error{err}, errs...)...)
+}
+
+// explainLost adds the abort's cause to a Destroy error whose CUDA context
+// failed after an abort: where processes share a GPU under MPS, a process
+// killed while its kernels run takes every client of the GPU down with it
+// (MPS's fatal-fault containment), so the survivors' contexts fail
+// moments after they learned of the loss, through no fault of theirs.
+func (e *Engine) explainLost(err error) error {
+	if err == nil || !e.aborted.Load() && !e.life.ended() || !cuda.ContextLost(err) {
+		return err
+	}
+	why := "the communicator was aborted"
+	if cause := e.life.cause(); cause != nil {
+		why = cause.Error()
+	}
+	return fmt.Errorf("%w (%w; first: %s; where processes share a GPU under MPS, a process killed while its kernels run "+
+		"takes every client of the GPU down with it, so this process's GPU work is lost and it must exit to use the GPU again)",
+		err, ErrContextLostAfterAbort, why)
 }
 
 // free releases what Init acquired; it tolerates a partial init.

@@ -13,6 +13,10 @@ var (
 	// no launch ran (its peer aborted or vanished); a call that would
 	// need it fails at once, launching nothing. The error names the peer.
 	ErrPeerFailed = errors.New("a peer of the communicator failed")
+	// ErrContextLostAfterAbort: Destroy's CUDA calls failed with a lost
+	// context (cuda.ContextLost) after the communicator was aborted; the
+	// error names the abort's cause.
+	ErrContextLostAfterAbort = errors.New("the CUDA context failed after the communicator was aborted")
 	// ErrSharedGPUNeedsMPS: ranks of different processes share a GPU and
 	// the CUDA Multi-Process Service is not running: without MPS the
 	// kernels of different processes only time-slice, and the spin-waiting

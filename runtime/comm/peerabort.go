@@ -257,7 +257,7 @@ func (pp *peerPages) end(proc *peerProc, why string) {
 		ended = append(ended, proc.ranks[i])
 	}
 	if len(ended) > 0 {
-		pp.log.Info(fmt.Sprintf("ended the kernels of rank(s) %s (%s): %s without destroying the communicator", joinInts(ended), proc.peer, why), config.SubsysInit.Attr())
+		pp.log.Info(fmt.Sprintf("ended the kernels of rank(s) %s (%s): %s without destroying the communicator", joinInts(ended), proc.peer.Process(), why), config.SubsysInit.Attr())
 	}
 }
 

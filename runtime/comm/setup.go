@@ -74,7 +74,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		if err := json.Unmarshal(raw, &peers[r]); err != nil {
 			return fail(fmt.Errorf("rank %d's description: %w", r, err))
 		}
-		tpeers[r] = transport.Peer{PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device, BusID: peers[r].BusID}
+		tpeers[r] = transport.Peer{Rank: r, PID: peers[r].PID, Host: peers[r].Host, Device: peers[r].Device, BusID: peers[r].BusID}
 		devs[r] = peers[r].Device
 	}
 	self := tpeers[rank]

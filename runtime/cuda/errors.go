@@ -93,6 +93,31 @@ func (e *Error) Is(target error) bool {
 	return ok && t != nil && e != nil && t.Code == e.Code
 }
 
+// ContextLost reports whether r leaves the context unusable: a kernel
+// faulted (an illegal address or instruction, a misaligned or invalid
+// access, a failed launch) or the context is gone (destroyed; its MPS
+// client torn down). Every later call in the context fails the same way,
+// and the process must create a new context, in practice exit, to use the
+// GPU again.
+func (r Result) ContextLost() bool {
+	switch {
+	case r == ResultIllegalAddress, r == ResultContextIsDestroyed:
+		return true
+	case r >= 714 && r <= 719: // hardware stack error, illegal instruction, misaligned, address space, PC, launch failed
+		return true
+	case r >= 805 && r <= 810: // the MPS server: connection, RPC, not ready, clients, client terminated
+		return true
+	}
+	return false
+}
+
+// ContextLost reports whether err is or wraps an *Error whose code leaves
+// the context unusable (Result.ContextLost).
+func ContextLost(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code.ContextLost()
+}
+
 // String returns the CUDA name of the code, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
 // It asks the driver when it is loaded and falls back on a built-in table;
 // codes unknown to both print as "CUresult(n)".

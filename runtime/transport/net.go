@@ -263,6 +263,7 @@ func (t NET) SetupRecv(env *Env, send Peer, size uint64) (_ Region, err error) {
 // connection to the receiver, a listener for its credits, and the proxy
 // connection.
 func (t NET) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info []byte) (_ Region, err error) {
+	peer.Rank = recv
 	if len(info) != netInfoSize {
 		return nil, fmt.Errorf("transport: NET connect info from rank %d: %d bytes, want %d", recv, len(info), netInfoSize)
 	}
@@ -276,7 +277,7 @@ func (t NET) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, inf
 	if _, total := blockLayout(env.sizes); size == 0 || size%total != 0 || size/total > generated.MaxChannels {
 		return nil, fmt.Errorf("transport: NET connect info from rank %d: a region of %d bytes, want 1 to %d connections of %d bytes", recv, size, generated.MaxChannels, total)
 	}
-	r, err := newNetRegion(env, t, n, size, fmt.Sprintf("rank %d sending to rank %d (%s)", env.Rank, recv, peer))
+	r, err := newNetRegion(env, t, n, size, fmt.Sprintf("rank %d sending to %s", env.Rank, peer))
 	if err != nil {
 		return nil, err
 	}

@@ -416,7 +416,7 @@ func newFakeSender(t *testing.T, nt ncclnet.Net) *fakeSender {
 	f := &fakeSender{errs: make(chan error, 4)}
 	env := &Env{Mem: newHostMem(), Rank: 0, Self: Peer{PID: 1, Host: "a"}, sizes: netSizes, proxyError: func(err error) { f.errs <- err }}
 	_, total := blockLayout(netSizes)
-	r, err := NET{Net: nt}.SetupRecv(env, Peer{PID: 2, Host: "b"}, 2*total)
+	r, err := NET{Net: nt}.SetupRecv(env, Peer{Rank: 1, PID: 2, Host: "b"}, 2*total)
 	require.NoError(t, err)
 	f.region = r
 	var h ncclnet.Handle
@@ -488,7 +488,7 @@ func TestNETRejectsMalformedTraffic(t *testing.T) {
 			case err := <-f.errs:
 				require.ErrorIs(t, err, ncclnet.ErrPeer)
 				require.ErrorContains(t, err, tc.want)
-				require.ErrorContains(t, err, "rank 0 receiving from pid 2 on b")
+				require.ErrorContains(t, err, "rank 0 receiving from rank 1 (pid 2 on b")
 				require.ErrorContains(t, err, "127.0.0.1:", "names the peer's address")
 			case <-time.After(10 * time.Second):
 				t.Fatal("no error within 10 s")

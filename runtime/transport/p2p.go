@@ -150,6 +150,7 @@ func setupCuMem(env *Env, m IPCMemory, size uint64) (_ Region, err error) {
 
 // ConnectSend implements Transport.
 func (P2P) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info []byte) (Region, error) {
+	peer.Rank = recv
 	if len(info) < 9 {
 		return nil, fmt.Errorf("transport: P2P connect info from rank %d: %d bytes, want at least 9", recv, len(info))
 	}
@@ -157,7 +158,7 @@ func (P2P) ConnectSend(ctx context.Context, env *Env, recv int, peer Peer, info 
 	switch {
 	case kind == p2pLocal && len(info) == 9:
 		if !peer.SameProcess(env.Self) {
-			return nil, fmt.Errorf("transport: rank %d (%s) published an in-process P2P address to a rank of another process", recv, peer)
+			return nil, fmt.Errorf("transport: %s published an in-process P2P address to a rank of another process", peer)
 		}
 		return &devRegion{addr: cuda.DevicePtr(a), mode: "direct pointer"}, nil
 	case kind == p2pCuMem && len(info) == 17:

@@ -41,8 +41,9 @@ import (
 	"strings"
 )
 
-// Peer identifies where a rank runs.
+// Peer identifies a rank and where it runs.
 type Peer struct {
+	Rank   int // the rank in its communicator, for messages
 	PID    int
 	Host   string
 	Device int
@@ -66,7 +67,12 @@ func (p Peer) SameGPU(q Peer) bool {
 	return p.Device == q.Device
 }
 
-func (p Peer) String() string { return fmt.Sprintf("pid %d on %s, device %d", p.PID, p.Host, p.Device) }
+// Process names p's process: "pid 123 on host".
+func (p Peer) Process() string { return fmt.Sprintf("pid %d on %s", p.PID, p.Host) }
+
+func (p Peer) String() string {
+	return fmt.Sprintf("rank %d (pid %d on %s, device %d)", p.Rank, p.PID, p.Host, p.Device)
+}
 
 // Path is how far apart two GPUs are, in NCCL's path types (NCCL_P2P_LEVEL).
 type Path int

@@ -1,0 +1,34 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+)
+
+// TestExplainLost: a Destroy error whose context failed after an abort
+// wraps ErrContextLostAfterAbort and names the abort's cause (the lost
+// peer); other errors, and a failed context without an abort, pass as
+// they are.
+func TestExplainLost(t *testing.T) {
+	faulted := fmt.Errorf("ncclgo: rank 0: Destroy: cuda: MemFree: %w", &cuda.Error{Op: "cuMemFree", Code: cuda.ResultIllegalAddress})
+	other := errors.New("ncclgo: rank 0: Destroy: something else")
+
+	var e Engine
+	assert.Same(t, faulted, e.explainLost(faulted), "no abort: the error as it is")
+	assert.Nil(t, e.explainLost(nil))
+
+	e.aborted.Store(true)
+	e.life.end(fmt.Errorf("%w: transport: rank 0 receiving from rank 1 (pid 7 on b, device 0): EOF", ErrAborted))
+	assert.Same(t, other, e.explainLost(other), "not a lost context: as it is")
+	err := e.explainLost(faulted)
+	require.ErrorIs(t, err, ErrContextLostAfterAbort)
+	require.ErrorIs(t, err, cuda.ErrIllegalAddress, "the driver's error stays matchable")
+	assert.ErrorContains(t, err, "first: communicator aborted: transport: rank 0 receiving from rank 1 (pid 7 on b")
+	assert.ErrorContains(t, err, "under MPS")
+}
