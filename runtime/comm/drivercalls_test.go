@@ -52,6 +52,12 @@ func TestDriverCallsPerLaunch(t *testing.T) {
 // (fakeDriverEnv set) it calls child with the fake's path.
 func inFakeDriver(t *testing.T, name string, child func(t *testing.T, lib string)) {
 	if lib := os.Getenv(fakeDriverEnv); lib != "" {
+		// One OS thread throughout: the fake driver's current context is
+		// per thread, as the driver's is, so a goroutine that moved
+		// between threads would count a cuCtxSetCurrent more (a flake
+		// seen in CI in TestMultiSetEventAloneAfterSet).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		child(t, lib)
 		return
 	}
