@@ -9,13 +9,18 @@ import (
 
 // EnvCaptureRecord picks where a launch captured into a CUDA graph puts
 // its completion record (the external event record node that each replay
-// runs, enqueue.Capture): "chain" (the default) in the stream's chain,
-// after the kernel and before the stream's next node; "beside" in a branch
-// beside the chain (cuda.Event.RecordBeside), so that the next captured
+// runs, enqueue.Capture): "beside" (the default) in a branch beside the
+// stream's chain (cuda.Event.RecordBeside; in the chain where the driver
+// lacks the calls it needs), so that the next captured
 // kernel follows the kernel directly while the records, each after its
-// kernel and the record before it, keep the event's order. Both order a
-// rank's later launches elsewhere after each replay alike; "beside" takes
-// one node off the path between two captured collectives.
+// kernel and the record before it, keep the event's order; "chain" in the
+// stream's chain, after the kernel and before the stream's next node.
+// Both order a rank's later launches elsewhere after each replay alike;
+// "beside" takes one node off the path between two captured collectives.
+// On the H200 (session 11) a replayed kernel cost 1097 ns with no record,
+// 1106 with one beside, 1615 with one in the chain
+// (BenchmarkGPUGraphReplay), and 100 replayed 8 B AllReduces of one rank
+// 0.93 against 1.66 µs each; of two processes 3.51 against 3.87.
 const EnvCaptureRecord = "NCCLGO_CAPTURE_RECORD"
 
 // captureRecordFromEnv reads EnvCaptureRecord through lookup: whether
@@ -23,12 +28,12 @@ const EnvCaptureRecord = "NCCLGO_CAPTURE_RECORD"
 func captureRecordFromEnv(lookup func(string) (string, bool)) (beside bool, _ error) {
 	v, ok := lookup(EnvCaptureRecord)
 	switch {
-	case !ok || v == "" || v == "chain":
-		return false, nil
-	case v == "beside":
+	case !ok || v == "" || v == "beside":
 		return true, nil
+	case v == "chain":
+		return false, nil
 	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want chain (the completion record in the captured stream's chain, the default) or beside (in a branch beside it)", EnvCaptureRecord, v)
+	return false, fmt.Errorf("ncclgo: %s=%q: want beside (the completion record in a branch beside the captured stream's chain, the default) or chain (in the chain)", EnvCaptureRecord, v)
 }
 
 // besideRecords are the record nodes that captured launches put beside

@@ -16,7 +16,7 @@ func TestCaptureRecordFromEnv(t *testing.T) {
 		set    bool
 		beside bool
 		bad    bool
-	}{{"", false, false, false}, {"", true, false, false}, {"chain", true, false, false}, {"beside", true, true, false}, {"Beside", true, false, true}, {"1", true, false, true}} {
+	}{{"", false, true, false}, {"", true, true, false}, {"chain", true, false, false}, {"beside", true, true, false}, {"Beside", true, false, true}, {"1", true, false, true}} {
 		beside, err := captureRecordFromEnv(func(k string) (string, bool) {
 			require.Equal(t, EnvCaptureRecord, k)
 			return c.v, c.set
@@ -37,7 +37,7 @@ func TestCaptureRecordFromEnv(t *testing.T) {
 // with records beside the chain, each launch adds a record node through
 // cuGraphAddEventRecordNode, the first after the stream's capture
 // dependency alone and each later one after the record before it as well;
-// with records in the chain (the default), a CU_EVENT_RECORD_EXTERNAL
+// with records in the chain (NCCLGO_CAPTURE_RECORD=chain), a CU_EVENT_RECORD_EXTERNAL
 // record; eager launches record as before.
 func TestCaptureRecordBeside(t *testing.T) {
 	inFakeDriver(t, "TestCaptureRecordBeside", captureBesideChild)
