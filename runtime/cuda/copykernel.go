@@ -282,8 +282,17 @@ func afterPrimaryRelease(h C.CUcontext, d Device) {
 	// Under copyMu: a retain that comes after the reset and loads a new
 	// kernel does so either before the question (the context is active:
 	// kept) or after the drop.
-	var active C.int
-	if Result(C.ncu_primary_ctx_active(C.CUdevice(d), &active)) != ResultSuccess || active == 0 {
+	if active, err := primaryActive(d); err != nil || !active {
 		dropCopyKernelLocked(h)
 	}
+}
+
+// primaryActive reports whether device d's primary context is active
+// (cuDevicePrimaryCtxGetState).
+func primaryActive(d Device) (bool, error) {
+	var active C.int
+	if err := check("cuDevicePrimaryCtxGetState", Result(C.ncu_primary_ctx_active(C.CUdevice(d), &active))); err != nil {
+		return false, err
+	}
+	return active != 0, nil
 }
