@@ -133,6 +133,9 @@ $L__BB0_8:
 //     no id, and every Release drops it, as nothing could tell it stale
 //     later: each acquisition then loads the kernel again.
 //
+// A load that finds the shim's table full (copyKernelContexts) first
+// drops the entries of contexts that are gone, by their ids.
+//
 // copyMu orders loads, checks and drops.
 var (
 	copyMu      sync.Mutex
