@@ -5,7 +5,9 @@
 // Every entry point runtime/cuda's shim resolves exists and returns
 // CUDA_SUCCESS; those that hand something back (contexts, streams, events,
 // modules, memory) return distinct made-up handles, and the calling
-// thread's current context is kept as the driver keeps it. The one device
+// thread's current context is kept as the driver keeps it, and so are
+// contexts' lives: a primary context is active while retained and each
+// activation has a new id (cuCtxGetId), as does each created context. The one device
 // has an H200's attributes (132 SMs, compute capability 9.0). Nothing
 // runs: a kernel launch or a copy only counts. A kernel set made by
 // KernelSet loads as a real one does, so the whole runtime, from
@@ -78,7 +80,7 @@ func Build(dir string) (string, error) {
 		cc = "cc"
 	}
 	lib := filepath.Join(dir, "libcuda-fake.so")
-	out, err := exec.Command(cc, "-std=gnu11", "-O1", "-shared", "-fPIC", "-o", lib, cfile).CombinedOutput()
+	out, err := exec.Command(cc, "-std=gnu11", "-O1", "-shared", "-fPIC", "-pthread", "-o", lib, cfile).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("fakecuda: %s: %w\n%s", cc, err, out)
 	}
@@ -252,7 +254,13 @@ func (d *Driver) Counts() Counts {
 // Set changes how the fake answers: "capture_status" is what
 // cuStreamIsCapturing reports (0 none, 1 active, 2 invalidated);
 // "stream_busy" non-zero makes cuStreamQuery report CUDA_ERROR_NOT_READY;
-// "copy_result" is what cuMemcpyDtoDAsync returns (a CUresult).
+// "copy_result" is what cuMemcpyDtoDAsync returns (a CUresult);
+// "ctx_id_result" non-zero is what cuCtxGetId returns (a CUresult: 801,
+// CUDA_ERROR_NOT_SUPPORTED, plays a driver before CUDA 12.0);
+// "ctx_id_offset" is added to every context id cuCtxGetId reports (a
+// context destroyed and made again at the same handle behind the
+// runtime's back); "ctx_reuse" non-zero makes cuCtxCreate_v2 hand out the
+// last destroyed context's handle again.
 func (d *Driver) Set(knob string, v int) {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

@@ -65,6 +65,7 @@ func (d Device) PrimaryContext() (*Context, error) {
 	if err := check("cuDevicePrimaryCtxRetain", Result(C.ncu_primary_ctx_retain(&h, C.CUdevice(d)))); err != nil {
 		return nil, fmt.Errorf("cuda: device %d: %w", int(d), err)
 	}
+	checkCopyKernel(h) // the host may have reset it since our last retain
 	return &Context{h: h, dev: d}, nil
 }
 
@@ -85,6 +86,7 @@ func WrapContext(handle uintptr) (*Context, error) {
 	if err := check("cuCtxGetDevice", Result(C.ncu_ctx_get_device(h, &d))); err != nil {
 		return nil, fmt.Errorf("cuda: WrapContext(%#x): %w", handle, err)
 	}
+	checkCopyKernel(h) // its owner may have destroyed one and made another here
 	return &Context{h: h, dev: Device(d), wrapped: true}, nil
 }
 
@@ -119,10 +121,12 @@ func NewContext(d Device) (*Context, error) {
 	if err := check("cuCtxCreate", Result(C.ncu_ctx_create(&h, C.CUdevice(d)))); err != nil {
 		return nil, fmt.Errorf("cuda: NewContext on device %d: %w", int(d), err)
 	}
+	forgetCopyKernel(h) // a new context: a kernel at its handle is a dead one's
 	return &Context{h: h, dev: d, wrapped: true}, nil
 }
 
-// DestroyContext destroys a context made by NewContext (cuCtxDestroy).
+// DestroyContext destroys a context made by NewContext (cuCtxDestroy),
+// and with it the context's copy kernel (copykernel.go).
 func DestroyContext(c *Context) error {
 	h, err := c.ctx("DestroyContext")
 	if err != nil {
@@ -140,18 +144,25 @@ func (c *Context) Wrapped() bool { return c.wrapped }
 // Release releases this retain of the primary context
 // (cuDevicePrimaryCtxRelease_v2); for a wrapped context it only forgets the
 // handle. The Context is unusable afterwards; the underlying context lives
-// on while other retains (or its owner) hold it.
+// on while other retains (or its owner) hold it, and so does its copy
+// kernel (copykernel.go): a later acquisition of the same context reuses
+// it. The release of a primary context's last retain resets the context
+// and drops its kernel.
 func (c *Context) Release() error {
 	h, err := c.ctx("Release")
 	if err != nil {
 		return err
 	}
 	c.h = nil
-	forgetCopyKernel(h)
+	kept := releaseCopyKernel(h)
 	if c.wrapped {
 		return nil
 	}
-	return c.wrap("Release", check("cuDevicePrimaryCtxRelease", Result(C.ncu_primary_ctx_release(C.CUdevice(c.dev)))))
+	err = check("cuDevicePrimaryCtxRelease", Result(C.ncu_primary_ctx_release(C.CUdevice(c.dev))))
+	if kept {
+		afterPrimaryRelease(h, c.dev)
+	}
+	return c.wrap("Release", err)
 }
 
 // Device returns the context's device.

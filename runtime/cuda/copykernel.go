@@ -107,20 +107,65 @@ $L__BB0_8:
 }
 `
 
-// copyKernels holds the copy kernel's module of each context that made a
+// copyKernels holds the copy kernel of each context that made a
 // kernel-mode copy, by context handle (a sync.Map, so that a copy's check
-// takes no lock), so that the module stays loaded while the shim launches
-// its function. copyMu orders loads and forgets. A forgotten context's
-// module is left loaded (copies may still run it): it goes with the
-// context.
+// takes no lock and asks the driver nothing), and the shim's table
+// (ncu_copy_fn_set) holds its function, which the copies launch.
+//
+// The lifetime rule: a context's copy kernel lives exactly as long as the
+// context, and the entry with it. Its module is never unloaded: it goes
+// with its context. A context that lives on keeps its one kernel however
+// often it is acquired and released (a communicator's create and destroy
+// retain and release the primary context that the host keeps; a wrapped
+// caller's context outlives its wrappers), and an entry whose context is
+// gone is dropped before a later context with the same handle could copy:
+//
+//   - DestroyContext drops it, and so does the release of a primary
+//     context's last retain (cuDevicePrimaryCtxGetState reports it
+//     inactive: the release reset it);
+//   - each entry carries its context's id (cuCtxGetId, unique for the
+//     process's life), and every acquisition of a handle with an entry
+//     (Device.PrimaryContext, WrapContext, CurrentContext) checks it,
+//     dropping the entry of a context destroyed behind our back (a
+//     caller's own, a primary context reset by the host) whose handle a
+//     new one got; NewContext drops any entry at its new handle;
+//   - where the driver has no cuCtxGetId (before CUDA 12.0) an entry has
+//     no id, and every Release drops it, as nothing could tell it stale
+//     later: each acquisition then loads the kernel again.
+//
+// A load that finds the shim's table full (copyKernelContexts) first
+// drops the entries of contexts that are gone, by their ids.
+//
+// copyMu orders loads, checks and drops.
 var (
 	copyMu      sync.Mutex
-	copyKernels sync.Map // C.CUcontext → *Module
+	copyKernels sync.Map // C.CUcontext → *copyKernelEntry
 )
 
+// copyKernelContexts is how many contexts can hold a copy kernel at once
+// (the shim's table).
+const copyKernelContexts = C.NCU_COPY_FNS
+
+// copyKernelEntry is one context's copy kernel.
+type copyKernelEntry struct {
+	m  *Module // loaded in the context; goes with it
+	id uint64  // the context's cuCtxGetId; 0: none (dropped at every Release)
+}
+
+// ctxID returns context h's id (cuCtxGetId): an error for a context that
+// is gone, or a driver without the entry point (before CUDA 12.0).
+func ctxID(h C.CUcontext) (uint64, error) {
+	var id C.ulonglong
+	if err := check("cuCtxGetId", Result(C.ncu_ctx_get_id(h, &id))); err != nil {
+		return 0, err
+	}
+	return uint64(id), nil
+}
+
 // ensureCopyKernel loads c's copy kernel and registers it with the shim
-// before c's first kernel-mode copy. A failure fails the copy, naming
-// CopyAPIEnv, and the next copy tries again.
+// before c's first kernel-mode copy; afterwards it is a map lookup. A
+// failure fails the copy, naming CopyAPIEnv, and the next copy tries
+// again.
 func (c *Context) ensureCopyKernel() error {
 	h := c.h
 	if _, ok := copyKernels.Load(h); ok {
@@ -143,23 +188,114 @@ func (c *Context) ensureCopyKernel() error {
 		err = f.Load()
 	}
 	if err == nil && C.ncu_copy_fn_set(h, f.h) == 0 {
-		err = fmt.Errorf("cuda: the copy kernel (%s=kernel): more than %d contexts hold one", CopyAPIEnv, C.NCU_COPY_FNS)
+		// Full: contexts that went behind our back may hold places.
+		pruneCopyKernelsLocked()
+		if C.ncu_copy_fn_set(h, f.h) == 0 {
+			err = fmt.Errorf("cuda: the copy kernel (%s=kernel): more than %d live contexts hold one", CopyAPIEnv, copyKernelContexts)
+		}
 	}
 	if err != nil {
 		_ = m.Unload()
 		return err
 	}
-	copyKernels.Store(h, m)
+	id, err := ctxID(h)
+	if err != nil {
+		id = 0 // no id: dropped at every Release
+	}
+	copyKernels.Store(h, &copyKernelEntry{m: m, id: id})
 	return nil
 }
 
-// forgetCopyKernel drops context h's copy kernel from the shim before the
-// context may go (Release, DestroyContext): a later context with the same
-// handle loads its own.
-func forgetCopyKernel(h C.CUcontext) {
-	copyMu.Lock()
-	defer copyMu.Unlock()
+// dropCopyKernelLocked drops context h's entry and its function in the
+// shim, leaving the module loaded (it goes with its context); copyMu is
+// held.
+func dropCopyKernelLocked(h C.CUcontext) {
 	if _, ok := copyKernels.LoadAndDelete(h); ok {
 		C.ncu_copy_fn_set(h, nil)
 	}
+}
+
+// forgetCopyKernel drops context h's copy kernel: the context goes now
+// (DestroyContext), or is new (NewContext: an entry at its handle is a
+// dead context's).
+func forgetCopyKernel(h C.CUcontext) {
+	copyMu.Lock()
+	defer copyMu.Unlock()
+	dropCopyKernelLocked(h)
+}
+
+// checkCopyKernel runs at each acquisition of context h: it drops h's
+// entry when the context it was loaded in is gone (its id is not h's
+// now). Without an entry it asks the driver nothing.
+func checkCopyKernel(h C.CUcontext) {
+	if _, ok := copyKernels.Load(h); !ok {
+		return
+	}
+	copyMu.Lock()
+	defer copyMu.Unlock()
+	v, ok := copyKernels.Load(h)
+	if !ok {
+		return
+	}
+	// An entry without an id is dropped at every Release, so one that is
+	// here has a live holder: the context is the same.
+	if e := v.(*copyKernelEntry); e.id != 0 {
+		if id, err := ctxID(h); err != nil || id != e.id {
+			dropCopyKernelLocked(h)
+		}
+	}
+}
+
+// pruneCopyKernelsLocked drops the entries of contexts that are gone; copyMu
+// is held.
+func pruneCopyKernelsLocked() {
+	copyKernels.Range(func(k, v any) bool {
+		h := k.(C.CUcontext)
+		if e := v.(*copyKernelEntry); e.id != 0 {
+			if id, err := ctxID(h); err != nil || id != e.id {
+				dropCopyKernelLocked(h)
+			}
+		}
+		return true
+	})
+}
+
+// releaseCopyKernel runs at the Release of a Context for h, before the
+// driver's release: it drops h's entry when it has no id, and reports
+// whether one stays (afterPrimaryRelease settles that for a primary
+// context; a wrapped context's stays, checked at its next acquisition).
+func releaseCopyKernel(h C.CUcontext) (kept bool) {
+	v, ok := copyKernels.Load(h)
+	if !ok {
+		return false
+	}
+	if v.(*copyKernelEntry).id == 0 {
+		forgetCopyKernel(h)
+		return false
+	}
+	return true
+}
+
+// afterPrimaryRelease drops h's entry when the release of device d's
+// primary context reset it (cuDevicePrimaryCtxGetState: inactive, or no
+// answer).
+func afterPrimaryRelease(h C.CUcontext, d Device) {
+	copyMu.Lock()
+	defer copyMu.Unlock()
+	// Under copyMu: a retain that comes after the reset and loads a new
+	// kernel does so either before the question (the context is active:
+	// kept) or after the drop.
+	if active, err := primaryActive(d); err != nil || !active {
+		dropCopyKernelLocked(h)
+	}
+}
+
+// primaryActive reports whether device d's primary context is active
+// (cuDevicePrimaryCtxGetState).
+func primaryActive(d Device) (bool, error) {
+	var active C.int
+	if err := check("cuDevicePrimaryCtxGetState", Result(C.ncu_primary_ctx_active(C.CUdevice(d), &active))); err != nil {
+		return false, err
+	}
+	return active != 0, nil
 }

@@ -28,6 +28,8 @@
   X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", 1, (int* v, CUdevice d, CUdevice p))        \
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext* c, CUdevice d))        \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice d))                 \
+  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                                \
+    (CUdevice d, unsigned* flags, int* active))                                                 \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext c))                                       \
   X(cuCtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext* c))                                      \
   X(cuCtxGetDevice, "cuCtxGetDevice", 1, (CUdevice* d))                                         \
@@ -36,6 +38,7 @@
   X(cuCtxDestroy, "cuCtxDestroy_v2", 0, (CUcontext c))                                          \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 1, (CUcontext peer, unsigned flags))        \
   X(cuCtxGetExecAffinity, "cuCtxGetExecAffinity", 0, (CUexecAffinityParam* p, int type))       \
+  X(cuCtxGetId, "cuCtxGetId", 0, (CUcontext c, unsigned long long* id))                        \
   X(cuMemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr* p, size_t n))                                 \
   X(cuMemFree, "cuMemFree_v2", 1, (CUdeviceptr p))                                              \
   X(cuMemHostAlloc, "cuMemHostAlloc", 1, (void** p, size_t n, unsigned flags))                  \
@@ -269,6 +272,20 @@ CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d) { return p_cuDevicePri
 CUresult ncu_primary_ctx_release(CUdevice d) {
   ncu_scope_forget(); /* a context it destroys is current nowhere after */
   return p_cuDevicePrimaryCtxRelease(d);
+}
+/* The copy kernel's bookkeeping (copykernel.go): whether the device's
+   primary context is active (a release of its last retain resets it), and
+   a context's id, unique for the process's life (CUDA 12.0 on), which
+   tells a live context from a later one at the same handle. Neither makes
+   c current: they work on a context that is gone. */
+CUresult ncu_primary_ctx_active(CUdevice d, int* active) {
+  NEED(p_cuDevicePrimaryCtxGetState);
+  unsigned flags = 0;
+  return p_cuDevicePrimaryCtxGetState(d, &flags, active);
+}
+CUresult ncu_ctx_get_id(CUcontext c, unsigned long long* id) {
+  NEED(p_cuCtxGetId);
+  return p_cuCtxGetId(c, id);
 }
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer) {
   SETCTX(c);

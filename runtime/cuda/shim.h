@@ -94,6 +94,8 @@ CUresult ncu_device_can_access_peer(int* v, CUdevice d, CUdevice peer);
 // Contexts.
 CUresult ncu_primary_ctx_retain(CUcontext* c, CUdevice d);
 CUresult ncu_primary_ctx_release(CUdevice d);
+CUresult ncu_primary_ctx_active(CUdevice d, int* active);    // optional: NCU_ERROR_NOT_SUPPORTED
+CUresult ncu_ctx_get_id(CUcontext c, unsigned long long* id); // optional (CUDA 12.0): NCU_ERROR_NOT_SUPPORTED
 CUresult ncu_ctx_enable_peer_access(CUcontext c, CUcontext peer);
 CUresult ncu_ctx_synchronize(CUcontext c);
 CUresult ncu_ctx_get_current(CUcontext* c);
