@@ -260,7 +260,9 @@ func (d *Driver) Counts() Counts {
 // "ctx_id_offset" is added to every context id cuCtxGetId reports (a
 // context destroyed and made again at the same handle behind the
 // runtime's back); "ctx_reuse" non-zero makes cuCtxCreate_v2 hand out the
-// last destroyed context's handle again.
+// last destroyed context's handle again; "module_load_result" non-zero is
+// what cuModuleLoadDataEx returns for an image that is not the fake's own
+// (a PTX module such as runtime/cuda's copy kernel).
 func (d *Driver) Set(knob string, v int) {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

@@ -70,6 +70,13 @@ func inFakeDriver(t *testing.T, name string, child func(t *testing.T, lib string
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
+	if _, set := os.LookupEnv(cuda.CopyAPIEnv); !set {
+		// Copies through cuMemcpyAsync, whose failures the fake can
+		// inject (copy_result): the default copy kernel's launch is
+		// counted by runtime/cuda's and capi's tests, and TestKernelCopies
+		// asks for it.
+		cmd.Env = append(cmd.Env, cuda.CopyAPIEnv+"=generic")
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
 	require.NoError(t, err)

@@ -148,7 +148,7 @@ const copyKernelContexts = C.NCU_COPY_FNS
 
 // copyKernelEntry is one context's copy kernel.
 type copyKernelEntry struct {
-	m  *Module // loaded in the context; goes with it
+	m  *Module // loaded in the context; goes with it (nil: the load failed in the default mode, which then copies through cuMemcpyAsync)
 	id uint64  // the context's cuCtxGetId; 0: none (dropped at every Release)
 }
 
@@ -163,9 +163,11 @@ func ctxID(h C.CUcontext) (uint64, error) {
 }
 
 // ensureCopyKernel loads c's copy kernel and registers it with the shim
-// before c's first kernel-mode copy; afterwards it is a map lookup. A
-// failure fails the copy, naming CopyAPIEnv, and the next copy tries
-// again.
+// before c's first copy through it; afterwards it is a map lookup. Where
+// the load fails, the default mode (copyAuto) notes the context as one
+// without the kernel, whose copies the shim makes with cuMemcpyAsync, and
+// NCCLGO_COPY_API=kernel fails the copy, naming CopyAPIEnv; its next copy
+// tries again.
 func (c *Context) ensureCopyKernel() error {
 	h := c.h
 	if _, ok := copyKernels.Load(h); ok {
@@ -176,26 +178,16 @@ func (c *Context) ensureCopyKernel() error {
 	if _, ok := copyKernels.Load(h); ok {
 		return nil
 	}
-	m, err := c.LoadModule([]byte(copyPTX))
+	m, err := c.loadCopyKernelLocked()
 	if err != nil {
-		return fmt.Errorf("cuda: the copy kernel (%s=kernel): %w", CopyAPIEnv, err)
-	}
-	f, err := m.Function("ngcopy")
-	if err == nil {
-		// Loaded now, not at its first launch: under lazy loading
-		// (CUDA_MODULE_LOADING=LAZY, a host's choice) that load may wait
-		// for the device to drain, behind kernels that wait for peers.
-		err = f.Load()
-	}
-	if err == nil && C.ncu_copy_fn_set(h, f.h) == 0 {
-		// Full: contexts that went behind our back may hold places.
-		pruneCopyKernelsLocked()
-		if C.ncu_copy_fn_set(h, f.h) == 0 {
-			err = fmt.Errorf("cuda: the copy kernel (%s=kernel): more than %d live contexts hold one", CopyAPIEnv, copyKernelContexts)
+		if copyMode(copyModeNow.Load()) == copyAuto {
+			// The default mode copies through cuMemcpyAsync in a context
+			// without the kernel (the shim has no function for it): an
+			// entry without a module keeps later copies from trying again.
+			id, _ := ctxID(h)
+			copyKernels.Store(h, &copyKernelEntry{id: id})
+			return nil
 		}
-	}
-	if err != nil {
-		_ = m.Unload()
 		return err
 	}
 	id, err := ctxID(h)
@@ -204,6 +196,34 @@ func (c *Context) ensureCopyKernel() error {
 	}
 	copyKernels.Store(h, &copyKernelEntry{m: m, id: id})
 	return nil
+}
+
+// loadCopyKernelLocked loads c's copy kernel and registers its function
+// with the shim; copyMu is held.
+func (c *Context) loadCopyKernelLocked() (*Module, error) {
+	m, err := c.LoadModule([]byte(copyPTX))
+	if err != nil {
+		return nil, fmt.Errorf("cuda: the copy kernel (%s=kernel): %w", CopyAPIEnv, err)
+	}
+	f, err := m.Function("ngcopy")
+	if err == nil {
+		// Loaded now, not at its first launch: under lazy loading
+		// (CUDA_MODULE_LOADING=LAZY, a host's choice) that load may wait
+		// for the device to drain, behind kernels that wait for peers.
+		err = f.Load()
+	}
+	if err == nil && C.ncu_copy_fn_set(c.h, f.h) == 0 {
+		// Full: contexts that went behind our back may hold places.
+		pruneCopyKernelsLocked()
+		if C.ncu_copy_fn_set(c.h, f.h) == 0 {
+			err = fmt.Errorf("cuda: the copy kernel (%s=kernel): more than %d live contexts hold one", CopyAPIEnv, copyKernelContexts)
+		}
+	}
+	if err != nil {
+		_ = m.Unload()
+		return nil, err
+	}
+	return m, nil
 }
 
 // dropCopyKernelLocked drops context h's entry and its function in the

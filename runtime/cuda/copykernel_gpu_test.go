@@ -18,7 +18,7 @@ import (
 func TestGPUCopyKernel(t *testing.T) {
 	c := gpu(t)
 	setCopyMode(copyKernel)
-	defer setCopyMode(copyGeneric)
+	defer setCopyMode(copyAuto) // the default
 	const size = 4 << 20
 	src, err := c.MemAlloc(size)
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func copyKernelAt(h any) *copyKernelEntry {
 func TestGPUCopyKernelLifetime(t *testing.T) {
 	c := gpu(t)
 	setCopyMode(copyKernel)
-	defer setCopyMode(copyGeneric)
+	defer setCopyMode(copyAuto) // the default
 	gpuCopyCheck(t, c, 1<<20+3)
 	first := copyKernelAt(c.h)
 	require.NotNil(t, first)
@@ -154,7 +154,7 @@ func TestGPUPrimaryResetNewID(t *testing.T) {
 		t.Skip("no CUDA driver: " + err.Error())
 	}
 	setCopyMode(copyKernel)
-	defer setCopyMode(copyGeneric)
+	defer setCopyMode(copyAuto) // the default
 	d, err := GetDevice(0)
 	require.NoError(t, err)
 	p, err := d.PrimaryContext()

@@ -28,7 +28,7 @@ func inFakeDriver(t *testing.T, child func(t *testing.T, d *fakecuda.Driver, dev
 		require.NoError(t, err)
 		dev, err := GetDevice(0)
 		require.NoError(t, err)
-		require.True(t, kernelCopies.Load(), "%s=kernel in the child", CopyAPIEnv)
+		require.Equal(t, int32(copyKernel), copyModeNow.Load(), "%s=kernel in the child", CopyAPIEnv)
 		child(t, d, dev)
 		return
 	}
@@ -242,5 +242,61 @@ func TestCopyKernelTableFull(t *testing.T) {
 		require.NoError(t, s.MemcpyDtoDAsync(0x2000_0000, 0x1000_0000, 8))
 		assert.Equal(t, 1, loads(d))
 		d.Set("ctx_id_offset", 0)
+	})
+}
+
+// TestCopyAutoMode: in the default mode (NCCLGO_COPY_API=auto) a copy of
+// up to copyKernelMax bytes launches the copy kernel and a larger one is
+// a cuMemcpyAsync; where the kernel cannot be loaded, copies go through
+// cuMemcpyAsync without an error, and later copies do not try the load
+// again, while NCCLGO_COPY_API=kernel fails the copy naming the variable.
+func TestCopyAutoMode(t *testing.T) {
+	inFakeDriver(t, func(t *testing.T, d *fakecuda.Driver, dev Device) {
+		setCopyMode(copyAuto)
+		defer setCopyMode(copyKernel) // the child's mode
+		c, err := dev.PrimaryContext()
+		require.NoError(t, err)
+		s, err := c.NewStream(true)
+		require.NoError(t, err)
+		d.Reset()
+		for _, n := range []uint64{8, copyKernelMax} {
+			require.NoError(t, s.MemcpyDtoDAsync(0x2000_0000, 0x1000_0000, n))
+		}
+		require.NoError(t, s.MemcpyDtoDAsync(0x2000_0000, 0x1000_0000, copyKernelMax+1))
+		cn := d.Counts()
+		assert.Equal(t, 1, loads(d), "one load, at the first small copy: %v", cn)
+		assert.Equal(t, 2, cn["cuLaunchKernel"], "%v", cn)
+		assert.Equal(t, 1, cn["cuMemcpyAsync"], "the copy past %d bytes: %v", copyKernelMax, cn)
+		require.NoError(t, s.Destroy())
+		require.NoError(t, c.Release())
+
+		// A context whose kernel does not load: auto copies anyway.
+		d.Set("module_load_result", int(ResultInvalidPTX))
+		defer d.Set("module_load_result", 0)
+		c2, err := NewContext(dev)
+		require.NoError(t, err)
+		defer DestroyContext(c2)
+		s2, err := c2.NewStream(true)
+		require.NoError(t, err)
+		defer s2.Destroy()
+		d.Reset()
+		for range 3 {
+			require.NoError(t, s2.MemcpyDtoDAsync(0x2000_0000, 0x1000_0000, 8))
+		}
+		cn = d.Counts()
+		assert.Equal(t, 1, loads(d), "one failed load, not one per copy: %v", cn)
+		assert.Equal(t, 3, cn["cuMemcpyAsync"], "%v", cn)
+		assert.Zero(t, cn["cuLaunchKernel"], "%v", cn)
+
+		setCopyMode(copyKernel)
+		c3, err := NewContext(dev)
+		require.NoError(t, err)
+		defer DestroyContext(c3)
+		s3, err := c3.NewStream(true)
+		require.NoError(t, err)
+		defer s3.Destroy()
+		err = s3.MemcpyDtoDAsync(0x2000_0000, 0x1000_0000, 8)
+		require.ErrorIs(t, err, ErrInvalidPTX)
+		assert.ErrorContains(t, err, CopyAPIEnv+"=kernel")
 	})
 }

@@ -76,7 +76,7 @@ func TestCopyAPIFromEnv(t *testing.T) {
 		v    string
 		set  bool
 		mode copyMode
-	}{{"", false, copyGeneric}, {"", true, copyGeneric}, {"dtod", true, copyDtoD}, {"generic", true, copyGeneric}, {"kernel", true, copyKernel}} {
+	}{{"", false, copyAuto}, {"", true, copyAuto}, {"auto", true, copyAuto}, {"dtod", true, copyDtoD}, {"generic", true, copyGeneric}, {"kernel", true, copyKernel}} {
 		got, err := copyAPIFromEnv(env(tc.v, tc.set))
 		if err != nil || got != tc.mode {
 			t.Errorf("%s=%q (set %v): %v, %v; want %v", CopyAPIEnv, tc.v, tc.set, got, err, tc.mode)

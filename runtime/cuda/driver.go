@@ -86,24 +86,40 @@ const (
 	copyDtoD    copyMode = C.NCU_COPY_DTOD
 	copyGeneric copyMode = C.NCU_COPY_GENERIC
 	copyKernel  copyMode = C.NCU_COPY_KERNEL
+	copyAuto    copyMode = C.NCU_COPY_AUTO
 )
 
-// kernelCopies mirrors the shim's mode being copyKernel, for the copy
-// paths' check that the context has its copy kernel (copykernel.go).
-var kernelCopies atomic.Bool
+// copyKernelMax is the largest copy copyAuto makes with the copy kernel.
+const copyKernelMax = C.NCU_COPY_KERNEL_MAX
+
+// copyModeNow mirrors the shim's mode, for the copy paths' check that the
+// context has its copy kernel (copykernel.go).
+var copyModeNow atomic.Int32
 
 // setCopyMode switches device-to-device copies to m; cuMemcpyAsync (and
 // the kernel, which falls back to it) only where the driver has it.
 func setCopyMode(m copyMode) {
 	C.ncu_set_copy_mode(C.int(m))
-	kernelCopies.Store(copyMode(C.ncu_get_copy_mode()) == copyKernel)
+	copyModeNow.Store(int32(C.ncu_get_copy_mode()))
+}
+
+// kernelCopy reports whether a copy of n bytes goes through the copy
+// kernel in the current mode.
+func kernelCopy(n uint64) bool {
+	switch copyMode(copyModeNow.Load()) {
+	case copyKernel:
+		return true
+	case copyAuto:
+		return n <= copyKernelMax
+	}
+	return false
 }
 
 // copySymbol names the driver call device-to-device copies make now, for
 // their errors.
 func copySymbol() string {
 	switch copyMode(C.ncu_get_copy_mode()) {
-	case copyKernel:
+	case copyKernel, copyAuto:
 		return "cuLaunchKernel(ngcopy) or cuMemcpyAsync"
 	case copyGeneric:
 		return "cuMemcpyAsync"
@@ -113,14 +129,19 @@ func copySymbol() string {
 
 // CopyAPIEnv names the environment variable that picks the driver call
 // behind device-to-device copies (Stream.MemcpyDtoDAsync,
-// Ops.MemcpyDtoDAsync: a one-rank collective's copy): "generic"
-// (cuMemcpyAsync, what cudaMemcpyAsync calls; the default), "dtod"
-// (cuMemcpyDtoDAsync) or "kernel" (a launch of a copy kernel, loaded into
-// each context at its first copy: copykernel.go). All copy the same
-// bytes; they differ in the host's cost per call: on an H200 an 8-byte
-// copy cost 3.7 µs through cuMemcpyAsync and 4.8 µs through
-// cuMemcpyDtoDAsync, and a small kernel's launch 3.0-4.4 µs
-// (BenchmarkGPULaunch). A driver without cuMemcpyAsync gets
+// Ops.MemcpyDtoDAsync: a one-rank collective's copy): "auto" (the
+// default: the copy kernel for copies of up to 1 MiB, cuMemcpyAsync for
+// larger ones), "kernel" (always a launch of a copy kernel, loaded into
+// each context at its first copy: copykernel.go), "generic"
+// (cuMemcpyAsync, what cudaMemcpyAsync calls) or "dtod"
+// (cuMemcpyDtoDAsync). All copy the same bytes; they differ in the host's
+// cost per call: on an H200 an 8-byte copy cost 3.8 µs through the copy
+// kernel, 4.5 through cuMemcpyAsync and 5.3 through cuMemcpyDtoDAsync
+// (BenchmarkGPULaunch, session 11), and one rank's 8 B AllReduce through
+// the C ABI 6.5 µs with the kernel against 7.6 with cuMemcpyAsync (NCCL,
+// which calls cudaMemcpyAsync: 6.8 and 7.1 in the same runs). Where the
+// kernel cannot be loaded, "auto" copies through cuMemcpyAsync and
+// "kernel" fails the copy. A driver without cuMemcpyAsync gets
 // cuMemcpyDtoDAsync.
 const CopyAPIEnv = "NCCLGO_COPY_API"
 
@@ -128,14 +149,16 @@ const CopyAPIEnv = "NCCLGO_COPY_API"
 func copyAPIFromEnv(lookup func(string) (string, bool)) (copyMode, error) {
 	v, ok := lookup(CopyAPIEnv)
 	switch {
-	case !ok || v == "" || v == "generic":
+	case !ok || v == "" || v == "auto":
+		return copyAuto, nil
+	case v == "generic":
 		return copyGeneric, nil
 	case v == "dtod":
 		return copyDtoD, nil
 	case v == "kernel":
 		return copyKernel, nil
 	}
-	return 0, fmt.Errorf("cuda: %s=%q: want generic (cuMemcpyAsync, the default), dtod (cuMemcpyDtoDAsync) or kernel (a copy kernel)", CopyAPIEnv, v)
+	return 0, fmt.Errorf("cuda: %s=%q: want auto (the copy kernel up to 1 MiB, cuMemcpyAsync above; the default), kernel (always the copy kernel), generic (cuMemcpyAsync) or dtod (cuMemcpyDtoDAsync)", CopyAPIEnv, v)
 }
 
 func b2i(b bool) int {

@@ -86,18 +86,20 @@ func BenchmarkGPULaunch(b *testing.B) {
 	// One rank's collective is a device copy: its host cost, and a poll.
 	b.Run("memcpyDtoD8B", func(b *testing.B) {
 		setCopyMode(copyDtoD)
-		defer setCopyMode(copyGeneric)
+		defer setCopyMode(copyAuto) // the default
 		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
 	})
-	// The same through cuMemcpyAsync (NCCLGO_COPY_API=generic, the
-	// default), the call cudaMemcpyAsync makes: NCCL's one-rank copy.
+	// The same through cuMemcpyAsync (NCCLGO_COPY_API=generic), the call
+	// cudaMemcpyAsync makes: NCCL's one-rank copy.
 	b.Run("memcpyGeneric8B", func(b *testing.B) {
+		setCopyMode(copyGeneric)
+		defer setCopyMode(copyAuto) // the default
 		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
 	})
 	// The same as a launch of the copy kernel (NCCLGO_COPY_API=kernel).
 	b.Run("memcpyKernel8B", func(b *testing.B) {
 		setCopyMode(copyKernel)
-		defer setCopyMode(copyGeneric)
+		defer setCopyMode(copyAuto) // the default
 		if err := s1.MemcpyDtoDAsync(out+64, out, 8); err != nil { // loads the kernel
 			b.Fatal(err)
 		}

@@ -161,7 +161,7 @@ func (o *Ops) MemcpyDtoDAsync(s *Stream, dst, src DevicePtr, n uint64, f OpFlag)
 		o.fail(err)
 	} else if n == 0 {
 		o.fail(badArg("Ops.MemcpyDtoDAsync", "a copy of 0 bytes (leave it out)"))
-	} else if kernelCopies.Load() && s != nil && s.ctx != nil {
+	} else if kernelCopy(n) && s != nil && s.ctx != nil {
 		if err := s.ctx.ensureCopyKernel(); err != nil {
 			o.fail(err)
 		}

@@ -416,10 +416,11 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
 /* ncu_copy_mode: how device-to-device copies are queued (NCCLGO_COPY_API,
    set once at Init, read after): NCU_COPY_DTOD (cuMemcpyDtoDAsync),
    NCU_COPY_GENERIC (cuMemcpyAsync, the unified-addressing copy
-   cudaMemcpyAsync uses) or NCU_COPY_KERNEL (a launch of the context's copy
+   cudaMemcpyAsync uses), NCU_COPY_KERNEL (a launch of the context's copy
    kernel, registered by ncu_copy_fn_set; cuMemcpyAsync in a context that
-   has none). */
-static int ncu_copy_mode = NCU_COPY_GENERIC;
+   has none) or NCU_COPY_AUTO (the kernel for copies of up to
+   NCU_COPY_KERNEL_MAX bytes, cuMemcpyAsync for larger ones). */
+static int ncu_copy_mode = NCU_COPY_AUTO;
 void ncu_set_copy_mode(int m) {
   if (m != NCU_COPY_DTOD && p_cuMemcpyAsync == NULL) m = NCU_COPY_DTOD;
   ncu_copy_mode = m;
@@ -472,7 +473,7 @@ static CUfunction ncu_copy_fn(CUcontext c) {
    pointers are 16-byte aligned: a block of 32 threads for a small copy, up
    to 1024 blocks of 256 for a large one. */
 static CUresult ncu_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  if (ncu_copy_mode == NCU_COPY_KERNEL) {
+  if (ncu_copy_mode == NCU_COPY_KERNEL || (ncu_copy_mode == NCU_COPY_AUTO && n <= NCU_COPY_KERNEL_MAX)) {
     CUfunction f = ncu_copy_fn(c);
     if (f != NULL) {
       unsigned long long nn = n;

@@ -212,7 +212,7 @@ func (s *Stream) MemcpyDtoDAsync(dst, src DevicePtr, n uint64) error {
 	if err := checkCopy("MemcpyDtoDAsync", n, dst != 0, src != 0); err != nil || n == 0 {
 		return err
 	}
-	if kernelCopies.Load() {
+	if kernelCopy(n) {
 		if err := s.ctx.ensureCopyKernel(); err != nil {
 			return err
 		}
