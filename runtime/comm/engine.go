@@ -286,12 +286,6 @@ func (l *lifetime) end(cause error) {
 	l.cancel(cause)
 }
 
-// ended reports whether the lifetime has ended.
-func (l *lifetime) ended() bool {
-	l.init()
-	return l.ctx.Err() != nil
-}
-
 // cause returns the cause the lifetime ended with (nil: not ended).
 func (l *lifetime) cause() error {
 	l.init()
@@ -524,16 +518,19 @@ func (e *Engine) leak(why error) error {
 // (MPS's fatal-fault containment), so the survivors' contexts fail
 // moments after they learned of the loss, through no fault of theirs.
 func (e *Engine) explainLost(err error) error {
-	if err == nil || !e.aborted.Load() && !e.life.ended() || !cuda.ContextLost(err) {
+	if err == nil || !cuda.ContextLost(err) {
 		return err
 	}
-	why := "the communicator was aborted"
-	if cause := e.life.cause(); cause != nil {
-		why = cause.Error()
+	cause := e.abortCause() // the lost peer, the NET error, a device error
+	if cause == nil {
+		cause = e.life.cause() // ended by a context or an Abort
 	}
-	return fmt.Errorf("%w (%w; first: %s; where processes share a GPU under MPS, a process killed while its kernels run "+
+	if cause == nil {
+		return err
+	}
+	return fmt.Errorf("%w (%w; first: %v; where processes share a GPU under MPS, a process killed while its kernels run "+
 		"takes every client of the GPU down with it, so this process's GPU work is lost and it must exit to use the GPU again)",
-		err, ErrContextLostAfterAbort, why)
+		err, ErrContextLostAfterAbort, cause)
 }
 
 // free releases what Init acquired; it tolerates a partial init.

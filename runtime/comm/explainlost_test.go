@@ -23,12 +23,25 @@ func TestExplainLost(t *testing.T) {
 	assert.Same(t, faulted, e.explainLost(faulted), "no abort: the error as it is")
 	assert.Nil(t, e.explainLost(nil))
 
+	// Aborted by the proxy: a NET connection lost mid-launch (netAbort).
+	netErr := errors.New("transport: rank 0 receiving from rank 1 (pid 7 on b, device 0): EOF")
+	e.netErr.Store(&netErr)
 	e.aborted.Store(true)
-	e.life.end(fmt.Errorf("%w: transport: rank 0 receiving from rank 1 (pid 7 on b, device 0): EOF", ErrAborted))
 	assert.Same(t, other, e.explainLost(other), "not a lost context: as it is")
 	err := e.explainLost(faulted)
 	require.ErrorIs(t, err, ErrContextLostAfterAbort)
 	require.ErrorIs(t, err, cuda.ErrIllegalAddress, "the driver's error stays matchable")
-	assert.ErrorContains(t, err, "first: communicator aborted: transport: rank 0 receiving from rank 1 (pid 7 on b")
+	assert.ErrorContains(t, err, "first: transport: rank 0 receiving from rank 1 (pid 7 on b")
 	assert.ErrorContains(t, err, "under MPS")
+
+	// Aborted by the liveness watch: the lost rank's process.
+	var w Engine
+	w.lost.Store(&PeerLost{Rank: 3, PID: 9, Host: "c"})
+	w.aborted.Store(true)
+	assert.ErrorContains(t, w.explainLost(faulted), "first: rank 3 (pid 9 on c) exited without destroying the communicator")
+
+	// Ended by an Abort of the caller's: its cause.
+	var a Engine
+	a.life.end(fmt.Errorf("%w: by the test", ErrAborted))
+	assert.ErrorContains(t, a.explainLost(faulted), "first: communicator aborted: by the test")
 }

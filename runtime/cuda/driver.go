@@ -130,7 +130,7 @@ func copySymbol() string {
 // CopyAPIEnv names the environment variable that picks the driver call
 // behind device-to-device copies (Stream.MemcpyDtoDAsync,
 // Ops.MemcpyDtoDAsync: a one-rank collective's copy): "auto" (the
-// default: the copy kernel for copies of up to 1 MiB, cuMemcpyAsync for
+// default: the copy kernel for copies of up to 8 MiB, cuMemcpyAsync for
 // larger ones), "kernel" (always a launch of a copy kernel, loaded into
 // each context at its first copy: copykernel.go), "generic"
 // (cuMemcpyAsync, what cudaMemcpyAsync calls) or "dtod"
@@ -138,10 +138,15 @@ func copySymbol() string {
 // cost per call: on an H200 an 8-byte copy cost 3.8 µs through the copy
 // kernel, 4.5 through cuMemcpyAsync and 5.3 through cuMemcpyDtoDAsync
 // (BenchmarkGPULaunch, session 11), and one rank's 8 B AllReduce through
-// the C ABI 6.5 µs with the kernel against 7.6 with cuMemcpyAsync (NCCL,
-// which calls cudaMemcpyAsync: 6.8 and 7.1 in the same runs). Where the
+// the C ABI in nccl-tests, three rounds each beside NCCL 2.28.9 (which
+// calls cudaMemcpyAsync): 5.05/4.81/5.35 µs by default against
+// 6.34/5.17/6.68, and 6.29/5.94/6.47 with "generic" against
+// 6.66/6.73/6.81. Where the
 // kernel cannot be loaded, "auto" copies through cuMemcpyAsync and
-// "kernel" fails the copy. A driver without cuMemcpyAsync gets
+// "kernel" fails the copy. The 8 MiB bound is where the two met on the
+// H200, one rank's AllReduce (ncclperf -g 1): 1 MiB 5.6–8.3 µs through
+// the kernel against 8.8–9.2, 8 MiB 7.1–7.3 against 8.2–8.6, 64 MiB
+// 36.7–37.3 against 35.3–35.4. A driver without cuMemcpyAsync gets
 // cuMemcpyDtoDAsync.
 const CopyAPIEnv = "NCCLGO_COPY_API"
 
@@ -158,7 +163,7 @@ func copyAPIFromEnv(lookup func(string) (string, bool)) (copyMode, error) {
 	case v == "kernel":
 		return copyKernel, nil
 	}
-	return 0, fmt.Errorf("cuda: %s=%q: want auto (the copy kernel up to 1 MiB, cuMemcpyAsync above; the default), kernel (always the copy kernel), generic (cuMemcpyAsync) or dtod (cuMemcpyDtoDAsync)", CopyAPIEnv, v)
+	return 0, fmt.Errorf("cuda: %s=%q: want auto (the copy kernel up to 8 MiB, cuMemcpyAsync above; the default), kernel (always the copy kernel), generic (cuMemcpyAsync) or dtod (cuMemcpyDtoDAsync)", CopyAPIEnv, v)
 }
 
 func b2i(b bool) int {

@@ -67,7 +67,7 @@ enum {
 // Loading.
 int ncu_load(const char* path, char* err, size_t errlen);
 enum { NCU_COPY_DTOD = 0, NCU_COPY_GENERIC = 1, NCU_COPY_KERNEL = 2, NCU_COPY_AUTO = 3 };
-#define NCU_COPY_KERNEL_MAX (1u << 20) // NCU_COPY_AUTO: the copy kernel up to this many bytes
+#define NCU_COPY_KERNEL_MAX (8u << 20) // NCU_COPY_AUTO: the copy kernel up to this many bytes
 #define NCU_COPY_FNS 64 // contexts with a copy kernel at once
 void ncu_set_copy_mode(int m);
 int ncu_get_copy_mode(void);
