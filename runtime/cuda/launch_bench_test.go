@@ -99,8 +99,9 @@ func BenchmarkGPULaunch(b *testing.B) {
 	// The same as a launch of the copy kernel (NCCLGO_COPY_API=kernel).
 	b.Run("memcpyKernel8B", func(b *testing.B) {
 		setCopyMode(copyKernel)
-		defer setCopyMode(copyAuto)                                // the default
-		if err := s1.MemcpyDtoDAsync(out+64, out, 8); err != nil { // loads the kernel
+		defer setCopyMode(copyAuto) // the default
+		// The first copy loads the kernel.
+		if err := s1.MemcpyDtoDAsync(out+64, out, 8); err != nil {
 			b.Fatal(err)
 		}
 		run(b, func() error { return s1.MemcpyDtoDAsync(out+64, out, 8) })
