@@ -111,14 +111,7 @@ func connDump(comms []*ncclgo.Comm) string {
 	for i, c := range comms {
 		as[i] = c
 	}
-	done := make(chan string, 1)
-	go func() { done <- diag.Dump(as) }()
-	select {
-	case s := <-done:
-		return s
-	case <-time.After(dumpWait):
-		return fmt.Sprintf("the dump itself did not finish within %v (reading device memory blocked)", dumpWait)
-	}
+	return diag.DumpWithin(as, dumpWait)
 }
 
 // watchdog reports a step of the suite that blocks where no context bounds

@@ -138,14 +138,7 @@ func (b *ncclgoBackend) Dump() string {
 	for i, c := range b.comms {
 		comms[i] = c
 	}
-	done := make(chan string, 1)
-	go func() { done <- diag.Dump(comms) }()
-	select {
-	case s := <-done:
-		return s
-	case <-time.After(5 * time.Second):
-		return "the dump did not finish within 5s (reading device memory blocked)"
-	}
+	return diag.DumpWithin(comms, 5*time.Second)
 }
 
 // Alloc allocates with cuMemAlloc, as ncclgo's users do (legacy IPC

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Conn is one side of one connection of a communicator on one channel,
@@ -32,6 +33,20 @@ var Connections func(comm any) ([]Conn, error)
 // sets it to unwrap) into its engine for Connections; nil, or a value it
 // does not know, leaves comm as it is.
 var Engine func(comm any) any
+
+// DumpWithin is Dump bounded by wait: reading a connection's counters
+// may block behind a hung kernel, and then it says so instead. The read
+// that ran out goes on in the background and its result is dropped.
+func DumpWithin(comms []any, wait time.Duration) string {
+	done := make(chan string, 1)
+	go func() { done <- Dump(comms) }()
+	select {
+	case s := <-done:
+		return s
+	case <-time.After(wait):
+		return fmt.Sprintf("the dump itself did not finish within %v (reading device memory blocked)", wait)
+	}
+}
 
 // Dump reads the connections of every rank of a communicator (comms[r] is
 // rank r's engine) and formats them one line per connection and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -47,4 +48,24 @@ func TestDump(t *testing.T) {
 		"ch01 2->1: receiver step 2 (the sender is not in this dump)",
 	}, lines)
 	assert.Equal(t, "no connections", Dump(nil))
+}
+
+// TestDumpWithin: a dump whose reads block says so after the wait
+// instead of blocking its caller; one that finishes is Dump's text.
+func TestDumpWithin(t *testing.T) {
+	saved := Connections
+	t.Cleanup(func() { Connections = saved })
+	release := make(chan struct{})
+	Connections = func(any) ([]Conn, error) {
+		<-release
+		return nil, nil
+	}
+	start := time.Now()
+	got := DumpWithin([]any{1}, 20*time.Millisecond)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, "the dump itself did not finish within 20ms (reading device memory blocked)", got)
+	close(release) // the background read ends
+
+	Connections = func(any) ([]Conn, error) { return nil, nil }
+	assert.Equal(t, Dump([]any{1}), DumpWithin([]any{1}, time.Minute))
 }
