@@ -3,13 +3,17 @@ package bootstrap
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ncclgo/ncclgo/internal/leakcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -100,6 +104,183 @@ func TestCheckInAgain(t *testing.T) {
 		nets[r] = c
 	}
 	onAll(t, nets, func(nw Network) error { return nw.Barrier(ctx) })
+}
+
+// lateHangUpProxy stands between ranks and a root. It reads the hello of
+// every connection. Each rank's first check-in it forwards and cuts on the
+// rank's side at once, but it keeps the root's side open until the root
+// has written a table into every one of the cuts cut connections: the
+// root hears of the hang-ups only after it answered. The ranks' next
+// check-ins wait until then; other connections (a root's slice for
+// another root) go through at once.
+type lateHangUpProxy struct {
+	ln      net.Listener
+	root    string
+	cuts    int
+	mu      sync.Mutex
+	cut     map[int]bool // ranks whose first check-in was cut
+	tables  int          // tables the root wrote into cut connections
+	release chan struct{}
+	stop    chan struct{}
+	held    []net.Conn
+	wg      sync.WaitGroup
+}
+
+func newLateHangUpProxy(t *testing.T, root string, cuts int) *lateHangUpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &lateHangUpProxy{ln: ln, root: root, cuts: cuts, cut: map[int]bool{}, release: make(chan struct{}), stop: make(chan struct{})}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.track(c)
+			p.wg.Go(func() { p.pass(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		close(p.stop)
+		p.mu.Lock()
+		for _, c := range p.held {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *lateHangUpProxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.held = append(p.held, c)
+	p.mu.Unlock()
+}
+
+// released waits until the root wrote its tables into the cut
+// connections, or the test ends.
+func (p *lateHangUpProxy) released() bool {
+	select {
+	case <-p.release:
+		return true
+	case <-p.stop:
+		return false
+	}
+}
+
+func (p *lateHangUpProxy) cutTables() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tables
+}
+
+func (p *lateHangUpProxy) pass(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	hb, err := readFrame(br, maxHelloSize)
+	if err != nil || len(hb) < helloHeader {
+		return
+	}
+	kind, rank := hb[8], int(binary.BigEndian.Uint32(hb[9:]))
+	checkIn := kind == helloCheckIn || kind == helloCheckInRoots
+	p.mu.Lock()
+	first := checkIn && !p.cut[rank]
+	if first {
+		p.cut[rank] = true
+	}
+	p.mu.Unlock()
+	if checkIn && !first && !p.released() {
+		return
+	}
+	up, err := net.Dial("tcp", p.root)
+	if err != nil {
+		return // the root no longer listens: the rank sees EOF
+	}
+	p.track(up)
+	defer up.Close()
+	if writeFrame(up, hb) != nil {
+		return
+	}
+	if first {
+		c.Close()
+		if _, err := readFrame(up, 1<<20); err == nil {
+			p.mu.Lock()
+			if p.tables++; p.tables == p.cuts {
+				close(p.release)
+			}
+			p.mu.Unlock()
+		}
+		p.released()
+		return // closes up: now the root hears of the hang-up
+	}
+	p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+	_, _ = io.Copy(up, br)
+}
+
+// TestTableIntoCutCheckIn: a root wrote the tables into check-in
+// connections that the ranks had lost before any hang-up reached it,
+// counted the check-in as served and stopped listening; the ranks,
+// checking in again, timed out (TestCheckInAgain's rare failure, made
+// certain here by a proxy that delays the hang-ups until the root has
+// answered). Now the root waits until every rank acknowledged its table
+// and answers the ranks that check in again.
+func TestTableIntoCutCheckIn(t *testing.T) {
+	for _, nRoots := range []int{1, 2} {
+		t.Run(fmt.Sprintf("roots=%d", nRoots), func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			// Last, once the proxies' cleanups have run.
+			t.Cleanup(func() { leakcheck.WaitGoroutines(t, before) })
+			ctx := context.Background()
+			opts := loopbackOpts(5 * time.Second)
+			const n = 4
+			roots := make([]*Root, nRoots)
+			proxies := make([]*lateHangUpProxy, nRoots)
+			ids := make([]UniqueID, nRoots)
+			for i := range roots {
+				root, id, err := NewRoot(ctx, opts)
+				require.NoError(t, err)
+				defer root.Close()
+				lo, hi := RootSlice(i, nRoots, n)
+				proxies[i] = newLateHangUpProxy(t, id.Addr(), hi-lo)
+				magic, _, err := id.decode()
+				require.NoError(t, err)
+				roots[i] = root
+				ids[i], err = encodeID(magic, netip.MustParseAddrPort(proxies[i].ln.Addr().String()))
+				require.NoError(t, err)
+			}
+			nets := make([]Network, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r := range n {
+				wg.Go(func() {
+					c, err := JoinScalable(ctx, ids, r, n, opts)
+					if errs[r] = err; err == nil {
+						nets[r] = c
+					}
+				})
+			}
+			wg.Wait()
+			for i, p := range proxies {
+				lo, hi := RootSlice(i, nRoots, n)
+				assert.Equal(t, hi-lo, p.cutTables(), "tables root %d wrote into cut connections", i)
+			}
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			for i, root := range roots {
+				require.NoError(t, root.Wait(ctx), "root %d", i)
+			}
+			onAll(t, nets, func(nw Network) error { return nw.Barrier(ctx) })
+			for _, nw := range nets {
+				require.NoError(t, nw.Close())
+			}
+			for _, root := range roots {
+				require.NoError(t, root.Close())
+			}
+		})
+	}
 }
 
 // TestPendingAgeFromReader: the hello cap used to close the oldest
