@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"runtime"
@@ -365,4 +366,115 @@ func TestRootPushRetried(t *testing.T) {
 	default:
 		t.Fatal("the slice never reached the second connection")
 	}
+}
+
+// TestTableAckChecked: the acknowledgement of a table comes from the
+// network, so a malformed one, one with another rank or token, an
+// oversized frame or any other frame drops the connection, is logged
+// naming the rank and its address, and the root's timeout error names
+// the rank and what it sent; a good one ends the check-in.
+func TestTableAckChecked(t *testing.T) {
+	const token = 0x5eed
+	cases := []struct {
+		name string
+		send []byte
+		want string // in the root's error; "" for none
+	}{
+		{"good", encodeAck(0, token), ""},
+		{"short", []byte{msgAck, 0, 0}, "malformed acknowledgement: 3 bytes starting \"A\", want 13 starting 'A'"},
+		{"other-token", encodeAck(0, token+1), "acknowledgement with another token than the check-in's"},
+		{"other-rank", encodeAck(1, token), "acknowledgement for rank 1 on rank 0's check-in"},
+		{"oversized", append(encodeAck(0, token), 0), "frame too long: 14 bytes, limit 13"},
+		{"empty", []byte{}, "unexpected 0-byte frame"},
+		{"other", []byte{'Z', 1}, "unexpected 2-byte frame of kind 'Z' (want a query or an acknowledgement)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			logs := &lockedBuffer{}
+			opts := loopbackOpts(time.Second)
+			opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			root, id, err := NewRoot(ctx, opts)
+			require.NoError(t, err)
+			defer root.Close()
+			raw := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: 2, token: token, addr: "127.0.0.1:9"})
+			defer raw.Close()
+			conns, errs := startRanks(ctx, id, []int{1}, 2, loopbackOpts(5*time.Second))
+			require.NoError(t, errs[1])
+			defer conns[1].Close()
+			b, err := readFrame(raw, rootReplyLimit(2))
+			require.NoError(t, err)
+			table, err := decodeTable(b, tableLen(2))
+			require.NoError(t, err)
+			require.Equal(t, uint64(token), table[0].token)
+			start := time.Now()
+			require.NoError(t, writeFrame(raw, tc.send))
+			if tc.want == "" {
+				raw.Close() // as a rank does: the root then stops at once
+				require.NoError(t, root.Wait(ctx))
+				assert.Less(t, time.Since(start), 500*time.Millisecond)
+				return
+			}
+			waitClosed(t, raw, 500*time.Millisecond) // well before the root's timeout
+			err = root.Wait(ctx)
+			var te *TimeoutError
+			require.ErrorAs(t, err, &te)
+			assert.True(t, te.Unacked)
+			assert.Equal(t, []int{0}, te.Missing)
+			who := "rank 0 at " + raw.LocalAddr().String()
+			assert.EqualError(t, err, "bootstrap: timed out after 1s waiting for ranks [0] of 2 to acknowledge their tables: "+who+": "+tc.want)
+			assert.Contains(t, logs.String(), "level=WARN msg=\"bootstrap root: dropped a rank's check-in connection\"")
+			assert.Contains(t, logs.String(), who)
+		})
+	}
+}
+
+// TestCheckInAfterTables: once the tables are out, the root answers a
+// rank that checks in again with the same token with its table again,
+// and rejects a check-in of that rank with another token (the other
+// ranks hold the first one); Close then names the ranks that never
+// acknowledged.
+func TestCheckInAfterTables(t *testing.T) {
+	ctx := context.Background()
+	opts := loopbackOpts(5 * time.Second)
+	root, id, err := NewRoot(ctx, opts)
+	require.NoError(t, err)
+	defer root.Close()
+	checkIn := func(token uint64) (net.Conn, []byte) {
+		c := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: 2, token: token, addr: "127.0.0.1:9"})
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		b, err := readFrame(c, rootReplyLimit(2))
+		require.NoError(t, err)
+		return c, b
+	}
+	first := make(chan []byte, 1)
+	go func() {
+		c := dialHello(t, id.Addr(), id, hello{kind: helloCheckIn, rank: 0, nRanks: 2, token: 7, addr: "127.0.0.1:9"})
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := readFrame(c, rootReplyLimit(2))
+		first <- b
+	}()
+	conns, errs := startRanks(ctx, id, []int{1}, 2, loopbackOpts(5*time.Second))
+	require.NoError(t, errs[1])
+	defer conns[1].Close()
+	table := <-first // then the connection closes without acknowledging
+	require.NotEmpty(t, table)
+	require.Equal(t, byte(msgTable), table[0])
+
+	again, b := checkIn(7)
+	defer again.Close()
+	assert.Equal(t, table, b, "the same table again")
+
+	other, b := checkIn(8)
+	defer other.Close()
+	require.NotEmpty(t, b)
+	assert.Equal(t, byte(msgReject), b[0])
+	assert.Contains(t, string(b[1:]), "rank 0 checked in after the tables were sent, with another token than its first check-in")
+
+	require.NoError(t, root.Close())
+	err = root.Wait(ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	assert.EqualError(t, err, "bootstrap: root closed with ranks [0] of 2 yet to acknowledge their tables: bootstrap: closed")
 }

@@ -247,7 +247,10 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 				ev.kind = evGone
 			}
 		default:
-			ev.kind, ev.err = evGone, fmt.Errorf("unexpected %d-byte frame starting %q", len(b), b[:min(len(b), 1)])
+			ev.kind, ev.err = evGone, fmt.Errorf("unexpected %d-byte frame", len(b))
+			if len(b) > 0 {
+				ev.err = fmt.Errorf("%w of kind %q (want a query or an acknowledgement)", ev.err, b[0])
+			}
 		}
 		if !send(ev) || ev.kind == evGone {
 			return
