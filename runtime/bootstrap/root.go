@@ -15,8 +15,10 @@ import (
 
 // Root serves the check-in of one communicator: it collects the listen
 // address and check-in token of every rank and, once all have arrived,
-// sends each of them its table (its fingers and the ranks that dial it). It runs in its own goroutines from NewRoot until the check-in
-// is served, it times out, its context ends, or Close is called.
+// sends each of them its table (its fingers and the ranks that dial it),
+// until every rank acknowledged its table. It runs in its own goroutines
+// from NewRoot until the check-in is served, it times out, its context
+// ends, or Close is called.
 type Root struct {
 	ln      net.Listener
 	id      UniqueID
@@ -91,8 +93,9 @@ func (r *Root) Addr() net.Addr { return r.ln.Addr() }
 func (r *Root) Done() <-chan struct{} { return r.done }
 
 // Wait waits until the root stops (or ctx ends) and returns its outcome: nil
-// once every rank received the table; a *TimeoutError (ErrTimeout) naming the
-// ranks that never checked in; ErrClosed after Close; the context's error
+// once every rank acknowledged its table; a *TimeoutError (ErrTimeout)
+// naming the ranks that never checked in, or (Unacked) that never
+// acknowledged their tables; ErrClosed after Close; the context's error
 // when NewRoot's context ended.
 func (r *Root) Wait(ctx context.Context) error {
 	select {
