@@ -162,14 +162,17 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 		return fmt.Errorf("bootstrap: rank %d: %s: %w", rank, what, context.Cause(ictx))
 	}
 
-	// Check in, then wait for the table. A check-in whose connection
-	// breaks before the root answered (reset, EOF: a root starved of CPU
-	// may close a connection whose hello it has not read in time) is
-	// made again, with the same listener and token, after a backoff.
+	// Check in, wait for the table and acknowledge it. A check-in whose
+	// connection breaks before the root answered (reset, EOF: a root
+	// starved of CPU may close a connection whose hello it has not read
+	// in time, or the root wrote the table into a connection that was
+	// already cut) is made again, with the same listener and token, after
+	// a backoff: the root answers until every rank acknowledged.
 	var (
 		ln    net.Listener
 		h     hello
 		reply []byte
+		table []tableEntry
 	)
 	defer func() {
 		if ln != nil && !ok {
@@ -197,6 +200,19 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 			}
 		}
 		reply, err = checkIn(ictx, rc, h, timedOut)
+		table = nil // the one acknowledged on this connection
+		if err == nil && len(reply) > 0 && reply[0] == msgTable {
+			if table, err = decodeTable(reply, tableLen(nRanks)); err != nil {
+				rc.Close()
+				return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
+			}
+			if table[0].token != token {
+				// The root gave this rank's slot to another claimant.
+				rc.Close()
+				return nil, fmt.Errorf("bootstrap: rank %d: %w: the root's table holds another process's check-in for rank %d (is another process using this unique id?)", rank, ErrRejected, rank)
+			}
+			err = ackTable(rc, h)
+		}
 		rc.Close()
 		if err == nil || ictx.Err() != nil || !connLost(err) {
 			break
@@ -219,16 +235,8 @@ func JoinScalable(ctx context.Context, ids []UniqueID, rank, nRanks int, opts Op
 		return nil, fmt.Errorf("bootstrap: rank %d: check-in with root at %s: %w", rank, rootAddr, err)
 	}
 
-	var table []tableEntry
 	switch {
-	case len(reply) > 0 && reply[0] == msgTable:
-		if table, err = decodeTable(reply, tableLen(nRanks)); err != nil {
-			return nil, fmt.Errorf("bootstrap: rank %d: %w", rank, err)
-		}
-		if table[0].token != token {
-			// The root gave this rank's slot to another claimant.
-			return nil, fmt.Errorf("bootstrap: rank %d: %w: the root's table holds another process's check-in for rank %d (is another process using this unique id?)", rank, ErrRejected, rank)
-		}
+	case table != nil: // decoded and acknowledged above
 	case len(reply) > 0 && reply[0] == msgStatus:
 		st, err := decodeStatus(reply)
 		if err != nil {
@@ -353,6 +361,17 @@ func checkIn(ctx context.Context, rc net.Conn, h hello, timedOut func() bool) ([
 		}
 	}
 	return reply, err
+}
+
+// ackTable tells the root over rc that the table of the check-in h
+// arrived. The frame is small enough never to wait for room in the send
+// buffer; the deadline bounds the write all the same.
+func ackTable(rc net.Conn, h hello) error {
+	_ = rc.SetWriteDeadline(time.Now().Add(queryGrace))
+	if err := writeFrame(rc, encodeAck(h.rank, h.token)); err != nil {
+		return fmt.Errorf("acknowledging the table: %w", err)
+	}
+	return nil
 }
 
 // dialRetry dials addr (from local, when valid) until it succeeds or ctx

@@ -11,8 +11,8 @@
 // [UniqueID.String] and [ParseUniqueID], e.g. on a command line or in an
 // environment variable). Every rank calls [Init], which listens on a port of
 // its own, checks in with the root and receives the listen addresses of its
-// fingers, ranks rank+2^k (mod n) for 2^k < n. The root exits once it has
-// answered one complete check-in. From then on the ranks talk to each other
+// fingers, ranks rank+2^k (mod n) for 2^k < n, which it acknowledges. The
+// root exits once every rank acknowledged its table. From then on the ranks talk to each other
 // directly through the returned [*Conn]: [Conn.AllGather], [Conn.Barrier],
 // [Conn.Send] and [Conn.Recv]. A rank opens a connection only to a peer it
 // sends to, and learns the address of a peer that is not a finger by a
@@ -58,6 +58,11 @@
 //
 //	query      = 'Q'   "who is still missing?" (sent when the rank's own
 //	                   timeout expires; the root answers with a status frame)
+//	ack        = 'A' | rank u32 | token u64
+//	             "my table arrived", with the hello's rank and token, sent
+//	             before the rank closes the connection. Any other frame, or
+//	             an ack with another rank or token, makes the root drop the
+//	             connection with a warning naming the rank and its address
 //
 // Root → rank:
 //
@@ -72,9 +77,17 @@
 //	             gives up
 //	reject     = 'R' | text  (duplicate rank, rank out of range, nranks mismatch)
 //
-// The root writes the table to every rank once all nranks have checked in,
-// half-closes the connections, and exits when the ranks hang up (or after a
-// short grace period).
+// The root writes the table to every rank once all nranks have checked in
+// (with several roots: once it knows every slice), then waits for every
+// rank's ack: a table written is not a table received, as the first write
+// into a connection that the peer has closed succeeds. Until then it keeps
+// listening, and answers a rank that checks in again with the same token
+// (its check-in connection broke before the table arrived) with its table
+// again; a check-in of that rank with another token is rejected. Once
+// every rank acknowledged, it half-closes the connections and exits when
+// the ranks hang up (or after a short grace period). Its timeout names the
+// ranks that never acknowledged ([TimeoutError].Unacked), with what their
+// connections sent wrong, if anything.
 //
 // Rank → rank: each rank dials a peer lazily, the first time it sends to it,
 // and uses that connection for its own messages to that peer (one
@@ -127,7 +140,10 @@
 // jittered backoff from 10 ms doubling to 1 s, within the timeout; the
 // root takes a rank's new connection in place of the old one when the
 // token is the same, and does not answer while a rank of its slice has
-// hung up without coming back. Bootstrap sockets have TCP keep-alive off:
+// hung up without coming back; after the tables, it answers such a rank
+// with its table again. A rank whose ack cannot be written checks in
+// again; an ack written into a connection cut after the table arrived is
+// lost: the rank goes on, and its root times out naming it. Bootstrap sockets have TCP keep-alive off:
 // every wait is bounded by the timeout, and its setsockopt calls were a
 // measurable share of connection setup at thousands of ranks. The bytes that one peer sent and
 // nobody received are bounded by [Options].MaxQueuedBytes (twice the

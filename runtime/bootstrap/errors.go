@@ -53,6 +53,9 @@ type TimeoutError struct {
 	NMissing int
 	// NRanks is the communicator size, for a check-in.
 	NRanks int
+	// Unacked says that Missing are ranks that checked in and were sent
+	// their tables but never acknowledged them (a root's timeout).
+	Unacked bool
 	// Cause is the underlying error, if any (a context error, or the last
 	// dial error while waiting for the root).
 	Cause error
@@ -69,10 +72,14 @@ func (e *TimeoutError) Error() string {
 	}
 	fmt.Fprintf(&b, "timed out after %v", e.After)
 	if e.Missing != nil {
+		what := "check in"
+		if e.Unacked {
+			what = "acknowledge their tables"
+		}
 		if e.NMissing > len(e.Missing) {
-			fmt.Fprintf(&b, " waiting for %d ranks of %d to check in, the first %s", e.NMissing, e.NRanks, formatRanks(e.Missing))
+			fmt.Fprintf(&b, " waiting for %d ranks of %d to %s, the first %s", e.NMissing, e.NRanks, what, formatRanks(e.Missing))
 		} else {
-			fmt.Fprintf(&b, " waiting for ranks %s of %d to check in", formatRanks(e.Missing), e.NRanks)
+			fmt.Fprintf(&b, " waiting for ranks %s of %d to %s", formatRanks(e.Missing), e.NRanks, what)
 		}
 	}
 	if e.Cause != nil {

@@ -15,8 +15,10 @@ import (
 
 // Root serves the check-in of one communicator: it collects the listen
 // address and check-in token of every rank and, once all have arrived,
-// sends each of them its table (its fingers and the ranks that dial it). It runs in its own goroutines from NewRoot until the check-in
-// is served, it times out, its context ends, or Close is called.
+// sends each of them its table (its fingers and the ranks that dial it),
+// until every rank acknowledged its table. It runs in its own goroutines
+// from NewRoot until the check-in is served, it times out, its context
+// ends, or Close is called.
 type Root struct {
 	ln      net.Listener
 	id      UniqueID
@@ -91,8 +93,9 @@ func (r *Root) Addr() net.Addr { return r.ln.Addr() }
 func (r *Root) Done() <-chan struct{} { return r.done }
 
 // Wait waits until the root stops (or ctx ends) and returns its outcome: nil
-// once every rank received the table; a *TimeoutError (ErrTimeout) naming the
-// ranks that never checked in; ErrClosed after Close; the context's error
+// once every rank acknowledged its table; a *TimeoutError (ErrTimeout)
+// naming the ranks that never checked in, or (Unacked) that never
+// acknowledged their tables; ErrClosed after Close; the context's error
 // when NewRoot's context ended.
 func (r *Root) Wait(ctx context.Context) error {
 	select {
@@ -138,6 +141,7 @@ const (
 	evGone
 	evSlice // another root's slice of the table
 	evPushed
+	evAck // a rank acknowledged its table
 )
 
 type rootEvent struct {
@@ -146,7 +150,7 @@ type rootEvent struct {
 	h       hello
 	lo      int          // evSlice
 	entries []tableEntry // evSlice
-	err     error        // evPushed
+	err     error        // evPushed; evGone: what the peer did wrong, if anything
 }
 
 func (r *Root) acceptLoop(events chan<- rootEvent, quit <-chan struct{}) {
@@ -228,13 +232,30 @@ func (r *Root) handle(c net.Conn, events chan<- rootEvent, quit <-chan struct{})
 	if !send(rootEvent{kind: evHello, conn: c, h: h}) {
 		return
 	}
+	// Then queries and the acknowledgement of the table, until the rank
+	// hangs up. Anything else is the peer's error: logged by serve, and
+	// the connection is closed.
 	for {
-		b, err := readFrame(br, 16)
-		if err != nil || len(b) != 1 || b[0] != msgQuery {
-			send(rootEvent{kind: evGone, conn: c, h: h})
-			return
+		ev := rootEvent{kind: evQuery, conn: c, h: h}
+		b, err := readFrame(br, ackLen)
+		switch {
+		case errors.Is(err, errFrameTooLong):
+			ev.kind, ev.err = evGone, err
+		case err != nil:
+			ev.kind = evGone
+		case len(b) == 1 && b[0] == msgQuery:
+		case len(b) > 0 && b[0] == msgAck:
+			ev.kind = evAck
+			if ev.err = decodeAck(b, h); ev.err != nil {
+				ev.kind = evGone
+			}
+		default:
+			ev.kind, ev.err = evGone, fmt.Errorf("unexpected %d-byte frame", len(b))
+			if len(b) > 0 {
+				ev.err = fmt.Errorf("%w of kind %q (want a query or an acknowledgement)", ev.err, b[0])
+			}
 		}
-		if !send(rootEvent{kind: evQuery, conn: c, h: h}) {
+		if !send(ev) || ev.kind == evGone {
 			return
 		}
 	}
@@ -330,6 +351,12 @@ func (r *Root) serve(ctx context.Context) {
 	arrived := map[int]net.Conn{}
 	entries := map[int]tableEntry{} // every rank's entry known so far
 	hungUp := map[int]bool{}
+	// all is every rank's entry once the tables are written: the root
+	// then answers a rank that checks in again with its table again, and
+	// stops once every rank of its slice acknowledged its table.
+	var all []tableEntry
+	acked := map[int]bool{}
+	faults := map[int]error{} // what a rank's connection did wrong, for the final error
 	pushed := false
 	pushing := 0 // pushes under way: the root waits for them before it stops
 	pctx, stopPushes := context.WithCancel(ctx)
@@ -340,6 +367,14 @@ func (r *Root) serve(ctx context.Context) {
 	// check-in, another through that root's slice).
 	missing := func() (listed []int, n int) {
 		listed = []int{}
+		if all != nil {
+			for i := lo; i < hi && len(listed) < maxListedMissing; i++ {
+				if !acked[i] {
+					listed = append(listed, i)
+				}
+			}
+			return listed, hi - lo - len(acked)
+		}
 		for i := 0; i < nRanks && len(listed) < maxListedMissing; i++ {
 			if _, ok := entries[i]; !ok {
 				listed = append(listed, i)
@@ -356,6 +391,14 @@ func (r *Root) serve(ctx context.Context) {
 			}
 		}
 		return listed, len(hungUp)
+	}
+	// faultsOf joins what the connections of ranks did wrong, if anything.
+	faultsOf := func(ranks []int) error {
+		var errs []error
+		for _, i := range ranks {
+			errs = append(errs, faults[i])
+		}
+		return errors.Join(errs...)
 	}
 	statusNow := func(final bool, afterMS uint64) status {
 		m, n := missing()
@@ -391,6 +434,29 @@ func (r *Root) serve(ctx context.Context) {
 			entries[ev.lo+i] = e
 		}
 	}
+	// gone handles a rank's connection that ended (ev.err says what the
+	// peer did wrong, if anything; the connection is then closed). A rank
+	// that hung up keeps its entry (another root may hold it already) but
+	// is missing until it checks in again: it could not receive its table,
+	// or not acknowledge it.
+	gone := func(ev rootEvent) {
+		rank := ev.h.rank
+		if arrived[rank] != ev.conn || acked[rank] {
+			return
+		}
+		if ev.err != nil {
+			err := fmt.Errorf("rank %d at %s: %w", rank, ev.conn.RemoteAddr(), ev.err)
+			r.log.Warn("bootstrap root: dropped a rank's check-in connection", "err", err)
+			faults[rank] = err
+			ev.conn.Close()
+		}
+		if all == nil {
+			r.log.Debug("bootstrap root: rank hung up before the check-in completed", "rank", rank)
+			hungUp[rank] = true
+		} else {
+			r.log.Debug("bootstrap root: rank hung up before it acknowledged its table", "rank", rank)
+		}
+	}
 	graceful := false
 loop:
 	for {
@@ -410,15 +476,21 @@ loop:
 				}
 			}
 		}
-		if nRanks > 0 && len(arrived) == hi-lo && len(hungUp) == 0 && len(entries) == nRanks && pushing == 0 {
-			all := make([]tableEntry, nRanks)
+		if all == nil && nRanks > 0 && len(arrived) == hi-lo && len(hungUp) == 0 && len(entries) == nRanks && pushing == 0 {
+			all = make([]tableEntry, nRanks)
 			for i := range all {
 				all[i] = entries[i]
 			}
 			for rank, c := range arrived {
 				write(c, encodeTable(tableFor(all, rank)))
 			}
-			r.log.Debug("bootstrap root: all ranks checked in", "nranks", nRanks, "slice", fmt.Sprintf("[%d,%d)", lo, hi), "elapsed", time.Since(start))
+			r.log.Debug("bootstrap root: all ranks checked in, tables sent", "nranks", nRanks, "slice", fmt.Sprintf("[%d,%d)", lo, hi), "elapsed", time.Since(start))
+		}
+		if all != nil && len(acked) == hi-lo {
+			// A table written is not a table received (the first write
+			// into a connection that the peer closed succeeds): the
+			// root is done once every rank said it has its table.
+			r.log.Debug("bootstrap root: every rank acknowledged its table", "nranks", nRanks, "slice", fmt.Sprintf("[%d,%d)", lo, hi), "elapsed", time.Since(start))
 			graceful = true
 			break loop
 		}
@@ -444,6 +516,8 @@ loop:
 					why = fmt.Sprintf("rank %d says this root is root %d, whose id is another root's", h.rank, index)
 				case h.rank < lo || h.rank >= hi:
 					why = fmt.Sprintf("rank %d checked in with root %d, which serves ranks %d..%d", h.rank, index, lo, hi-1)
+				case all != nil && entries[h.rank].token != h.token:
+					why = fmt.Sprintf("rank %d checked in after the tables were sent, with another token than its first check-in (is another process using this unique id?)", h.rank)
 				case arrived[h.rank] != nil && !hungUp[h.rank] && entries[h.rank].token != h.token:
 					why = fmt.Sprintf("rank %d checked in twice", h.rank)
 				}
@@ -459,6 +533,13 @@ loop:
 					old.Close()
 				}
 				arrived[h.rank] = ev.conn
+				if all != nil {
+					// Its check-in broke before the table arrived: the
+					// same rank (same token) asks again.
+					write(ev.conn, encodeTable(tableFor(all, h.rank)))
+					r.log.Debug("bootstrap root: rank checked in again, table sent again", "rank", h.rank)
+					continue
+				}
 				entries[h.rank] = tableEntry{addr: h.addr, token: h.token}
 				for _, ev := range early {
 					takeSlice(ev)
@@ -483,36 +564,55 @@ loop:
 				if arrived[ev.h.rank] == ev.conn {
 					write(ev.conn, statusNow(false, uint64(time.Since(start).Milliseconds())).encode())
 				}
-			case evGone:
-				// A rank that hung up keeps its entry (another root may
-				// hold it already) but is missing until it checks in
-				// again: it could not receive its table.
-				if arrived[ev.h.rank] == ev.conn {
-					r.log.Debug("bootstrap root: rank hung up before the check-in completed", "rank", ev.h.rank)
-					hungUp[ev.h.rank] = true
+			case evAck:
+				switch {
+				case arrived[ev.h.rank] != ev.conn:
+					// A connection that another check-in of the rank
+					// replaced: its acknowledgement comes on that one.
+				case all == nil:
+					ev.err = errors.New("acknowledged a table before the root sent one")
+					gone(ev)
+				default:
+					acked[ev.h.rank] = true
+					delete(faults, ev.h.rank)
 				}
+			case evGone:
+				gone(ev)
 			}
 		case <-timer.C:
 			st := statusNow(true, uint64(r.timeout.Milliseconds()))
 			if nRanks == 0 {
 				r.err = &TimeoutError{Op: "root", After: r.timeout, Cause: errors.New("no rank checked in")}
 			} else {
-				r.err = st.timeoutError("", r.timeout)
+				te := st.timeoutError("", r.timeout)
+				te.Unacked = all != nil
+				te.Cause = faultsOf(st.missing)
+				r.err = te
 			}
 			r.log.Warn(r.err.Error())
-			payload := st.encode()
-			for _, c := range arrived {
-				write(c, payload)
+			if all == nil {
+				// The ranks that wait for a table learn who is missing.
+				payload := st.encode()
+				for _, c := range arrived {
+					write(c, payload)
+				}
 			}
 			graceful = true
 			break loop
 		case <-ctx.Done():
 			cause := context.Cause(ctx)
 			m, _ := missing()
+			what := "missing"
+			if all != nil {
+				what = "yet to acknowledge their tables"
+			}
 			if errors.Is(cause, ErrClosed) {
-				r.err = fmt.Errorf("bootstrap: root closed with ranks %s of %d missing: %w", formatRanks(m), nRanks, ErrClosed)
+				r.err = fmt.Errorf("bootstrap: root closed with ranks %s of %d %s: %w", formatRanks(m), nRanks, what, ErrClosed)
 			} else {
-				r.err = fmt.Errorf("bootstrap: root stopped with ranks %s of %d missing: %w", formatRanks(m), nRanks, cause)
+				r.err = fmt.Errorf("bootstrap: root stopped with ranks %s of %d %s: %w", formatRanks(m), nRanks, what, cause)
+			}
+			if f := faultsOf(m); f != nil {
+				r.err = fmt.Errorf("%w (%v)", r.err, f)
 			}
 			break loop
 		}

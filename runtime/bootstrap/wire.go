@@ -25,8 +25,10 @@ const (
 	msgTable  = 'T'
 	msgStatus = 'S'
 	msgReject = 'R'
-	msgAck    = 'A' // root → root: the slice arrived
-	msgSlice  = 'P' // root → root: 'P' | lo u32 | count u32 | count × (len u16 | addr)
+	// msgAck: root → root, the slice arrived ('A' alone); rank → root,
+	// the table arrived ('A' | rank u32 | token u64, see encodeAck).
+	msgAck   = 'A'
+	msgSlice = 'P' // root → root: 'P' | lo u32 | count u32 | count × (len u16 | addr)
 
 	classUser = 0 // Send/Recv
 	classColl = 1 // AllGather/Barrier ring steps
@@ -379,6 +381,33 @@ func decodeTable(b []byte, n int) ([]tableEntry, error) {
 		return bad("trailing bytes")
 	}
 	return out, nil
+}
+
+// ackLen is the length of a rank's acknowledgement of its table.
+const ackLen = 1 + 4 + 8
+
+// encodeAck is rank's acknowledgement of its table, with its check-in
+// token: the root stops once every rank of its slice sent one.
+func encodeAck(rank int, token uint64) []byte {
+	b := []byte{msgAck}
+	b = binary.BigEndian.AppendUint32(b, uint32(rank))
+	return binary.BigEndian.AppendUint64(b, token)
+}
+
+// decodeAck checks an acknowledgement received on the check-in
+// connection of hello h: it must name h's rank and token.
+func decodeAck(b []byte, h hello) error {
+	if len(b) != ackLen || b[0] != msgAck {
+		return fmt.Errorf("malformed acknowledgement: %d bytes starting %q, want %d starting 'A'", len(b), b[:min(len(b), 1)], ackLen)
+	}
+	rank, token := int(binary.BigEndian.Uint32(b[1:])), binary.BigEndian.Uint64(b[5:])
+	if rank != h.rank {
+		return fmt.Errorf("acknowledgement for rank %d on rank %d's check-in", rank, h.rank)
+	}
+	if token != h.token {
+		return errors.New("acknowledgement with another token than the check-in's")
+	}
+	return nil
 }
 
 // maxListedMissing bounds the ranks a status lists by number; the others
