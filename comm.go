@@ -117,8 +117,7 @@ type Root struct {
 // StartRoot starts the bootstrap root of a new communicator in this
 // process, like GetUniqueID, and returns a handle on it. The root stops by
 // itself once every rank has checked in and acknowledged its table, after
-// the bootstrap timeout, or
-// when ctx ends; Close stops it at once.
+// the bootstrap timeout, or when ctx ends; Close stops it at once.
 func StartRoot(ctx context.Context, opts *Options) (*Root, error) {
 	s, err := opts.resolve()
 	if err != nil {
