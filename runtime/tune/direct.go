@@ -12,7 +12,7 @@ import (
 // its peers' user buffers (Topology.Direct), for AllReduce, AllGather,
 // ReduceScatter and Broadcast; where the ranks share only their mailboxes
 // (Topology.DirectLLAcross: processes of one host), for AllReduce up to
-// directLLLimit, the sizes it runs as the LL one-shot. AllReduce runs a
+// DirectLLLimit, the sizes it runs as the LL one-shot. AllReduce runs a
 // channel's share in one of
 // three ways (directMode), by its size: at most directLLBytes the LL
 // one-shot (no barrier: each rank stores its share as LL lines in its
@@ -131,13 +131,13 @@ func (t *Tuner) directLLThreads(nBytes int64, nc int) int {
 	return max(directLLMinThreads, min(nt, t.nThreads[kspace.LL]))
 }
 
-// directLLLimit is the largest AllReduce (bytes, as Choose counts them)
+// DirectLLLimit is the largest AllReduce (bytes, as Choose counts them)
 // that directChannels runs as the LL one-shot: directLLBytes per channel
 // on directLLMaxChannels channels (fewer when the tuner has fewer), or on
 // NCCL_MIN_NCHANNELS's channels when more. Beyond it a channel's share is
 // above directLLBytes. Where the ranks share only their mailboxes
 // (Topology.DirectLLAcross) DIRECT runs AllReduce up to this size.
-func (t *Tuner) directLLLimit() int64 {
+func (t *Tuner) DirectLLLimit() int64 {
 	return directLLBytes * int64(max(min(t.maxCh, directLLMaxChannels), t.minCh))
 }
 

@@ -254,7 +254,7 @@ func h200Across(nRanks int) Topology {
 // Across processes without windows DIRECT runs AllReduce as the LL
 // one-shot only: the tuner takes it from 8 B up to directLLBytes on 2-8
 // ranks of one GPU (one LL exchange, where RING/LL takes one hop on 2
-// ranks and 2(n-1) on more), never above directLLLimit, and never for the
+// ranks and 2(n-1) on more), never above DirectLLLimit, and never for the
 // other collectives.
 func TestDirectLLAcrossProcesses(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 8} {
@@ -274,7 +274,7 @@ func TestDirectLLAcrossProcesses(t *testing.T) {
 			require.NoError(t, err)
 			assert.Less(t, ch.PredictedTime, r.PredictedTime, "%d ranks, %d bytes: DIRECT below RING/LL", n, b)
 		}
-		for _, b := range []int64{tu.directLLLimit() + 1, tu.directLLLimit() + 16, 64 << 10, 1 << 20, 256 << 20} {
+		for _, b := range []int64{tu.DirectLLLimit() + 1, tu.DirectLLLimit() + 16, 64 << 10, 1 << 20, 256 << 20} {
 			ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
 			require.NoError(t, err)
 			assert.NotEqual(t, kspace.Direct, ch.Algo, "%d ranks, %d bytes: above the LL one-shot", n, b)
@@ -313,10 +313,10 @@ func TestDirectLLAcrossSameOnEveryRank(t *testing.T) {
 	}
 }
 
-// directLLLimitDefault is directLLLimit with the default channels.
+// directLLLimitDefault is DirectLLLimit with the default channels.
 const directLLLimitDefault = directLLBytes * directLLMaxChannels
 
-// directLLLimit is exactly where directChannels stops running the LL
+// DirectLLLimit is exactly where directChannels stops running the LL
 // one-shot, whatever the channel settings.
 func TestDirectLLLimit(t *testing.T) {
 	for _, env := range []map[string]string{
@@ -328,7 +328,7 @@ func TestDirectLLLimit(t *testing.T) {
 		{"NCCL_NCHANNELS": "16"},
 	} {
 		tu := newTuner(t, h200Across(2), env, nil)
-		lim := tu.directLLLimit()
+		lim := tu.DirectLLLimit()
 		if env == nil {
 			assert.Equal(t, int64(directLLLimitDefault), lim)
 		}
@@ -340,7 +340,7 @@ func TestDirectLLLimit(t *testing.T) {
 }
 
 // NCCL_ALGO=allreduce:direct across processes without windows runs the LL
-// one-shot up to directLLLimit and is an error naming the size and the
+// one-shot up to DirectLLLimit and is an error naming the size and the
 // limit above it: no other algorithm, no hang.
 func TestDirectLLAcrossForced(t *testing.T) {
 	env := map[string]string{"NCCL_ALGO": "allreduce:direct"}
@@ -354,6 +354,7 @@ func TestDirectLLAcrossForced(t *testing.T) {
 		_, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
 		require.Error(t, err, "%d bytes", b)
 		assert.ErrorIs(t, err, ErrNoChoice)
+		assert.ErrorIs(t, err, ErrDirectLLOnly)
 		assert.Contains(t, err.Error(), fmt.Sprintf("AllReduce of %d bytes", b))
 		assert.Contains(t, err.Error(), fmt.Sprintf("up to %d bytes", directLLLimitDefault))
 		assert.Contains(t, err.Error(), "NCCL_ALGO")
@@ -362,6 +363,7 @@ func TestDirectLLAcrossForced(t *testing.T) {
 	_, err := newTuner(t, h200Across(2), map[string]string{"NCCL_ALGO": "allgather:direct"}, nil).
 		Choose(kspace.AllGather, kspace.Sum, kspace.F32, 8)
 	assert.ErrorIs(t, err, ErrNoChoice)
+	assert.NotErrorIs(t, err, ErrDirectLLOnly)
 	// Ring and DIRECT allowed: DIRECT small, the ring above the limit.
 	both := newTuner(t, h200Across(2), map[string]string{"NCCL_ALGO": "ring,direct"}, nil)
 	ch, err := both.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)

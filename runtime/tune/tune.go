@@ -112,6 +112,11 @@ func (c Choice) String() string {
 // leave nothing to run a call with.
 var ErrNoChoice = errors.New("no algorithm and protocol to run")
 
+// ErrDirectLLOnly is wrapped, with ErrNoChoice, by Choose's errors for an
+// AllReduce above DirectLLLimit that only DIRECT may run (NCCL_ALGO) where
+// the ranks share their mailboxes alone (Topology.DirectLLAcross).
+var ErrDirectLLOnly = errors.New("DIRECT across processes runs without registered windows only as the LL one-shot")
+
 // ErrTopology is wrapped by New's errors about an unusable Topology.
 var ErrTopology = errors.New("invalid topology")
 
@@ -449,9 +454,9 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 	}
 	if !found && llOnly {
 		// NCCL_ALGO left DIRECT alone, and it cannot run this size.
-		return Choice{}, fmt.Errorf("tune: %w: %s of %d bytes: DIRECT across processes runs without registered windows only as the LL one-shot, "+
-			"up to %d bytes (%d channels of %d bytes); %s leaves no other algorithm (register the buffers as windows, or allow another)",
-			ErrNoChoice, coll, nBytes, t.directLLLimit(), t.directLLLimit()/directLLBytes, directLLBytes, t.cfg.Algo.Describe())
+		return Choice{}, fmt.Errorf("tune: %w: %s of %d bytes: %w, up to %d bytes (%d channels of %d bytes); "+
+			"%s leaves no other algorithm (register the buffers as windows, or allow another)",
+			ErrNoChoice, coll, nBytes, ErrDirectLLOnly, t.DirectLLLimit(), t.DirectLLLimit()/directLLBytes, directLLBytes, t.cfg.Algo.Describe())
 	}
 	best.PredictedTime = micros(bestUs)
 	memo.Store(&lastChoice{nBytes: nBytes, ch: best})
