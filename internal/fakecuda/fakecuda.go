@@ -153,7 +153,8 @@ func source(syms []string) string {
 	b.WriteString("int fakecuda_n(void) { return NSYM; }\n")
 	b.WriteString("const char* fakecuda_name(int i) { return names[i]; }\n")
 	b.WriteString("long fakecuda_get(int i) { return __atomic_load_n(&counts[i], __ATOMIC_RELAXED); }\n")
-	b.WriteString("void fakecuda_reset(void) { for (int i = 0; i < NSYM; i++) __atomic_store_n(&counts[i], 0, __ATOMIC_RELAXED); }\n")
+	b.WriteString("void fakecuda_reset_special(void);\n")
+	b.WriteString("void fakecuda_reset(void) { for (int i = 0; i < NSYM; i++) __atomic_store_n(&counts[i], 0, __ATOMIC_RELAXED); fakecuda_reset_special(); }\n")
 	b.WriteString(special)
 	defined := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^CUresult (\w+)\(`).FindAllStringSubmatch(special, -1) {
@@ -270,8 +271,10 @@ func (d *Driver) Set(knob string, v int) {
 }
 
 // Peek returns what the fake noted: "record_deps" is the number of
-// dependencies the last cuGraphAddEventRecordNode was given; -1 for an
-// unknown knob.
+// dependencies the last cuGraphAddEventRecordNode was given;
+// "copy_launches" the cuLaunchKernel calls, since the last Reset, of a
+// function that cuModuleGetFunction looked up as "ngcopy" (runtime/cuda's
+// copy kernel); -1 for an unknown knob.
 func (d *Driver) Peek(knob string) int {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

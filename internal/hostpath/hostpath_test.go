@@ -185,6 +185,12 @@ func TestGroupAllReduceLaunches(t *testing.T) {
 			t.Logf("%d ranks: %v", n, calls)
 			require.Equal(t, 1, calls["cuLaunchKernel"], "%v", calls)
 			require.Zero(t, calls["cuMemcpyAsync"], "%v", calls)
+			copies := driver.Peek("copy_launches")
+			if n == 1 {
+				require.Equal(t, iters, copies, "one rank: the copy kernel's launch")
+			} else {
+				require.Zero(t, copies, "%d ranks: a collective kernel's launch", n)
+			}
 		})
 	}
 }
@@ -224,14 +230,17 @@ func TestOneRankOps(t *testing.T) {
 			require.NoError(t, call(r.send[0], recv), name)
 			got := driver.Counts()
 			t.Logf("%s in place %v: %v", name, inPlace, got)
+			copies := driver.Peek("copy_launches")
 			switch {
 			case scales:
 				assert.Equal(t, 1, got["cuLaunchKernel"], "%s in place %v: %v", name, inPlace, got)
+				assert.Zero(t, copies, "%s in place %v: a collective kernel, not the copy kernel", name, inPlace)
 				assert.Zero(t, got["cuMemcpyAsync"], "%s in place %v: %v", name, inPlace, got)
 			case inPlace:
 				assert.Zero(t, got.Total(), "%s in place: %v", name, got)
 			default:
 				assert.Equal(t, map[string]int{"cuCtxGetCurrent": 1, "cuLaunchKernel": 1}, map[string]int(got), name)
+				assert.Equal(t, 1, copies, "%s: the copy kernel's launch", name)
 			}
 		}
 	}

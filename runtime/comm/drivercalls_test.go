@@ -46,6 +46,32 @@ func TestDriverCallsPerLaunch(t *testing.T) {
 	inFakeDriver(t, "TestDriverCallsPerLaunch", driverCallsChild)
 }
 
+// copyAnswers checks what a one-rank copy call answers to the driver: on
+// a capturing stream the copy is queued all the same (the driver captures
+// it as a copy node); a capture invalidated earlier fails it, saying so
+// as run's capture check does; a failed copy is the driver's error, not a
+// usage error.
+func copyAnswers(t *testing.T, d *fakecuda.Driver, call func() error) {
+	t.Helper()
+	d.Set("capture_status", 1)
+	c := measure(t, d, call)
+	d.Set("capture_status", 0)
+	assert.Equal(t, 1, c.calls["cuMemcpyAsync"], "captured: %v", c)
+	assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
+	d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
+	err := call()
+	d.Set("copy_result", 0)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalidUsage)
+	assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
+	assert.Contains(t, err.Error(), "copy of 8 bytes")
+	d.Set("copy_result", int(cuda.ResultIllegalAddress))
+	err = call()
+	d.Set("copy_result", 0)
+	assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
+	assert.NotErrorIs(t, err, ErrInvalidUsage)
+}
+
 // inFakeDriver runs child in a child process of the test binary that
 // loads the counting fake driver (internal/fakecuda) in place of libcuda:
 // here it builds the fake and runs the test name, t's, there; there
@@ -205,27 +231,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		got["1 rank copy untracked"] = measure(t, d, call)
 		assert.Empty(t, e.events, "no completion event: Wait, Finalize and Destroy have no copy to wait for")
 		assert.Nil(t, e.res.last)
-		// On a capturing stream the copy is queued all the same: the
-		// driver captures it as a copy node.
-		d.Set("capture_status", 1)
-		c := measure(t, d, call)
-		d.Set("capture_status", 0)
-		assert.Equal(t, 1, c.calls["cuMemcpyAsync"], "captured: %v", c)
-		assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
-		// A capture invalidated earlier fails the copy: the call's error
-		// says so, as run's capture check does.
-		d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
-		err := call()
-		d.Set("copy_result", 0)
-		require.Error(t, err)
-		assert.ErrorIs(t, err, ErrInvalidUsage)
-		assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
-		assert.Contains(t, err.Error(), "copy of 8 bytes")
-		d.Set("copy_result", int(cuda.ResultIllegalAddress))
-		err = call()
-		d.Set("copy_result", 0)
-		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
-		assert.NotErrorIs(t, err, ErrInvalidUsage)
+		copyAnswers(t, d, call)
 	}
 	// The same without a plan (RunOneRankCopy, a one-rank collective of
 	// the C ABI outside a group): the same driver calls, and the same
@@ -244,27 +250,11 @@ func driverCallsChild(t *testing.T, lib string) {
 		got["1 rank unplanned"] = measure(t, d, call)
 		assert.Empty(t, e.events)
 		assert.Nil(t, e.res.last)
-		d.Set("capture_status", 1)
-		c := measure(t, d, call)
-		d.Set("capture_status", 0)
-		assert.Equal(t, 1, c.calls["cuMemcpyAsync"], "captured: %v", c)
-		assert.Equal(t, 2, c.calls.Total(), "captured: %v", c)
-		d.Set("copy_result", int(cuda.ResultStreamCaptureInvalidated))
-		err := call()
-		d.Set("copy_result", 0)
-		require.Error(t, err)
-		assert.ErrorIs(t, err, ErrInvalidUsage)
-		assert.ErrorIs(t, err, enqueue.ErrCaptureInvalidated)
-		assert.Contains(t, err.Error(), "copy of 8 bytes")
-		d.Set("copy_result", int(cuda.ResultIllegalAddress))
-		err = call()
-		d.Set("copy_result", 0)
-		assert.ErrorIs(t, err, cuda.ErrIllegalAddress)
-		assert.NotErrorIs(t, err, ErrInvalidUsage)
+		copyAnswers(t, d, call)
 		// In place: nothing reaches the driver.
 		inPlace, ok := enqueue.OneRankCopy(ar(0, true)[0])
 		require.True(t, ok)
-		c = measure(t, d, func() error { _, err := e.RunOneRankCopy(inPlace, s); return err })
+		c := measure(t, d, func() error { _, err := e.RunOneRankCopy(inPlace, s); return err })
 		assert.Zero(t, c.calls.Total(), "in place: %v", c)
 		assert.Zero(t, c.cgo, "in place: %v", c)
 	}
