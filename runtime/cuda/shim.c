@@ -827,12 +827,18 @@ enum { NCU_HOLD_LIVE = 0, NCU_HOLD_RELEASED = 1, NCU_HOLD_DROPPED = 2 };
 struct ncu_hold {
   int state;
 };
+static long ncu_holds; /* allocated, not yet freed */
+static void ncu_hold_free(ncu_hold* h) {
+  free(h);
+  __atomic_sub_fetch(&ncu_holds, 1, __ATOMIC_RELAXED);
+}
+long ncu_holds_alive(void) { return __atomic_load_n(&ncu_holds, __ATOMIC_RELAXED); }
 
 /* ncu_hold_destroyed is the user object's destructor. It runs on a driver
    thread, where no CUDA call is allowed: it only marks the hold. */
 static void ncu_hold_destroyed(void* p) {
   ncu_hold* h = p;
-  if (__atomic_exchange_n(&h->state, NCU_HOLD_RELEASED, __ATOMIC_ACQ_REL) == NCU_HOLD_DROPPED) free(h);
+  if (__atomic_exchange_n(&h->state, NCU_HOLD_RELEASED, __ATOMIC_ACQ_REL) == NCU_HOLD_DROPPED) ncu_hold_free(h);
 }
 
 CUresult ncu_capture_id(CUcontext c, CUstream s, unsigned long long* id) {
@@ -861,10 +867,11 @@ CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_h
   if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || g == NULL) return NCU_ERROR_ILLEGAL_STATE;
   ncu_hold* h = calloc(1, sizeof *h);
   if (h == NULL) return NCU_ERROR_OUT_OF_MEMORY;
+  __atomic_add_fetch(&ncu_holds, 1, __ATOMIC_RELAXED);
   CUuserObject o = NULL;
   r = p_cuUserObjectCreate(&o, h, ncu_hold_destroyed, 1, 0x1 /* CU_USER_OBJECT_NO_DESTRUCTOR_SYNC */);
   if (r != NCU_SUCCESS) {
-    free(h);
+    ncu_hold_free(h);
     return r;
   }
   r = p_cuGraphRetainUserObject(g, o, 1, 0x1 /* CU_GRAPH_USER_OBJECT_MOVE */);
@@ -882,7 +889,7 @@ CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_h
 int ncu_hold_released(ncu_hold* h) { return __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == NCU_HOLD_RELEASED; }
 
 void ncu_hold_drop(ncu_hold* h) {
-  if (__atomic_exchange_n(&h->state, NCU_HOLD_DROPPED, __ATOMIC_ACQ_REL) == NCU_HOLD_RELEASED) free(h);
+  if (__atomic_exchange_n(&h->state, NCU_HOLD_DROPPED, __ATOMIC_ACQ_REL) == NCU_HOLD_RELEASED) ncu_hold_free(h);
 }
 
 CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g) {

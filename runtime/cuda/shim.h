@@ -270,6 +270,7 @@ typedef struct ncu_hold ncu_hold;
 CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_hold** out);
 int ncu_hold_released(ncu_hold* h);
 void ncu_hold_drop(ncu_hold* h);
+long ncu_holds_alive(void); // holds not yet freed
 CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g);
 CUresult ncu_graph_launch(CUcontext c, CUgraphExec e, CUstream s);
 CUresult ncu_graph_exec_destroy(CUcontext c, CUgraphExec e);

@@ -70,3 +70,8 @@ func (g *GraphHold) Drop() {
 	C.ncu_hold_drop(g.h)
 	g.h = nil
 }
+
+// GraphHoldsAlive returns the number of holds not yet freed: those not
+// dropped, and those dropped while their graph lives. For tests that
+// check holds are not leaked.
+func GraphHoldsAlive() int { return int(C.ncu_holds_alive()) }

@@ -48,6 +48,7 @@ func TestGraphHold(t *testing.T) {
 		h8, err := s.HoldCapture()
 		require.NoError(t, err)
 		assert.Equal(t, 2, d.Peek("user_objects"))
+		assert.Equal(t, 2, GraphHoldsAlive())
 
 		assert.False(t, h7.Released())
 		d.Set("release_capture", 7)
@@ -57,18 +58,22 @@ func TestGraphHold(t *testing.T) {
 		h8.Drop()
 		h8.Drop() // a second Drop does nothing
 		assert.Equal(t, 1, d.Peek("user_objects"), "capture 8's graph still holds its object")
+		assert.Equal(t, 1, GraphHoldsAlive(), "h7 freed by Drop; h8 waits for its graph")
 		d.Set("release_capture", 8) // the destructor frees the dropped hold
 		assert.Zero(t, d.Peek("user_objects"))
+		assert.Zero(t, GraphHoldsAlive())
 
 		d.Set("graph_retain_result", int(ResultInvalidValue))
 		_, err = s.HoldCapture()
 		assert.True(t, errors.Is(err, ErrInvalidValue), "%v", err)
 		assert.Zero(t, d.Peek("user_objects"), "the refused object was released")
+		assert.Zero(t, GraphHoldsAlive(), "and its hold freed")
 		d.Set("graph_retain_result", 0)
 
 		d.Set("user_object_result", int(ResultNotSupported))
 		_, err = s.HoldCapture()
 		assert.True(t, errors.Is(err, ErrNotSupported), "%v", err)
+		assert.Zero(t, GraphHoldsAlive())
 		d.Set("user_object_result", 0)
 		d.Set("capture_id", 0)
 	})
