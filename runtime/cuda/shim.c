@@ -852,6 +852,12 @@ CUresult ncu_capture_id(CUcontext c, CUstream s, unsigned long long* id) {
   return r;
 }
 
+static CUresult ncu_capture_hold_relaxed(CUstream s, unsigned long long* id, ncu_hold** out);
+
+/* ncu_capture_hold runs in relaxed capture mode (see RELAXED): CUDA does
+   not list user objects among the calls a global-mode capture forbids,
+   but being relaxed costs nothing and keeps other threads' captures safe
+   if a driver ever does. */
 CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_hold** out) {
   *out = NULL;
   NEED(p_cuStreamGetCaptureInfo_v2);
@@ -859,6 +865,10 @@ CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_h
   NEED(p_cuUserObjectRelease);
   NEED(p_cuGraphRetainUserObject);
   SETCTX(c);
+  RELAXED(ncu_capture_hold_relaxed(s, id, out));
+}
+
+static CUresult ncu_capture_hold_relaxed(CUstream s, unsigned long long* id, ncu_hold** out) {
   int status = 0;
   CUgraph g = NULL;
   *id = 0;
