@@ -36,7 +36,10 @@ var Engine func(comm any) any
 
 // DumpWithin is Dump bounded by wait: reading a connection's counters
 // may block behind a hung kernel, and then it says so instead. The read
-// that ran out goes on in the background and its result is dropped.
+// that ran out goes on in the background and its result is dropped: its
+// goroutine ends when the read does (a hung kernel's memory may keep it
+// until the process exits; the callers, a failing test and ncclperf's
+// -T, end soon after).
 func DumpWithin(comms []any, wait time.Duration) string {
 	done := make(chan string, 1)
 	go func() { done <- Dump(comms) }()

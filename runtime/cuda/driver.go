@@ -104,7 +104,10 @@ func setCopyMode(m copyMode) {
 }
 
 // kernelCopy reports whether a copy of n bytes goes through the copy
-// kernel in the current mode.
+// kernel in the current mode. The shim's ncu_dtod applies the same rule
+// (it queues the copy; this only decides whether the context needs its
+// kernel loaded first): both read NCU_COPY_KERNEL_MAX, and asking the
+// shim instead would cost a cgo call per copy.
 func kernelCopy(n uint64) bool {
 	switch copyMode(copyModeNow.Load()) {
 	case copyKernel:

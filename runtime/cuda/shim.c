@@ -479,6 +479,7 @@ static CUfunction ncu_copy_fn(CUcontext c) {
    pointers are 16-byte aligned: a block of 32 threads for a small copy, up
    to 1024 blocks of 256 for a large one. */
 static CUresult ncu_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  /* The same rule as driver.go's kernelCopy, which loads the kernel first. */
   if (ncu_copy_mode == NCU_COPY_KERNEL || (ncu_copy_mode == NCU_COPY_AUTO && n <= NCU_COPY_KERNEL_MAX)) {
     CUfunction f = ncu_copy_fn(c);
     if (f != NULL) {
