@@ -125,18 +125,25 @@ const capturedWorkAlign = 64
 // every stream it joins) has chunks of its own, and a hold on its graph
 // (cuda.GraphHold, a CUDA user object the graph owns): once the graph and
 // every executable graph made from it are destroyed and their launches
-// done, CUDA marks the hold released, and the next captured upload, or
-// Close, frees the capture's chunks. A driver without user objects or
-// capture ids (before CUDA 11.3) gets one set of chunks shared by every
-// capture, freed by Close only, as a graph may replay any of it until
-// then. Uploads go through a stream of the launcher's own, which no
-// capture touches.
+// done, CUDA marks the hold released, and the next captured upload takes
+// the capture's chunks back into a spare pool, which later captures
+// reuse. Nothing is freed while a capture may be under way (cuMemFree is
+// refused during a stream capture in global mode, and would invalidate
+// it); Close frees the spare pool with everything else. Chunks come in
+// sizes that double from heldChunk, and a chunk is reused for the same
+// size only, so the pool never holds more of a size than the captures
+// alive at one time needed. A driver without user objects or capture ids
+// (before CUDA 11.3) gets one set of chunks shared by every capture, freed
+// by Close only, as a graph may replay any of it until then. Uploads go
+// through a stream of the launcher's own, which no capture touches.
 type capturedFIFOs struct {
 	upload *cuda.Stream
-	held   map[uint64]*heldFIFOs // by capture id
-	kept   fifoChunks            // without holds: freed by Close
-	noHold bool                  // the driver cannot hold graphs: every FIFO goes to kept
-	bytes  uint64                // bytes of all captured FIFOs alive
+	held   map[uint64]*heldFIFOs       // by capture id
+	kept   fifoChunks                  // without holds: freed by Close
+	noHold bool                        // the driver cannot hold graphs: every FIFO goes to kept
+	bytes  uint64                      // bytes of all captured FIFOs alive
+	spare  map[uint64][]cuda.DevicePtr // chunks of released captures, by size
+	alloc  uint64                      // bytes of device memory allocated for FIFOs, spare included
 }
 
 // heldFIFOs are the FIFOs of one capture whose graph is held.
@@ -145,20 +152,42 @@ type heldFIFOs struct {
 	fifoChunks
 }
 
+// fifoChunk is a chunk of device memory and its size.
+type fifoChunk struct {
+	p    cuda.DevicePtr
+	size uint64
+}
+
 // fifoChunks are device memory chunks filled with FIFOs one after the
 // other.
 type fifoChunks struct {
-	chunks []cuda.DevicePtr
+	chunks []fifoChunk
 	cur    cuda.DevicePtr // the chunk being filled
 	off    uint64         // its bytes in use
 	size   uint64         // its size
 	bytes  uint64         // bytes of the FIFOs in all chunks
 }
 
-// put copies b through up into the chunks, adding a chunk of at least
-// first bytes (growing to capturedChunk) when the current one is full, and
-// returns its address.
-func (c *fifoChunks) put(ctx *cuda.Context, up *cuda.Stream, b []byte, first uint64, held uint64) (cuda.DevicePtr, error) {
+// chunk returns a chunk of size bytes: a spare one if there is one, else
+// fresh device memory. held is for the error message.
+func (f *capturedFIFOs) chunk(ctx *cuda.Context, size, held uint64) (cuda.DevicePtr, error) {
+	if ps := f.spare[size]; len(ps) > 0 {
+		p := ps[len(ps)-1]
+		f.spare[size] = ps[:len(ps)-1]
+		return p, nil
+	}
+	p, err := ctx.MemAlloc(size)
+	if err != nil {
+		return 0, fmt.Errorf("enqueue: captured work FIFO (%d bytes; %d held by earlier captures): %w", size, held, err)
+	}
+	f.alloc += size
+	return p, nil
+}
+
+// put copies b through f's upload stream into the chunks, adding a chunk
+// of first bytes (doubling up to capturedChunk, and beyond as b needs)
+// when the current one is full, and returns its address.
+func (c *fifoChunks) put(ctx *cuda.Context, f *capturedFIFOs, b []byte, first uint64) (cuda.DevicePtr, error) {
 	n := uint64(len(b))
 	off := (c.off + capturedWorkAlign - 1) &^ (capturedWorkAlign - 1)
 	if c.cur == 0 || off+n > c.size {
@@ -169,27 +198,40 @@ func (c *fifoChunks) put(ctx *cuda.Context, up *cuda.Stream, b []byte, first uin
 		for size < n {
 			size *= 2
 		}
-		p, err := ctx.MemAlloc(size)
+		p, err := f.chunk(ctx, size, f.bytes)
 		if err != nil {
-			return 0, fmt.Errorf("enqueue: captured work FIFO (%d bytes; %d held by earlier captures): %w", size, held, err)
+			return 0, err
 		}
-		c.chunks = append(c.chunks, p)
+		c.chunks = append(c.chunks, fifoChunk{p, size})
 		c.cur, c.size, off = p, size, 0
 	}
 	dst := c.cur + cuda.DevicePtr(off)
-	if err := up.MemcpyHtoDWait(dst, unsafe.Pointer(&b[0]), n); err != nil {
+	if err := f.upload.MemcpyHtoDWait(dst, unsafe.Pointer(&b[0]), n); err != nil {
 		return 0, fmt.Errorf("enqueue: captured work FIFO upload (%d bytes): %w", n, err)
 	}
 	c.off = off + n
 	c.bytes += n
+	f.bytes += n
 	return dst, nil
+}
+
+// release moves c's chunks into f's spare pool.
+func (c *fifoChunks) release(f *capturedFIFOs) {
+	if f.spare == nil {
+		f.spare = map[uint64][]cuda.DevicePtr{}
+	}
+	for _, k := range c.chunks {
+		f.spare[k.size] = append(f.spare[k.size], k.p)
+	}
+	f.bytes -= c.bytes
+	*c = fifoChunks{}
 }
 
 // free frees the chunks.
 func (c *fifoChunks) free(ctx *cuda.Context) error {
 	var errs []error
-	for _, p := range c.chunks {
-		errs = append(errs, ctx.MemFree(p))
+	for _, k := range c.chunks {
+		errs = append(errs, ctx.MemFree(k.p))
 	}
 	*c = fifoChunks{}
 	return errors.Join(errs...)
@@ -197,13 +239,11 @@ func (c *fifoChunks) free(ctx *cuda.Context) error {
 
 // putCaptured uploads b, the work FIFO of a launch captured on s, into
 // device memory that lives as long as the capture's graph (see
-// capturedFIFOs) and returns its address. It first frees the FIFOs of
-// captures whose graphs are gone. l.mu is held.
+// capturedFIFOs) and returns its address. It first takes back the chunks
+// of captures whose graphs are gone. l.mu is held.
 func (l *Launcher) putCaptured(b []byte, s *cuda.Stream) (cuda.DevicePtr, error) {
 	f := &l.captured
-	if err := l.reapCaptured(); err != nil {
-		return 0, err
-	}
+	l.reapCaptured()
 	if f.upload == nil {
 		up, err := l.ctx.NewStream(true)
 		if err != nil {
@@ -216,17 +256,9 @@ func (l *Launcher) putCaptured(b []byte, s *cuda.Stream) (cuda.DevicePtr, error)
 		return 0, err
 	}
 	if h == nil {
-		p, err := f.kept.put(l.ctx, f.upload, b, capturedChunk, f.bytes)
-		if err == nil {
-			f.bytes += uint64(len(b))
-		}
-		return p, err
+		return f.kept.put(l.ctx, f, b, capturedChunk)
 	}
-	p, err := h.put(l.ctx, f.upload, b, heldChunk, f.bytes)
-	if err == nil {
-		f.bytes += uint64(len(b))
-	}
-	return p, err
+	return h.put(l.ctx, f, b, heldChunk)
 }
 
 // heldFor returns the FIFOs of the capture s is in, holding its graph the
@@ -265,29 +297,24 @@ func (l *Launcher) heldFor(s *cuda.Stream) (*heldFIFOs, error) {
 	return h, nil
 }
 
-// reapCaptured frees the FIFOs of the captures whose graphs are gone.
-// l.mu is held.
-func (l *Launcher) reapCaptured() error {
+// reapCaptured takes the chunks of the captures whose graphs are gone
+// back into the spare pool. l.mu is held.
+func (l *Launcher) reapCaptured() {
 	f := &l.captured
-	var errs []error
 	for id, h := range f.held {
 		if !h.hold.Released() {
 			continue
 		}
-		f.bytes -= h.bytes
-		errs = append(errs, h.free(l.ctx))
+		h.release(f)
 		h.hold.Drop()
 		delete(f.held, id)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("enqueue: freeing the work FIFOs of destroyed graphs: %w", err)
-	}
-	return nil
 }
 
 // CapturedBytes returns how many bytes of device memory hold the work
 // FIFOs of captured launches whose graphs may still run: those of graphs
-// found destroyed (at the next captured launch's upload) no longer count.
+// found destroyed (at the next captured launch's upload) no longer count,
+// though their chunks stay allocated for later captures until Close.
 func (l *Launcher) CapturedBytes() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -295,7 +322,7 @@ func (l *Launcher) CapturedBytes() uint64 {
 }
 
 // closeCaptured frees every captured FIFO, whether its graph is gone or
-// not, and drops the holds (a hold whose graph lives is freed with the
+// not, and the spare chunks, and drops the holds (a hold whose graph lives is freed with the
 // graph). l.mu is held.
 func (l *Launcher) closeCaptured() error {
 	f := &l.captured
@@ -305,6 +332,11 @@ func (l *Launcher) closeCaptured() error {
 		h.hold.Drop()
 	}
 	errs = append(errs, f.kept.free(l.ctx))
+	for _, ps := range f.spare {
+		for _, p := range ps {
+			errs = append(errs, l.ctx.MemFree(p))
+		}
+	}
 	if f.upload != nil {
 		errs = append(errs, f.upload.Destroy())
 	}
