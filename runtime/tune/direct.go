@@ -42,8 +42,8 @@ import (
 // above it. The LL one-shot's are not measured yet (written without a
 // GPU): its model puts it well below RING/LL on 8 ranks (7.9 against
 // 15.0), where it takes 1 LL hop against RING/LL's 14; on 2 ranks RING/LL
-// takes one hop too (ringOneHop, 7.2), and the one-shot is below it only
-// on one GPU (7.05, by directLLOneGPUSaving). The bandwidth figure is what the two-shot that gathered
+// takes one hop too (ringOneHop, 7.2), and the one-shot ties with it at
+// the smallest sizes (directLLOneGPUSaving). The bandwidth figure is what the two-shot that gathered
 // the slices back (5 S on 2 ranks) reached: 731 GB/s busbw at 512 MiB in
 // one process, 777 at 1 GiB across two processes on windows (3.6-3.9 TB/s
 // of reads and writes); the pushed two-shot moves 4 S.
@@ -53,15 +53,12 @@ const (
 	directBarrierPerPeer = 1.0  // µs: thread 0 polls the peers one after another
 	directLLPerPeer      = 0.05 // µs: a thread loads 8 peers' lines at once
 	// directLLOneGPUSaving is what the LL one-shot saves against RING/LL's
-	// one hop (2 ranks) when every rank is on one GPU, where the lines stay
-	// in its L2 whoever writes them: the ring's step also loads its
-	// connection's state and posts its head, the one-shot reads one
-	// counter. A guess, not measured (docs/notes/20261201-direct.md's GPU
-	// runs fit it): it makes the model prefer the one-shot on 2 ranks of
-	// one GPU, where the two would otherwise cost the same. Across GPUs it
-	// does not apply: a rank polls its peer's memory over the link (a
-	// round trip per poll) where the ring's receiver polls its own.
-	directLLOneGPUSaving = 0.2  // µs
+	// one hop (2 ranks) when every rank is on one GPU. Measured on one
+	// H200, 2 processes under MPS, 8 B (session 12): nccl-tests eager 6.27
+	// µs (DIRECT) against 6.30 (RING), under graph replay (-G 100) 4.57
+	// against 3.50. No saving, then: on 2 ranks the two tie at the
+	// smallest sizes and the ring, considered first, keeps them.
+	directLLOneGPUSaving = 0.0  // µs
 	directHBMBW          = 3600 // GB/s: ~75% of the H200's 4.8 TB/s
 	// directLLBytes is the largest channel share that the device runs as
 	// the LL one-shot, directOneShotBytes the largest it runs one-shot.

@@ -252,12 +252,28 @@ func h200Across(nRanks int) Topology {
 }
 
 // Across processes without windows DIRECT runs AllReduce as the LL
-// one-shot only: the tuner takes it from 8 B up to directLLBytes on 2-8
-// ranks of one GPU (one LL exchange, where RING/LL takes one hop on 2
-// ranks and 2(n-1) on more), never above DirectLLLimit, and never for the
-// other collectives.
+// one-shot only: the tuner takes it from 8 B up to directLLBytes on 3-8
+// ranks of one GPU (one LL exchange, where RING/LL takes 2(n-1) hops),
+// never above DirectLLLimit, and never for the other collectives. On 2
+// ranks RING/LL is one hop too (ringOneHop) and measured no slower at 8 B
+// (directLLOneGPUSaving is 0): the ring keeps the smallest calls, and
+// DIRECT takes a size only where its model is strictly below the ring's.
 func TestDirectLLAcrossProcesses(t *testing.T) {
-	for _, n := range []int{2, 3, 4, 8} {
+	two := newTuner(t, h200Across(2), nil, nil)
+	twoRing := newTuner(t, h200(2), map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
+	for _, b := range []int64{4, 8, 64, 1024, directLLBytes} {
+		ch, err := two.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+		require.NoError(t, err)
+		if b <= 8 {
+			assert.Equal(t, kspace.Ring, ch.Algo, "2 ranks, %d bytes: %v", b, ch)
+		}
+		if ch.Algo == kspace.Direct {
+			r, err := twoRing.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			assert.Less(t, ch.PredictedTime, r.PredictedTime, "2 ranks, %d bytes", b)
+		}
+	}
+	for _, n := range []int{3, 4, 8} {
 		tu := newTuner(t, h200Across(n), nil, nil)
 		ring := newTuner(t, h200(n), map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
 		for _, b := range []int64{4, 8, 64, 1024, directLLBytes} {
@@ -364,8 +380,9 @@ func TestDirectLLAcrossForced(t *testing.T) {
 		Choose(kspace.AllGather, kspace.Sum, kspace.F32, 8)
 	assert.ErrorIs(t, err, ErrNoChoice)
 	assert.NotErrorIs(t, err, ErrDirectLLOnly)
-	// Ring and DIRECT allowed: DIRECT small, the ring above the limit.
-	both := newTuner(t, h200Across(2), map[string]string{"NCCL_ALGO": "ring,direct"}, nil)
+	// Ring and DIRECT allowed (4 ranks: on 2 the ring wins at every size):
+	// DIRECT small, the ring above the limit.
+	both := newTuner(t, h200Across(4), map[string]string{"NCCL_ALGO": "ring,direct"}, nil)
 	ch, err := both.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)
 	require.NoError(t, err)
 	assert.Equal(t, kspace.Direct, ch.Algo)
