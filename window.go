@@ -21,11 +21,13 @@ type Window struct {
 // ErrWindowMismatch.
 //
 // Where ranks of several processes share a GPU (MPS) or are NVLink peers,
-// DIRECT runs only on calls whose sendbuff and recvbuff lie in windows on
-// every rank (registration maps every peer's window here): register the
-// same buffers on every rank and use them alike, as NCCL requires. A rank
-// whose buffers are windows while a peer's are not waits for that peer
-// until Abort. Within one process DIRECT needs no windows.
+// DIRECT runs on calls whose sendbuff and recvbuff lie in windows on every
+// rank (registration maps every peer's window here): register the same
+// buffers on every rank and use them alike, as NCCL requires. A rank whose
+// buffers are windows while a peer's are not waits for that peer until
+// Abort. Without windows such ranks still run small AllReduces as DIRECT's
+// LL one-shot, which reads only the ranks' own mailboxes. Within one
+// process DIRECT needs no windows.
 func (c *Comm) RegisterWindow(ctx context.Context, buf cuda.DevicePtr, size uint64) (*Window, error) {
 	if c == nil {
 		return nil, errNilComm("RegisterWindow")

@@ -263,7 +263,16 @@ func (d *Driver) Counts() Counts {
 // runtime's back); "ctx_reuse" non-zero makes cuCtxCreate_v2 hand out the
 // last destroyed context's handle again; "module_load_result" non-zero is
 // what cuModuleLoadDataEx returns for an image that is not the fake's own
-// (a PTX module such as runtime/cuda's copy kernel).
+// (a PTX module such as runtime/cuda's copy kernel); "capture_id"
+// non-zero is the id cuStreamGetCaptureInfo_v2 reports for a capturing
+// stream's capture (42 when 0; each id has a graph of its own);
+// "user_object_result" and "graph_retain_result" non-zero are what
+// cuUserObjectCreate and cuGraphRetainUserObject return (801,
+// CUDA_ERROR_NOT_SUPPORTED, plays a driver without user objects);
+// "release_user_objects" non-zero plays the destruction of every graph,
+// "release_capture" v that of capture v's graph: the user object
+// references the graph holds go, and the destructors of objects left with
+// none run, on the calling thread.
 func (d *Driver) Set(knob string, v int) {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))
@@ -274,7 +283,8 @@ func (d *Driver) Set(knob string, v int) {
 // dependencies the last cuGraphAddEventRecordNode was given;
 // "copy_launches" the cuLaunchKernel calls, since the last Reset, of a
 // function that cuModuleGetFunction looked up as "ngcopy" (runtime/cuda's
-// copy kernel); -1 for an unknown knob.
+// copy kernel); "user_objects" the user objects alive (created, not yet
+// destroyed); -1 for an unknown knob.
 func (d *Driver) Peek(knob string) int {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

@@ -13,6 +13,7 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/topo"
 	"github.com/ncclgo/ncclgo/runtime/transport"
+	"github.com/ncclgo/ncclgo/runtime/tune"
 )
 
 // DIRECT (kspace.Direct, devicesrc/direct.h) lets every rank load its
@@ -23,9 +24,11 @@ import (
 //   - every rank in this process (directEligible, Topology.Direct): plain
 //     device pointers work, every call may run DIRECT;
 //   - ranks in several processes (MPS, IPC; directAcross): a rank's
-//     pointers mean nothing in another process, so DIRECT runs only on
-//     calls whose buffers lie in registered windows (window.go), with the
-//     window tuner (Engine.winTuner); other calls run the other algorithms.
+//     pointers mean nothing in another process, so DIRECT runs on calls
+//     whose buffers lie in registered windows (window.go), with the
+//     window tuner (Engine.winTuner), and, on any buffers, as AllReduce's
+//     LL one-shot (the communicator's tuner: llAcrossTopology), which
+//     reads only the mailboxes; other calls run the other algorithms.
 //
 // Each rank allocates its mailboxes (one generated.DirectSlot per channel
 // and the LL one-shot's line buffers, zeroed: see directSlotsBytes) in its
@@ -240,6 +243,31 @@ func (e *Engine) setupDirect(ctx context.Context, net bootstrap.Network, peers [
 		return nil, false, errors.Join(err, e.closeDirectPeers())
 	}
 	return table, true, nil
+}
+
+// llAcrossTopology is the communicator tuner's topology tp once
+// setupDirect answered across: where it shared the mailboxes across
+// processes, DIRECT may run AllReduce as the LL one-shot on any buffers
+// (tune.Topology.DirectLLAcross), with no window on the work.
+//
+// Every rank must choose alike, or a rank on DIRECT polls mailboxes that a
+// rank on the ring never fills. across is the same on every rank: it is
+// true only when every rank said yes in exchangeDirect (the AND of their
+// views) and every rank mapped every peer's mailboxes (agreeAll), and
+// setupDirect fails on every rank otherwise; tp is rank 0's (agreeTuning).
+// The tuner then decides from the call's collective, op, type and size,
+// which every rank has alike, never from a rank's buffers.
+//
+// The device takes the LL one-shot on every rank for such a work before
+// anything that needs the peers' buffers (ngAllReduceDirect tests the
+// channel's share first; the tuner keeps every share within
+// NG_DIRECT_LL_BYTES). Should a share exceed it anyway, ngDirectOpen
+// publishes no window reference for a work without NG_WORK_DIRECT_WIN, and
+// every rank stops with NG_DEV_ERR_BAD_WORK after its barriers: no peer
+// pointer is dereferenced and nothing hangs.
+func llAcrossTopology(tp tune.Topology, across bool) tune.Topology {
+	tp.DirectLLAcross = across && !tp.Direct
+	return tp
 }
 
 // closeDirectPeers unmaps the peers' mailboxes.

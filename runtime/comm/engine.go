@@ -614,8 +614,8 @@ func (e *Engine) PlanInto(p *enqueue.Plan, tasks []enqueue.Task) error {
 		err = e.plans.BuildInto(p, e.plan, tasks, e.tuner, lookup)
 	}
 	if err != nil {
-		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) {
-			err = fmt.Errorf("%w (DIRECT runs across processes only on calls whose buffers lie in registered windows)", err)
+		if e.winTuner != nil && errors.Is(err, tune.ErrNoChoice) && !errors.Is(err, tune.ErrDirectLLOnly) {
+			err = fmt.Errorf("%w (across processes DIRECT runs on calls whose buffers lie in registered windows, and as AllReduce's LL one-shot up to %d bytes)", err, e.tuner.DirectLLLimit())
 		}
 		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}

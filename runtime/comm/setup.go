@@ -174,8 +174,11 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		c.log.Warn(fmt.Sprintf("this rank's view of the topology differs from rank 0's; tuning with rank 0's (%+v)", tp), config.SubsysInit.Attr())
 	}
 	tunerAvail := c.kset.Available
-	c.tuner, err = tune.New(tp, s.Config, c.kset.Available, tune.WithLogger(s.Log.With("rank", rank)),
-		tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
+	newTuner := func(tp tune.Topology) (*tune.Tuner, error) {
+		return tune.New(tp, s.Config, tunerAvail, tune.WithLogger(s.Log.With("rank", rank)),
+			tune.WithUnavailable(func(f kspace.Func) error { _, err := c.kset.Lookup(f); return err }))
+	}
+	c.tuner, err = newTuner(tp)
 	if err != nil {
 		return fail(err)
 	}
@@ -218,8 +221,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		// steps and LL lines only. Every rank sees the same answer.
 		avail := kernels.Available
 		tunerAvail = func(f kspace.Func) bool { return f.Proto != kspace.LL128 && avail(f) }
-		c.tuner, err = tune.New(tp, s.Config, tunerAvail,
-			tune.WithLogger(s.Log.With("rank", rank)))
+		c.tuner, err = newTuner(tp)
 		if err != nil {
 			return fail(err)
 		}
@@ -253,15 +255,23 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	}
 	img := dimg.Relocate(uint64(c.devMem))
 	if across {
-		// DIRECT across processes, on windows only (window.go): the
-		// window tuner has DIRECT, the communicator's tuner not.
+		// DIRECT across processes (direct.go): the communicator's tuner
+		// has its LL one-shot AllReduce, which needs only the mailboxes;
+		// the window tuner has all of DIRECT, for calls on windows
+		// (window.go). across is the same on every rank (setupDirect), so
+		// every rank's tuners are.
+		tp = llAcrossTopology(tp, across)
+		if c.tuner, err = newTuner(tp); err != nil {
+			return fail(err)
+		}
 		c.win.table = c.devMem + cuda.DevicePtr(dimg.WindowTableOffset())
 		wtp := tp
 		wtp.Direct = true
-		if c.winTuner, err = tune.New(wtp, s.Config, tunerAvail, tune.WithLogger(s.Log.With("rank", rank))); err != nil {
+		if c.winTuner, err = newTuner(wtp); err != nil {
 			return fail(err)
 		}
-		c.log.Info("DIRECT across processes: on calls whose buffers lie in registered windows", config.SubsysInit.Attr())
+		c.log.Info(fmt.Sprintf("DIRECT across processes: AllReduce's LL one-shot up to %d bytes on any buffers; all of DIRECT on calls whose buffers lie in registered windows",
+			c.tuner.DirectLLLimit()), config.SubsysInit.Attr())
 	}
 	if err := c.cctx.MemcpyHtoD(c.devMem, unsafe.Pointer(&img[0]), uint64(len(img))); err != nil {
 		return fail(err)
@@ -273,6 +283,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		}
 		return e.Kernel, nil
 	})
+	c.launcher.Log = c.log // says once when captured FIFOs must wait for Destroy
 	// Ranks of other processes are watched from now on.
 	if err := c.watchPeers(ctx, tpeers); err != nil {
 		return fail(err)

@@ -30,9 +30,12 @@ import (
 // with the window tuner, which may pick DIRECT; its works carry the rows
 // and the device publishes (row, offset) references that peers resolve in
 // their own tables (devicesrc/direct.h). A rank whose buffers lie in no
-// window plans with the communicator's tuner, which has no DIRECT across
-// processes: NCCL requires every rank's buffers of a call to be windows
-// or none. Ranks that break it disagree on the algorithm; what the device
+// window plans with the communicator's tuner, whose DIRECT across
+// processes is AllReduce's LL one-shot alone (direct.go's
+// llAcrossTopology; at those sizes both tuners choose alike, and the LL
+// one-shot reads no window): NCCL requires every rank's buffers of a call
+// to be windows or none. Ranks that break it may disagree on the
+// algorithm; what the device
 // can see it stops on every rank with NG_DEV_ERR_BAD_WORK (a reference
 // that does not resolve), but a rank on DIRECT and a rank on the ring wait
 // for each other until the communicator is aborted (ErrWindowMismatch's

@@ -287,6 +287,6 @@ func TestWindowNoChoiceNamesWindows(t *testing.T) {
 	require.NoError(t, err)
 	_, err = es[0].Plan([]enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000, Recv: 0x1000, Bytes: 64, Type: kspace.F32, Op: kspace.Sum}})
 	require.ErrorIs(t, err, tune.ErrNoChoice)
-	assert.ErrorContains(t, err, "only on calls whose buffers lie in registered windows")
+	assert.ErrorContains(t, err, "DIRECT runs on calls whose buffers lie in registered windows")
 	_ = generated.DirectMaxWindows
 }

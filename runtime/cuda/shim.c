@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
@@ -110,6 +111,11 @@
      size_t* n))                                                                                \
   X(cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode", 0,                                  \
     (CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e))               \
+  X(cuUserObjectCreate, "cuUserObjectCreate", 0,                                                \
+    (CUuserObject* o, void* p, void (*destroy)(void*), unsigned refs, unsigned flags))          \
+  X(cuUserObjectRelease, "cuUserObjectRelease", 0, (CUuserObject o, unsigned refs))            \
+  X(cuGraphRetainUserObject, "cuGraphRetainUserObject", 0,                                      \
+    (CUgraph g, CUuserObject o, unsigned refs, unsigned flags))                                 \
   X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 0,                          \
     (size_t* g, const CUmemAllocationProp* prop, int option))                                   \
   X(cuMemCreate, "cuMemCreate", 0,                                                              \
@@ -815,6 +821,88 @@ CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, siz
   if (ex) p_cuThreadExchangeStreamCaptureMode(&mode);
   return r;
 }
+/* A hold's state: live until the graph's user object is destroyed
+   (ncu_hold_destroyed, on a driver thread) or its owner drops it
+   (ncu_hold_drop); whichever of the two comes second frees it. */
+enum { NCU_HOLD_LIVE = 0, NCU_HOLD_RELEASED = 1, NCU_HOLD_DROPPED = 2 };
+struct ncu_hold {
+  int state;
+};
+static long ncu_holds; /* allocated, not yet freed */
+static void ncu_hold_free(ncu_hold* h) {
+  free(h);
+  __atomic_sub_fetch(&ncu_holds, 1, __ATOMIC_RELAXED);
+}
+long ncu_holds_alive(void) { return __atomic_load_n(&ncu_holds, __ATOMIC_RELAXED); }
+
+/* ncu_hold_destroyed is the user object's destructor. It runs on a driver
+   thread, where no CUDA call is allowed: it only marks the hold. */
+static void ncu_hold_destroyed(void* p) {
+  ncu_hold* h = p;
+  if (__atomic_exchange_n(&h->state, NCU_HOLD_RELEASED, __ATOMIC_ACQ_REL) == NCU_HOLD_DROPPED) ncu_hold_free(h);
+}
+
+CUresult ncu_capture_id(CUcontext c, CUstream s, unsigned long long* id) {
+  NEED(p_cuStreamGetCaptureInfo_v2);
+  SETCTX(c);
+  int status = 0;
+  CUgraph g = NULL;
+  *id = 0;
+  CUresult r = p_cuStreamGetCaptureInfo_v2(s, &status, id, &g, NULL, NULL);
+  if (r == NCU_SUCCESS && status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */) *id = 0;
+  return r;
+}
+
+static CUresult ncu_capture_hold_relaxed(CUstream s, unsigned long long* id, ncu_hold** out);
+
+/* ncu_capture_hold runs in relaxed capture mode (see RELAXED): CUDA does
+   not list user objects among the calls a global-mode capture forbids,
+   but being relaxed costs nothing and keeps other threads' captures safe
+   if a driver ever does. */
+CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_hold** out) {
+  *out = NULL;
+  NEED(p_cuStreamGetCaptureInfo_v2);
+  NEED(p_cuUserObjectCreate);
+  NEED(p_cuUserObjectRelease);
+  NEED(p_cuGraphRetainUserObject);
+  SETCTX(c);
+  RELAXED(ncu_capture_hold_relaxed(s, id, out));
+}
+
+static CUresult ncu_capture_hold_relaxed(CUstream s, unsigned long long* id, ncu_hold** out) {
+  int status = 0;
+  CUgraph g = NULL;
+  *id = 0;
+  CUresult r = p_cuStreamGetCaptureInfo_v2(s, &status, id, &g, NULL, NULL);
+  if (r != NCU_SUCCESS) return r;
+  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || g == NULL) return NCU_ERROR_ILLEGAL_STATE;
+  ncu_hold* h = calloc(1, sizeof *h);
+  if (h == NULL) return NCU_ERROR_OUT_OF_MEMORY;
+  __atomic_add_fetch(&ncu_holds, 1, __ATOMIC_RELAXED);
+  CUuserObject o = NULL;
+  r = p_cuUserObjectCreate(&o, h, ncu_hold_destroyed, 1, 0x1 /* CU_USER_OBJECT_NO_DESTRUCTOR_SYNC */);
+  if (r != NCU_SUCCESS) {
+    ncu_hold_free(h);
+    return r;
+  }
+  r = p_cuGraphRetainUserObject(g, o, 1, 0x1 /* CU_GRAPH_USER_OBJECT_MOVE */);
+  if (r != NCU_SUCCESS) {
+    /* The reference stays ours: releasing it runs the destructor, maybe
+       later on a driver thread, which then frees h. */
+    ncu_hold_drop(h);
+    p_cuUserObjectRelease(o, 1);
+    return r;
+  }
+  *out = h;
+  return NCU_SUCCESS;
+}
+
+int ncu_hold_released(ncu_hold* h) { return __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == NCU_HOLD_RELEASED; }
+
+void ncu_hold_drop(ncu_hold* h) {
+  if (__atomic_exchange_n(&h->state, NCU_HOLD_DROPPED, __ATOMIC_ACQ_REL) == NCU_HOLD_RELEASED) ncu_hold_free(h);
+}
+
 CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g) {
   NEED(p_cuGraphInstantiateWithFlags);
   SETCTX(c);

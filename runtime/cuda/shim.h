@@ -17,6 +17,7 @@ typedef struct CUfunc_st* CUfunction;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUgraphNode_st* CUgraphNode;
+typedef struct CUuserObject_st* CUuserObject;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
@@ -59,7 +60,9 @@ enum {
 
 enum {
   NCU_SUCCESS = 0,
+  NCU_ERROR_OUT_OF_MEMORY = 2,
   NCU_ERROR_NOT_INITIALIZED = 3,
+  NCU_ERROR_ILLEGAL_STATE = 401,
   NCU_ERROR_NOT_FOUND = 500,
   NCU_ERROR_NOT_SUPPORTED = 801,
 };
@@ -251,6 +254,23 @@ CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s);
 CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture);
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e);
 CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
+// ncu_capture_id returns the id of the capture s is in (0 when s is not
+// capturing; cuStreamGetCaptureInfo_v2, NOT_SUPPORTED without it).
+CUresult ncu_capture_id(CUcontext c, CUstream s, unsigned long long* id);
+// A hold tells its owner when a captured graph is gone: ncu_capture_hold
+// creates a user object (cuUserObjectCreate) and moves its reference to the
+// graph s is capturing into (cuGraphRetainUserObject, MOVE), returning the
+// capture's id. Once that graph, every graph cloned or instantiated from
+// it and their pending launches are gone, CUDA destroys the object, and
+// ncu_hold_released reports 1. The owner ends its interest with
+// ncu_hold_drop (after which h must not be used); the hold is freed then
+// or, if the graph is still alive, by the destructor. NOT_SUPPORTED
+// without the driver calls (before CUDA 11.3); *out is NULL on failure.
+typedef struct ncu_hold ncu_hold;
+CUresult ncu_capture_hold(CUcontext c, CUstream s, unsigned long long* id, ncu_hold** out);
+int ncu_hold_released(ncu_hold* h);
+void ncu_hold_drop(ncu_hold* h);
+long ncu_holds_alive(void); // holds not yet freed
 CUresult ncu_graph_instantiate(CUcontext c, CUgraphExec* e, CUgraph g);
 CUresult ncu_graph_launch(CUcontext c, CUgraphExec e, CUstream s);
 CUresult ncu_graph_exec_destroy(CUcontext c, CUgraphExec e);

@@ -3,6 +3,7 @@ package enqueue
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"unsafe"
 
@@ -18,9 +19,14 @@ type KernelSource func(f kspace.Func) (*cuda.Function, error)
 // of launches whose works do not fit in the kernel arguments: for eager
 // launches a page-locked staging buffer and a device buffer each, reused
 // once an event recorded after their launch has completed; for launches
-// captured into a CUDA graph device memory written at capture and kept
-// until Close (see Capture). It is safe for concurrent use.
+// captured into a CUDA graph device memory written at capture and freed
+// once the graph is destroyed, or at Close (see Capture). It is safe for
+// concurrent use.
 type Launcher struct {
+	// Log, when set before the first launch, gets the launcher's debug
+	// messages.
+	Log *slog.Logger
+
 	ctx     *cuda.Context
 	comm    uint64
 	kernels KernelSource
@@ -159,7 +165,7 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 		// Under capture: no staging buffer (a replay would read it after
 		// its reuse) and no event (a captured one cannot be queried).
 		l.mu.Lock()
-		p, err := l.putCaptured(WorkBytes(ln.Works))
+		p, err := l.putCaptured(WorkBytes(ln.Works), s)
 		l.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("enqueue: captured launch of %s (%d works): %w", ln.Func, len(ln.Works), err)
@@ -250,8 +256,9 @@ func (l *Launcher) release(b *workBuf) {
 }
 
 // Close waits for every eager work FIFO's last launch and frees them, and
-// frees the work FIFOs of captured launches: no graph captured from this
-// launcher may be launched afterwards. The launcher must not be used
+// frees the work FIFOs of captured launches, whether their graphs were
+// destroyed or not: no graph captured from this launcher may be launched
+// afterwards. The launcher must not be used
 // afterwards.
 func (l *Launcher) Close() error {
 	l.mu.Lock()

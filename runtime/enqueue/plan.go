@@ -58,8 +58,9 @@ type Task struct {
 	// Windows, for a collective whose buffers lie in registered windows
 	// (runtime/comm's RegisterWindow): SendWin and RecvWin are their
 	// window indices + 1 (0: none), and Choose, when not nil, picks for
-	// this task instead of Build's Chooser (DIRECT across processes runs
-	// only on windows). A DIRECT work of such a task carries
+	// this task instead of Build's Chooser (across processes all of
+	// DIRECT runs on windows; without them only AllReduce's LL one-shot,
+	// which needs no peer buffer). A DIRECT work of such a task carries
 	// generated.WorkDirectWin and the indices in SendPeer and RecvPeer.
 	// A Send whose buffer lies in a window has SendWin (Choose stays nil):
 	// its works carry generated.WorkP2pSendWin and the index in Root, and

@@ -5,11 +5,15 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // DIRECT (kspace.Direct, devicesrc/direct.h) runs where every rank can load
 // its peers' user buffers (Topology.Direct), for AllReduce, AllGather,
-// ReduceScatter and Broadcast. AllReduce runs a channel's share in one of
+// ReduceScatter and Broadcast; where the ranks share only their mailboxes
+// (Topology.DirectLLAcross: processes of one host), for AllReduce up to
+// DirectLLLimit, the sizes it runs as the LL one-shot. AllReduce runs a
+// channel's share in one of
 // three ways (directMode), by its size: at most directLLBytes the LL
 // one-shot (no barrier: each rank stores its share as LL lines in its
 // mailbox and polls its peers'), at most directOneShotBytes the barrier
@@ -20,7 +24,8 @@ import (
 //
 //   - latency: the LL one-shot is one LL hop, RING/LL's base latency and
 //     one intra-node LL hop of NCCL's model plus directLLPerPeer per peer
-//     (the polls of a batch of peers overlap); the others directBaseLat
+//     (the polls of a batch of peers overlap), less directLLOneGPUSaving
+//     when every rank is on one GPU; the others directBaseLat
 //     plus per barrier directBarrierLat and directBarrierPerPeer per peer;
 //   - bandwidth, with every rank on one GPU: the GPU's memory bandwidth
 //     (directHBMBW) shared by every byte the call reads and writes there
@@ -35,9 +40,10 @@ import (
 // 70 µs on 8, where RING/LL took 16.3 and 60), in the units of NCCL's
 // model, whose RING/LL latency is 7.8 and 15.0 µs there: 5 and 10 µs
 // above it. The LL one-shot's are not measured yet (written without a
-// GPU): its model puts it just below RING/LL on 2 ranks (7.3 against 7.8)
-// and well below on 8 (7.9 against 15.0), where it takes 1 LL hop against
-// RING/LL's 14. The bandwidth figure is what the two-shot that gathered
+// GPU): its model puts it well below RING/LL on 8 ranks (7.9 against
+// 15.0), where it takes 1 LL hop against RING/LL's 14; on 2 ranks RING/LL
+// takes one hop too (ringOneHop, 7.2), and the one-shot ties with it at
+// the smallest sizes (directLLOneGPUSaving). The bandwidth figure is what the two-shot that gathered
 // the slices back (5 S on 2 ranks) reached: 731 GB/s busbw at 512 MiB in
 // one process, 777 at 1 GiB across two processes on windows (3.6-3.9 TB/s
 // of reads and writes); the pushed two-shot moves 4 S.
@@ -46,6 +52,13 @@ const (
 	directBarrierLat     = 0.8  // µs
 	directBarrierPerPeer = 1.0  // µs: thread 0 polls the peers one after another
 	directLLPerPeer      = 0.05 // µs: a thread loads 8 peers' lines at once
+	// directLLOneGPUSaving is what the LL one-shot saves against RING/LL's
+	// one hop (2 ranks) when every rank is on one GPU. Measured on one
+	// H200, 2 processes under MPS, 8 B (session 12): nccl-tests eager 6.27
+	// µs (DIRECT) against 6.30 (RING), under graph replay (-G 100) 4.57
+	// against 3.50. No saving, then: on 2 ranks the two tie at the
+	// smallest sizes and the ring, considered first, keeps them.
+	directLLOneGPUSaving = 0.0  // µs
 	directHBMBW          = 3600 // GB/s: ~75% of the H200's 4.8 TB/s
 	// directLLBytes is the largest channel share that the device runs as
 	// the LL one-shot, directOneShotBytes the largest it runs one-shot.
@@ -59,9 +72,15 @@ const (
 	// channel of the other collectives) gets at least before the call
 	// spreads over more channels.
 	directTwoShotChannelBytes = 64 << 10
-	// directMinThreads is the smallest block a DIRECT work gets: the
-	// one-shot keeps NG_DIRECT_ONESHOT_BYTES in 128 threads' registers.
+	// directMinThreads is the smallest block a DIRECT work gets, but the
+	// LL one-shot: the one-shot keeps NG_DIRECT_ONESHOT_BYTES in 128
+	// threads' registers.
 	directMinThreads = 128
+	// directLLMinThreads is the smallest group of an LL one-shot: a thread
+	// per 8-byte line of its share, in whole warps (ngAllReduceDirectLL's
+	// loops stride by the group, any multiple of 32), at least RING/LL's
+	// smallest.
+	directLLMinThreads = 2 * config.WarpSize
 )
 
 // directMode is how the device runs a DIRECT AllReduce's channel shares.
@@ -82,17 +101,41 @@ func (t *Tuner) directChannels(coll kspace.Coll, nBytes int64) (nc, nt int, mode
 	spread := func(need int64) int { return min(t.maxCh, max(t.minCh, int(need), 1)) }
 	if coll == kspace.AllReduce {
 		if need := (nBytes + directLLBytes - 1) / directLLBytes; need <= int64(min(t.maxCh, directLLMaxChannels)) {
-			return spread(need), nt, directLL
+			nc = spread(need)
+			return nc, t.directLLThreads(nBytes, nc), directLL
 		}
 		if need := (nBytes + directOneShotBytes - 1) / directOneShotBytes; need <= int64(t.maxCh) {
 			nc = spread(need)
 			if (nBytes+int64(nc)-1)/int64(nc) <= directLLBytes { // spread by minCh
-				return nc, nt, directLL
+				return nc, t.directLLThreads(nBytes, nc), directLL
 			}
 			return nc, nt, directOneShot
 		}
 	}
 	return spread((nBytes + directTwoShotChannelBytes - 1) / directTwoShotChannelBytes), nt, directTwoShot
+}
+
+// directLLThreads is the group of an LL one-shot of nBytes on nc
+// channels: a thread per line of the largest share (ceil(nBytes/nc)
+// rounded up to 16 bytes, as runtime/enqueue splits), in whole warps,
+// between directLLMinThreads and RING/LL's threads (NCCL_NTHREADS). A
+// smaller group syncs faster; each thread still polls its lines of every
+// peer.
+func (t *Tuner) directLLThreads(nBytes int64, nc int) int {
+	share := ((nBytes+int64(nc)-1)/int64(nc) + 15) / 16 * 16
+	lines := int((share + 7) / 8)
+	nt := (lines + config.WarpSize - 1) / config.WarpSize * config.WarpSize
+	return max(directLLMinThreads, min(nt, t.nThreads[kspace.LL]))
+}
+
+// DirectLLLimit is the largest AllReduce (bytes, as Choose counts them)
+// that directChannels runs as the LL one-shot: directLLBytes per channel
+// on directLLMaxChannels channels (fewer when the tuner has fewer), or on
+// NCCL_MIN_NCHANNELS's channels when more. Beyond it a channel's share is
+// above directLLBytes. Where the ranks share only their mailboxes
+// (Topology.DirectLLAcross) DIRECT runs AllReduce up to this size.
+func (t *Tuner) DirectLLLimit() int64 {
+	return directLLBytes * int64(max(min(t.maxCh, directLLMaxChannels), t.minCh))
 }
 
 // directTraffic is how many times nBytes (as Choose counts them) a DIRECT
@@ -133,6 +176,9 @@ func (t *Tuner) directTime(coll kspace.Coll, nBytes int64, nc int, mode directMo
 	var lat float64
 	if mode == directLL {
 		lat = baseLat[kspace.Ring][kspace.LL] + hwLat[t.intraHW()][kspace.Ring][kspace.LL] + directLLPerPeer*float64(n-1)
+		if t.topo.RanksPerGPU >= n {
+			lat -= directLLOneGPUSaving
+		}
 	} else {
 		const barriers = 2.0 // every mode opens with one and ends with one
 		lat = directBaseLat + barriers*(directBarrierLat+directBarrierPerPeer*float64(n-1))

@@ -108,23 +108,24 @@ func TestDirectChannels(t *testing.T) {
 		bytes int64
 		nc    int
 		mode  directMode
+		nt    int
 	}{
-		{8, 1, directLL},
-		{4096, 1, directLL},
-		{4097, 2, directLL},
-		{16384, 4, directLL},
-		{16385, 3, directOneShot}, // more than 4 LL channels: 8 KiB shares
-		{65536, 8, directOneShot},
-		{32 * 8192, 32, directOneShot},
-		{32*8192 + 1, 5, directTwoShot}, // 64 KiB or more per two-shot channel
-		{256 << 20, 32, directTwoShot},
+		{8, 1, directLL, 64},     // one line: RING/LL's smallest group
+		{4096, 1, directLL, 512}, // 512 lines
+		{4097, 2, directLL, 288}, // 2049 → 2064 bytes: 258 lines
+		{16384, 4, directLL, 512},
+		{16385, 3, directOneShot, 512}, // more than 4 LL channels: 8 KiB shares
+		{65536, 8, directOneShot, 512},
+		{32 * 8192, 32, directOneShot, 512},
+		{32*8192 + 1, 5, directTwoShot, 512}, // 64 KiB or more per two-shot channel
+		{256 << 20, 32, directTwoShot, 512},
 	}
 	require.Equal(t, 32, tu.MaxChannels())
 	for _, c := range cases {
 		nc, nt, mode := tu.directChannels(kspace.AllReduce, c.bytes)
 		assert.Equal(t, c.nc, nc, "%d bytes", c.bytes)
 		assert.Equal(t, c.mode, mode, "%d bytes", c.bytes)
-		assert.Equal(t, 512, nt)
+		assert.Equal(t, c.nt, nt, "%d bytes", c.bytes)
 		// Every channel's share fits the device's path for it, and a
 		// one-shot share is not small enough for the LL one (the device
 		// picks by the share's size).
@@ -146,10 +147,14 @@ func TestDirectChannels(t *testing.T) {
 	nc, _, mode := tu.directChannels(kspace.AllReduce, 20000)
 	assert.Equal(t, 8, nc)
 	assert.Equal(t, directLL, mode)
-	// The one-shot keeps its share in 128 threads' registers at least.
+	// The one-shot keeps its share in 128 threads' registers at least;
+	// the LL one-shot follows NCCL_NTHREADS.
 	tu = newTuner(t, h200Direct(2), map[string]string{"NCCL_NTHREADS": "64"}, nil)
-	_, nt, _ := tu.directChannels(kspace.AllReduce, 8)
+	_, nt, mode := tu.directChannels(kspace.AllReduce, 16385)
+	assert.Equal(t, directOneShot, mode)
 	assert.Equal(t, directMinThreads, nt)
+	_, nt, _ = tu.directChannels(kspace.AllReduce, 4096)
+	assert.Equal(t, 64, nt)
 }
 
 func TestDirectForced(t *testing.T) {
@@ -235,4 +240,153 @@ func TestDirectLLChosenForSmallAllReduce(t *testing.T) {
 			assert.False(t, ch.Algo == kspace.Direct && mode == directLL, "64 KiB is not an LL one-shot")
 		}
 	}
+}
+
+// h200Across is h200 with the ranks in several processes that share their
+// DIRECT mailboxes but not their user buffers (runtime/comm's setupDirect
+// across processes, no windows).
+func h200Across(nRanks int) Topology {
+	tp := h200(nRanks)
+	tp.DirectLLAcross = true
+	return tp
+}
+
+// Across processes without windows DIRECT runs AllReduce as the LL
+// one-shot only: the tuner takes it from 8 B up to directLLBytes on 3-8
+// ranks of one GPU (one LL exchange, where RING/LL takes 2(n-1) hops),
+// never above DirectLLLimit, and never for the other collectives. On 2
+// ranks RING/LL is one hop too (ringOneHop) and measured no slower at 8 B
+// (directLLOneGPUSaving is 0): the ring keeps the smallest calls, and
+// DIRECT takes a size only where its model is strictly below the ring's.
+func TestDirectLLAcrossProcesses(t *testing.T) {
+	two := newTuner(t, h200Across(2), nil, nil)
+	twoRing := newTuner(t, h200(2), map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
+	for _, b := range []int64{4, 8, 64, 1024, directLLBytes} {
+		ch, err := two.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+		require.NoError(t, err)
+		if b <= 8 {
+			assert.Equal(t, kspace.Ring, ch.Algo, "2 ranks, %d bytes: %v", b, ch)
+		}
+		if ch.Algo == kspace.Direct {
+			r, err := twoRing.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			assert.Less(t, ch.PredictedTime, r.PredictedTime, "2 ranks, %d bytes", b)
+		}
+	}
+	for _, n := range []int{3, 4, 8} {
+		tu := newTuner(t, h200Across(n), nil, nil)
+		ring := newTuner(t, h200(n), map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
+		for _, b := range []int64{4, 8, 64, 1024, directLLBytes} {
+			ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			require.Equal(t, kspace.Direct, ch.Algo, "%d ranks, %d bytes: %v", n, b, ch)
+			assert.Equal(t, kspace.Simple, ch.Proto)
+			assert.Equal(t, funcOf(kspace.AllReduce, kspace.Sum, kspace.F32, kspace.Direct, kspace.Simple), ch.Func)
+			nc, nt, mode := tu.directChannels(kspace.AllReduce, b)
+			assert.Equal(t, directLL, mode, "%d ranks, %d bytes", n, b)
+			assert.Equal(t, nc, ch.NChannels)
+			assert.Equal(t, nt, ch.NThreads)
+			r, err := ring.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			assert.Less(t, ch.PredictedTime, r.PredictedTime, "%d ranks, %d bytes: DIRECT below RING/LL", n, b)
+		}
+		for _, b := range []int64{tu.DirectLLLimit() + 1, tu.DirectLLLimit() + 16, 64 << 10, 1 << 20, 256 << 20} {
+			ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			assert.NotEqual(t, kspace.Direct, ch.Algo, "%d ranks, %d bytes: above the LL one-shot", n, b)
+		}
+		for _, c := range []kspace.Coll{kspace.AllGather, kspace.ReduceScatter, kspace.Broadcast} {
+			ch, err := tu.Choose(c, kspace.Sum, kspace.F32, 8)
+			require.NoError(t, err)
+			assert.NotEqual(t, kspace.Direct, ch.Algo, "%s needs the peers' buffers", c)
+		}
+	}
+}
+
+// The choice depends only on what every rank has alike (the agreed
+// topology and the call's collective, op, type and size), so tuners built
+// from the same topology, as every rank builds its own, choose alike at
+// every size, whatever each one chose before (the memo).
+func TestDirectLLAcrossSameOnEveryRank(t *testing.T) {
+	const n = 4
+	tus := make([]*Tuner, n)
+	for r := range tus {
+		tus[r] = newTuner(t, h200Across(n), nil, nil)
+	}
+	// Rank r has planned other sizes before: its memo differs.
+	for r, tu := range tus {
+		_, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, int64(1<<(10+r)))
+		require.NoError(t, err)
+	}
+	for b := int64(0); b <= 3*directLLLimitDefault; b += 40 {
+		want, err := tus[0].Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+		require.NoError(t, err)
+		for r := 1; r < n; r++ {
+			got, err := tus[r].Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "rank %d, %d bytes", r, b)
+		}
+	}
+}
+
+// directLLLimitDefault is DirectLLLimit with the default channels.
+const directLLLimitDefault = directLLBytes * directLLMaxChannels
+
+// DirectLLLimit is exactly where directChannels stops running the LL
+// one-shot, whatever the channel settings.
+func TestDirectLLLimit(t *testing.T) {
+	for _, env := range []map[string]string{
+		nil,
+		{"NCCL_MAX_NCHANNELS": "1"},
+		{"NCCL_MAX_NCHANNELS": "3"},
+		{"NCCL_MIN_NCHANNELS": "8"},
+		{"NCCL_NCHANNELS": "2"},
+		{"NCCL_NCHANNELS": "16"},
+	} {
+		tu := newTuner(t, h200Across(2), env, nil)
+		lim := tu.DirectLLLimit()
+		if env == nil {
+			assert.Equal(t, int64(directLLLimitDefault), lim)
+		}
+		for b := int64(1); b <= lim+3*directLLBytes; b += 7 {
+			_, _, mode := tu.directChannels(kspace.AllReduce, b)
+			require.Equal(t, b <= lim, mode == directLL, "%v: %d bytes (limit %d)", env, b, lim)
+		}
+	}
+}
+
+// NCCL_ALGO=allreduce:direct across processes without windows runs the LL
+// one-shot up to DirectLLLimit and is an error naming the size and the
+// limit above it: no other algorithm, no hang.
+func TestDirectLLAcrossForced(t *testing.T) {
+	env := map[string]string{"NCCL_ALGO": "allreduce:direct"}
+	tu := newTuner(t, h200Across(2), env, nil)
+	for _, b := range []int64{8, directLLBytes, directLLLimitDefault} {
+		ch, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+		require.NoError(t, err, "%d bytes", b)
+		assert.Equal(t, kspace.Direct, ch.Algo, "%d bytes", b)
+	}
+	for _, b := range []int64{directLLLimitDefault + 1, 1 << 20} {
+		_, err := tu.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
+		require.Error(t, err, "%d bytes", b)
+		assert.ErrorIs(t, err, ErrNoChoice)
+		assert.ErrorIs(t, err, ErrDirectLLOnly)
+		assert.Contains(t, err.Error(), fmt.Sprintf("AllReduce of %d bytes", b))
+		assert.Contains(t, err.Error(), fmt.Sprintf("up to %d bytes", directLLLimitDefault))
+		assert.Contains(t, err.Error(), "NCCL_ALGO")
+	}
+	// The other collectives have no DIRECT there.
+	_, err := newTuner(t, h200Across(2), map[string]string{"NCCL_ALGO": "allgather:direct"}, nil).
+		Choose(kspace.AllGather, kspace.Sum, kspace.F32, 8)
+	assert.ErrorIs(t, err, ErrNoChoice)
+	assert.NotErrorIs(t, err, ErrDirectLLOnly)
+	// Ring and DIRECT allowed (4 ranks: on 2 the ring wins at every size):
+	// DIRECT small, the ring above the limit.
+	both := newTuner(t, h200Across(4), map[string]string{"NCCL_ALGO": "ring,direct"}, nil)
+	ch, err := both.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 8)
+	require.NoError(t, err)
+	assert.Equal(t, kspace.Direct, ch.Algo)
+	ch, err = both.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, 1<<20)
+	require.NoError(t, err)
+	assert.Equal(t, kspace.Ring, ch.Algo)
 }

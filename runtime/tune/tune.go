@@ -75,6 +75,14 @@ type Topology struct {
 	// same GPU or on GPUs with peer access) and the device set up the
 	// DIRECT mailboxes: only then may DIRECT run (see direct.go).
 	Direct bool
+	// DirectLLAcross is true when the ranks are in several processes of
+	// one host that can load each other's memory and that share their
+	// DIRECT mailboxes (runtime/comm's setupDirect mapped every peer's,
+	// and every rank agreed), but not their user buffers: DIRECT may then
+	// run AllReduce in its LL one-shot only, which touches the mailboxes
+	// alone (direct.go). Every rank has the same value, so every rank
+	// makes the same choice. Direct, where set, allows more.
+	DirectLLAcross bool
 }
 
 // Choice is the tuner's answer for one call.
@@ -103,6 +111,11 @@ func (c Choice) String() string {
 // ErrNoChoice is wrapped by Choose's errors when the settings and the build
 // leave nothing to run a call with.
 var ErrNoChoice = errors.New("no algorithm and protocol to run")
+
+// ErrDirectLLOnly is wrapped, with ErrNoChoice, by Choose's errors for an
+// AllReduce above DirectLLLimit that only DIRECT may run (NCCL_ALGO) where
+// the ranks share their mailboxes alone (Topology.DirectLLAcross).
+var ErrDirectLLOnly = errors.New("DIRECT across processes runs without registered windows only as the LL one-shot")
 
 // ErrTopology is wrapped by New's errors about an unusable Topology.
 var ErrTopology = errors.New("invalid topology")
@@ -320,7 +333,7 @@ func (t *Tuner) usable(c kspace.Coll, op kspace.RedOp, ty kspace.Type, a kspace.
 			return false
 		}
 	}
-	if a == kspace.Direct && !t.topo.Direct {
+	if a == kspace.Direct && !t.topo.Direct && !(t.topo.DirectLLAcross && c == kspace.AllReduce) {
 		return false
 	}
 	f := funcOf(c, op, ty, a, p)
@@ -413,6 +426,7 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 	}
 	best := Choice{PredictedTime: -1}
 	bestUs := math.Inf(1)
+	found, llOnly := false, false
 	for _, ap := range cs.pairs {
 		a, p := ap.a, ap.p
 		nc, nt := t.channels(a, p, nBytes)
@@ -423,6 +437,10 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 		if a == kspace.Direct {
 			var mode directMode
 			nc, nt, mode = t.directChannels(coll, nBytes)
+			if !t.topo.Direct && mode != directLL {
+				llOnly = true // the mailboxes alone: not at this size
+				continue
+			}
 			us = t.directTime(coll, nBytes, nc, mode)
 		} else if t.topo.NRanks > 1 {
 			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
@@ -430,9 +448,15 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 			us = 1e-3 // one rank: prefer RING/SIMPLE, as NCCL does
 		}
 		if us < bestUs {
-			bestUs = us
+			bestUs, found = us, true
 			best = Choice{Func: funcOf(coll, op, ty, a, p), Algo: a, Proto: p, NChannels: nc, NThreads: nt}
 		}
+	}
+	if !found && llOnly {
+		// NCCL_ALGO left DIRECT alone, and it cannot run this size.
+		return Choice{}, fmt.Errorf("tune: %w: %s of %d bytes: %w, up to %d bytes (%d channels of %d bytes); "+
+			"%s leaves no other algorithm (register the buffers as windows, or allow another)",
+			ErrNoChoice, coll, nBytes, ErrDirectLLOnly, t.DirectLLLimit(), t.DirectLLLimit()/directLLBytes, directLLBytes, t.cfg.Algo.Describe())
 	}
 	best.PredictedTime = micros(bestUs)
 	memo.Store(&lastChoice{nBytes: nBytes, ch: best})
