@@ -187,12 +187,15 @@ func TestCapturedFIFOReleaseRace(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		d.Set("release_user_objects", 1)
+		allocs := d.Counts()["cuMemAlloc_v2"]
 		captureIn(t, d, l, s, p, captures+1)
 		c := d.Counts()
 		assert.Equal(t, n, l.CapturedBytes(), "only the last capture's FIFO")
 		assert.Equal(t, captures+1, c["cuUserObjectCreate"])
 		assert.Zero(t, c["cuMemFree_v2"], "nothing freed while capturing")
-		assert.Less(t, c["cuMemAlloc_v2"], captures/2, "released captures' chunks reused")
+		// How many chunks the race needed depends on the scheduling; once
+		// every graph is gone a capture takes a spare one.
+		assert.Equal(t, allocs, c["cuMemAlloc_v2"], "the last capture reuses a released chunk")
 		assert.Equal(t, uint64(c["cuMemAlloc_v2"])*heldChunk, l.captured.alloc)
 		assert.Equal(t, 1, cuda.GraphHoldsAlive())
 		d.Reset()
