@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -17,10 +16,6 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/kernels"
 )
 
-// fakeDriverEnv names the fake driver library in the re-executed test
-// binary of TestScopeOneRankCopy.
-const fakeDriverEnv = "NCCLGO_CAPI_TEST_FAKE_DRIVER"
-
 // TestScopeOneRankCopy runs ncclAllReduce's C entry (scope.c) for one
 // rank, out of place (nccl-tests -g 1), on the counting fake of the driver
 // (internal/fakecuda) in a child process, and counts what one call asks of
@@ -30,34 +25,23 @@ const fakeDriverEnv = "NCCLGO_CAPI_TEST_FAKE_DRIVER"
 // current context, then the copy's). With another context current, the
 // call switches to the communicator's for the copy and back after it.
 func TestScopeOneRankCopy(t *testing.T) {
-	if lib := os.Getenv(fakeDriverEnv); lib != "" {
+	fatbin := func(t testing.TB) []string {
+		s, err := kspace.NewSpace(kspace.Filter{})
+		require.NoError(t, err)
+		set, err := fakecuda.KernelSet(gen.KernelSet(s, []string{"sm_90"}))
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "fake.fatbin")
+		require.NoError(t, os.WriteFile(f, set, 0o644))
+		return []string{kernels.EnvFatbin + "=" + f}
+	}
+	if lib, ok := fakecuda.InChild(t, "TestScopeOneRankCopy", cuda.LibraryEnv, fatbin); ok {
 		scopeChild(t, lib)
-		return
 	}
-	if testing.Short() {
-		t.Skip("builds a fake driver library")
-	}
-	dir := t.TempDir()
-	lib, err := fakecuda.Build(dir)
-	if err != nil {
-		t.Skip("no fake driver: " + err.Error())
-	}
-	s, err := kspace.NewSpace(kspace.Filter{})
-	require.NoError(t, err)
-	set, err := fakecuda.KernelSet(gen.KernelSet(s, []string{"sm_90"}))
-	require.NoError(t, err)
-	fatbin := filepath.Join(dir, "fake.fatbin")
-	require.NoError(t, os.WriteFile(fatbin, set, 0o644))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestScopeOneRankCopy$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib, kernels.EnvFatbin+"="+fatbin)
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
-	require.NoError(t, err)
 }
 
+// scopeChild runs on one OS thread (fakecuda.InChild), as a host's thread
+// does.
 func scopeChild(t *testing.T, lib string) {
-	runtime.LockOSThread() // as a host's thread is
-	defer runtime.UnlockOSThread()
 	require.NoError(t, cuda.Init())
 	d, err := fakecuda.Loaded(lib)
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 
@@ -19,10 +18,6 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/residency"
 	"github.com/ncclgo/ncclgo/runtime/tune"
 )
-
-// fakeDriverEnv names the fake driver library in the re-executed test
-// binary of TestDriverCallsPerLaunch.
-const fakeDriverEnv = "NCCLGO_COMM_TEST_FAKE_DRIVER"
 
 // launchCost is what one call of a launch path asks of the driver: calls
 // by symbol, and the process's cgo calls (runtime.NumCgoCall).
@@ -73,39 +68,21 @@ func copyAnswers(t *testing.T, d *fakecuda.Driver, call func() error) {
 }
 
 // inFakeDriver runs child in a child process of the test binary that
-// loads the counting fake driver (internal/fakecuda) in place of libcuda:
-// here it builds the fake and runs the test name, t's, there; there
-// (fakeDriverEnv set) it calls child with the fake's path.
+// loads the counting fake driver (fakecuda.InChild), with the test name,
+// t's; child gets the fake's path. Copies go through cuMemcpyAsync unless
+// the environment says otherwise: the fake can inject their failures
+// (copy_result), while the default copy kernel's launch is counted by
+// runtime/cuda's and capi's tests, and TestKernelCopies asks for it.
 func inFakeDriver(t *testing.T, name string, child func(t *testing.T, lib string)) {
-	if lib := os.Getenv(fakeDriverEnv); lib != "" {
-		// One OS thread throughout: the fake driver's current context is
-		// per thread, as the driver's is, so a goroutine that moved
-		// between threads would count a cuCtxSetCurrent more (a flake
-		// seen in CI in TestMultiSetEventAloneAfterSet).
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+	env := func(testing.TB) []string {
+		if _, set := os.LookupEnv(cuda.CopyAPIEnv); set {
+			return nil
+		}
+		return []string{cuda.CopyAPIEnv + "=generic"}
+	}
+	if lib, ok := fakecuda.InChild(t, name, cuda.LibraryEnv, env); ok {
 		child(t, lib)
-		return
 	}
-	if testing.Short() {
-		t.Skip("builds a fake driver library")
-	}
-	lib, err := fakecuda.Build(t.TempDir())
-	if err != nil {
-		t.Skip("no fake driver: " + err.Error())
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
-	if _, set := os.LookupEnv(cuda.CopyAPIEnv); !set {
-		// Copies through cuMemcpyAsync, whose failures the fake can
-		// inject (copy_result): the default copy kernel's launch is
-		// counted by runtime/cuda's and capi's tests, and TestKernelCopies
-		// asks for it.
-		cmd.Env = append(cmd.Env, cuda.CopyAPIEnv+"=generic")
-	}
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
-	require.NoError(t, err)
 }
 
 // countEngines returns n engines of one communicator of nRanks ranks on

@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 
@@ -12,38 +10,23 @@ import (
 	"github.com/ncclgo/ncclgo/internal/fakecuda"
 )
 
-// fakeDriverEnv names the fake driver library in the re-executed test
-// binary of the copy kernel's lifetime tests.
-const fakeDriverEnv = "NCCLGO_CUDA_TEST_FAKE_DRIVER"
-
 // inFakeDriver runs child in a child process of the test binary that
 // loads the counting fake driver (internal/fakecuda) in place of libcuda,
 // with NCCLGO_COPY_API=kernel: here it builds the fake and runs t's test
-// there; there (fakeDriverEnv set) it calls child with the fake and its
+// there (fakecuda.InChild); there it calls child with the fake and its
 // device 0.
 func inFakeDriver(t *testing.T, child func(t *testing.T, d *fakecuda.Driver, dev Device)) {
-	if lib := os.Getenv(fakeDriverEnv); lib != "" {
-		require.NoError(t, Init())
-		d, err := fakecuda.Loaded(lib)
-		require.NoError(t, err)
-		dev, err := GetDevice(0)
-		require.NoError(t, err)
-		require.Equal(t, int32(copyKernel), copyModeNow.Load(), "%s=kernel in the child", CopyAPIEnv)
-		child(t, d, dev)
+	lib, ok := fakecuda.InChild(t, t.Name(), LibraryEnv, func(testing.TB) []string { return []string{CopyAPIEnv + "=kernel"} })
+	if !ok {
 		return
 	}
-	if testing.Short() {
-		t.Skip("builds a fake driver library")
-	}
-	lib, err := fakecuda.Build(t.TempDir())
-	if err != nil {
-		t.Skip("no fake driver: " + err.Error())
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, LibraryEnv+"="+lib, CopyAPIEnv+"=kernel")
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
+	require.NoError(t, Init())
+	d, err := fakecuda.Loaded(lib)
 	require.NoError(t, err)
+	dev, err := GetDevice(0)
+	require.NoError(t, err)
+	require.Equal(t, int32(copyKernel), copyModeNow.Load(), "%s=kernel in the child", CopyAPIEnv)
+	child(t, d, dev)
 }
 
 // fakeCopy makes one kernel-mode device copy in c, on a stream of its own.

@@ -1,8 +1,6 @@
 package enqueue
 
 import (
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 
@@ -15,47 +13,32 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
-// fakeDriverEnv names the fake driver library in the re-executed test
-// binary of the captured-FIFO tests.
-const fakeDriverEnv = "NCCLGO_ENQUEUE_TEST_FAKE_DRIVER"
-
 // inFakeDriver runs child in a child process of the test binary that
 // loads the counting fake driver (internal/fakecuda) in place of libcuda:
 // here it builds the fake and runs t's test there; there it calls child
 // with the fake, a context and a launcher whose kernels are a fake
 // function.
 func inFakeDriver(t *testing.T, child func(t *testing.T, d *fakecuda.Driver, ctx *cuda.Context, l *Launcher)) {
-	if lib := os.Getenv(fakeDriverEnv); lib != "" {
-		require.NoError(t, cuda.Init())
-		d, err := fakecuda.Loaded(lib)
-		require.NoError(t, err)
-		dev, err := cuda.GetDevice(0)
-		require.NoError(t, err)
-		ctx, err := dev.PrimaryContext()
-		require.NoError(t, err)
-		defer func() { require.NoError(t, ctx.Release()) }()
-		m, err := ctx.LoadModule([]byte("fake image"))
-		require.NoError(t, err)
-		fn, err := m.Function("fake")
-		require.NoError(t, err)
-		l := NewLauncher(ctx, 0x7000_0000, func(kspace.Func) (*cuda.Function, error) { return fn, nil })
-		d.Set("capture_status", 1)
-		defer d.Set("capture_status", 0)
-		child(t, d, ctx, l)
+	lib, ok := fakecuda.InChild(t, t.Name(), cuda.LibraryEnv, nil)
+	if !ok {
 		return
 	}
-	if testing.Short() {
-		t.Skip("builds a fake driver library")
-	}
-	lib, err := fakecuda.Build(t.TempDir())
-	if err != nil {
-		t.Skip("no fake driver: " + err.Error())
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fakeDriverEnv+"="+lib, cuda.LibraryEnv+"="+lib)
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
+	require.NoError(t, cuda.Init())
+	d, err := fakecuda.Loaded(lib)
 	require.NoError(t, err)
+	dev, err := cuda.GetDevice(0)
+	require.NoError(t, err)
+	ctx, err := dev.PrimaryContext()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.Release()) }()
+	m, err := ctx.LoadModule([]byte("fake image"))
+	require.NoError(t, err)
+	fn, err := m.Function("fake")
+	require.NoError(t, err)
+	l := NewLauncher(ctx, 0x7000_0000, func(kspace.Func) (*cuda.Function, error) { return fn, nil })
+	d.Set("capture_status", 1)
+	defer d.Set("capture_status", 0)
+	child(t, d, ctx, l)
 }
 
 // fifoPlan is a plan of one launch whose works do not fit in the kernel
