@@ -14,7 +14,9 @@
 # TESTS, ARGS, GENCODE. MPI=1 builds nccl-tests with MPI (OpenMPI's
 # include and lib directories from mpicc -showme) into build-mpi/ and runs
 # each test under `mpirun -np NP` (NP default 2; LAUNCH replaces the whole
-# launcher), every process one rank with ARGS' -g; NCCL_TESTS_DEVICE=0
+# launcher; it runs with --bind-to none, since OpenMPI otherwise binds each
+# of 2 or fewer processes to one core, and NET's socket threads then share
+# it), every process one rank with ARGS' -g; NCCL_TESTS_DEVICE=0
 # puts every process on GPU 0 (which ncclgo runs under MPS; the stock
 # NCCL refuses ranks that share a GPU, so set SYSTEM_NCCL_LIB=none then).
 # HOSTS=H (with MPI=1) makes the NP processes H fake hosts: each runs
@@ -71,7 +73,7 @@ if [ "$mpi" = 1 ]; then
   ln -sfn "$(mpicc -showme:libdirs | awk '{print $1}')" "$mh/lib"
   bdir=$src/build-mpi mpiargs=(MPI=1 MPI_HOME="$mh")
   # shellcheck disable=SC2206
-  launch=(${LAUNCH:-mpirun --allow-run-as-root --oversubscribe -np ${NP:-2} -x NCCLGO_FATBIN -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE
+  launch=(${LAUNCH:-mpirun --allow-run-as-root --oversubscribe --bind-to none -np ${NP:-2} -x NCCLGO_FATBIN -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE
     -x NCCL_TESTS_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_DEBUG})
   # Every NCCL_* and NCCLGO_* setting reaches the ranks (mpirun passes the
   # environment on to local processes only).
@@ -117,7 +119,7 @@ for t in ${TESTS:-all_reduce all_gather reduce_scatter broadcast reduce sendrecv
       echo "   FAILED (exit $rc); tail of $log:"; tail -15 "$log"; fail=1; continue
     fi
     grep -E "nccl-tests version|NCCL version|Out of bounds|Avg bus bandwidth" "$log" | sed 's/^/   /'
-    [ -z "$ROWS" ] || grep -E '^ +[0-9]+ ' "$log" | sed 's/^/   /' # ROWS=1: every size's row too
+    [ -z "${ROWS:-}" ] || grep -E '^ +[0-9]+ ' "$log" | sed 's/^/   /' # ROWS=1: every size's row too
     grep -q "Out of bounds values : 0 OK" "$log" || fail=1
   done
 done
