@@ -73,6 +73,9 @@ if [ "$mpi" = 1 ]; then
   # shellcheck disable=SC2206
   launch=(${LAUNCH:-mpirun --allow-run-as-root --oversubscribe -np ${NP:-2} -x NCCLGO_FATBIN -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE
     -x NCCL_TESTS_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_DEBUG})
+  # Every NCCL_* and NCCLGO_* setting reaches the ranks (mpirun passes the
+  # environment on to local processes only).
+  for v in $(compgen -e | grep -E '^NCCL(GO)?_' || true); do launch+=(-x "$v"); done
   if [ -n "${HOSTS:-}" ]; then
     export NCCLGO_FAKE_HOSTS=$HOSTS NCCLGO_HOSTID_PREFIX=${NCCLGO_HOSTID_PREFIX:-nt$$} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
     launch+=(-x NCCLGO_FAKE_HOSTS -x NCCLGO_HOSTID_PREFIX -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG_SUBSYS "$(cd "$(dirname "$0")" && pwd)/hostid.sh")

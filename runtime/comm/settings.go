@@ -45,6 +45,9 @@ type Settings struct {
 	// CaptureRecordBeside puts a captured launch's completion record
 	// beside the captured stream's chain (EnvCaptureRecord sets it).
 	CaptureRecordBeside bool
+	// Programmatic launches the collective kernels as programmatic
+	// dependent launches (EnvProgrammatic sets it).
+	Programmatic bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -59,6 +62,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 	}
 	s.OneLaunch = on
 	if s.CaptureRecordBeside, err = captureRecordFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	if s.Programmatic, err = programmaticFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg
