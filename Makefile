@@ -87,6 +87,7 @@ check-generated:
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseFilter -fuzztime 30s ./kspace/
+	$(GO) test -run XXX -fuzz FuzzSocketRecv -fuzztime 30s ./runtime/net/
 
 bench:
 	$(GO) test -run XXX -bench . ./gen/
