@@ -64,6 +64,7 @@ func benchLoopbackParallel(b *testing.B, streams, chunk int) {
 				off := (i * chunk) % (area - area%chunk)
 				if _, err := p.w.Write(src[off : off+chunk]); err != nil {
 					errs <- err
+					_ = p.r.Close() // the reader must not wait for the rest
 					return
 				}
 			}
@@ -74,6 +75,7 @@ func benchLoopbackParallel(b *testing.B, streams, chunk int) {
 				off := (i * chunk) % (area - area%chunk)
 				if _, err := io.ReadFull(p.r, dst[off:off+chunk]); err != nil {
 					errs <- err
+					_ = p.w.Close() // the writer must not block on a full socket
 					return
 				}
 			}

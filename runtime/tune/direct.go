@@ -39,9 +39,9 @@ import (
 // one-shot AllReduce (one H200, 8 B, ncclperf -g: 21.6 µs on 2 ranks and
 // 70 µs on 8, where RING/LL took 16.3 and 60), in the units of NCCL's
 // model, whose RING/LL latency is 7.8 and 15.0 µs there: 5 and 10 µs
-// above it. The LL one-shot's are not measured yet (written without a
-// GPU): its model puts it well below RING/LL on 8 ranks (7.9 against
-// 15.0), where it takes 1 LL hop against RING/LL's 14; on 2 ranks RING/LL
+// above it. The LL one-shot's model puts it well below RING/LL on 8 ranks
+// (7.9 against 15.0), where it takes 1 LL hop against RING/LL's 14
+// (not yet measured at 8 ranks; 2 processes: directLLOneGPUSaving); on 2 ranks RING/LL
 // takes one hop too (ringOneHop, 7.2), and the one-shot ties with it at
 // the smallest sizes (directLLOneGPUSaving). The bandwidth figure is what the two-shot that gathered
 // the slices back (5 S on 2 ranks) reached: 731 GB/s busbw at 512 MiB in
