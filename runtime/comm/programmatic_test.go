@@ -9,25 +9,48 @@ import (
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
+	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
 func TestProgrammaticFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		v    string
 		set  bool
-		want bool
-	}{{"", false, false}, {"", true, false}, {"0", true, false}, {"1", true, true}} {
+		want Programmatic
+	}{{"", false, ProgrammaticAuto}, {"", true, ProgrammaticAuto}, {"auto", true, ProgrammaticAuto},
+		{"0", true, ProgrammaticOff}, {"1", true, ProgrammaticOn}} {
 		got, err := programmaticFromEnv(func(string) (string, bool) { return c.v, c.set })
 		require.NoError(t, err, "%q", c.v)
 		assert.Equal(t, c.want, got, "%q", c.v)
 	}
-	for _, v := range []string{"yes", "2", " 1", "true"} {
+	for _, v := range []string{"yes", "2", " 1", "true", "AUTO"} {
 		_, err := programmaticFromEnv(func(string) (string, bool) { return v, true })
 		require.Error(t, err, "%q", v)
 		assert.Contains(t, err.Error(), EnvProgrammatic)
-		assert.Contains(t, err.Error(), "want 1")
+		assert.Contains(t, err.Error(), "want auto")
 		assert.Contains(t, err.Error(), v)
 	}
+}
+
+// TestProgrammaticFor: auto launches programmatically exactly the ranks
+// that are alone in their process; on and off apply to every rank.
+func TestProgrammaticFor(t *testing.T) {
+	// Ranks 0 and 1 share process 10 on one host; rank 2 is alone in
+	// process 11; rank 3 is process 10's pid on another host (a
+	// different process).
+	procs := []transport.Peer{
+		{Rank: 0, PID: 10, Host: "a", Device: 0},
+		{Rank: 1, PID: 10, Host: "a", Device: 0},
+		{Rank: 2, PID: 11, Host: "a", Device: 0},
+		{Rank: 3, PID: 10, Host: "b", Device: 0},
+	}
+	want := []bool{false, false, true, true}
+	for r := range procs {
+		assert.Equal(t, want[r], programmaticFor(ProgrammaticAuto, procs, r), "auto, rank %d", r)
+		assert.True(t, programmaticFor(ProgrammaticOn, procs, r), "on, rank %d", r)
+		assert.False(t, programmaticFor(ProgrammaticOff, procs, r), "off, rank %d", r)
+	}
+	assert.True(t, programmaticFor(ProgrammaticAuto, procs[:1], 0), "one rank")
 }
 
 // TestProgrammaticLaunches: with the launcher's Programmatic set (as

@@ -45,9 +45,10 @@ type Settings struct {
 	// CaptureRecordBeside puts a captured launch's completion record
 	// beside the captured stream's chain (EnvCaptureRecord sets it).
 	CaptureRecordBeside bool
-	// Programmatic launches the collective kernels as programmatic
-	// dependent launches (EnvProgrammatic sets it).
-	Programmatic bool
+	// Programmatic chooses which communicators launch their collective
+	// kernels as programmatic dependent launches (EnvProgrammatic sets
+	// it).
+	Programmatic Programmatic
 }
 
 // Complete fills in what follows from cfg once the caller's options are
