@@ -169,6 +169,16 @@ __device__ __forceinline__ bool ngRunInlineSimple(struct ngShmem* sh, int fid) {
   return false;
 }
 
+// ngWaitPriorGrids waits until the grids this kernel depends on have
+// completed and their memory operations are visible (PTX
+// griddepcontrol.wait, sm_90 and later; earlier arches have no
+// programmatic launch, and nothing to wait for).
+__device__ __forceinline__ void ngWaitPriorGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // FnId: the function this kernel inlines (-1: none; -2: report every work
 // unsupported); F: that function. SimpleId and SimpleF: a second function
 // inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
@@ -202,6 +212,13 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     sh.channelId = c;
   }
   __syncthreads();
+  // NG_KERNEL_PROGRAMMATIC: the host may have launched this kernel before
+  // the grids ahead of it on its stream finished (programmatic dependent
+  // launch). What was read so far the host wrote before the launch; from
+  // here on the kernel reads and writes what earlier work writes (user
+  // buffers, step counters, FIFOs), so it waits for those grids and their
+  // memory first. Without a programmatic launch the wait returns at once.
+  ngWaitPriorGrids();
   const struct ngDevWork* works =
       args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
   const int wEnd = args.chanWorkStart[v + 1];

@@ -31,6 +31,7 @@
 #define NG_DIRECT_ONESHOT_BYTES 8192 // DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot
 #define NG_DIRECT_LL_BYTES 4096 // DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup
 #define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
+#define NG_KERNEL_PROGRAMMATIC 1 // every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective

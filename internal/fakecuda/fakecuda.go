@@ -283,8 +283,10 @@ func (d *Driver) Set(knob string, v int) {
 // dependencies the last cuGraphAddEventRecordNode was given;
 // "copy_launches" the cuLaunchKernel calls, since the last Reset, of a
 // function that cuModuleGetFunction looked up as "ngcopy" (runtime/cuda's
-// copy kernel); "user_objects" the user objects alive (created, not yet
-// destroyed); -1 for an unknown knob.
+// copy kernel); "programmatic_launches" the cuLaunchKernelEx calls, since
+// the last Reset, that asked for programmatic stream serialization;
+// "user_objects" the user objects alive (created, not yet destroyed); -1
+// for an unknown knob.
 func (d *Driver) Peek(knob string) int {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

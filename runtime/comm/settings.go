@@ -45,6 +45,10 @@ type Settings struct {
 	// CaptureRecordBeside puts a captured launch's completion record
 	// beside the captured stream's chain (EnvCaptureRecord sets it).
 	CaptureRecordBeside bool
+	// Programmatic chooses which communicators launch their collective
+	// kernels as programmatic dependent launches (EnvProgrammatic sets
+	// it).
+	Programmatic Programmatic
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -59,6 +63,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 	}
 	s.OneLaunch = on
 	if s.CaptureRecordBeside, err = captureRecordFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	if s.Programmatic, err = programmaticFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg

@@ -284,6 +284,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return e.Kernel, nil
 	})
 	c.launcher.Log = c.log // says once when captured FIFOs must wait for Destroy
+	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank)
 	// Ranks of other processes are watched from now on.
 	if err := c.watchPeers(ctx, tpeers); err != nil {
 		return fail(err)

@@ -209,6 +209,16 @@ func (o *Ops) Launch(s *Stream, fn *Function, grid, block, sharedMem uint32, f O
 	return i
 }
 
+// Programmatic makes launch i (an index Launch returned) a programmatic
+// dependent launch, as Stream.LaunchProgrammatic.
+func (o *Ops) Programmatic(i int) {
+	if i < 0 || i >= len(o.ops) || o.ops[i].kind != C.NCU_OP_LAUNCH {
+		o.fail(badArg("Programmatic", "operation %d is not a launch", i))
+		return
+	}
+	o.ops[i].programmatic = 1
+}
+
 // Run runs the sequence in one call into the driver. It fails, running
 // nothing, when an operation was invalid or the context could not be
 // made current; otherwise each operation's outcome is in Err, Busy and

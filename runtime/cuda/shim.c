@@ -69,6 +69,8 @@
   X(cuStreamSynchronize, "cuStreamSynchronize", 1, (CUstream s))                                \
   X(cuStreamQuery, "cuStreamQuery", 1, (CUstream s))                                            \
   X(cuStreamWaitEvent, "cuStreamWaitEvent", 1, (CUstream s, CUevent e, unsigned flags))         \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx", 0,                                                    \
+    (const ncu_launch_config* cfg, CUfunction f, void** params, void** extra))                 \
   X(cuLaunchKernel, "cuLaunchKernel", 1,                                                        \
     (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,             \
      unsigned bz, unsigned smem, CUstream s, void** params, void** extra))                      \
@@ -508,20 +510,37 @@ CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t
   return p_cuMemsetD32Async(p, v, n, s);
 }
 
-// ncu_launch passes the packed argument buffer through cuLaunchKernel's
-// extra array. The driver copies the buffer at launch time, so it need not
+// launch launches f through cuLaunchKernel or, for a programmatic
+// dependent launch where the driver has it, cuLaunchKernelEx; extra
+// carries the packed parameters (NULL: none).
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned smem, CUstream s, void** extra, int programmatic) {
+  if (programmatic && p_cuLaunchKernelEx != NULL) {
+    ncu_launch_attr a;
+    memset(&a, 0, sizeof a);
+    a.id = 6; /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+    int allowed = 1; /* programmaticStreamSerializationAllowed */
+    memcpy(a.value, &allowed, sizeof allowed);
+    ncu_launch_config cfg = {gx, gy, gz, bx, by, bz, smem, s, &a, 1};
+    return p_cuLaunchKernelEx(&cfg, f, NULL, extra);
+  }
+  return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, extra);
+}
+
+// ncu_launch passes the packed argument buffer through the launch's extra
+// array. The driver copies the buffer at launch time, so it need not
 // outlive the call.
 CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                     unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-                    void* args, size_t size) {
+                    void* args, size_t size, int programmatic) {
   SETCTX(c);
-  if (size == 0) return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, NULL);
+  if (size == 0) return launch(f, gx, gy, gz, bx, by, bz, smem, s, NULL, programmatic);
   void* extra[] = {
       (void*)(uintptr_t)0x01, args,   // CU_LAUNCH_PARAM_BUFFER_POINTER
       (void*)(uintptr_t)0x02, &size,  // CU_LAUNCH_PARAM_BUFFER_SIZE
       (void*)(uintptr_t)0x00,         // CU_LAUNCH_PARAM_END
   };
-  return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, NULL, extra);
+  return launch(f, gx, gy, gz, bx, by, bz, smem, s, extra, programmatic);
 }
 
 /* The most capture dependencies a record beside the chain follows; a
@@ -575,13 +594,13 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   case NCU_OP_DTOD:
     return ncu_dtod(c, o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
-    if (*size == 0) return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, NULL);
+    if (*size == 0) return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, o->programmatic);
     void* extra[] = {
         (void*)(uintptr_t)0x01, args, // CU_LAUNCH_PARAM_BUFFER_POINTER
         (void*)(uintptr_t)0x02, size, // CU_LAUNCH_PARAM_BUFFER_SIZE
         (void*)(uintptr_t)0x00,       // CU_LAUNCH_PARAM_END
     };
-    return p_cuLaunchKernel(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, extra);
+    return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, extra, o->programmatic);
   }
   }
   return 1; /* CUDA_ERROR_INVALID_VALUE */

@@ -151,9 +151,27 @@ CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult ncu_memset_d8_async(CUcontext c, CUdeviceptr p, unsigned char v, size_t n, CUstream s);
 CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t n, CUstream s);
+// CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA 12.0), for
+// cuLaunchKernelEx.
+typedef struct {
+  int id;
+  char pad[4];
+  char value[64];
+} ncu_launch_attr;
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  CUstream s;
+  ncu_launch_attr* attrs;
+  unsigned n;
+} ncu_launch_config;
+// ncu_launch launches f on s with the packed parameters args (size bytes).
+// programmatic non-zero asks for programmatic dependent launch
+// (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION):
+// the kernel may start while the kernel before it on s winds down; a
+// driver without cuLaunchKernelEx launches it plainly.
 CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                     unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-                    void* args, size_t size);
+                    void* args, size_t size, int programmatic);
 
 // A sequence of stream operations run in one call (ncu_run_ops), so that
 // a launch and what orders it cost one cgo call and one check of the
@@ -188,6 +206,7 @@ typedef struct {
   size_t n;
   CUfunction f;
   unsigned grid, block, smem;
+  int programmatic;           // NCU_OP_LAUNCH: programmatic dependent launch (ncu_launch)
   CUgraphNode node;           // NCU_OP_RECORD_BESIDE: in, the record to follow; out, the new one (NULL: in the stream)
   unsigned long long capture; // NCU_OP_RECORD_BESIDE: in, node's capture id; out, the stream's
 } ncu_op;

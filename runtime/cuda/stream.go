@@ -265,6 +265,22 @@ func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
 // the driver copies it before Launch returns. Empty args launch a kernel
 // without parameters.
 func (s *Stream) Launch(f *Function, grid, block Dim3, sharedMem uint32, args []byte) error {
+	return s.launch(f, grid, block, sharedMem, args, false)
+}
+
+// LaunchProgrammatic is Launch as a programmatic dependent launch
+// (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+// compute capability 9.0 and later): f may start while the kernel before
+// it on the stream winds down, so f must wait (PTX griddepcontrol.wait)
+// before it touches memory that the work before it writes. A driver
+// without cuLaunchKernelEx (before CUDA 12.0) launches f as Launch does;
+// where the device cannot launch programmatically the attribute is
+// ignored and the wait returns at once.
+func (s *Stream) LaunchProgrammatic(f *Function, grid, block Dim3, sharedMem uint32, args []byte) error {
+	return s.launch(f, grid, block, sharedMem, args, true)
+}
+
+func (s *Stream) launch(f *Function, grid, block Dim3, sharedMem uint32, args []byte, programmatic bool) error {
 	c, h, err := s.stream("Launch")
 	if err != nil {
 		return err
@@ -289,7 +305,7 @@ func (s *Stream) Launch(f *Function, grid, block Dim3, sharedMem uint32, args []
 		p = unsafe.Pointer(&args[0])
 	}
 	r := Result(C.ncu_launch(c, f.h, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
-		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedMem), h, p, C.size_t(len(args))))
+		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedMem), h, p, C.size_t(len(args)), boolInt(programmatic)))
 	if err := check("cuLaunchKernel", r); err != nil {
 		return s.ctx.wrap(fmt.Sprintf("Launch(%q, grid %v, block %v, smem %d, %d arg bytes)", f.name, grid, block, sharedMem, len(args)), err)
 	}
@@ -402,4 +418,12 @@ func ElapsedMillis(start, end *Event) (float32, error) {
 		return 0, start.ctx.wrap("ElapsedMillis", err)
 	}
 	return float32(ms), nil
+}
+
+// boolInt is b as a C int flag.
+func boolInt(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

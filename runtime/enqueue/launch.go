@@ -26,6 +26,14 @@ type Launcher struct {
 	// Log, when set before the first launch, gets the launcher's debug
 	// messages.
 	Log *slog.Logger
+	// Programmatic, when set before the first launch, makes every
+	// collective kernel a programmatic dependent launch
+	// (cuda.Stream.LaunchProgrammatic): it may start while the kernel
+	// before it on its stream winds down, and waits (devicesrc's
+	// ngKernelMain, PTX griddepcontrol.wait) once it has loaded its
+	// communicator, channel and works, before it touches anything that
+	// earlier work writes.
+	Programmatic bool
 
 	ctx     *cuda.Context
 	comm    uint64
@@ -108,7 +116,10 @@ func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int,
 		n := ln.ArgsSize()
 		ln.PutArgs((*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{})))), l.comm, 0)
 		o.Args(n)
-		o.Launch(s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), 0, cuda.OpSkip)
+		i := o.Launch(s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), 0, cuda.OpSkip)
+		if l.Programmatic {
+			o.Programmatic(i)
+		}
 	}
 	return first, o.Len() - 1, true, nil
 }
@@ -151,7 +162,11 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 	size, nBlocks := PutMultiArgs(a, parts)
 	o.Args(size)
-	return o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f), nil
+	i := o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f)
+	if l.Programmatic {
+		o.Programmatic(i)
+	}
+	return i, nil
 }
 
 func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
@@ -192,7 +207,11 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 		l.args = new(generated.KernelArgs)
 	}
 	ln.PutArgs(l.args, l.comm, wbAddr)
-	err = s.Launch(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
+	if l.Programmatic {
+		err = s.LaunchProgrammatic(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
+	} else {
+		err = s.Launch(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
+	}
 	l.argsMu.Unlock()
 	if err != nil {
 		if wb != nil {

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "943e94f737b49aa7"
+const ABIVersion = "fb185f740f2fa39c"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -56,6 +56,8 @@ const (
 	DirectLlBytes = 4096
 	// LaunchMaxParts is NG_LAUNCH_MAX_PARTS: most ranks one multi-rank launch serves (ngLaunchParts.comms).
 	LaunchMaxParts = 8
+	// KernelProgrammatic is NG_KERNEL_PROGRAMMATIC: every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch.
+	KernelProgrammatic = 1
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
