@@ -157,7 +157,12 @@ func withNodes(t tune.Topology, peers []transport.Peer) tune.Topology {
 		t.InterBW = tune.SocketNetBW
 	}
 	if t.NNodes > 1 && !(t.NetBW > 0) {
+		// A socket device of unknown speed: NCCL's figure for the
+		// bandwidth, ncclgo's measured ones for LL and the channels.
 		t.NetBW = tune.SocketNetBW
+		t.NetLLBW = tune.SocketNetLLBW
+		t.NetChannelBytes = tune.SocketNetChannelBytes
+		t.NetMaxChannels = tune.SocketNetMaxChannels
 	}
 	return t
 }

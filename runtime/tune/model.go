@@ -222,7 +222,7 @@ func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc i
 			if nodes > 1 || c == kspace.AllReduce || c == kspace.Reduce {
 				f = 1.0 / 4
 			}
-			bus = math.Min(llMaxBW[k], bus*f)
+			bus = t.netLL(math.Min(llMaxBW[k], bus*f))
 		case kspace.LL128:
 			f := 0.92
 			if ppn < 2 {
@@ -237,7 +237,7 @@ func (t *Tuner) ncclBandwidth(c kspace.Coll, a kspace.Algo, p kspace.Proto, nc i
 		bus = math.Min(bus*0.92, ncf*perChTreeBW[k])
 		switch p {
 		case kspace.LL:
-			bus = math.Min(bus/3.8, llMaxBW[k])
+			bus = t.netLL(math.Min(bus/3.8, llMaxBW[k]))
 		case kspace.LL128:
 			f := 120.0 / 128
 			if nodes == 1 {

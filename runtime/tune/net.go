@@ -29,6 +29,48 @@ import (
 // them (10 Gbit/s): Topology.NetBW for a socket network of unknown speed.
 const SocketNetBW = 10000.0 / 8000
 
+// ncclgo's socket net, measured on one H200 with two fake hosts (one rank
+// each, processes under MPS, loopback TCP; session 13, 2026-12-02:
+// `NCCL_SOCKET_IFNAME=lo ncclperf -np 2 -hosts 2 -b 1K -e 8M -f 4` with
+// NCCL_PROTO and NCCL_NCHANNELS forced):
+//
+//   - LL carries 0.09–0.13 GB/s (1 KiB 41 µs, 16 KiB 162, 64 KiB 789),
+//     a quarter of what NCCL's model gives it, so SIMPLE wins from about
+//     2 KiB (4 KiB 59 against 59, 16 KiB 162 against 61);
+//   - every channel is a connection with step costs of its own: AllReduce
+//     of 1 MiB took 284 µs on one channel, 270 on 2, 399 on 8, 1233 on
+//     32; 4 MiB 1015 / 734 / 759 / 874 / 1027 on 1 / 2 / 4 / 8 / 32; 128
+//     MiB peaked at 8 channels (8.04 GB/s, 7.02 on 32; session 9).
+const (
+	SocketNetLLBW         = 0.1
+	SocketNetChannelBytes = 2 << 20
+	SocketNetMaxChannels  = 8
+)
+
+// netChannels bounds nc, a call's channels, for a call across nodes:
+// each channel gets at least NetChannelBytes, and there are at most
+// NetMaxChannels, never fewer than the configured minimum.
+func (t *Tuner) netChannels(nc int, nBytes int64) int {
+	if !t.netModel() {
+		return nc
+	}
+	if b := t.topo.NetChannelBytes; b > 0 {
+		nc = min(nc, max(1, int(nBytes/b)))
+	}
+	if m := t.topo.NetMaxChannels; m > 0 {
+		nc = min(nc, m)
+	}
+	return max(nc, t.minCh)
+}
+
+// netLL caps bus, LL's bus bandwidth in GB/s, at NetLLBW across nodes.
+func (t *Tuner) netLL(bus float64) float64 {
+	if t.netModel() && t.topo.NetLLBW > 0 {
+		return math.Min(bus, t.topo.NetLLBW)
+	}
+	return bus
+}
+
 // netModel reports whether the network model applies.
 func (t *Tuner) netModel() bool { return t.topo.NNodes > 1 && t.topo.NetBW > 0 }
 

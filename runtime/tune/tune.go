@@ -65,6 +65,18 @@ type Topology struct {
 	// of calls that cross nodes and turns on NCCL's network latency rules
 	// (net.go); zero leaves InterBW per channel, uncapped.
 	NetBW float64
+	// NetLLBW caps LL's bus bandwidth (GB/s) on calls that cross nodes,
+	// where the network carries LL worse than NCCL's model says (ncclgo's
+	// socket net: SocketNetLLBW); zero leaves the model's.
+	NetLLBW float64
+	// NetChannelBytes is the fewest bytes a channel of a call that
+	// crosses nodes should carry, and NetMaxChannels the most channels
+	// such a call uses (ncclgo's socket net: SocketNetChannelBytes and
+	// SocketNetMaxChannels): every channel is a network connection with
+	// costs of its own. Zero leaves the channels to the thread thresholds
+	// and the channel bounds alone.
+	NetChannelBytes int64
+	NetMaxChannels  int
 	// IntraLink is the link within a node (NVLink by default).
 	IntraLink Link
 	// NChannels is how many channels the communicator has set up; 0 means
@@ -242,6 +254,11 @@ func New(topo Topology, cfg config.Config, available func(kspace.Func) bool, opt
 		return nil, fmt.Errorf("tune: %w: IntraBW=%v, want a positive bandwidth in GB/s", ErrTopology, tp.IntraBW)
 	case tp.NetBW < 0 || math.IsNaN(tp.NetBW) || math.IsInf(tp.NetBW, 0):
 		return nil, fmt.Errorf("tune: %w: NetBW=%v, want 0 (no network model) or a bandwidth in GB/s", ErrTopology, tp.NetBW)
+	case tp.NetLLBW < 0 || math.IsNaN(tp.NetLLBW) || math.IsInf(tp.NetLLBW, 0):
+		return nil, fmt.Errorf("tune: %w: NetLLBW=%v, want 0 (the model's LL bandwidth) or a bandwidth in GB/s", ErrTopology, tp.NetLLBW)
+	case tp.NetChannelBytes < 0 || tp.NetMaxChannels < 0:
+		return nil, fmt.Errorf("tune: %w: NetChannelBytes=%d and NetMaxChannels=%d, want 0 (no bound) or positive values",
+			ErrTopology, tp.NetChannelBytes, tp.NetMaxChannels)
 	case tp.NNodes > 1 && (!(tp.InterBW > 0) || math.IsInf(tp.InterBW, 0)):
 		return nil, fmt.Errorf("tune: %w: InterBW=%v with %d nodes, want a positive bandwidth in GB/s", ErrTopology, tp.InterBW, tp.NNodes)
 	}
@@ -362,10 +379,10 @@ func (t *Tuner) channels(a kspace.Algo, p kspace.Proto, nBytes int64) (nc, nt in
 		case nt%128 == 0 && nt > 2*config.WarpSize:
 			nt /= 2
 		default:
-			return nc, nt
+			return t.netChannels(nc, nBytes), nt
 		}
 	}
-	return nc, nt
+	return t.netChannels(nc, nBytes), nt
 }
 
 // Choose picks how to run coll on nBytes: for AllReduce, Broadcast and
