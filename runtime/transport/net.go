@@ -600,6 +600,14 @@ func (c *netConn) uncredited() int {
 // wait for ever.
 var ErrPeerAborted = errors.New("the peer aborted its communicator")
 
+// llHoldLines is how many ready lines of an LL step whose size word says
+// more are coming the sender holds back before it ships them as a piece:
+// every message costs a socket write on both sides (microseconds over
+// loopback), and the kernel writes a step's lines together, so a step of
+// up to this many lines (32 KiB of lines, 16 KiB of payload) goes as one
+// message; longer ones stream in pieces of at least this many.
+const llHoldLines = 2048
+
 // Message kinds of the proxy's protocol (in the header's kind byte).
 const (
 	kindSimple = 1          // a SIMPLE slot's bytes
@@ -659,7 +667,8 @@ type netConn struct {
 	llDone     []uint64 // steps below are settled for the LL scan (llSizes)
 	llSizes    bool     // the kernels publish LL size words (ConnStepSizes)
 	llStep     [][generated.Steps]uint64
-	llCursor   [][generated.Steps]int
+	llCursor   [][generated.Steps]int // lines shipped, per slot
+	llReady    [][generated.Steps]int // lines seen ready from llCursor on, held back (llHoldLines)
 	llSeen     []map[uint64]bool
 	posted     []uint64 // steps below have some bytes queued, per connection
 	creditReq  ncclnet.Request
@@ -746,6 +755,7 @@ func (c *netConn) initState() {
 	c.llDone = make([]uint64, c.nconn)
 	c.llStep = make([][generated.Steps]uint64, c.nconn)
 	c.llCursor = make([][generated.Steps]int, c.nconn)
+	c.llReady = make([][generated.Steps]int, c.nconn)
 	c.llSeen = make([]map[uint64]bool, c.nconn)
 	for i := range c.llSeen {
 		c.llSeen[i] = map[uint64]bool{}
@@ -1187,7 +1197,7 @@ func (c *netConn) progressSend() (bool, error) {
 		for s := max(head, c.simpleDone[i], c.llDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
-				c.llStep[i][k], c.llCursor[i][k] = s, 0
+				c.llStep[i][k], c.llCursor[i][k], c.llReady[i][k] = s, 0, 0
 			}
 			c.stats.llLooks++
 			lines, known := int(llSlot/16), false
@@ -1217,10 +1227,18 @@ func (c *netConn) progressSend() (bool, error) {
 			slot := c.slot(i, 0, s)[:lines*16]
 			f := llFlag(s)
 			cur := c.llCursor[i][k]
-			end := cur
+			end := max(cur, c.llReady[i][k])
 			for end*16 < len(slot) && llReady(slot[end*16:], f) {
 				end++
 			}
+			if known && end < lines && end-cur < llHoldLines {
+				// The rest of a step of known size is on its way: hold
+				// what is ready rather than pay a message for a piece
+				// (the kernel writes a step's lines all at once).
+				c.llReady[i][k] = end
+				break
+			}
+			c.llReady[i][k] = 0
 			if end > cur {
 				if now.IsZero() {
 					now = time.Now()
