@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // socketHosts is fakeHosts with the socket net's measured figures, as
