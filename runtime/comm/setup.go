@@ -290,7 +290,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return e.Kernel, nil
 	})
 	c.launcher.Log = c.log // says once when captured FIFOs must wait for Destroy
-	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank)
+	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank, c.gpu.CCMajor)
 	// Ranks of other processes are watched from now on.
 	if err := c.watchPeers(ctx, tpeers); err != nil {
 		return fail(err)
