@@ -50,8 +50,13 @@ func programmaticFromEnv(lookup func(string) (string, bool)) (Programmatic, erro
 }
 
 // programmaticFor reports whether rank's kernels are launched
-// programmatically under mode, given every rank's process (procs).
-func programmaticFor(mode Programmatic, procs []transport.Peer, rank int) bool {
+// programmatically under mode, given every rank's process (procs) and
+// its GPU's compute capability major (ccMajor): never below 9, which has
+// no programmatic launch (the attribute is not asked for there).
+func programmaticFor(mode Programmatic, procs []transport.Peer, rank, ccMajor int) bool {
+	if ccMajor < 9 {
+		return false
+	}
 	switch mode {
 	case ProgrammaticOn:
 		return true

@@ -46,11 +46,15 @@ func TestProgrammaticFor(t *testing.T) {
 	}
 	want := []bool{false, false, true, true}
 	for r := range procs {
-		assert.Equal(t, want[r], programmaticFor(ProgrammaticAuto, procs, r), "auto, rank %d", r)
-		assert.True(t, programmaticFor(ProgrammaticOn, procs, r), "on, rank %d", r)
-		assert.False(t, programmaticFor(ProgrammaticOff, procs, r), "off, rank %d", r)
+		assert.Equal(t, want[r], programmaticFor(ProgrammaticAuto, procs, r, 9), "auto, rank %d", r)
+		assert.True(t, programmaticFor(ProgrammaticOn, procs, r, 9), "on, rank %d", r)
+		assert.False(t, programmaticFor(ProgrammaticOff, procs, r, 9), "off, rank %d", r)
 	}
-	assert.True(t, programmaticFor(ProgrammaticAuto, procs[:1], 0), "one rank")
+	assert.True(t, programmaticFor(ProgrammaticAuto, procs[:1], 0, 9), "one rank")
+	assert.True(t, programmaticFor(ProgrammaticOn, procs[:1], 0, 10), "one rank, sm_100")
+	for _, m := range []Programmatic{ProgrammaticAuto, ProgrammaticOn} {
+		assert.False(t, programmaticFor(m, procs[:1], 0, 8), "sm_80 has no programmatic launch")
+	}
 }
 
 // TestProgrammaticLaunches: with the launcher's Programmatic set (as

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -217,6 +218,11 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
+	if c.conns.Uses("NET") {
+		if w := fewCPUsWarning(runtime.NumCPU()); w != "" {
+			c.log.Warn(w, config.SubsysInit.Attr(), config.SubsysNet.Attr())
+		}
+	}
 	if c.conns.Uses("SHM") || c.conns.Uses("NET") {
 		// LL128 relies on 128-byte stores landing whole, which holds in
 		// device memory but not across PCIe into host memory (NCCL too
@@ -287,7 +293,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return e.Kernel, nil
 	})
 	c.launcher.Log = c.log // says once when captured FIFOs must wait for Destroy
-	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank)
+	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank, c.gpu.CCMajor)
 	// Ranks of other processes are watched from now on.
 	if err := c.watchPeers(ctx, tpeers); err != nil {
 		return fail(err)
