@@ -477,5 +477,7 @@ func TestCheckInAfterTables(t *testing.T) {
 	require.NoError(t, root.Close())
 	err = root.Wait(ctx)
 	require.ErrorIs(t, err, ErrClosed)
-	assert.EqualError(t, err, "bootstrap: root closed with ranks [0] of 2 yet to acknowledge their tables: bootstrap: closed")
+	// Rank 0 never acknowledged; rank 1's acknowledgement may not have
+	// reached the root before Close (it is sent once rank 1 has its table).
+	assert.Regexp(t, `^bootstrap: root closed with ranks \[0( 1)?\] of 2 yet to acknowledge their tables: bootstrap: closed$`, err.Error())
 }
