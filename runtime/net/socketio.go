@@ -819,10 +819,12 @@ func checkChunk(hdr []byte, t task) error {
 	return nil
 }
 
-// vanished names a connection that the peer closed.
+// vanished names a connection that the peer closed. A peer that
+// destroys its communicator says goodbye above this layer before it
+// closes, so a closed connection here means its process went away.
 func vanished(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return fmt.Errorf("the peer closed the connection (exited or was killed?): %w", err)
+		return fmt.Errorf("the peer closed the connection: its process exited without destroying the communicator, or was killed: %w", err)
 	}
 	return err
 }
