@@ -30,7 +30,10 @@
 // SIMPLE's, then fences at system scope, before the block barrier after
 // which any thread writes a line of the step: a NET proxy that sees a line
 // of step s finds the word of s (its tag says so) and knows when the step
-// is complete. Every step, even one of 0 lines, stores its word.
+// is complete. Every step, even one of 0 lines, stores its word. The proxy
+// may hold a step's lines back until all of them are there, so an LL
+// sender never waits, between two lines of one step, for a line that
+// depends on that step (llExchange sends all its lines first).
 //
 // Step sizes are taken from comm.buffSizes[proto] (identical on every rank):
 //   SIMPLE elements/step = slotBytes/sizeof(T), LL = slotBytes/16*8/sizeof(T),
