@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	gonet "net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -655,6 +656,9 @@ func (h *helper) run() {
 		}
 		if busy {
 			continue
+		}
+		if !waiting && c.failed.Load() && slices.ContainsFunc(st, func(s chunkState) bool { return len(s.queue) > 0 }) {
+			continue // drop what is held (above) before parking
 		}
 		if !waiting {
 			// Nothing on a socket: park on the queue, which gives the
