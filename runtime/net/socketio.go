@@ -666,8 +666,8 @@ func (h *helper) run() {
 			// its P until sysmon takes it (up to 10 ms when the process
 			// has been quiet), so with helpers idle in ppoll a process of
 			// few Ps left its runnable goroutines, the proxy among them,
-			// waiting for milliseconds (BenchmarkSocketPingPong: chunked
-			// messages 1.5–8 ms a round trip on 2 CPUs).
+			// waiting for milliseconds (BenchmarkSocketPingPong: a chunked
+			// 32 KiB round trip 2.0–2.3 ms on 2 CPUs, 84–121 µs parked).
 			t, ok := <-h.q
 			if !ok {
 				open = false
