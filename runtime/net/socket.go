@@ -82,11 +82,12 @@ type SocketOptions struct {
 	// for the connection (its hello carries it). A multiple of 1024.
 	Inline int
 	// Wait (NCCLGO_SOCKET_WAIT) is where a helper whose chunk waits on a
-	// data socket sleeps: WaitPPoll ("ppoll", the default, and "") in
-	// ppoll(2) on its sockets, keeping its goroutine's P meanwhile;
-	// WaitPoller ("poller") in Go's network poller, which gives the P
-	// back (the data sockets then stay in the poller; one socket per
-	// thread only, else ppoll).
+	// data socket sleeps: WaitPoller ("poller", the default, and "") in
+	// Go's network poller, which gives the P back (the data sockets then
+	// stay in the poller; one socket per thread only, else ppoll);
+	// WaitPPoll ("ppoll") in ppoll(2) on its sockets, keeping its
+	// goroutine's P meanwhile. On the H200 (16 cores, 2 fake hosts) the
+	// poller took AllReduce at 16–128 MiB from 6.0–6.8 to 7.4–8.1 GB/s.
 	Wait string
 }
 
@@ -142,7 +143,7 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 	case "", WaitPPoll, WaitPoller:
 		o.Wait = w
 	default:
-		return o, fmt.Errorf("net: NCCLGO_SOCKET_WAIT=%q: want %q (the default) or %q", w, WaitPPoll, WaitPoller)
+		return o, fmt.Errorf("net: NCCLGO_SOCKET_WAIT=%q: want %q (the default) or %q", w, WaitPoller, WaitPPoll)
 	}
 	if s := getenv("NCCLGO_SOCKET_SPLICE"); s != "" {
 		m, err := parseSplice(s)
@@ -576,7 +577,7 @@ func (s *Socket) Accept(l Listener) (RecvComm, error) {
 	case len(sl.ready) > 0:
 		g := sl.ready[0]
 		sl.ready = sl.ready[1:]
-		rc, err := newRecvComm(g, s.opts.BufSize, s.opts.Wait == WaitPoller)
+		rc, err := newRecvComm(g, s.opts.BufSize, s.opts.Wait != WaitPPoll)
 		if err != nil {
 			g.close()
 			return nil, err
@@ -628,7 +629,7 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, s.opts.chunk(), s.opts.inline(), spliceEnabled(s.opts.Splice), s.opts.Wait == WaitPoller)
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, s.opts.chunk(), s.opts.inline(), spliceEnabled(s.opts.Splice), s.opts.Wait != WaitPPoll)
 	if err != nil {
 		return fail(err)
 	}

@@ -386,16 +386,21 @@ func TestSocketInlineFromEnvAndHello(t *testing.T) {
 }
 
 // TestSocketWaitPoller runs the message, vanishing-peer and close checks
-// with the helpers waiting in Go's poller (NCCLGO_SOCKET_WAIT=poller),
-// one socket per thread (where it applies) and two (where ppoll stays).
+// with the helpers waiting in Go's poller (NCCLGO_SOCKET_WAIT=poller, and
+// the default), one socket per thread (where it applies) and two (where
+// ppoll stays), and with NCCLGO_SOCKET_WAIT=ppoll.
 func TestSocketWaitPoller(t *testing.T) {
-	for _, tc := range []struct{ threads, socks int }{{1, 1}, {4, 1}, {2, 2}} {
-		t.Run(fmt.Sprintf("%dx%d", tc.threads, tc.socks), func(t *testing.T) {
-			n, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: tc.threads, NSocksPerThread: tc.socks, Wait: WaitPoller, HandshakeTimeout: 5 * time.Second})
+	for _, tc := range []struct {
+		wait           string
+		threads, socks int
+	}{{WaitPoller, 1, 1}, {"", 4, 1}, {WaitPoller, 2, 2}, {WaitPPoll, 2, 1}} {
+		t.Run(fmt.Sprintf("%q/%dx%d", tc.wait, tc.threads, tc.socks), func(t *testing.T) {
+			n, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: tc.threads, NSocksPerThread: tc.socks, Wait: tc.wait, HandshakeTimeout: 5 * time.Second})
 			require.NoError(t, err)
 			sc, rc := pair(t, n)
-			require.Equal(t, tc.socks == 1, sc.(*sendComm).poller, "the sender waits in the poller")
-			require.Equal(t, tc.socks == 1, rc.(*recvComm).poller, "the receiver waits in the poller")
+			want := tc.socks == 1 && tc.wait != WaitPPoll
+			require.Equal(t, want, sc.(*sendComm).poller, "the sender waits in the poller")
+			require.Equal(t, want, rc.(*recvComm).poller, "the receiver waits in the poller")
 			testMessages(t, n, goMem)
 			testVanishedSender(t, n, goMem)
 			testVanishedReceiver(t, n, goMem)
@@ -407,5 +412,5 @@ func TestSocketWaitPoller(t *testing.T) {
 		})
 	}
 	_, err := SocketOptionsFromEnv(envmap.Getenv("NCCLGO_SOCKET_WAIT", "epoll"))
-	require.ErrorContains(t, err, `NCCLGO_SOCKET_WAIT="epoll": want "ppoll" (the default) or "poller"`)
+	require.ErrorContains(t, err, `NCCLGO_SOCKET_WAIT="epoll": want "poller" (the default) or "ppoll"`)
 }
