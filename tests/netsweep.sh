@@ -16,7 +16,7 @@
 # NCCLPERF (default bundle/bin/ncclperf), MPS=0 to run without MPS.
 #
 # The settings (docs/ARCHITECTURE.md, NET and the proxy):
-#   NCCL_BUFFSIZE           SIMPLE buffer per connection; a NET step is 1/8
+#   NCCL_BUFFSIZE           SIMPLE buffer per connection (alone: across hosts too; NCCLGO_NET_BUFFSIZE, 8 MiB by default, there); a NET step is 1/8
 #   NCCL_SOCKET_NTHREADS    data socket helper threads (loopback default 4)
 #   NCCL_NCHANNELS          channels
 #   NCCLGO_SOCKET_CHUNK     smallest piece of a message per data socket
@@ -45,7 +45,7 @@ start=$SECONDS
 # The grid: a label, then the variables (none: the defaults).
 BW_RUNS=(
   "default|"
-  "buff8M|NCCL_BUFFSIZE=8388608"
+  "buff4M|NCCL_BUFFSIZE=4194304"
   "buff16M|NCCL_BUFFSIZE=16777216"
   "chunk512K|NCCLGO_SOCKET_CHUNK=524288"
   "buff16M+chunk2M|NCCL_BUFFSIZE=16777216 NCCLGO_SOCKET_CHUNK=2097152"

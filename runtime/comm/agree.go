@@ -65,6 +65,7 @@ type tuningSettings struct {
 	NChannels, MinNChannels, MaxNChannels int
 	NThreads                              int
 	BuffSize, LLBuffSize, LL128BuffSize   int
+	NetBuffSize                           int
 	P2PChannelsPerPeer                    int
 	KernelSetFilter                       string
 }
@@ -74,7 +75,7 @@ func settingsOf(cfg config.Config, p2pPerPeer int, filter string) tuningSettings
 	return tuningSettings{Algo: cfg.Algo.String(), Proto: cfg.Proto.String(),
 		NChannels: cfg.NChannels, MinNChannels: cfg.MinNChannels, MaxNChannels: cfg.MaxNChannels,
 		NThreads: cfg.NThreads, BuffSize: cfg.BuffSize, LLBuffSize: cfg.LLBuffSize, LL128BuffSize: cfg.LL128BuffSize,
-		P2PChannelsPerPeer: p2pPerPeer, KernelSetFilter: filter}
+		NetBuffSize: cfg.NetBuffSize, P2PChannelsPerPeer: p2pPerPeer, KernelSetFilter: filter}
 }
 
 // agreeTuning exchanges every rank's tuning inputs through net and returns

@@ -209,7 +209,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	if err != nil {
 		return fail(err)
 	}
-	sizes := transport.Sizes{uint32(s.Config.LLBuffSize), uint32(s.Config.LL128BuffSize), uint32(s.Config.BuffSize)}
+	sizes := transport.Sizes{uint32(s.Config.LLBuffSize), uint32(s.Config.LL128BuffSize), uint32(s.Config.SimpleBuffSize(tp.NNodes))}
 	edges := withPATEdges(edges(c.plan, c.rings, c.trees), c.plan, tp.NNodes == tp.NRanks) // pat.go
 	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
 		Log:        func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) },

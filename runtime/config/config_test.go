@@ -357,3 +357,34 @@ func TestIfnameFilter(t *testing.T) {
 		assert.Equal(t, c.spec, f.String())
 	}
 }
+
+func TestNetBuffSize(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultNetBuffSize, c.NetBuffSize)
+	assert.Equal(t, DefaultBuffSize, c.SimpleBuffSize(1), "one host: NCCL_BUFFSIZE's default")
+	assert.Equal(t, DefaultNetBuffSize, c.SimpleBuffSize(2), "across hosts")
+
+	c, err = FromEnv(env(map[string]string{"NCCL_BUFFSIZE": "1048576"}))
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, c.SimpleBuffSize(1))
+	assert.Equal(t, 1<<20, c.SimpleBuffSize(3), "NCCL_BUFFSIZE alone holds across hosts too")
+
+	c, err = FromEnv(env(map[string]string{"NCCL_BUFFSIZE": "1048576", "NCCLGO_NET_BUFFSIZE": "16777216"}))
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, c.SimpleBuffSize(1))
+	assert.Equal(t, 16<<20, c.SimpleBuffSize(2))
+
+	_, err = FromEnv(env(map[string]string{"NCCLGO_NET_BUFFSIZE": "1000"}))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, `NCCLGO_NET_BUFFSIZE`)
+	assert.ErrorContains(t, err, "a multiple of 1024")
+
+	c, err = Default().Apply(Overrides{BuffSize: new(2 << 20)})
+	require.NoError(t, err)
+	assert.Equal(t, 2<<20, c.SimpleBuffSize(2), "Overrides.BuffSize alone holds across hosts")
+	c, err = Default().Apply(Overrides{BuffSize: new(2 << 20), NetBuffSize: new(32 << 20)})
+	require.NoError(t, err)
+	assert.Equal(t, 2<<20, c.SimpleBuffSize(1))
+	assert.Equal(t, 32<<20, c.SimpleBuffSize(2))
+}

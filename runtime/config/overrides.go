@@ -19,6 +19,7 @@ type Overrides struct {
 	Algo, Proto                           *string
 	NChannels, MinNChannels, MaxNChannels *int
 	BuffSize, LLBuffSize, LL128BuffSize   *int
+	NetBuffSize                           *int // nil with BuffSize set: BuffSize
 	NThreads, LL128NThreads               *int
 	P2PDisable, SHMDisable, IBDisable     *bool
 	SocketIfname                          *string
@@ -38,7 +39,8 @@ func (c Config) Apply(o Overrides) (Config, error) {
 	ints := map[string]*int{
 		"NChannels": o.NChannels, "MinNChannels": o.MinNChannels, "MaxNChannels": o.MaxNChannels,
 		"BuffSize": o.BuffSize, "LLBuffSize": o.LLBuffSize, "LL128BuffSize": o.LL128BuffSize,
-		"NThreads": o.NThreads, "LL128NThreads": o.LL128NThreads,
+		"NetBuffSize": o.NetBuffSize,
+		"NThreads":    o.NThreads, "LL128NThreads": o.LL128NThreads,
 	}
 	for _, s := range intSettings {
 		p := ints[s.goName]
@@ -46,7 +48,7 @@ func (c Config) Apply(o Overrides) (Config, error) {
 			continue
 		}
 		// 0 restores "chosen by the runtime" where that is the default.
-		if *p == 0 && s.goName != "BuffSize" && s.goName != "LLBuffSize" && s.goName != "LL128BuffSize" {
+		if *p == 0 && s.goName != "BuffSize" && s.goName != "NetBuffSize" && s.goName != "LLBuffSize" && s.goName != "LL128BuffSize" {
 			*s.field(&c) = 0
 			continue
 		}
@@ -55,6 +57,9 @@ func (c Config) Apply(o Overrides) (Config, error) {
 			continue
 		}
 		*s.field(&c) = *p
+	}
+	if o.BuffSize != nil && o.NetBuffSize == nil {
+		c.NetBuffSize = c.BuffSize // BuffSize alone holds everywhere
 	}
 	setBool := func(dst *bool, p *bool) {
 		if p != nil {

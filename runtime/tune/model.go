@@ -138,10 +138,10 @@ func (t *Tuner) ringOneHop(c kspace.Coll, p kspace.Proto, nBytes int64, nc int) 
 	}
 }
 
-// simpleSlotBytes is one SIMPLE FIFO slot's bytes (NCCL_BUFFSIZE over the
-// FIFO's steps).
+// simpleSlotBytes is one SIMPLE FIFO slot's bytes (the communicator's
+// SIMPLE buffer, config.Config.SimpleBuffSize, over the FIFO's steps).
 func (t *Tuner) simpleSlotBytes() int64 {
-	b := t.cfg.BuffSize
+	b := t.cfg.SimpleBuffSize(t.topo.NNodes)
 	if b <= 0 {
 		b = config.DefaultBuffSize
 	}
