@@ -116,10 +116,7 @@ func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int,
 		n := ln.ArgsSize()
 		ln.PutArgs((*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{})))), l.comm, 0)
 		o.Args(n)
-		i := o.Launch(s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), 0, cuda.OpSkip)
-		if l.Programmatic {
-			o.Programmatic(i)
-		}
+		l.queueLaunch(o, s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), cuda.OpSkip)
 	}
 	return first, o.Len() - 1, true, nil
 }
@@ -162,11 +159,26 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 	size, nBlocks := PutMultiArgs(a, parts)
 	o.Args(size)
-	i := o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f)
+	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f), nil
+}
+
+// queueLaunch adds the launch of a collective kernel to o, programmatic
+// when l.Programmatic says, and returns its index.
+func (l *Launcher) queueLaunch(o *cuda.Ops, s *cuda.Stream, fn *cuda.Function, grid, block uint32, f cuda.OpFlag) int {
+	i := o.Launch(s, fn, grid, block, 0, f)
 	if l.Programmatic {
 		o.Programmatic(i)
 	}
-	return i, nil
+	return i
+}
+
+// streamLaunch launches a collective kernel on s now, programmatic when
+// l.Programmatic says.
+func (l *Launcher) streamLaunch(s *cuda.Stream, fn *cuda.Function, grid, block cuda.Dim3, args []byte) error {
+	if l.Programmatic {
+		return s.LaunchProgrammatic(fn, grid, block, 0, args)
+	}
+	return s.Launch(fn, grid, block, 0, args)
 }
 
 func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
@@ -207,11 +219,7 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 		l.args = new(generated.KernelArgs)
 	}
 	ln.PutArgs(l.args, l.comm, wbAddr)
-	if l.Programmatic {
-		err = s.LaunchProgrammatic(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
-	} else {
-		err = s.Launch(fn, grid, block, 0, argBytes(l.args, ln.ArgsSize()))
-	}
+	err = l.streamLaunch(s, fn, grid, block, argBytes(l.args, ln.ArgsSize()))
 	l.argsMu.Unlock()
 	if err != nil {
 		if wb != nil {

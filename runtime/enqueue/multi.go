@@ -110,7 +110,7 @@ func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
 		l.args = new(generated.KernelArgs)
 	}
 	size, nBlocks := PutMultiArgs(l.args, parts)
-	if err := s.Launch(fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), 0, argBytes(l.args, size)); err != nil {
+	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size)); err != nil {
 		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
 			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)
 	}
