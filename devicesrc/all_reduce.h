@@ -1,6 +1,7 @@
 // all_reduce.h — AllReduce: RING (reduce-scatter then all-gather around the
 // ring, 2*(nRanks-1) steps per loop; on exactly 2 ranks with LL and a
-// channel share of at most NG_ALLREDUCE_ONEHOP_BYTES, one hop: each rank
+// channel share of at most NG_ALLREDUCE_ONEHOP_BYTES, or with SIMPLE,
+// NG_WORK_ONEHOP and a share that fits one slot, one hop: each rank
 // sends its whole input and reduces the peer's with its own) and TREE (reduce up the tree, then
 // broadcast down, interleaved chunk by chunk; the root turns its reduced chunk
 // around in the same step).
@@ -42,22 +43,33 @@ __device__ __forceinline__ void ngAllReduceRing(struct ngShmem* sh) {
       return;
     }
   }
+  // SIMPLE's one hop on 2 ranks where the host allows it (NG_WORK_ONEHOP)
+  // and the share fits one slot: step 0 sends the input, step 1 reduces
+  // the peer's with it. Both ranks decide from the work and the slot size
+  // they share; the send waits for nothing the peer's receive waits for,
+  // so neither can block the other; two operands reduce to the same bits
+  // in either order. It runs through the ring's one call site below,
+  // which keeps the step inlined once.
+  const bool hop = Proto == NG_PROTO_SIMPLE && N == 2 && (w.flags & NG_WORK_ONEHOP) && total <= cap;
   const int64_t gran = ngGranule<T>();
   for (int64_t off = 0; off < total;) {
     const int64_t rem = total - off;
-    const int64_t chunk = ngMin64(cap, ngAlignUp((rem + N - 1) / N, gran));
-    for (int j = 0; j <= 2 * N - 2; j++) {
-      const int c = ngMod(idx - 1 - j, N);
+    const int64_t chunk = hop ? rem : ngMin64(cap, ngAlignUp((rem + N - 1) / N, gran));
+    const int last = hop ? 1 : 2 * N - 2;
+    for (int j = 0; j <= last; j++) {
+      const int c = hop ? 0 : ngMod(idx - 1 - j, N);
       const int64_t s = off + (int64_t)c * chunk;
       const int n = s >= total ? 0 : (int)ngMin64(chunk, total - s);
       // Reduce-scatter steps read the input, the last of them and the
       // all-gather steps write the output; the first step only sends, the
-      // last only receives. One call site keeps the step inlined once.
-      const T* in = j < N ? src + s : nullptr;
-      T* out = j >= N - 1 ? dst + s : nullptr;
-      if (!prims.step(in, out, n, j > 0, j < 2 * N - 2, j == N - 1)) return;
+      // last only receives.
+      const T* in = hop || j < N ? src + s : nullptr;
+      T* out = (hop ? j == 1 : j >= N - 1) ? dst + s : nullptr;
+      const bool doRecv = hop ? j == 1 : j > 0;
+      const bool doSend = hop ? j == 0 : j < 2 * N - 2;
+      if (!prims.step(in, out, n, doRecv, doSend, hop ? j == 1 : j == N - 1)) return;
     }
-    off += chunk * N;
+    off += hop ? chunk : chunk * N;
   }
   prims.finish();
 }

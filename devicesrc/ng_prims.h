@@ -30,7 +30,10 @@
 // SIMPLE's, then fences at system scope, before the block barrier after
 // which any thread writes a line of the step: a NET proxy that sees a line
 // of step s finds the word of s (its tag says so) and knows when the step
-// is complete. Every step, even one of 0 lines, stores its word.
+// is complete. Every step, even one of 0 lines, stores its word. The proxy
+// may hold a step's lines back until all of them are there, so an LL
+// sender never waits, between two lines of one step, for a line that
+// depends on that step (llExchange sends all its lines first).
 //
 // Step sizes are taken from comm.buffSizes[proto] (identical on every rank):
 //   SIMPLE elements/step = slotBytes/sizeof(T), LL = slotBytes/16*8/sizeof(T),
@@ -445,9 +448,9 @@ struct ngPrims {
                  : "memory");
   }
 
-  // The one-hop exchange of step(xchg): each thread sends its lines of
-  // pre(src) before it waits for the peer's, so two ranks doing the same
-  // never wait on each other. The reduction takes the operands in an order
+  // The one-hop exchange of step(xchg): each thread sends all its lines
+  // of pre(src) before it waits for any of the peer's, so two ranks doing
+  // the same never wait on each other. The reduction takes the operands in an order
   // both ranks agree on, so that both write the same bits whatever the op
   // (PreMulSum's pre does not contract into the add: ngMulRn).
   __device__ __forceinline__ void llExchange(const T* src, T* dst, int nelem, bool ownFirst, bool post) {
@@ -456,9 +459,17 @@ struct ngPrims {
     uint4* out = reinterpret_cast<uint4*>(slot(send[0]));
     const uint4* in = reinterpret_cast<const uint4*>(slot(recv[0]));
     const uint32_t outFlag = ngLLFlag(send[0].step), inFlag = ngLLFlag(recv[0].step);
+    // Every line of the step is sent before any is awaited: a NET proxy
+    // ships an LL step only once all its lines are there, so a thread
+    // that waited between its sends would wait on itself.
+    uint64_t first = 0;
     for (int line = g.tid; line < nLines; line += g.nThreads) {
       const uint64_t a = ngPackPre<T>(op, ngLoadPack8(src, line, nbytes));
+      if (line == g.tid) first = a;
       llSendLine(out + line, outFlag, a);
+    }
+    for (int line = g.tid; line < nLines; line += g.nThreads) {
+      const uint64_t a = line == g.tid ? first : ngPackPre<T>(op, ngLoadPack8(src, line, nbytes));
       uint64_t r;
       if (!llRecvLine(in + line, inFlag, r)) return;
       uint64_t v = ownFirst ? ngPackReduce<T>(op, a, r) : ngPackReduce<T>(op, r, a);

@@ -20,6 +20,7 @@
 #   NCCL_SOCKET_NTHREADS    data socket helper threads (loopback default 4)
 #   NCCL_NCHANNELS          channels
 #   NCCLGO_SOCKET_CHUNK     smallest piece of a message per data socket
+#   NCCLGO_SOCKET_INLINE    largest message on the control socket (no helper)
 #   NCCLGO_SOCKET_SPLICE    vmsplice/splice the sender's chunks
 #   NCCLGO_NET_RECV_AHEAD   payloads the receiving proxy keeps posted
 #   NCCLGO_NET_SEND_PAIRS   header+payload pairs the sending proxy keeps posted

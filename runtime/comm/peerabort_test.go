@@ -234,7 +234,7 @@ func TestProxyFailedEndsExitedPeer(t *testing.T) {
 	require.NoError(t, pp.add(context.Background(), 1, transport.Peer{PID: c.cmd.Process.Pid, Host: "h"}, c.addr, true))
 	e.orphans.Store(pp)
 	page := (*hostFlags)(pp.procs[0].pages[0].Ptr())
-	vanished := errors.New("transport: rank 0 receiving from rank 1: net: peer 10.0.0.2:4242: the peer closed the connection (exited or was killed?): EOF")
+	vanished := errors.New("transport: rank 0 receiving from rank 1: net: peer 10.0.0.2:4242: the peer closed the connection: its process exited without destroying the communicator, or was killed: EOF")
 	e.proxyFailed(vanished)
 	assert.Zero(t, page.abort.Load(), "a live peer")
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))

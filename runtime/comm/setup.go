@@ -157,6 +157,9 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	top := withNodes(tuneTopology(c.layout, gpu, blocksPerSM, s.Config), tpeers)
 	top.RanksPerGPU = agreed.RanksPerGPU
 	top.Direct = directEligible(tpeers, c.layout, s.Config.P2PDisable)
+	if top.SimpleOneHop, err = simpleOneHopFromEnv(os.LookupEnv, top.NNodes); err != nil {
+		return fail(err)
+	}
 	p2pLim, err := p2pLimitsFrom(s.P2PPerPeer, s.Config.P2PDisable, os.Getenv)
 	if err != nil {
 		return fail(err)

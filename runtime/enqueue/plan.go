@@ -526,6 +526,9 @@ func planColl(c Comm, t Task, choose Chooser, ws []chanWork) ([]chanWork, Decisi
 		if t.OpArgPtr {
 			w.Flags |= generated.WorkRedopArgPtr
 		}
+		if ch.OneHop {
+			w.Flags |= generated.WorkOnehop
+		}
 		if win {
 			w.Flags |= generated.WorkDirectWin
 			w.SendPeer, w.RecvPeer = t.SendWin-1, t.RecvWin-1

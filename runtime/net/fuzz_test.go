@@ -16,7 +16,7 @@ import (
 //
 //	go test -run XXX -fuzz FuzzSocketRecv -fuzztime 60s ./runtime/net
 func FuzzSocketRecv(f *testing.F) {
-	const big = inlineMax + 8
+	const big = DefaultInline + 8
 	f.Add(msgHeader(0, 8), []byte(nil), uint32(64))
 	f.Add(append(msgHeader(0, 8), 1, 2, 3, 4, 5, 6, 7, 8), []byte(nil), uint32(64))
 	f.Add(msgHeader(0, 100), []byte(nil), uint32(64))

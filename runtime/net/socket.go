@@ -31,9 +31,12 @@ const (
 	DefaultChunk = 64 << 10
 	MinChunk     = 4 << 10
 	MaxChunk     = 64 << 20
-	// inlineMax is the largest message sent on the control socket right
-	// after its header; longer ones go in chunks over the data sockets.
-	inlineMax = 16 << 10
+	// DefaultInline is the largest message sent on the control socket
+	// right after its header (NCCLGO_SOCKET_INLINE); longer ones go in
+	// chunks over the data sockets. MaxInline bounds it (the receiver
+	// holds a whole inline message in its control buffer).
+	DefaultInline = 64 << 10
+	MaxInline     = 128 << 10
 	// DefaultHandshakeTimeout bounds a new connection's hello.
 	DefaultHandshakeTimeout = 30 * time.Second
 )
@@ -71,6 +74,13 @@ type SocketOptions struct {
 	// over all of them (fewer, longer system calls). The connecting side's
 	// value holds for the connection (its hello carries it).
 	Chunk int
+	// Inline (NCCLGO_SOCKET_INLINE, bytes) is the largest message that
+	// goes on the control socket behind its header, written and read by
+	// the caller's thread (the proxy's) with no helper's wakeup on either
+	// side; longer messages go in chunks through the helpers. 0 means
+	// DefaultInline; at most MaxInline. The connecting side's value holds
+	// for the connection (its hello carries it). A multiple of 1024.
+	Inline int
 }
 
 // maxBufSize bounds NCCLGO_SOCKET_BUFSIZE.
@@ -107,6 +117,13 @@ func SocketOptionsFromEnv(getenv func(string) string) (SocketOptions, error) {
 			return o, fmt.Errorf("net: NCCLGO_SOCKET_CHUNK=%q: want a byte count from %d to %d, a multiple of 1024 (default %d)", s, MinChunk, MaxChunk, DefaultChunk)
 		}
 		o.Chunk = n
+	}
+	if s := strings.TrimSpace(getenv("NCCLGO_SOCKET_INLINE")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > MaxInline || n%1024 != 0 {
+			return o, fmt.Errorf("net: NCCLGO_SOCKET_INLINE=%q: want a byte count from 0 (the default, %d) to %d, a multiple of 1024", s, DefaultInline, MaxInline)
+		}
+		o.Inline = n
 	}
 	if s := getenv("NCCLGO_SOCKET_SPLICE"); s != "" {
 		m, err := parseSplice(s)
@@ -159,10 +176,21 @@ func (o SocketOptions) check() error {
 	if _, err := parseSplice(o.Splice); err != nil {
 		return fmt.Errorf("net: socket option Splice=%q: %w", o.Splice, err)
 	}
+	if o.Inline < 0 || o.Inline > MaxInline || o.Inline%1024 != 0 {
+		return fmt.Errorf("net: socket option Inline=%d (NCCLGO_SOCKET_INLINE): want 0 (%d) or a byte count up to %d, a multiple of 1024", o.Inline, DefaultInline, MaxInline)
+	}
 	if o.Chunk != 0 && (o.Chunk < MinChunk || o.Chunk > MaxChunk || o.Chunk%1024 != 0) {
 		return fmt.Errorf("net: socket option Chunk=%d (NCCLGO_SOCKET_CHUNK): want 0 (%d) or a byte count from %d to %d, a multiple of 1024", o.Chunk, DefaultChunk, MinChunk, MaxChunk)
 	}
 	return nil
+}
+
+// inline is the option's inline bound, its default when unset.
+func (o SocketOptions) inline() int {
+	if o.Inline == 0 {
+		return DefaultInline
+	}
+	return o.Inline
 }
 
 // chunk is the option's chunk size, its default when unset.
@@ -280,6 +308,9 @@ type hello struct {
 	// chunkKiB is the sender's chunk size in KiB (0 from a peer that
 	// predates it: DefaultChunk).
 	chunkKiB uint32
+	// inlineKiB is the sender's inline bound in KiB (0 from a peer that
+	// predates it: legacyInline).
+	inlineKiB uint16
 }
 
 func (h hello) encode() []byte {
@@ -291,6 +322,7 @@ func (h hello) encode() []byte {
 	binary.LittleEndian.PutUint16(b[22:], h.nSocks)
 	binary.LittleEndian.PutUint16(b[24:], h.nThrd)
 	binary.LittleEndian.PutUint32(b[26:], h.chunkKiB)
+	binary.LittleEndian.PutUint16(b[30:], h.inlineKiB)
 	return b
 }
 
@@ -320,6 +352,7 @@ type socketListener struct {
 type pendingComm struct {
 	nSocks, nThreads int
 	chunk            int // bytes
+	inline           int // bytes
 	ctrl             *gonet.TCPConn
 	data             []*gonet.TCPConn
 	got              int
@@ -388,14 +421,14 @@ func (sl *socketListener) handshake(c *gonet.TCPConn) {
 	}
 	g := sl.groups[h.comm]
 	if g == nil {
-		g = &pendingComm{nSocks: int(h.nSocks), nThreads: int(h.nThrd), chunk: helloChunk(h), data: make([]*gonet.TCPConn, h.nSocks)}
+		g = &pendingComm{nSocks: int(h.nSocks), nThreads: int(h.nThrd), chunk: helloChunk(h), inline: helloInline(h), data: make([]*gonet.TCPConn, h.nSocks)}
 		sl.groups[h.comm] = g
 	}
 	slot := &g.ctrl
 	if h.index > 0 {
 		slot = &g.data[h.index-1]
 	}
-	if int(h.nSocks) != g.nSocks || int(h.nThrd) != g.nThreads || helloChunk(h) != g.chunk || *slot != nil {
+	if int(h.nSocks) != g.nSocks || int(h.nThrd) != g.nThreads || helloChunk(h) != g.chunk || helloInline(h) != g.inline || *slot != nil {
 		_ = c.Close()
 		sl.rejected = append(sl.rejected, &PeerError{Peer: c.RemoteAddr().String(), Op: "handshake",
 			Err: fmt.Errorf("socket %d of comm %#x contradicts the comm's earlier sockets", h.index, h.comm)})
@@ -418,7 +451,7 @@ func (sl *socketListener) readHello(c *gonet.TCPConn) (hello, error) {
 	_ = c.SetReadDeadline(time.Time{})
 	h := hello{nonce: binary.LittleEndian.Uint64(b[4:]), comm: binary.LittleEndian.Uint64(b[12:]),
 		index: binary.LittleEndian.Uint16(b[20:]), nSocks: binary.LittleEndian.Uint16(b[22:]), nThrd: binary.LittleEndian.Uint16(b[24:]),
-		chunkKiB: binary.LittleEndian.Uint32(b[26:])}
+		chunkKiB: binary.LittleEndian.Uint32(b[26:]), inlineKiB: binary.LittleEndian.Uint16(b[30:])}
 	bad := func(format string, a ...any) (hello, error) {
 		return hello{}, &PeerError{Peer: peer, Op: "handshake", Err: fmt.Errorf(format, a...)}
 	}
@@ -435,8 +468,22 @@ func (sl *socketListener) readHello(c *gonet.TCPConn) (hello, error) {
 		return bad("socket index %d of %d", h.index, h.nSocks)
 	case h.chunkKiB != 0 && (uint64(h.chunkKiB)<<10 < MinChunk || uint64(h.chunkKiB)<<10 > MaxChunk):
 		return bad("a chunk of %d KiB: want %d to %d KiB", h.chunkKiB, MinChunk>>10, MaxChunk>>10)
+	case int(h.inlineKiB)<<10 > MaxInline:
+		return bad("inline messages of up to %d KiB: want at most %d KiB", h.inlineKiB, MaxInline>>10)
 	}
 	return h, nil
+}
+
+// legacyInline is the inline bound of a peer whose hello predates the
+// field (it says 0).
+const legacyInline = 16 << 10
+
+// helloInline is the inline bound that h announces, in bytes.
+func helloInline(h hello) int {
+	if h.inlineKiB == 0 {
+		return legacyInline
+	}
+	return int(h.inlineKiB) << 10
 }
 
 // helloChunk is the chunk size that h announces, in bytes.
@@ -554,12 +601,12 @@ func (s *Socket) Connect(d int, hb Handle) (SendComm, error) {
 		_ = tc.SetNoDelay(true)
 		socks = append(socks, tc)
 		_ = tc.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := tc.Write(hello{nonce: h.nonce, comm: id, index: uint16(i), nSocks: uint16(n), nThrd: uint16(nt), chunkKiB: uint32(s.opts.chunk() >> 10)}.encode()); err != nil {
+		if _, err := tc.Write(hello{nonce: h.nonce, comm: id, index: uint16(i), nSocks: uint16(n), nThrd: uint16(nt), chunkKiB: uint32(s.opts.chunk() >> 10), inlineKiB: uint16(s.opts.inline() >> 10)}.encode()); err != nil {
 			return fail(&PeerError{Peer: h.addr.String(), Op: "sending the hello", Err: err})
 		}
 		_ = tc.SetWriteDeadline(time.Time{})
 	}
-	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, s.opts.chunk(), spliceEnabled(s.opts.Splice))
+	sc, err := newSendComm(h.addr.String(), socks[0], socks[1:], nt, s.opts.BufSize, s.opts.chunk(), s.opts.inline(), spliceEnabled(s.opts.Splice))
 	if err != nil {
 		return fail(err)
 	}

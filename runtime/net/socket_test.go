@@ -1,6 +1,7 @@
 package net
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 )
 
 // loopback returns a socket backend on the loopback interface.
-func loopback(t *testing.T, threads, socks int) *Socket {
+func loopback(t testing.TB, threads, socks int) *Socket {
 	t.Helper()
 	s, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: threads, NSocksPerThread: socks, HandshakeTimeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -25,7 +26,7 @@ func loopback(t *testing.T, threads, socks int) *Socket {
 }
 
 // pair connects a send comm to a recv comm over n.
-func pair(t *testing.T, n Net) (SendComm, RecvComm) {
+func pair(t testing.TB, n Net) (SendComm, RecvComm) {
 	t.Helper()
 	h, l, err := n.Listen(0)
 	require.NoError(t, err)
@@ -41,7 +42,7 @@ func pair(t *testing.T, n Net) (SendComm, RecvComm) {
 	return sc, rc
 }
 
-func accept(t *testing.T, n Net, l Listener) RecvComm {
+func accept(t testing.TB, n Net, l Listener) RecvComm {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -71,7 +72,7 @@ func wait(t *testing.T, r Request) (int, error) {
 	return 0, nil
 }
 
-func post[R any](t *testing.T, f func() (R, error)) R {
+func post[R any](t testing.TB, f func() (R, error)) R {
 	t.Helper()
 	for {
 		r, err := f()
@@ -136,9 +137,9 @@ func TestSocketRejectsGarbage(t *testing.T) {
 	require.Nil(t, rc)
 
 	// A peer that shakes hands and then sends garbage headers. Messages of
-	// up to inlineMax bytes come on the control socket, longer ones in
+	// up to DefaultInline bytes come on the control socket, longer ones in
 	// chunks on the data sockets.
-	const big = inlineMax + 8
+	const big = DefaultInline + 8
 	for _, tc := range []struct {
 		name       string
 		ctrl, data []byte
@@ -318,4 +319,68 @@ func waitDone(t *testing.T, r Request) int {
 		}
 		require.True(t, time.Now().Before(deadline), "request not done within 5 s")
 	}
+}
+
+// TestSocketInlineBounds sends messages on both sides of the connection's
+// inline bound, several at once (so that inline payloads queue up in the
+// receiver's control buffer and wrap around it), and checks every byte.
+func TestSocketInlineBounds(t *testing.T) {
+	for _, inline := range []int{1 << 10, DefaultInline, MaxInline} {
+		t.Run(fmt.Sprintf("inline=%d", inline), func(t *testing.T) {
+			n, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", Inline: inline, HandshakeTimeout: 5 * time.Second})
+			require.NoError(t, err)
+			sc, rc := pair(t, n)
+			sizes := []int{inline - 1, inline, inline + 1, inline, inline, inline, inline, 1, inline + 1, 0, inline}
+			var sends, recvs []Request
+			var want, got [][]byte
+			for i, sz := range sizes {
+				b := make([]byte, sz)
+				for j := range b {
+					b[j] = byte(i*13 + j*5)
+				}
+				want, got = append(want, b), append(got, make([]byte, sz+16))
+				sends = append(sends, post(t, func() (Request, error) { return sc.Isend(b, 7, nil) }))
+				recvs = append(recvs, post(t, func() (Request, error) { return rc.Irecv(got[i], 7, nil) }))
+			}
+			for i := range sizes {
+				_, err := wait(t, sends[i])
+				require.NoError(t, err)
+				m, err := wait(t, recvs[i])
+				require.NoError(t, err, "message %d", i)
+				require.Equal(t, sizes[i], m)
+				require.True(t, bytes.Equal(want[i], got[i][:m]), "message %d (%d bytes) differs", i, m)
+				require.Equal(t, make([]byte, 16), got[i][m:], "message %d: bytes past it were written", i)
+			}
+		})
+	}
+}
+
+// TestSocketInlineFromEnvAndHello checks NCCLGO_SOCKET_INLINE's bounds and
+// that a hello announcing more than MaxInline is refused.
+func TestSocketInlineFromEnvAndHello(t *testing.T) {
+	env := envmap.Getenv
+	o, err := SocketOptionsFromEnv(env("NCCLGO_SOCKET_INLINE", "65536"))
+	require.NoError(t, err)
+	assert.Equal(t, 64<<10, o.Inline)
+	for _, bad := range []string{"-1", "1000", fmt.Sprint(MaxInline + 1024), "x"} {
+		_, err = SocketOptionsFromEnv(env("NCCLGO_SOCKET_INLINE", bad))
+		require.ErrorContains(t, err, fmt.Sprintf("NCCLGO_SOCKET_INLINE=%q: want a byte count from 0", bad))
+	}
+	_, err = NewSocket(SocketOptions{Inline: 3000})
+	require.ErrorContains(t, err, "Inline=3000")
+	assert.Equal(t, legacyInline, helloInline(hello{}), "a hello without the field")
+
+	n := loopback(t, 1, 1)
+	h, l, err := n.Listen(0)
+	require.NoError(t, err)
+	defer l.Close()
+	hd, err := decodeHandle(h)
+	require.NoError(t, err)
+	c, err := gonet.Dial("tcp", hd.addr.String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write(hello{nonce: hd.nonce, comm: 9, nSocks: 1, nThrd: 1, inlineKiB: MaxInline>>10 + 1}.encode())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(l.(*socketListener).Rejected()) == 1 }, 5*time.Second, time.Millisecond)
+	assert.ErrorContains(t, l.(*socketListener).Rejected()[0], fmt.Sprintf("inline messages of up to %d KiB: want at most %d KiB", MaxInline>>10+1, MaxInline>>10))
 }

@@ -18,7 +18,8 @@ import (
 // their descriptors.
 //
 //   - The control socket carries each message's header and, for a message
-//     of at most inlineMax bytes, its payload right behind it (one writev).
+//     of at most the connection's inline bound (SocketOptions.Inline), its
+//     payload right behind it (one writev).
 //     It is driven by the caller's thread (the proxy's) inside Isend,
 //     Irecv and Test: a small message costs one writev on one side and,
 //     often shared with the messages around it, one read on the other.
@@ -49,6 +50,7 @@ type comm struct {
 	dataFD   []int // the data sockets, likewise
 	ndata    int
 	chunk    int // the smallest piece of a message on one data socket
+	inline   int // the largest message that goes on the control socket
 	nThreads int
 	helpers  []*helper
 	wg       sync.WaitGroup // the helpers
@@ -200,8 +202,8 @@ func detach(c *gonet.TCPConn) (int, error) {
 // newComm takes over ctrl and data: on success their descriptors are the
 // comm's, out of Go's poller (detach); on failure the caller still closes
 // them.
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk int, send, splice bool) (*comm, error) {
-	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), chunk: chunk, ctrlFD: -1}
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, send, splice bool) (*comm, error) {
+	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), chunk: chunk, inline: inline, ctrlFD: -1}
 	if send && splice && len(data) > 0 {
 		c.openPipes(len(data))
 	}
@@ -614,6 +616,22 @@ func (h *helper) run() {
 		if busy {
 			continue
 		}
+		if !waiting {
+			// Nothing on a socket: park on the queue, which gives the
+			// goroutine's P back. A helper asleep in a system call keeps
+			// its P until sysmon takes it (up to 10 ms when the process
+			// has been quiet), so with helpers idle in ppoll a process of
+			// few Ps left its runnable goroutines, the proxy among them,
+			// waiting for milliseconds (BenchmarkSocketPingPong: chunked
+			// messages 1.5–8 ms a round trip on 2 CPUs).
+			t, ok := <-h.q
+			if !ok {
+				open = false
+			} else {
+				add(t)
+			}
+			continue
+		}
 		// Sleep on the sockets that wait and the wake pipe.
 		h.sleeping.Store(true)
 		select {
@@ -819,10 +837,12 @@ func checkChunk(hdr []byte, t task) error {
 	return nil
 }
 
-// vanished names a connection that the peer closed.
+// vanished names a connection that the peer closed. A peer that
+// destroys its communicator says goodbye above this layer before it
+// closes, so a closed connection here means its process went away.
 func vanished(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return fmt.Errorf("the peer closed the connection (exited or was killed?): %w", err)
+		return fmt.Errorf("the peer closed the connection: its process exited without destroying the communicator, or was killed: %w", err)
 	}
 	return err
 }
@@ -843,8 +863,8 @@ type ctrlOut struct {
 	req     *request
 }
 
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk int, splice bool) (*sendComm, error) {
-	c, err := newComm(peer, ctrl, data, nThreads, bufSize, chunk, true, splice)
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, splice bool) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, bufSize, chunk, inline, true, splice)
 	if err != nil {
 		return nil, err
 	}
@@ -873,7 +893,7 @@ func (s *sendComm) Isend(buf []byte, tag int, mh MemHandle) (Request, error) {
 	binary.LittleEndian.PutUint32(o.hdr[0:], msgMagic)
 	binary.LittleEndian.PutUint32(o.hdr[4:], uint32(int32(tag)))
 	binary.LittleEndian.PutUint64(o.hdr[8:], uint64(len(buf)))
-	if len(buf) <= inlineMax {
+	if len(buf) <= s.inline {
 		o.payload = buf
 	} else {
 		s.postChunks(seq, buf, r, s.pipes != nil && s.registered(mh))
@@ -944,7 +964,7 @@ type posted struct {
 }
 
 func newRecvComm(g *pendingComm, bufSize int) (*recvComm, error) {
-	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, g.chunk, false, false)
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, g.chunk, g.inline, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -990,7 +1010,7 @@ func (r *recvComm) progress() {
 				r.fail("matching a message", fmt.Errorf("message %d of %d bytes for a posted receive of %d bytes", r.seq, n, len(p.buf)))
 				return
 			}
-			if n <= inlineMax {
+			if n <= uint64(r.inline) {
 				if avail >= msgSize+int(n) {
 					copy(p.buf, r.buf[r.lo+msgSize:r.lo+msgSize+int(n)])
 					r.lo += msgSize + int(n)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/config"
 )
 
 // The cost model follows NCCL's src/graph/tuning.cc (2.19 and later): a
@@ -115,18 +116,45 @@ func (t *Tuner) intraHW() int {
 	return hwNVLink
 }
 
-// ringOneHop reports whether a ring call runs in one hop: an LL AllReduce
-// on exactly 2 ranks whose channels' shares are at most
-// NG_ALLREDUCE_ONEHOP_BYTES (devicesrc/all_reduce.h: each rank sends its
-// input, both reduce), taken from the whole call's bytes, which bound
-// every channel's share. It moves as many bytes per rank as the ring's
-// two steps, so only the latency changes.
-func (t *Tuner) ringOneHop(c kspace.Coll, p kspace.Proto, nBytes int64) bool {
-	return c == kspace.AllReduce && p == kspace.LL && t.topo.NRanks == 2 && nBytes <= generated.AllreduceOnehopBytes
+// ringOneHop reports whether a ring call on nc channels runs in one hop
+// (devicesrc/all_reduce.h: each rank sends its input, both reduce): an
+// AllReduce on exactly 2 ranks, with LL where the whole call's bytes
+// (which bound every channel's share) are at most
+// NG_ALLREDUCE_ONEHOP_BYTES, with SIMPLE where Topology.SimpleOneHop
+// allows it and a channel's share fits one SIMPLE slot (NCCL_BUFFSIZE's
+// eighth). It moves as many bytes per rank as the ring's two steps, so
+// only the latency changes.
+func (t *Tuner) ringOneHop(c kspace.Coll, p kspace.Proto, nBytes int64, nc int) bool {
+	if c != kspace.AllReduce || t.topo.NRanks != 2 {
+		return false
+	}
+	switch p {
+	case kspace.LL:
+		return nBytes <= generated.AllreduceOnehopBytes
+	case kspace.Simple:
+		return t.topo.SimpleOneHop && (nBytes+int64(nc)-1)/int64(max(nc, 1)) <= t.simpleSlotBytes()
+	default: // LL128 has no one hop
+		return false
+	}
 }
 
-// latency returns the latency (µs) of one call.
+// simpleSlotBytes is one SIMPLE FIFO slot's bytes (NCCL_BUFFSIZE over the
+// FIFO's steps).
+func (t *Tuner) simpleSlotBytes() int64 {
+	b := t.cfg.BuffSize
+	if b <= 0 {
+		b = config.DefaultBuffSize
+	}
+	return int64(b) / generated.Steps
+}
+
+// latency returns the latency (µs) of one call on one channel.
 func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64) float64 {
+	return t.latencyOn(c, a, p, nBytes, 1)
+}
+
+// latencyOn returns the latency (µs) of one call on nc channels.
+func (t *Tuner) latencyOn(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int64, nc int) float64 {
 	if a == kspace.PAT {
 		return t.patLatency()
 	}
@@ -137,7 +165,7 @@ func (t *Tuner) latency(c kspace.Coll, a kspace.Algo, p kspace.Proto, nBytes int
 	switch a {
 	case kspace.Ring:
 		nsteps, nInter := t.steps(c)
-		if t.ringOneHop(c, p, nBytes) {
+		if t.ringOneHop(c, p, nBytes, nc) {
 			nsteps, nInter = 1, min(nInter, 1)
 		}
 		if c == kspace.Broadcast || c == kspace.Reduce {

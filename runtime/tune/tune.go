@@ -77,6 +77,10 @@ type Topology struct {
 	// and the channel bounds alone.
 	NetChannelBytes int64
 	NetMaxChannels  int
+	// SimpleOneHop lets a RING/SIMPLE AllReduce on exactly 2 ranks run in
+	// one hop where a channel's share fits one SIMPLE slot (Choice.OneHop,
+	// NG_WORK_ONEHOP): half the ring's latency, the same bytes.
+	SimpleOneHop bool
 	// IntraLink is the link within a node (NVLink by default).
 	IntraLink Link
 	// NChannels is how many channels the communicator has set up; 0 means
@@ -108,6 +112,10 @@ type Choice struct {
 	// threads per block.
 	NChannels int
 	NThreads  int
+	// OneHop asks a RING/SIMPLE AllReduce on 2 ranks to run in one hop
+	// (Topology.SimpleOneHop; the device does it where a channel's share
+	// fits one slot).
+	OneHop bool
 	// PredictedTime is the model's estimate of the call's duration.
 	PredictedTime time.Duration
 }
@@ -460,13 +468,14 @@ func (t *Tuner) chooseColl(coll kspace.Coll, op kspace.RedOp, ty kspace.Type, nB
 			}
 			us = t.directTime(coll, nBytes, nc, mode)
 		} else if t.topo.NRanks > 1 {
-			us = t.latency(coll, a, p, nBytes) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
+			us = t.latencyOn(coll, a, p, nBytes, nc) + float64(nBytes)/(1000*t.bandwidth(coll, a, p, nc, nBytes))
 		} else if !(a == kspace.Ring && p == kspace.Simple) {
 			us = 1e-3 // one rank: prefer RING/SIMPLE, as NCCL does
 		}
 		if us < bestUs {
 			bestUs, found = us, true
-			best = Choice{Func: funcOf(coll, op, ty, a, p), Algo: a, Proto: p, NChannels: nc, NThreads: nt}
+			best = Choice{Func: funcOf(coll, op, ty, a, p), Algo: a, Proto: p, NChannels: nc, NThreads: nt,
+				OneHop: p == kspace.Simple && a == kspace.Ring && t.ringOneHop(coll, p, nBytes, nc)}
 		}
 	}
 	if !found && llOnly {

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "fb185f740f2fa39c"
+const ABIVersion = "993203c285a31ba3"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -48,6 +48,8 @@ const (
 	WorkDirectWin = 2
 	// WorkP2pSendWin is NG_WORK_P2P_SEND_WIN: ngDevWork.flags: a SendRecv work whose sendbuff lies in a registered window: root is its window index (row of the window table); on an NG_CONN_XPROC connection with NG_DIRECT_WINDOWS the sender publishes the window reference and the receiver copies from it.
 	WorkP2pSendWin = 4
+	// WorkOnehop is NG_WORK_ONEHOP: ngDevWork.flags: a RING SIMPLE AllReduce work on exactly 2 ranks may run in one hop where its channel's share fits one FIFO slot: each rank sends its input, then reduces the peer's with its own (devicesrc/all_reduce.h); the ring's two steps otherwise.
+	WorkOnehop = 8
 	// DirectMaxRanks is NG_DIRECT_MAX_RANKS: most ranks DIRECT runs on (the kernel keeps every peer's buffer pointers in shared memory).
 	DirectMaxRanks = 32
 	// DirectOneshotBytes is NG_DIRECT_ONESHOT_BYTES: DIRECT AllReduce: a channel's share of at most this many bytes runs one-shot (every rank reduces all of it), a larger one two-shot.
