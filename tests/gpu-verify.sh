@@ -602,6 +602,8 @@ if has hosts && begin hosts; then
   #     rotated), HOSTS_JOBS (1: see MPS below) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
   #     processes, but at 3 hosts one process with two ranks, and at 4 hosts
   #     SHM (NCCL_P2P_DISABLE=1) joins them;
+  #     then uneven hosts (HOSTS_UNEVEN "3:2 5:3", processes:hosts, RING
+  #     and TREE × LL and SIMPLE);
   #  2. the kill test over HOSTS_KILL ("2x1 2x2": hosts x ranks per host),
   #     alone: the survivors must fail within 10 s naming the lost rank;
   #  3. nccl-tests all_reduce, all_gather, reduce_scatter (-c 1) on
@@ -691,6 +693,32 @@ if has hosts && begin hosts; then
             NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
           HP+=($!) HN+=("$name")
         done
+      done
+    done
+    # Uneven hosts, HOSTS_UNEVEN ("3:2 5:3": processes:hosts, one rank
+    # each, consecutive processes per host as hostOf splits them: 2+1 and
+    # 2+2+1): a host with one process beside hosts with two, so every
+    # collective of setup and every tuning decision must be the same on
+    # ranks that see different neighbourhoods. RING and TREE, LL and SIMPLE.
+    for ul in ${HOSTS_UNEVEN-3:2 5:3}; do
+      np=${ul%:*} h=${ul#*:}
+      for ap in ${HOSTS_UNEVEN_COMBOS:-RING/LL RING/SIMPLE TREE/LL TREE/SIMPLE}; do
+        algo=${ap%/*} proto=${ap#*/}
+        t1=${types[hi % 4]} t2=${types[(hi + 1) % 4]}; hi=$((hi + 1))
+        case $algo in
+          TREE) colls="AllReduce (Sum|Min|Max)|SendRecv ring" ;;
+          *) colls="AllReduce Sum|AllGather|ReduceScatter Sum|Broadcast|SendRecv ring" ;;
+        esac
+        name=u${np}on${h}-$algo-$proto
+        if (($(left) < 45)); then hnot="$hnot $name"; continue; fi
+        hosts_wait "$HJOBS"
+        if ((HJOBS == 1)) && ((${#HN[@]} > 0)) && [[ -n $(hosts_mps_why "$L/hosts/${HN[-1]}.log") ]]; then
+          echo "  ${HN[-1]}: $(hosts_mps_why "$L/hosts/${HN[-1]}.log" | cut -c1-60)...; restarting MPS"
+          mps_stop; mps_start || { hnot="$hnot $name(MPS restart failed)"; continue; }
+        fi
+        hosts_run "$name" "${HENV[@]}" NCCLGO_MP_NPROCS="$np" NCCLGO_MP_RANKS_PER_PROC=1 NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
+          NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
+        HP+=($!) HN+=("$name")
       done
     done
     # The NET layer through an NCCL net plugin (issue 24 item 3): the test

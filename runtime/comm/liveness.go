@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ncclgo/ncclgo/runtime/config"
@@ -11,41 +12,65 @@ import (
 	"github.com/ncclgo/ncclgo/runtime/transport/ipc"
 )
 
-// watchPeers starts rank's liveness watcher when some ranks run in other
-// processes (then every rank does: the decision is the same everywhere)
-// and connects it to the watchers of those ranks. It must run after the
-// flags are allocated: a report aborts the communicator at once.
+// watchPeers starts rank's liveness watcher when other processes of its
+// host run ranks of c, and connects it to the watchers of those ranks.
+// The exchange of the watchers' addresses is collective: every rank takes
+// part as soon as any host runs ranks in two processes, a rank with no
+// such peer of its own with an empty address (3 ranks on 2 hosts: the
+// rank alone on its host still joins its peers' exchange). It must run
+// after the flags are allocated: a report aborts the communicator at once.
 func (c *Engine) watchPeers(ctx context.Context, peers []transport.Peer) error {
 	rank := c.rank
 	// The watcher is a Unix socket: it reaches the processes of this host
 	// only. Ranks on other hosts are watched by their NET connections (the
 	// proxy reports a peer that vanishes: proxyFailed).
 	watched := func(p transport.Peer) bool { return p.Host == peers[rank].Host && !p.SameProcess(peers[rank]) }
-	multi := false
-	for _, p := range peers {
-		multi = multi || watched(p)
-	}
-	if !multi {
+	if !hostsShared(peers) {
 		return nil
 	}
-	w, err := ipc.NewWatcher(rank, len(peers), func(r int) { c.peerLost(&PeerLost{Rank: r, PID: peers[r].PID, Host: peers[r].Host}) })
-	if err != nil {
-		return err
+	addr := ""
+	if slices.ContainsFunc(peers, watched) {
+		w, err := ipc.NewWatcher(rank, len(peers), func(r int) { c.peerLost(&PeerLost{Rank: r, PID: peers[r].PID, Host: peers[r].Host}) })
+		if err != nil {
+			return err
+		}
+		c.watch = w
+		addr = w.Addr()
 	}
-	c.watch = w
-	names, err := c.net.AllGather(ctx, []byte(w.Addr()))
+	names, err := c.net.AllGather(ctx, []byte(addr))
 	if err != nil {
 		return fmt.Errorf("exchanging liveness sockets: %w", err)
 	}
+	if c.watch == nil {
+		return nil
+	}
+	w := c.watch
 	for p := rank + 1; p < len(peers); p++ {
 		if !watched(peers[p]) {
 			continue
+		}
+		if len(names[p]) == 0 {
+			return fmt.Errorf("exchanging liveness sockets: rank %d (%s) shares this host but published no watcher", p, peers[p])
 		}
 		if err := w.Dial(ctx, p, string(names[p])); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// hostsShared reports whether some host runs ranks of peers in two or
+// more processes: the same answer on every rank.
+func hostsShared(peers []transport.Peer) bool {
+	first := map[string]int{} // host -> a PID of it
+	for _, p := range peers {
+		if pid, ok := first[p.Host]; !ok {
+			first[p.Host] = p.PID
+		} else if pid != p.PID {
+			return true
+		}
+	}
+	return false
 }
 
 // proxyFailed handles the proxy losing a NET connection of c: its peer

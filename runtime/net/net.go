@@ -20,7 +20,11 @@
 // NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY select the devices;
 // NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD the data sockets of a
 // connection; NCCLGO_SOCKET_BUFSIZE their kernel buffers;
-// NCCLGO_SOCKET_SPLICE=1 lets a sender splice (vmsplice(2) + splice(2))
+// NCCLGO_SOCKET_CHUNK the smallest piece of a message on one of them;
+// NCCLGO_SOCKET_INLINE the largest message that rides the control socket
+// instead (default 64 KiB); NCCLGO_SOCKET_WAIT where a helper waits
+// on a data socket: "poller" (the default) in Go's poller, "ppoll" in
+// ppoll(2), holding its P; NCCLGO_SOCKET_SPLICE=1 lets a sender splice (vmsplice(2) + splice(2))
 // the chunks of buffers registered with RegMr into its data sockets
 // instead of copying them, 0 or unset writes them (the default). A
 // spliced buffer's bytes are read by the kernel until the receiver has

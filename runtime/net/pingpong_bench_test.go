@@ -19,13 +19,15 @@ import (
 //
 //	go test -run XXX -bench SocketPingPong ./runtime/net
 func BenchmarkSocketPingPong(b *testing.B) {
-	for _, inline := range []int{16 << 10, DefaultInline, MaxInline} {
-		for _, n := range []int{4 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
-			b.Run(fmt.Sprintf("inline=%dK/bytes=%d", inline>>10, n), func(b *testing.B) {
-				s, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", Inline: inline, HandshakeTimeout: 5 * time.Second})
-				require.NoError(b, err)
-				pingPong(b, s, n)
-			})
+	for _, wait := range []string{WaitPPoll, WaitPoller} {
+		for _, inline := range []int{16 << 10, DefaultInline, MaxInline} {
+			for _, n := range []int{4 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
+				b.Run(fmt.Sprintf("wait=%s/inline=%dK/bytes=%d", wait, inline>>10, n), func(b *testing.B) {
+					s, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", Inline: inline, Wait: wait, HandshakeTimeout: 5 * time.Second})
+					require.NoError(b, err)
+					pingPong(b, s, n)
+				})
+			}
 		}
 	}
 }

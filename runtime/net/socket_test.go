@@ -384,3 +384,33 @@ func TestSocketInlineFromEnvAndHello(t *testing.T) {
 	require.Eventually(t, func() bool { return len(l.(*socketListener).Rejected()) == 1 }, 5*time.Second, time.Millisecond)
 	assert.ErrorContains(t, l.(*socketListener).Rejected()[0], fmt.Sprintf("inline messages of up to %d KiB: want at most %d KiB", MaxInline>>10+1, MaxInline>>10))
 }
+
+// TestSocketWaitPoller runs the message, vanishing-peer and close checks
+// with the helpers waiting in Go's poller (NCCLGO_SOCKET_WAIT=poller, and
+// the default), one socket per thread (where it applies) and two (where
+// ppoll stays), and with NCCLGO_SOCKET_WAIT=ppoll.
+func TestSocketWaitPoller(t *testing.T) {
+	for _, tc := range []struct {
+		wait           string
+		threads, socks int
+	}{{WaitPoller, 1, 1}, {"", 4, 1}, {WaitPoller, 2, 2}, {WaitPPoll, 2, 1}} {
+		t.Run(fmt.Sprintf("%q/%dx%d", tc.wait, tc.threads, tc.socks), func(t *testing.T) {
+			n, err := NewSocket(SocketOptions{Interface: "lo", Family: "AF_INET", NThreads: tc.threads, NSocksPerThread: tc.socks, Wait: tc.wait, HandshakeTimeout: 5 * time.Second})
+			require.NoError(t, err)
+			sc, rc := pair(t, n)
+			want := tc.socks == 1 && tc.wait != WaitPPoll
+			require.Equal(t, want, sc.(*sendComm).poller, "the sender waits in the poller")
+			require.Equal(t, want, rc.(*recvComm).poller, "the receiver waits in the poller")
+			testMessages(t, n, goMem)
+			testVanishedSender(t, n, goMem)
+			testVanishedReceiver(t, n, goMem)
+			// Pending requests on both sides when closing.
+			_ = post(t, func() (Request, error) { return rc.Irecv(make([]byte, 10), 0, nil) })
+			_ = post(t, func() (Request, error) { return sc.Isend(make([]byte, 4<<20), 1, nil) })
+			require.NoError(t, sc.Close())
+			require.NoError(t, rc.Close())
+		})
+	}
+	_, err := SocketOptionsFromEnv(envmap.Getenv("NCCLGO_SOCKET_WAIT", "epoll"))
+	require.ErrorContains(t, err, `NCCLGO_SOCKET_WAIT="epoll": want "poller" (the default) or "ppoll"`)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	gonet "net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,12 +46,18 @@ const maxIov = 64
 // comm is what both sides share: sockets, helper goroutines, the first
 // error.
 type comm struct {
-	peer     string
-	ctrlFD   int   // the control socket, out of Go's poller (detach)
-	dataFD   []int // the data sockets, likewise
-	ndata    int
-	chunk    int // the smallest piece of a message on one data socket
-	inline   int // the largest message that goes on the control socket
+	peer   string
+	ctrlFD int   // the control socket, out of Go's poller (detach)
+	dataFD []int // the data sockets, likewise
+	ndata  int
+	chunk  int // the smallest piece of a message on one data socket
+	inline int // the largest message that goes on the control socket
+	// poller: the data sockets stay in Go's network poller (dataConn,
+	// dataRC) and a helper waits on its socket there, which gives its P
+	// back, rather than in ppoll (SocketOptions.Wait).
+	poller   bool
+	dataConn []*gonet.TCPConn
+	dataRC   []syscall.RawConn
 	nThreads int
 	helpers  []*helper
 	wg       sync.WaitGroup // the helpers
@@ -199,11 +206,29 @@ func detach(c *gonet.TCPConn) (int, error) {
 	return fd, nil
 }
 
+// keep is detach's counterpart for a data socket that stays in Go's
+// poller: it records the conn and returns its descriptor.
+func (c *comm) keep(s *gonet.TCPConn) (int, error) {
+	rc, err := s.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	c.dataConn, c.dataRC = append(c.dataConn, s), append(c.dataRC, rc)
+	return fd, nil
+}
+
 // newComm takes over ctrl and data: on success their descriptors are the
 // comm's, out of Go's poller (detach); on failure the caller still closes
 // them.
-func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, send, splice bool) (*comm, error) {
+func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, send, splice, poller bool) (*comm, error) {
 	c := &comm{peer: peer, nThreads: nThreads, ndata: len(data), chunk: chunk, inline: inline, ctrlFD: -1}
+	// Waiting in the poller needs one socket per helper: a goroutine
+	// parks on one descriptor's readiness.
+	c.poller = poller && len(data) == nThreads
 	if send && splice && len(data) > 0 {
 		c.openPipes(len(data))
 	}
@@ -240,10 +265,19 @@ func newComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, 
 	// The descriptors last: once one is detached its conn is closed.
 	fds := make([]int, 0, 1+len(data))
 	for i, s := range append([]*gonet.TCPConn{ctrl}, data...) {
-		fd, err := detach(s)
+		detachOrRaw := detach
+		if c.poller && i > 0 {
+			detachOrRaw = c.keep
+		}
+		fd, err := detachOrRaw(s)
 		if err != nil {
-			for _, fd := range fds {
-				_ = syscall.Close(fd)
+			for k, fd := range fds {
+				if k == 0 || !c.poller {
+					_ = syscall.Close(fd)
+				}
+			}
+			for _, dc := range c.dataConn {
+				_ = dc.Close()
 			}
 			c.closeHelpers()
 			c.closePipes()
@@ -339,8 +373,15 @@ func (c *comm) close() error {
 	c.closeHelpers()
 	c.closePipes()
 	var errs []error
-	for _, fd := range append([]int{c.ctrlFD}, c.dataFD...) {
-		errs = append(errs, syscall.Close(fd))
+	errs = append(errs, syscall.Close(c.ctrlFD))
+	if c.poller {
+		for _, dc := range c.dataConn {
+			errs = append(errs, dc.Close())
+		}
+	} else {
+		for _, fd := range c.dataFD {
+			errs = append(errs, syscall.Close(fd))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -616,20 +657,30 @@ func (h *helper) run() {
 		if busy {
 			continue
 		}
+		if !waiting && c.failed.Load() && slices.ContainsFunc(st, func(s chunkState) bool { return len(s.queue) > 0 }) {
+			continue // drop what is held (above) before parking
+		}
 		if !waiting {
 			// Nothing on a socket: park on the queue, which gives the
 			// goroutine's P back. A helper asleep in a system call keeps
 			// its P until sysmon takes it (up to 10 ms when the process
 			// has been quiet), so with helpers idle in ppoll a process of
 			// few Ps left its runnable goroutines, the proxy among them,
-			// waiting for milliseconds (BenchmarkSocketPingPong: chunked
-			// messages 1.5–8 ms a round trip on 2 CPUs).
+			// waiting for milliseconds (BenchmarkSocketPingPong: a chunked
+			// 32 KiB round trip 2.0–2.3 ms on 2 CPUs, 84–121 µs parked).
 			t, ok := <-h.q
 			if !ok {
 				open = false
 			} else {
 				add(t)
 			}
+			continue
+		}
+		if c.poller {
+			// One socket (newComm): park until it is ready. Close and
+			// fail shut the socket down, which makes it ready.
+			h.waitPoller()
+			st[0].blocked = false
 			continue
 		}
 		// Sleep on the sockets that wait and the wake pipe.
@@ -675,6 +726,30 @@ func (h *helper) run() {
 				break
 			}
 		}
+	}
+}
+
+// waitPoller parks until the helper's one data socket is readable (a
+// receiving helper) or writable (a sending one), through Go's poller.
+func (h *helper) waitPoller() {
+	rc := h.c.dataRC[h.socks[0]]
+	ev := int16(pollIn)
+	if h.send {
+		ev = pollOut
+	}
+	// The poller forgets an edge that came before the wait began (the
+	// raw conn resets it), so each call looks at the socket itself: a
+	// zero-timeout ppoll, true when it is ready or shut down.
+	fds := []pollFd{{events: ev}}
+	ready := func(fd uintptr) bool {
+		fds[0].fd = int32(fd)
+		ppoll(fds, 0)
+		return fds[0].revents != 0
+	}
+	if h.send {
+		_ = rc.Write(ready)
+	} else {
+		_ = rc.Read(ready)
 	}
 }
 
@@ -863,8 +938,8 @@ type ctrlOut struct {
 	req     *request
 }
 
-func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, splice bool) (*sendComm, error) {
-	c, err := newComm(peer, ctrl, data, nThreads, bufSize, chunk, inline, true, splice)
+func newSendComm(peer string, ctrl *gonet.TCPConn, data []*gonet.TCPConn, nThreads, bufSize, chunk, inline int, splice, poller bool) (*sendComm, error) {
+	c, err := newComm(peer, ctrl, data, nThreads, bufSize, chunk, inline, true, splice, poller)
 	if err != nil {
 		return nil, err
 	}
@@ -963,8 +1038,8 @@ type posted struct {
 	req *request
 }
 
-func newRecvComm(g *pendingComm, bufSize int) (*recvComm, error) {
-	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, g.chunk, g.inline, false, false)
+func newRecvComm(g *pendingComm, bufSize int, poller bool) (*recvComm, error) {
+	c, err := newComm(g.ctrl.RemoteAddr().String(), g.ctrl, g.data, g.nThreads, bufSize, g.chunk, g.inline, false, false, poller)
 	if err != nil {
 		return nil, err
 	}

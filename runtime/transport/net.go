@@ -668,7 +668,7 @@ type netConn struct {
 	llSizes    bool     // the kernels publish LL size words (ConnStepSizes)
 	llStep     [][generated.Steps]uint64
 	llCursor   [][generated.Steps]int // lines shipped, per slot
-	llReady    [][generated.Steps]int // lines seen ready from llCursor on, held back (llHoldLines)
+	llHeld     [][generated.Steps]int // end of the lines seen ready from llCursor on and held back (llHoldLines)
 	llSeen     []map[uint64]bool
 	posted     []uint64 // steps below have some bytes queued, per connection
 	creditReq  ncclnet.Request
@@ -755,7 +755,7 @@ func (c *netConn) initState() {
 	c.llDone = make([]uint64, c.nconn)
 	c.llStep = make([][generated.Steps]uint64, c.nconn)
 	c.llCursor = make([][generated.Steps]int, c.nconn)
-	c.llReady = make([][generated.Steps]int, c.nconn)
+	c.llHeld = make([][generated.Steps]int, c.nconn)
 	c.llSeen = make([]map[uint64]bool, c.nconn)
 	for i := range c.llSeen {
 		c.llSeen[i] = map[uint64]bool{}
@@ -1197,7 +1197,7 @@ func (c *netConn) progressSend() (bool, error) {
 		for s := max(head, c.simpleDone[i], c.llDone[i]); s < head+generated.Steps; s++ {
 			k := s % generated.Steps
 			if c.llStep[i][k] != s {
-				c.llStep[i][k], c.llCursor[i][k], c.llReady[i][k] = s, 0, 0
+				c.llStep[i][k], c.llCursor[i][k], c.llHeld[i][k] = s, 0, 0
 			}
 			c.stats.llLooks++
 			lines, known := int(llSlot/16), false
@@ -1227,7 +1227,7 @@ func (c *netConn) progressSend() (bool, error) {
 			slot := c.slot(i, 0, s)[:lines*16]
 			f := llFlag(s)
 			cur := c.llCursor[i][k]
-			end := max(cur, c.llReady[i][k])
+			end := max(cur, c.llHeld[i][k])
 			for end*16 < len(slot) && llReady(slot[end*16:], f) {
 				end++
 			}
@@ -1235,10 +1235,10 @@ func (c *netConn) progressSend() (bool, error) {
 				// The rest of a step of known size is on its way: hold
 				// what is ready rather than pay a message for a piece
 				// (the kernel writes a step's lines all at once).
-				c.llReady[i][k] = end
+				c.llHeld[i][k] = end
 				break
 			}
-			c.llReady[i][k] = 0
+			c.llHeld[i][k] = 0
 			if end > cur {
 				if now.IsZero() {
 					now = time.Now()
