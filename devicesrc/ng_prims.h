@@ -247,7 +247,15 @@ struct ngPrims {
       bool ok = true;
 #pragma unroll
       for (int k = 0; k < MaxSend; k++)
-        if (k < ns && g.tid == k && send[k].step >= NG_STEPS) ok = ngWaitGE(sh, send[k].head(), send[k].step + 1 - NG_STEPS) && ok;
+        if (k < ns && g.tid == k) {
+          // head's load goes out before step's value is needed (the
+          // constructor's load of it may still be in flight), so that the
+          // credit check costs no round trip after it; a short head
+          // sends the thread back to memory (ngWaitGE).
+          const uint64_t seen = ngLdVolatile(send[k].head());
+          if (send[k].step >= NG_STEPS && seen < send[k].step + 1 - NG_STEPS)
+            ok = ngWaitGE(sh, send[k].head(), send[k].step + 1 - NG_STEPS) && ok;
+        }
       if (Proto == NG_PROTO_LL) {
         // NET: the step's size word, visible before any of its lines (the
         // slot's previous word, of step-NG_STEPS, was shipped: head passed it).
