@@ -312,18 +312,31 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	// The same with every other rank's stream busy: each joins the launch
-	// (a record and a wait before it).
+	// (a record and a wait before it), asked whether it is busy only every
+	// joinQueryEvery-th launch (so, with no query, no capture-mode switch).
 	d.Set("stream_busy", 1)
-	{
-		es := countEngines(t, ctx, fn, 2, 2)
-		ss := []*cuda.Stream{stream(), stream()}
-		got["2 ranks busy"] = measure(t, d, func() error {
+	for _, n := range []int{2, 8} {
+		es := countEngines(t, ctx, fn, n, n)
+		ss := make([]*cuda.Stream, n)
+		for r := range ss {
+			ss[r] = stream()
+		}
+		run := func() error {
 			ls, err := groupOf(es, ss)
 			if err != nil {
 				return err
 			}
 			return AdmitAndRun(ls)
-		})
+		}
+		got[fmt.Sprintf("%d ranks busy", n)] = measure(t, d, run)
+		d.Reset()
+		for range 2 * joinQueryEvery {
+			require.NoError(t, run())
+		}
+		c := d.Counts()
+		assert.Equal(t, 2*(n-1), c["cuStreamQuery"], "%d ranks busy: each other stream asked once per %d launches", n, joinQueryEvery)
+		assert.Equal(t, 2*joinQueryEvery*n, c["cuEventRecord"], "%d ranks busy: every launch joins every other stream, and records the set's completion", n)
+		assert.Equal(t, 2*joinQueryEvery*2*(n-1), c["cuStreamWaitEvent"], "%d ranks busy: every launch joins every other stream before and after", n)
 	}
 	d.Set("stream_busy", 0)
 	// Under CUDA graph capture every launch takes the general path: the
@@ -344,7 +357,7 @@ func driverCallsChild(t *testing.T, lib string) {
 		})
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -359,9 +372,12 @@ func driverCallsChild(t *testing.T, lib string) {
 		"2 processes":           {4, 1},
 		// Branch setevent: one completion record per multi-rank launch
 		// (the set's event), not one per rank (were 10, 34, 12 and 5).
-		"2 ranks merged":   {9, 1},
-		"8 ranks merged":   {27, 1},
-		"2 ranks busy":     {11, 1},
+		"2 ranks merged": {9, 1},
+		"8 ranks merged": {27, 1},
+		// Busy streams are joined without asking (joinQueryEvery): the
+		// query and the mode switches around it went (were 11 and 41).
+		"2 ranks busy":     {8, 1},
+		"8 ranks busy":     {32, 1},
 		"2 ranks 1 stream": {4, 1},
 		// Branch launchcut: a captured launch asked twice whether its
 		// stream was being captured, and made a cgo call per driver call

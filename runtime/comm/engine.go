@@ -86,13 +86,16 @@ type Engine struct {
 	aborted   atomic.Bool
 	life      lifetime                // ends at Abort: the bootstrap waits of Split and Shrink
 	events    map[uintptr]launchEvent // last launch per stream
-	beside    besideRecords           // captured records beside their chains (capture.go)
-	grace     time.Duration           // Destroy's wait for kernels to react to an abort (0: abortGrace)
-	res       residencyState          // guarded by mu (residency.go)
-	lanes     laneState               // guarded by mu (lane.go)
-	multi     uint64                  // launches this rank shared with other ranks (onelaunch.go); guarded by mu
-	ops       cuda.Ops                // the driver calls of run and runMulti, queued in one (guarded by mu)
-	split     splitState              // Split and Shrink (split.go)
+	// joinBusy remembers the streams that a multi-rank launch's join last
+	// found busy (onelaunch.go: joinSkipsQuery), under mu.
+	joinBusy map[uintptr]uint8
+	beside   besideRecords  // captured records beside their chains (capture.go)
+	grace    time.Duration  // Destroy's wait for kernels to react to an abort (0: abortGrace)
+	res      residencyState // guarded by mu (residency.go)
+	lanes    laneState      // guarded by mu (lane.go)
+	multi    uint64         // launches this rank shared with other ranks (onelaunch.go); guarded by mu
+	ops      cuda.Ops       // the driver calls of run and runMulti, queued in one (guarded by mu)
+	split    splitState     // Split and Shrink (split.go)
 
 	// sets are the completion events of the multi-rank launch sets the
 	// rank was launched in (setevent.go), held until Destroy; guarded by

@@ -334,16 +334,20 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		return true, err // nothing queued
 	}
 	// joinBefore: a failure stops everything (nothing is launched).
-	type join struct{ wait, query int } // indexes in o, -1 for none
+	type join struct{ wait, query, rec int } // indexes in o, -1 for none
 	before := make([]join, 0, 8)
 	for i, r := range rs {
-		j := join{wait: -1, query: -1}
+		j := join{wait: -1, query: -1, rec: -1}
 		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
 		}
 		if i > 0 && r.h != h0 {
-			j.query = o.Query(r.stream, cuda.OpStop)
-			o.Record(r.ev, r.stream, false, cuda.OpStop|cuda.OpIfBusy)
+			if ls[i].Engine.joinSkipsQuery(r.h) {
+				j.rec = o.Record(r.ev, r.stream, false, cuda.OpStop)
+			} else {
+				j.query = o.Query(r.stream, cuda.OpStop)
+				j.rec = o.Record(r.ev, r.stream, false, cuda.OpStop|cuda.OpIfBusy)
+			}
 			o.WaitEvent(s0, r.ev, false, cuda.OpStop|cuda.OpIfPrevOK)
 		}
 		before = append(before, j)
@@ -386,18 +390,23 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 				return true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
 			}
 		}
-		if j.query < 0 {
+		if j.rec < 0 {
 			continue
 		}
-		if err := o.Err(j.query); err != nil {
-			return true, fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
+		busy := true // joined without asking
+		if j.query >= 0 {
+			if err := o.Err(j.query); err != nil {
+				return true, fmt.Errorf("ncclgo: rank %d: querying stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
+			}
+			busy = o.Busy(j.query)
 		}
-		if err := o.Err(j.query + 1); err != nil && o.Busy(j.query) {
+		if err := o.Err(j.rec); err != nil && busy {
 			return true, fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
 		}
-		if err := o.Err(j.query + 2); err != nil && o.Busy(j.query) {
+		if err := o.Err(j.rec + 1); err != nil && busy {
 			return true, fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.h, err)
 		}
+		ls[i].Engine.noteJoin(r.h, j.query >= 0, busy)
 	}
 	var errs []error
 	if err := o.Err(li); err != nil {
@@ -435,6 +444,41 @@ func (e *Engine) eventOn(stream *cuda.Stream, h uintptr) (*cuda.Event, error) {
 		return ev, nil
 	}
 	return e.eventFor(stream)
+}
+
+// joinQueryEvery bounds how long a stream's join goes without asking:
+// once a query found the stream busy, the next joinQueryEvery-1 joins of
+// it record and wait at once (the two calls a busy stream needs anyway)
+// instead of asking first, and the one after asks again. Back-to-back
+// calls keep the other ranks' streams busy (each waits on the previous
+// launch), so the query was a wasted driver call per stream there, and
+// with none left the capture-mode switch around the queries goes too.
+// A stream that turned idle costs one needless record and wait until it
+// is asked again.
+const joinQueryEvery = 16
+
+// joinSkipsQuery reports whether the join of stream h joins it without
+// asking whether it is busy. Under e.mu.
+func (e *Engine) joinSkipsQuery(h uintptr) bool { return e.joinBusy[h] > 0 }
+
+// noteJoin records how the join of stream h went: asked (queried) and
+// found busy or idle, or joined without asking. Under e.mu.
+func (e *Engine) noteJoin(h uintptr, queried, busy bool) {
+	switch {
+	case queried && busy:
+		if e.joinBusy == nil || len(e.joinBusy) >= 64 {
+			e.joinBusy = map[uintptr]uint8{} // streams come and go: forget them all now and then
+		}
+		e.joinBusy[h] = 1
+	case queried:
+		delete(e.joinBusy, h)
+	case e.joinBusy[h] > 0:
+		if n := e.joinBusy[h] + 1; n < joinQueryEvery {
+			e.joinBusy[h] = n
+		} else {
+			delete(e.joinBusy, h) // ask next time
+		}
+	}
 }
 
 // rankSync is what joining a rank's stream to a multi-rank launch needs.
