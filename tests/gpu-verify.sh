@@ -592,7 +592,7 @@ if has hosts && begin hosts; then
   # (GPU 0) under MPS; NET (TCP over HOSTS_IFNAME, lo) joins the hosts, P2P
   # or SHM the ranks of one host. Three parts:
   #  1. the matrix: TestMultiProcess -test.short with NCCLGO_MP_HOSTS in
-  #     HOSTS_LIST (2 3 4) × ranks per host HOSTS_RPH (1 2) × HOSTS_COMBOS
+  #     HOSTS_LIST (2 3 4; empty: no matrix) × ranks per host HOSTS_RPH (1 2) × HOSTS_COMBOS
   #     (NCCL_ALGO/NCCL_PROTO forced; "LL128" is NCCL_PROTO=LL128 with RING
   #     at one rank per host and TREE at two: the collectives must all be
   #     refused with ErrNoChoice, LL128 being off across NET; PAT only at
@@ -602,8 +602,9 @@ if has hosts && begin hosts; then
   #     rotated), HOSTS_JOBS (1: see MPS below) runs at a time, counts HOSTS_COUNTS ("1|1001|65539"). Two ranks per host are two
   #     processes, but at 3 hosts one process with two ranks, and at 4 hosts
   #     SHM (NCCL_P2P_DISABLE=1) joins them;
-  #     then uneven hosts (HOSTS_UNEVEN "3:2 5:3", processes:hosts, RING
-  #     and TREE × LL and SIMPLE);
+  #     then uneven layouts (HOSTS_UNEVEN "3:2 5:3 2,1:2 1,2,1:2 2,1:1":
+  #     processes:hosts, or ranks of each process:hosts; RING and TREE ×
+  #     LL and SIMPLE);
   #  2. the kill test over HOSTS_KILL ("2x1 2x2": hosts x ranks per host),
   #     alone: the survivors must fail within 10 s naming the lost rank;
   #  3. nccl-tests all_reduce, all_gather, reduce_scatter (-c 1) on
@@ -664,7 +665,7 @@ if has hosts && begin hosts; then
         echo "CUDA_ERROR_ILLEGAL_ADDRESS: this run's or, with HOSTS_JOBS>1, a concurrent run's client faulted (under MPS every client gets the fault)"
       fi
     }
-    for h in ${HOSTS_LIST:-2 3 4}; do
+    for h in ${HOSTS_LIST-2 3 4}; do
       for rph in ${HOSTS_RPH:-1 2}; do
         if ((rph == 1)); then place=(NCCLGO_MP_NPROCS=$h NCCLGO_MP_RANKS_PER_PROC=1)
         elif ((h == 3)); then place=(NCCLGO_MP_NPROCS=$h NCCLGO_MP_RANKS_PER_PROC=$rph)
@@ -695,13 +696,17 @@ if has hosts && begin hosts; then
         done
       done
     done
-    # Uneven hosts, HOSTS_UNEVEN ("3:2 5:3": processes:hosts, one rank
-    # each, consecutive processes per host as hostOf splits them: 2+1 and
-    # 2+2+1): a host with one process beside hosts with two, so every
-    # collective of setup and every tuning decision must be the same on
-    # ranks that see different neighbourhoods. RING and TREE, LL and SIMPLE.
-    for ul in ${HOSTS_UNEVEN-3:2 5:3}; do
+    # Uneven layouts, HOSTS_UNEVEN ("3:2 5:3 2,1:2 1,2,1:2 2,1:1"):
+    # PROCS:HOSTS, one rank per process, consecutive processes per host
+    # as hostOf splits them (2+1, 2+2+1), or RANKS,RANKS,...:HOSTS, the
+    # ranks of each process (2,1 on 2 hosts: a process of two ranks beside
+    # a process of one; on 1 host, the real one): every collective of
+    # setup and every tuning decision must be the same on ranks that see
+    # different neighbourhoods. RING and TREE, LL and SIMPLE.
+    for ul in ${HOSTS_UNEVEN-3:2 5:3 2,1:2 1,2,1:2 2,1:1}; do
       np=${ul%:*} h=${ul#*:}
+      if [[ $np == *,* ]]; then place=(NCCLGO_MP_RANKS_PER_PROC="$np")
+      else place=(NCCLGO_MP_NPROCS="$np" NCCLGO_MP_RANKS_PER_PROC=1); fi
       for ap in ${HOSTS_UNEVEN_COMBOS:-RING/LL RING/SIMPLE TREE/LL TREE/SIMPLE}; do
         algo=${ap%/*} proto=${ap#*/}
         t1=${types[hi % 4]} t2=${types[(hi + 1) % 4]}; hi=$((hi + 1))
@@ -709,14 +714,14 @@ if has hosts && begin hosts; then
           TREE) colls="AllReduce (Sum|Min|Max)|SendRecv ring" ;;
           *) colls="AllReduce Sum|AllGather|ReduceScatter Sum|Broadcast|SendRecv ring" ;;
         esac
-        name=u${np}on${h}-$algo-$proto
+        name=u${np//,/-}on${h}-$algo-$proto
         if (($(left) < 45)); then hnot="$hnot $name"; continue; fi
         hosts_wait "$HJOBS"
         if ((HJOBS == 1)) && ((${#HN[@]} > 0)) && [[ -n $(hosts_mps_why "$L/hosts/${HN[-1]}.log") ]]; then
           echo "  ${HN[-1]}: $(hosts_mps_why "$L/hosts/${HN[-1]}.log" | cut -c1-60)...; restarting MPS"
           mps_stop; mps_start || { hnot="$hnot $name(MPS restart failed)"; continue; }
         fi
-        hosts_run "$name" "${HENV[@]}" NCCLGO_MP_NPROCS="$np" NCCLGO_MP_RANKS_PER_PROC=1 NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
+        hosts_run "$name" "${HENV[@]}" "${place[@]}" NCCLGO_MP_HOSTS="$h" NCCL_ALGO="$algo" NCCL_PROTO="$proto" \
           NCCLGO_MP_CASES="^($colls) ($t1|$t2) count=(${HOSTS_COUNTS:-1|1001|65539})\$" &
         HP+=($!) HN+=("$name")
       done
@@ -773,7 +778,7 @@ if has hosts && begin hosts; then
     # that a matrix run left faulted refuses clients, and killing a client
     # mid-kernel may itself fault the server's other clients (the
     # survivors), so the server is not reused after it either.
-    for kp in ${HOSTS_KILL:-2x1 2x2}; do
+    for kp in ${HOSTS_KILL-2x1 2x2}; do
       h=${kp%x*} rph=${kp#*x}
       mps_stop; mps_start || { hres="$hres; kill $kp: FAIL(MPS restart failed)"; hbad=1; continue; }
       bt -C tests "hosts/kill-$kp" 120 env "${HENV[@]}" NCCLGO_MP_HOSTS="$h" NCCLGO_MP_NPROCS=$((h * rph)) \
@@ -794,7 +799,7 @@ if has hosts && begin hosts; then
       hres="$hres; nccl-tests: skipped (no mpirun/mpicc)"
     else
       nts="tests: ${HOSTS_NT_TESTS:-all_reduce all_gather reduce_scatter}"
-      for np_ in ${HOSTS_NT_NP:-2 4}; do
+      for np_ in ${HOSTS_NT_NP-2 4}; do
         rm -f "$SRC"/*_ncclgo.log "$SRC"/*_nccl.log
         # A GPU per process: beside the machine's NCCL over its socket
         # transport; else all on GPU 0 under MPS, ncclgo alone.

@@ -60,7 +60,7 @@ func TestMultiProcessCaseFilter(t *testing.T) {
 // for a ring over the ranks with the given transport per pair, the result
 // lines, and MPSKIP lines for the skipped cases.
 func mpFakeOutputs(l mpLayout, via func(from, to int) string, run []mpCase, skip func(c mpCase) string) []string {
-	n := l.nProcs * l.perProc
+	n := l.nRanks()
 	outs := make([]string, l.nProcs)
 	skipped := 0
 	var skips strings.Builder
@@ -72,11 +72,11 @@ func mpFakeOutputs(l mpLayout, via func(from, to int) string, run []mpCase, skip
 	}
 	for p := range l.nProcs {
 		var b strings.Builder
-		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+		for r := l.first(p); r < l.first(p)+l.count(p); r++ {
 			fmt.Fprintf(&b, "MPVIA from=%d to=%d via=%s\n", r, (r+1)%n, via(r, (r+1)%n))
 		}
 		b.WriteString(skips.String())
-		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+		for r := l.first(p); r < l.first(p)+l.count(p); r++ {
 			fmt.Fprintf(&b, "%s rank=%d pid=%d cases=%d skipped=%d failed=0\n", mpResultLine, r, 100+p, len(run), skipped)
 		}
 		outs[p] = b.String()
@@ -122,6 +122,20 @@ func TestMultiProcessCheckHosts(t *testing.T) {
 	}
 	_, err = mpCheckHosts(l1, sel("", ""), run, outs)
 	assert.ErrorContains(t, err, "no connection inside a host")
+	// Uneven: process 0 has ranks 0 and 1 (host 0), process 1 rank 2
+	// (host 1); P2P inside process 0, NET to and from rank 2.
+	lu := mpLayout{nProcs: 2, counts: []int{2, 1}, hosts: 2}
+	uhost := func(r int) int { return lu.hostOf(lu.procOf(r)) }
+	urun := mpFilter(mpCases(3, true), regexp.MustCompile(`Float32 count=1$`))
+	summary, err = mpCheckHosts(lu, sel("", ""), urun, mpFakeOutputs(lu, func(from, to int) string {
+		if uhost(from) != uhost(to) {
+			return "NET/Socket"
+		}
+		return "P2P/direct"
+	}, urun, none))
+	require.NoError(t, err)
+	assert.Contains(t, summary, "NET/Socket×2")
+	assert.Contains(t, summary, "P2P/direct×1")
 
 	// TREE forced: only AllReduce (and Send/Recv) run; the rest are skipped
 	// with tune.ErrNoChoice: fine.
@@ -176,4 +190,30 @@ func TestMultiProcessCheckHosts(t *testing.T) {
 	assert.True(t, sel("", "LL128").ll128Only())
 	assert.False(t, sel("", "LL128,Simple").ll128Only())
 	assert.False(t, sel("", "").ll128Only())
+}
+
+func TestMultiProcessRanksPerProc(t *testing.T) {
+	l, err := mpRanksPerProc("", "")
+	require.NoError(t, err)
+	assert.Equal(t, 2, l.nProcs)
+	assert.Equal(t, 2, l.nRanks())
+	l, err = mpRanksPerProc("2", "3")
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 2, 4}, []int{l.first(0), l.first(1), l.first(2)})
+	assert.Equal(t, 6, l.nRanks())
+	assert.Equal(t, 2, l.procOf(5))
+	assert.Equal(t, "2", l.ranksDesc())
+	l, err = mpRanksPerProc("1, 2,1", "")
+	require.NoError(t, err)
+	assert.Equal(t, 3, l.nProcs)
+	assert.Equal(t, []int{0, 1, 3}, []int{l.first(0), l.first(1), l.first(2)})
+	assert.Equal(t, []int{0, 1, 1, 2}, []int{l.procOf(0), l.procOf(1), l.procOf(2), l.procOf(3)})
+	assert.Equal(t, 4, l.nRanks())
+	assert.Equal(t, "1,2,1", l.ranksDesc())
+	_, err = mpRanksPerProc("2,1", "3")
+	assert.ErrorContains(t, err, `NCCLGO_MP_RANKS_PER_PROC="2,1" gives 2 processes, NCCLGO_MP_NPROCS=3`)
+	_, err = mpRanksPerProc("2,0", "")
+	assert.ErrorContains(t, err, "want ranks per process (at least 1)")
+	_, err = mpRanksPerProc("", "zero")
+	assert.ErrorContains(t, err, `NCCLGO_MP_NPROCS="zero"`)
 }

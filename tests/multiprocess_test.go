@@ -6,7 +6,10 @@ package tests
 // bootstrap root and checks what the children print.
 //
 //	NCCLGO_MP_NPROCS          processes (default 2)
-//	NCCLGO_MP_RANKS_PER_PROC  ranks in each process (default 1)
+//	NCCLGO_MP_RANKS_PER_PROC  ranks in each process (default 1), or a list
+//	                          of them, one per process ("2,1": process 0 has
+//	                          ranks 0 and 1, process 1 rank 2; then
+//	                          NCCLGO_MP_NPROCS, when set, must agree)
 //	NCCLGO_TEST_DEVICES       device ordinals; process p and all its ranks
 //	                          run on the (p mod len)-th (default "0": then
 //	                          the processes share GPU 0, which needs MPS)
@@ -127,10 +130,58 @@ func envInt(t *testing.T, name string, def int) int {
 // mpLayout is the placement of the ranks on processes and devices.
 type mpLayout struct {
 	nProcs, perProc int
-	devs            []int // per process
+	// counts are the ranks of each process where they differ
+	// (NCCLGO_MP_RANKS_PER_PROC="2,1"); nil: perProc each.
+	counts []int
+	devs   []int // per process
 	// hosts is the number of fake hosts (NCCLGO_MP_HOSTS); below 2 the
 	// processes keep the environment's NCCL_HOSTID.
 	hosts int
+}
+
+// count is the number of ranks of process p.
+func (l mpLayout) count(p int) int {
+	if l.counts != nil {
+		return l.counts[p]
+	}
+	return l.perProc
+}
+
+// first is the first rank of process p (its ranks are consecutive).
+func (l mpLayout) first(p int) int {
+	if l.counts == nil {
+		return p * l.perProc
+	}
+	f := 0
+	for _, c := range l.counts[:p] {
+		f += c
+	}
+	return f
+}
+
+// nRanks is the number of ranks of all processes.
+func (l mpLayout) nRanks() int { return l.first(l.nProcs) }
+
+// procOf is the process of rank r.
+func (l mpLayout) procOf(r int) int {
+	for p := range l.nProcs {
+		if r < l.first(p)+l.count(p) {
+			return p
+		}
+	}
+	return l.nProcs
+}
+
+// ranksDesc is the ranks per process for a log line: "2" or "2,1".
+func (l mpLayout) ranksDesc() string {
+	if l.counts == nil {
+		return strconv.Itoa(l.perProc)
+	}
+	parts := make([]string, len(l.counts))
+	for i, c := range l.counts {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, ",")
 }
 
 // hostOf is the fake host of process p: blocks of consecutive processes,
@@ -157,9 +208,9 @@ func (l mpLayout) hostEnv(p, pid int, base string) []string {
 }
 
 func mpPlacement(t *testing.T) mpLayout {
-	l := mpLayout{nProcs: envInt(t, "NCCLGO_MP_NPROCS", 2), perProc: envInt(t, "NCCLGO_MP_RANKS_PER_PROC", 1), hosts: envInt(t, mpEnvHosts, 0)}
-	require.GreaterOrEqual(t, l.nProcs, 1)
-	require.GreaterOrEqual(t, l.perProc, 1)
+	l, err := mpRanksPerProc(os.Getenv("NCCLGO_MP_RANKS_PER_PROC"), os.Getenv("NCCLGO_MP_NPROCS"))
+	require.NoError(t, err)
+	l.hosts = envInt(t, mpEnvHosts, 0)
 	if l.hosts < 0 || l.hosts > l.nProcs {
 		t.Fatalf("%s=%d: want 0 (no fake hosts) to NCCLGO_MP_NPROCS=%d", mpEnvHosts, l.hosts, l.nProcs)
 	}
@@ -184,6 +235,42 @@ func mpPlacement(t *testing.T) mpLayout {
 			l.nProcs, l.devs, shared)
 	}
 	return l
+}
+
+// mpRanksPerProc parses NCCLGO_MP_RANKS_PER_PROC (per, default 1: a count
+// for every process, or a comma-separated count per process) and
+// NCCLGO_MP_NPROCS (procs, default 2, or the list's length).
+func mpRanksPerProc(per, procs string) (mpLayout, error) {
+	l := mpLayout{nProcs: 2, perProc: 1}
+	per, procs = strings.TrimSpace(per), strings.TrimSpace(procs)
+	if procs != "" {
+		n, err := strconv.Atoi(procs)
+		if err != nil || n < 1 {
+			return l, fmt.Errorf("NCCLGO_MP_NPROCS=%q: want a process count of at least 1", procs)
+		}
+		l.nProcs = n
+	}
+	if per == "" {
+		return l, nil
+	}
+	fields := strings.Split(per, ",")
+	counts := make([]int, len(fields))
+	for i, f := range fields {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return l, fmt.Errorf("NCCLGO_MP_RANKS_PER_PROC=%q: want ranks per process (at least 1), one count or one per process", per)
+		}
+		counts[i] = c
+	}
+	if len(counts) == 1 {
+		l.perProc = counts[0]
+		return l, nil
+	}
+	if procs != "" && l.nProcs != len(counts) {
+		return l, fmt.Errorf("NCCLGO_MP_RANKS_PER_PROC=%q gives %d processes, NCCLGO_MP_NPROCS=%s", per, len(counts), procs)
+	}
+	l.nProcs, l.counts = len(counts), counts
+	return l, nil
 }
 
 // mpDevices parses NCCLGO_TEST_DEVICES (default "0").
@@ -267,8 +354,8 @@ func mpStart(t *testing.T, ctx context.Context, l mpLayout, role string, extra .
 		cmd := mpCommand(ctx, "-test.run=^TestMultiProcessChild$", "-test.count=1", "-test.v", "-test.timeout="+mpChildTimes(ctx).Child.String())
 		hostEnv := l.hostEnv(p, os.Getpid(), os.Getenv(envHostID))
 		cmd.Env = append(append(append(env[:len(env):len(env)], extra...), hostEnv...),
-			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(p*l.perProc),
-			mpEnvNRanks+"="+strconv.Itoa(l.nProcs*l.perProc), mpEnvLocal+"="+strconv.Itoa(l.perProc),
+			mpEnvRole+"="+role, mpEnvID+"="+id.String(), mpEnvRank+"="+strconv.Itoa(l.first(p)),
+			mpEnvNRanks+"="+strconv.Itoa(l.nRanks()), mpEnvLocal+"="+strconv.Itoa(l.count(p)),
 			mpEnvDevice+"="+strconv.Itoa(l.devs[p]), mpEnvDir+"="+dir, mpEnvShort+"="+strconv.FormatBool(testing.Short()),
 			mpEnvParent+"="+strconv.Itoa(os.Getpid()))
 		k := startChild(t, cmd)
@@ -289,9 +376,9 @@ func TestMultiProcess(t *testing.T) {
 	mpGPU(t)
 	l := mpPlacement(t)
 	filter := mpCaseFilter(t)
-	run := mpFilter(mpCases(l.nProcs*l.perProc, testing.Short()), filter)
+	run := mpFilter(mpCases(l.nRanks(), testing.Short()), filter)
 	if len(run) == 0 {
-		t.Fatalf("%s=%q matches none of the suite's cases for %d ranks", mpEnvCases, filter, l.nProcs*l.perProc)
+		t.Fatalf("%s=%q matches none of the suite's cases for %d ranks", mpEnvCases, filter, l.nRanks())
 	}
 	sel := mpSelections(t)
 	if l.hosts >= 2 {
@@ -314,7 +401,7 @@ func TestMultiProcess(t *testing.T) {
 			failed = append(failed, fmt.Sprintf("process %d: %v", p, err))
 			continue
 		}
-		for r := p * l.perProc; r < (p+1)*l.perProc; r++ {
+		for r := l.first(p); r < l.first(p)+l.count(p); r++ {
 			if !regexp.MustCompile(fmt.Sprintf(`%s rank=%d pid=\d+ cases=\d+ skipped=\d+ failed=0`, mpResultLine, r)).MatchString(outs[p]) {
 				failed = append(failed, fmt.Sprintf("process %d: no clean %s line for rank %d", p, mpResultLine, r))
 			}
@@ -327,13 +414,13 @@ func TestMultiProcess(t *testing.T) {
 		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP", "MPWIN"))
 	}
 	if os.Getenv(mpEnvWindows) == "vmm" && l.hosts < 2 {
-		require.NoError(t, mpCheckWindows(outs, l.nProcs*l.perProc))
+		require.NoError(t, mpCheckWindows(outs, l.nRanks()))
 	}
 	if l.hosts >= 2 {
 		summary, err := mpCheckHosts(l, sel, run, outs)
 		require.NoError(t, err)
-		t.Logf("MPHOSTS hosts=%d procs=%d ranks/proc=%d NCCL_ALGO=%q NCCL_PROTO=%q %s in %v",
-			l.hosts, l.nProcs, l.perProc, os.Getenv("NCCL_ALGO"), os.Getenv("NCCL_PROTO"), summary, time.Since(start).Round(time.Millisecond))
+		t.Logf("MPHOSTS hosts=%d procs=%d ranks/proc=%s NCCL_ALGO=%q NCCL_PROTO=%q %s in %v",
+			l.hosts, l.nProcs, l.ranksDesc(), os.Getenv("NCCL_ALGO"), os.Getenv("NCCL_PROTO"), summary, time.Since(start).Round(time.Millisecond))
 	}
 }
 
@@ -439,7 +526,7 @@ var (
 // skipped=4").
 func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, error) {
 	var errs []error
-	hostOfRank := func(r int) int { return l.hostOf(r / l.perProc) }
+	hostOfRank := func(r int) int { return l.hostOf(l.procOf(r)) }
 	vias := map[string]int{}
 	cross, inside := 0, 0
 	for p, out := range outs {
@@ -448,7 +535,7 @@ func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, e
 			to, _ := strconv.Atoi(m[2])
 			via := m[3]
 			vias[via]++
-			if from/l.perProc != p {
+			if l.procOf(from) != p {
 				errs = append(errs, fmt.Errorf("process %d reported rank %d's connection, which is not one of its ranks", p, from))
 			}
 			net := strings.HasPrefix(via, "NET")
@@ -466,12 +553,17 @@ func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, e
 			}
 		}
 	}
-	ranksPerHost := l.nProcs * l.perProc / l.hosts
+	perHost := map[int]int{}
+	mostPerHost := 0
+	for r := range l.nRanks() {
+		perHost[hostOfRank(r)]++
+		mostPerHost = max(mostPerHost, perHost[hostOfRank(r)])
+	}
 	if cross == 0 {
 		errs = append(errs, fmt.Errorf("no connection between hosts reported (MPVIA lines)"))
 	}
-	if ranksPerHost > 1 && inside == 0 {
-		errs = append(errs, fmt.Errorf("%d ranks per host but no connection inside a host reported", ranksPerHost))
+	if mostPerHost > 1 && inside == 0 {
+		errs = append(errs, fmt.Errorf("%d ranks on a host but no connection inside a host reported", mostPerHost))
 	}
 	// Cases: every process skips alike (the plan fails on every rank).
 	cases, skipped := -1, -1
@@ -617,7 +709,7 @@ func TestMultiProcessKill(t *testing.T) {
 	if l.nProcs < 2 {
 		t.Skip("the kill test needs at least 2 processes")
 	}
-	l.perProc = 1
+	l.perProc, l.counts = 1, nil
 	victim := l.nProcs - 1
 	ctx, cancel := mpContext(t, 5*time.Minute)
 	defer cancel()
