@@ -14,9 +14,8 @@ import (
 	"unsafe"
 )
 
-// The data path of a socket comm, without Go's network poller: once the
-// hellos are done, the sockets are driven by non-blocking system calls on
-// their descriptors.
+// The data path of a socket comm: once the hellos are done, the sockets
+// are driven by non-blocking system calls on their descriptors.
 //
 //   - The control socket carries each message's header and, for a message
 //     of at most the connection's inline bound (SocketOptions.Inline), its
@@ -28,9 +27,13 @@ import (
 //     received straight into the posted buffer) over the data sockets,
 //     chunk i of message m on socket (m+i) mod the sockets. Each of
 //     NThreads helper goroutines owns NSocksPerThread data sockets; it
-//     works while it has chunks and its sockets make progress, and
-//     otherwise sleeps in ppoll(2) on those sockets and a wake pipe, so its
-//     wakeups are the kernel's, not the netpoller's.
+//     works while it has chunks and its sockets make progress. With no
+//     chunk it parks on its queue (a channel). With a chunk whose socket
+//     is not ready it parks in Go's network poller on that socket (the
+//     default, SocketOptions.Wait, one socket per helper), which gives
+//     its P back, or else sleeps in ppoll(2) on its sockets and a wake
+//     pipe. The control socket stays out of the poller: the proxy's
+//     thread reads it without a wakeup.
 
 // ctrlBufSize is the receiver's buffer for the control socket: headers and
 // inline payloads, read as much as comes at once.
