@@ -109,7 +109,7 @@ func agreeTuning(ctx context.Context, net bootstrap.Network, mine tuningInputs) 
 		}
 	}
 	if len(differ) > 0 {
-		return tune.Topology{}, false, fmt.Errorf("%w: the ranks' tuning settings (NCCL_ALGO, NCCL_PROTO, NCCL_*NCHANNELS, NCCL_NTHREADS, NCCL_*BUFFSIZE, P2P channels per peer, the kernel set) differ: rank 0 has %+v, %s; set them alike in every process",
+		return tune.Topology{}, false, fmt.Errorf("%w: the ranks' tuning settings (NCCL_ALGO, NCCL_PROTO, NCCL_*NCHANNELS, NCCL_NTHREADS, NCCL_*BUFFSIZE, NCCLGO_NET_BUFFSIZE, P2P channels per peer, the kernel set) differ: rank 0 has %+v, %s; set them alike in every process",
 			ErrInvalidUsage, in[0].Settings, strings.Join(differ, ", "))
 	}
 	return in[0].Topology, in[0].Topology != mine.Topology, nil
