@@ -210,6 +210,12 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	sizes := transport.Sizes{uint32(s.Config.LLBuffSize), uint32(s.Config.LL128BuffSize), uint32(s.Config.SimpleBuffSize(tp.NNodes))}
+	if tp.NNodes > 1 {
+		// Across hosts some ring goes through NET, so LL128 stays off
+		// (below): no connection gets LL128 FIFOs (4.7 MiB each by
+		// default, page-locked host memory on a NET connection).
+		sizes[1] = 0
+	}
 	edges := withPATEdges(edges(c.plan, c.rings, c.trees), c.plan, tp.NNodes == tp.NRanks) // pat.go
 	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
 		Log:        func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) },
@@ -223,7 +229,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 			c.log.Warn(w, config.SubsysInit.Attr(), config.SubsysNet.Attr())
 		}
 	}
-	if c.conns.Uses("SHM") || c.conns.Uses("NET") {
+	if sizes.NoLL128() || c.conns.Uses("SHM") || c.conns.Uses("NET") {
 		// LL128 relies on 128-byte stores landing whole, which holds in
 		// device memory but not across PCIe into host memory (NCCL too
 		// keeps LL128 off such paths), and the proxy moves whole SIMPLE

@@ -19,16 +19,28 @@ type Sizes [3]uint32
 // Validate checks the sizes against the device library's requirements
 // (devicesrc/ng_prims.h): every FIFO splits into generated.Steps slots of
 // whole lines; SIMPLE a multiple of 1024 bytes, LL of 1024, LL128 of 2048.
+// LL128 may be 0: no LL128 FIFOs, for a communicator that never runs
+// LL128 (one across hosts: its lines cannot cross host memory whole).
 func (s Sizes) Validate() error {
 	names := [3]string{"LL", "LL128", "SIMPLE"}
 	mult := [3]uint32{1024, 2048, 1024}
 	for p, n := range s {
+		if p == 1 && n == 0 {
+			continue
+		}
 		if n == 0 || n%mult[p] != 0 {
-			return fmt.Errorf("transport: %s buffer of %d bytes: want a positive multiple of %d", names[p], n, mult[p])
+			want := "a positive multiple"
+			if p == 1 {
+				want = "0 or a multiple"
+			}
+			return fmt.Errorf("transport: %s buffer of %d bytes: want %s of %d", names[p], n, want, mult[p])
 		}
 	}
 	return nil
 }
+
+// NoLL128 reports whether s has no LL128 FIFOs (Validate).
+func (s Sizes) NoLL128() bool { return s[1] == 0 }
 
 // Edge is one direction of a connection on one channel.
 type Edge struct{ Channel, From, To int }

@@ -196,6 +196,10 @@ func TestSizesValidate(t *testing.T) {
 	assert.NoError(t, sizes.Validate())
 	assert.Error(t, Sizes{0, 2048, 1024}.Validate())
 	assert.Error(t, Sizes{1024, 1024, 1024}.Validate())
+	assert.NoError(t, Sizes{1024, 0, 1024}.Validate(), "no LL128 FIFOs")
+	assert.True(t, Sizes{1024, 0, 1024}.NoLL128())
+	assert.ErrorContains(t, Sizes{1024, 0, 0}.Validate(), "SIMPLE buffer of 0 bytes: want a positive multiple of 1024")
+	assert.ErrorContains(t, Sizes{1024, 1024, 1024}.Validate(), "LL128 buffer of 1024 bytes: want 0 or a multiple of 2048")
 }
 
 // TestPtrExchangeRoom: direct mode uses four 8-byte slots (gen/abi's

@@ -309,9 +309,23 @@ func TestNETOverPlugin(t *testing.T) {
 
 // moveSteps connects ranks ranks on their own hosts through NET over nt
 // and moves 120 steps of mixed protocols on nch channels of a ring.
+// TestNETMovesStepsWithoutLL128 moves LL and SIMPLE steps over
+// connections with no LL128 FIFOs (Sizes[1] == 0, as a communicator
+// across hosts sets them up): blocks that much smaller, the same bytes.
+func TestNETMovesStepsWithoutLL128(t *testing.T) {
+	moveStepsSizes(t, loNet(t, 1, 1), 2, 2, Sizes{netSizes[0], 0, netSizes[2]})
+}
+
 func moveSteps(t *testing.T, nt ncclnet.Net, ranks, nch int) {
 	t.Helper()
-	sets, mems := connectNET(t, nt, ranks, nch, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+	moveStepsSizes(t, nt, ranks, nch, netSizes)
+}
+
+func moveStepsSizes(t *testing.T, nt ncclnet.Net, ranks, nch int, sizes Sizes) {
+	t.Helper()
+	sets, mems := connectNETSizes(t, nt, ranks, nch, sizes, func(r int, err error) { t.Errorf("rank %d: proxy error: %v", r, err) })
+	_, total := blockLayout(sizes)
+	require.Equal(t, uint64(nch)*(total+64), sets[0].Bytes(), "rank 0's blocks from its ring predecessor and its send step words, by the sizes")
 	require.True(t, proxy.Running())
 	const steps = 120
 	var stop atomic.Bool
