@@ -78,3 +78,22 @@ func TestSocketNetInvalid(t *testing.T) {
 		require.ErrorIs(t, err, ErrTopology, fmt.Sprintf("%+v", tp))
 	}
 }
+
+// TestSocketNetSetsUpFewerChannels: a communicator across nodes sets up
+// no more channels than a call over the socket net uses
+// (SocketNetMaxChannels), unless a setting asks for more; on one node,
+// or on a net without the bound, the residency cap alone.
+func TestSocketNetSetsUpFewerChannels(t *testing.T) {
+	one := newTuner(t, fakeHosts(2, 1), nil, noLL128)
+	require.Greater(t, one.MaxChannels(), SocketNetMaxChannels, "the test needs a cap above the net's bound")
+	assert.Equal(t, SocketNetMaxChannels, newTuner(t, socketHosts(2, 2), nil, noLL128).MaxChannels())
+	assert.Equal(t, one.MaxChannels(), newTuner(t, fakeHosts(2, 2), nil, noLL128).MaxChannels(), "no NetMaxChannels: no bound")
+	for _, c := range []struct {
+		cfg  config.Config
+		want int
+	}{{config.Config{NChannels: 12}, 12}, {config.Config{MinNChannels: 10}, 10}, {config.Config{MaxNChannels: 4}, 4}} {
+		tu, err := New(socketHosts(2, 2), c.cfg, noLL128)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, tu.MaxChannels(), "%+v", c.cfg)
+	}
+}

@@ -316,6 +316,13 @@ func (t *Tuner) chooseChannelBounds() {
 	if n := t.topo.NChannels; n > 0 {
 		t.maxCh = min(t.maxCh, n)
 	}
+	if t.netModel() && t.topo.NetMaxChannels > 0 {
+		// Every collective crosses nodes and uses at most
+		// NetMaxChannels (netChannels): set up no more, each a network
+		// connection with buffers on both sides. Send/Recv inside a node
+		// gets as many.
+		t.maxCh = min(t.maxCh, t.topo.NetMaxChannels)
+	}
 	t.minCh = 1
 	if n := t.cfg.MinNChannels; n > 0 {
 		t.minCh = clamp("NCCL_MIN_NCHANNELS", n)
