@@ -63,7 +63,7 @@ type tuningInputs struct {
 type tuningSettings struct {
 	Algo, Proto                           string
 	NChannels, MinNChannels, MaxNChannels int
-	NThreads                              int
+	NThreads, LL128NThreads               int
 	BuffSize, LLBuffSize, LL128BuffSize   int
 	NetBuffSize                           int
 	P2PChannelsPerPeer                    int
@@ -74,7 +74,7 @@ type tuningSettings struct {
 func settingsOf(cfg config.Config, p2pPerPeer int, filter string) tuningSettings {
 	return tuningSettings{Algo: cfg.Algo.String(), Proto: cfg.Proto.String(),
 		NChannels: cfg.NChannels, MinNChannels: cfg.MinNChannels, MaxNChannels: cfg.MaxNChannels,
-		NThreads: cfg.NThreads, BuffSize: cfg.BuffSize, LLBuffSize: cfg.LLBuffSize, LL128BuffSize: cfg.LL128BuffSize,
+		NThreads: cfg.NThreads, LL128NThreads: cfg.LL128NThreads, BuffSize: cfg.BuffSize, LLBuffSize: cfg.LLBuffSize, LL128BuffSize: cfg.LL128BuffSize,
 		NetBuffSize: cfg.NetBuffSize, P2PChannelsPerPeer: p2pPerPeer, KernelSetFilter: filter}
 }
 
@@ -109,7 +109,7 @@ func agreeTuning(ctx context.Context, net bootstrap.Network, mine tuningInputs) 
 		}
 	}
 	if len(differ) > 0 {
-		return tune.Topology{}, false, fmt.Errorf("%w: the ranks' tuning settings (NCCL_ALGO, NCCL_PROTO, NCCL_*NCHANNELS, NCCL_NTHREADS, NCCL_*BUFFSIZE, NCCLGO_NET_BUFFSIZE, P2P channels per peer, the kernel set) differ: rank 0 has %+v, %s; set them alike in every process",
+		return tune.Topology{}, false, fmt.Errorf("%w: the ranks' tuning settings (NCCL_ALGO, NCCL_PROTO, NCCL_*NCHANNELS, NCCL_*NTHREADS, NCCL_*BUFFSIZE, NCCLGO_NET_BUFFSIZE, P2P channels per peer, the kernel set) differ: rank 0 has %+v, %s; set them alike in every process",
 			ErrInvalidUsage, in[0].Settings, strings.Join(differ, ", "))
 	}
 	return in[0].Topology, in[0].Topology != mine.Topology, nil

@@ -132,4 +132,17 @@ func TestAgreeTuning(t *testing.T) {
 		assert.Contains(t, err.Error(), "rank 2 has", "rank %d's error names the rank that differs", r)
 		assert.Contains(t, err.Error(), "Proto:LL", "rank %d's error shows the value", r)
 	}
+	// NCCL_LL128_NTHREADS and NCCLGO_NET_BUFFSIZE steer the channels and
+	// the steps as the other settings do: a difference is refused too.
+	for _, differ := range []func(*tuningSettings){
+		func(s *tuningSettings) { s.LL128NThreads = 320 },
+		func(s *tuningSettings) { s.NetBuffSize = 16 << 20 },
+	} {
+		other := set
+		differ(&other)
+		_, _, errs = run([]tuningInputs{{base, other}, {base, set}, {base, set}})
+		for r, err := range errs {
+			require.ErrorIs(t, err, ErrInvalidUsage, "rank %d: %+v", r, other)
+		}
+	}
 }

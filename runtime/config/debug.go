@@ -23,7 +23,7 @@ const (
 	DebugVersion                   // the version line only
 	DebugWarn                      // warnings
 	DebugInfo                      // warnings and information
-	DebugAbort                     // as INFO; the runtime also aborts on a warning
+	DebugAbort                     // as INFO (NCCL also aborts on a warning; ncclgo does not)
 	DebugTrace                     // everything, including per-call traces
 )
 
