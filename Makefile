@@ -67,9 +67,13 @@ staticcheck:
 enumswitch:
 	$(GO) run ./internal/tools/enumswitch ./...
 
+## unit: the tests, then every benchmark once (-benchtime 1x: a benchmark
+## that no longer runs fails here, not at the next measurement; ~30 s).
 unit:
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 $(HOSTCOMM_TAG) -run TestHostCost ./capi
+	@echo "$(GO) test -count=1 -run XXX -bench . -benchtime 1x ./..."; \
+	out=$$($(GO) test -count=1 -run XXX -bench . -benchtime 1x ./... 2>&1) || { echo "$$out" | grep -v '^Benchmark'; exit 1; }
 
 # GENERATED are the trees `go generate ./...` writes.
 GENERATED = generated tests/devharness/gen
