@@ -453,8 +453,8 @@ func (e *Engine) eventOn(stream *cuda.Stream, h uintptr) (*cuda.Event, error) {
 // calls keep the other ranks' streams busy (each waits on the previous
 // launch), so the query was a wasted driver call per stream there, and
 // with none left the capture-mode switch around the queries goes too.
-// A stream that turned idle costs one needless record and wait until it
-// is asked again.
+// A stream that turned idle costs a needless record and wait per launch
+// until it is asked again.
 const joinQueryEvery = 16
 
 // joinSkipsQuery reports whether the join of stream h joins it without
