@@ -64,4 +64,15 @@ func TestTimeoutResolution(t *testing.T) {
 	require.ErrorContains(t, err, "want a number of seconds in 0.001..604800")
 	_, err = Options{Family: "AF_UNIX"}.family()
 	require.ErrorContains(t, err, "want AF_INET or AF_INET6")
+	// One grammar with runtime/config's (config.ParseSocketFamily): NCCL's
+	// two names, in any case.
+	for in, want := range map[string]int{"": 0, "af_inet": 4, " AF_INET6 ": 6} {
+		f, err := Options{Family: in}.family()
+		require.NoError(t, err, "%q", in)
+		assert.Equal(t, want, f, "%q", in)
+	}
+	for _, in := range []string{"INET", "4", "IPV6"} {
+		_, err := Options{Family: in}.family()
+		require.ErrorContains(t, err, "want AF_INET or AF_INET6", "%q", in)
+	}
 }

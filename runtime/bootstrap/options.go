@@ -155,15 +155,15 @@ func (o Options) family() (int, error) {
 	if f == "" {
 		f = os.Getenv(envFamily)
 	}
-	switch strings.ToUpper(strings.TrimSpace(f)) {
-	case "":
-		return 0, nil
-	case "AF_INET", "INET", "4", "IPV4":
+	switch p, err := config.ParseSocketFamily(f); {
+	case err != nil:
+		return 0, fmt.Errorf("bootstrap: socket family %q: want AF_INET or AF_INET6", f)
+	case p == "AF_INET":
 		return 4, nil
-	case "AF_INET6", "INET6", "6", "IPV6":
+	case p == "AF_INET6":
 		return 6, nil
 	}
-	return 0, fmt.Errorf("bootstrap: socket family %q: want AF_INET or AF_INET6", f)
+	return 0, nil
 }
 
 func (o Options) logger() *slog.Logger {

@@ -275,7 +275,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.SocketIfname = ParseIfnameFilter(v)
 	}
 	if v, ok := get("NCCL_SOCKET_FAMILY"); ok {
-		f, err := parseFamily(v)
+		f, err := ParseSocketFamily(v)
 		if err != nil {
 			errs = append(errs, &SettingError{Name: "NCCL_SOCKET_FAMILY", Value: v, Want: "AF_INET or AF_INET6"})
 		}
@@ -361,9 +361,12 @@ func parseBool01(v string) (bool, error) {
 	return false, ErrInvalid
 }
 
-func parseFamily(v string) (string, error) {
+// ParseSocketFamily parses NCCL_SOCKET_FAMILY: "AF_INET" or "AF_INET6"
+// (any case, spaces trimmed), returned in upper case; the empty string is
+// no preference. Anything else is ErrInvalid.
+func ParseSocketFamily(v string) (string, error) {
 	v = strings.ToUpper(strings.TrimSpace(v))
-	if v == "AF_INET" || v == "AF_INET6" {
+	if v == "" || v == "AF_INET" || v == "AF_INET6" {
 		return v, nil
 	}
 	return "", ErrInvalid

@@ -90,7 +90,7 @@ func (c Config) Apply(o Overrides) (Config, error) {
 	if o.SocketFamily != nil {
 		if *o.SocketFamily == "" {
 			c.SocketFamily = ""
-		} else if f, err := parseFamily(*o.SocketFamily); err != nil {
+		} else if f, err := ParseSocketFamily(*o.SocketFamily); err != nil {
 			errs = append(errs, &SettingError{Name: "Overrides.SocketFamily", Value: *o.SocketFamily, Want: `"", AF_INET or AF_INET6`})
 		} else {
 			c.SocketFamily = f
