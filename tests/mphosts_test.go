@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -216,4 +217,23 @@ func TestMultiProcessRanksPerProc(t *testing.T) {
 	assert.ErrorContains(t, err, "want ranks per process (at least 1)")
 	_, err = mpRanksPerProc("", "zero")
 	assert.ErrorContains(t, err, `NCCLGO_MP_NPROCS="zero"`)
+}
+
+// TestViaLogBuffers: the child's log handler turns the engine's buffer
+// line into an MPBUFS line naming the rank its logger is bound to, and
+// mpCheckHosts's summary reports the most any rank set up.
+func TestViaLogBuffers(t *testing.T) {
+	v := newViaLog("")
+	slog.New(v).With("rank", 3).Info("connected 12 edges, 345 MiB of buffers", "subsys", "INIT")
+	slog.New(v).Info("connected 1 edges, 9 MiB of buffers") // no rank bound: not a rank's line
+	require.Equal(t, []string{"MPBUFS rank=3 edges=12 mib=345"}, v.st.lines)
+
+	l := mpLayout{nProcs: 2, perProc: 1, hosts: 2}
+	run := mpFilter(mpCases(2, true), regexp.MustCompile(`Float32 count=1$`))
+	outs := mpFakeOutputs(l, func(int, int) string { return "NET/Socket" }, run, func(mpCase) string { return "" })
+	outs[0] += "MPBUFS rank=0 edges=16 mib=68\n"
+	outs[1] += "MPBUFS rank=1 edges=16 mib=70\n"
+	summary, err := mpCheckHosts(l, mpSel{}, run, outs)
+	require.NoError(t, err)
+	assert.Contains(t, summary, "buffers≤70MiB/rank")
 }

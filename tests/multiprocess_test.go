@@ -411,7 +411,7 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatalf("%s\n%s", strings.Join(failed, "\n"), allOutputs(kids))
 	}
 	for p, out := range outs {
-		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPSKIP", "MPWIN"))
+		t.Logf("process %d (device %d, host %d):\n%s", p, l.devs[p], l.hostOf(p), grepLines(out, mpResultLine, "via ", "MPVIA", "MPBUFS", "MPSKIP", "MPWIN"))
 	}
 	if os.Getenv(mpEnvWindows) == "vmm" && l.hosts < 2 {
 		require.NoError(t, mpCheckWindows(outs, l.nRanks()))
@@ -621,6 +621,17 @@ func mpCheckHosts(l mpLayout, sel mpSel, run []mpCase, outs []string) (string, e
 	}
 	slices.Sort(names)
 	summary := fmt.Sprintf("via %s cases=%d ran=%d skipped=%d", strings.Join(names, ","), cases, cases-skipped, skipped)
+	// The most connection buffers a rank set up (MPBUFS), when reported.
+	most := -1
+	for _, out := range outs {
+		for _, m := range mpBufsLine.FindAllStringSubmatch(out, -1) {
+			mib, _ := strconv.Atoi(m[3])
+			most = max(most, mib)
+		}
+	}
+	if most >= 0 {
+		summary += fmt.Sprintf(" buffers≤%dMiB/rank", most)
+	}
 	if ll128 {
 		summary += " (LL128 forced: collectives refused with ErrNoChoice)"
 	}
@@ -840,6 +851,7 @@ func TestMultiProcessChild(t *testing.T) {
 type viaLog struct {
 	st   *viaState
 	next slog.Handler
+	rank string // the records' "rank" attribute, once bound (the engine's logger)
 }
 
 type viaState struct {
@@ -849,6 +861,13 @@ type viaState struct {
 }
 
 var mpChannelLine = regexp.MustCompile(`^Channel \d+/\d+ : (\d+)\[\d+\] -> (\d+)\[\d+\] via (\S+)`)
+
+// mpBuffersLine is the engine's line on the buffers its connections took
+// (runtime/comm's Init); the child repeats it as an MPBUFS line.
+var mpBuffersLine = regexp.MustCompile(`^connected (\d+) edges, (\d+) MiB of buffers`)
+
+// mpBufsLine is a child's MPBUFS line.
+var mpBufsLine = regexp.MustCompile(`MPBUFS rank=(\d+) edges=(\d+) mib=(\d+)`)
 
 func newViaLog(debug string) *viaLog {
 	level := slog.LevelWarn
@@ -874,6 +893,12 @@ func (h *viaLog) Handle(ctx context.Context, r slog.Record) error {
 		}
 		h.st.mu.Unlock()
 	}
+	if m := mpBuffersLine.FindStringSubmatch(r.Message); m != nil && h.rank != "" {
+		line := fmt.Sprintf("MPBUFS rank=%s edges=%s mib=%s", h.rank, m[1], m[2])
+		h.st.mu.Lock()
+		h.st.lines = append(h.st.lines, line)
+		h.st.mu.Unlock()
+	}
 	if h.next.Enabled(ctx, r.Level) {
 		return h.next.Handle(ctx, r)
 	}
@@ -881,14 +906,21 @@ func (h *viaLog) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *viaLog) WithAttrs(as []slog.Attr) slog.Handler {
-	return &viaLog{st: h.st, next: h.next.WithAttrs(as)}
+	rank := h.rank
+	for _, a := range as {
+		if a.Key == "rank" {
+			rank = a.Value.String()
+		}
+	}
+	return &viaLog{st: h.st, next: h.next.WithAttrs(as), rank: rank}
 }
 
 func (h *viaLog) WithGroup(name string) slog.Handler {
-	return &viaLog{st: h.st, next: h.next.WithGroup(name)}
+	return &viaLog{st: h.st, next: h.next.WithGroup(name), rank: h.rank}
 }
 
-// print writes one MPVIA line per distinct (sender, receiver, transport).
+// print writes one MPVIA line per distinct (sender, receiver, transport)
+// and each rank's MPBUFS line.
 func (h *viaLog) print() {
 	h.st.mu.Lock()
 	defer h.st.mu.Unlock()
