@@ -48,6 +48,11 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	rank, n := net.Rank(), net.Size()
 	c := &Engine{rank: rank, nRanks: n, device: device, s: s, net: net, events: map[uintptr]launchEvent{}}
 	c.log = s.Log.With("rank", rank)
+	if rank == 0 {
+		for _, w := range ignoredSettings(s.Config) {
+			c.log.Info(w, config.SubsysEnv.Attr(), config.SubsysInit.Attr())
+		}
+	}
 	fail := func(err error) (*Engine, error) {
 		c.net = nil // the caller closes it
 		c.s.LogFile = nil
@@ -412,4 +417,17 @@ func edges(plan enqueue.Comm, rings [][]int, trees []graph.Tree) []transport.Edg
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})
 	})
 	return slices.Compact(out)
+}
+
+// ignoredSettings says which of cfg's NCCL settings, set away from their
+// defaults, have no effect in ncclgo (an NCCL user would expect one).
+func ignoredSettings(cfg config.Config) []string {
+	var out []string
+	if cfg.LaunchMode == config.LaunchGroup {
+		out = append(out, "NCCL_LAUNCH_MODE=GROUP has no effect: ncclgo launches the ranks of a group that share a GPU together anyway (NCCLGO_ONE_LAUNCH)")
+	}
+	if cfg.IBDisable {
+		out = append(out, "NCCL_IB_DISABLE=1 has no effect: ncclgo has no InfiniBand transport of its own (NCCL_NET_PLUGIN=none keeps a net plugin from loading)")
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 	"github.com/ncclgo/ncclgo/runtime/graph"
 	"github.com/ncclgo/ncclgo/runtime/topo"
@@ -116,4 +117,17 @@ func TestEdgesAgree(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestIgnoredSettings(t *testing.T) {
+	assert.Empty(t, ignoredSettings(config.Default()))
+	cfg, err := config.FromEnv(func(k string) (string, bool) {
+		v, ok := map[string]string{"NCCL_LAUNCH_MODE": "group", "NCCL_IB_DISABLE": "1"}[k]
+		return v, ok
+	})
+	require.NoError(t, err)
+	got := ignoredSettings(cfg)
+	require.Len(t, got, 2)
+	assert.Contains(t, got[0], "NCCL_LAUNCH_MODE=GROUP has no effect")
+	assert.Contains(t, got[1], "NCCL_IB_DISABLE=1 has no effect")
 }
