@@ -224,7 +224,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	edges := withPATEdges(edges(c.plan, c.rings, c.trees), c.plan, tp.NNodes == tp.NRanks) // pat.go
 	topts := transport.Options{Policy: pol, Link: linkFunc(c.layout, rank, tpeers),
 		Log:        func(line string) { c.log.Info(line, config.SubsysInit.Attr(), config.SubsysP2P.Attr()) },
-		ProxyError: c.proxyFailed, Aborted: c.Aborted, AbortCause: c.abortCause}
+		ProxyError: c.proxyFailed, Aborted: c.Aborted, AbortCause: c.abortCause, NetLog: c.log}
 	if c.conns, err = transport.Connect(ctx, net, c.cctx, rank, tpeers, edges, sizes, topts); err != nil {
 		return fail(err)
 	}

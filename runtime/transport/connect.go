@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
@@ -87,6 +88,11 @@ type Options struct {
 	// NET tells its peers, in the goodbye it sends at once, so that their
 	// errors name this rank and the cause. May be nil.
 	AbortCause func() error
+	// NetLog receives NET's per-connection lines (the NET/stats summary
+	// each connection logs when it closes, at Info), so that they go where
+	// the communicator's log goes (NCCL_DEBUG_FILE). Nil: the process's
+	// NET logger (runtime/net.Logger, standard error).
+	NetLog *slog.Logger
 }
 
 // Set is one rank's connections. Send[k] is the ConnInfo of the sending
@@ -187,6 +193,7 @@ func Connect(ctx context.Context, net bootstrap.Network, mem Memory, me int, pee
 	// The per-connection block: control words, then the FIFOs.
 	fifo, total := blockLayout(sizes)
 	env.sizes, env.proxyError, env.aborted, env.abortCause = sizes, opts.ProxyError, opts.Aborted, opts.AbortCause
+	env.netLog = opts.NetLog
 	edges = slices.Clone(edges)
 	slices.SortFunc(edges, func(a, b Edge) int {
 		return slices.Compare([]int{a.Channel, a.From, a.To}, []int{b.Channel, b.From, b.To})

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"unsafe"
 
@@ -51,6 +52,7 @@ type Env struct {
 	proxyError func(error)  // Options.ProxyError
 	aborted    func() bool  // Options.Aborted
 	abortCause func() error // Options.AbortCause
+	netLog     *slog.Logger // Options.NetLog
 
 	mu      sync.Mutex
 	server  *ipc.Server

@@ -422,7 +422,7 @@ func newNetRegion(env *Env, t NET, n ncclnet.Net, size uint64, name string) (_ *
 	}
 	r.pc = &netConn{name: name, net: n, dev: t.Dev, host: r.host, scratch: scratch, fifo: fifo, total: total,
 		nconn: int(size / total), sizes: env.sizes, deadline: time.Now().Add(t.setupTimeout()), onErr: env.proxyError,
-		rank: env.Rank, aborted: env.aborted, cause: env.abortCause, knobs: knobs,
+		rank: env.Rank, aborted: env.aborted, cause: env.abortCause, knobs: knobs, log: env.netLog,
 		llSizes: t.Flags(Peer{}, Peer{})&generated.ConnStepSizes != 0}
 	r.pc.initState()
 	return r, nil
@@ -631,6 +631,7 @@ const (
 // netConn is the proxy side of a netRegion.
 type netConn struct {
 	name     string
+	log      *slog.Logger // NET/stats at close (Options.NetLog); nil: the process's NET logger
 	net      ncclnet.Net
 	dev      int
 	sender   bool
@@ -903,7 +904,11 @@ func (c *netConn) postBye(reason string, deadline time.Time) {
 
 func (c *netConn) close(reason string) error {
 	if c.ready {
-		if l := ncclnet.Logger(); l.Enabled(context.Background(), slog.LevelInfo) {
+		l := c.log
+		if l == nil {
+			l = ncclnet.Logger()
+		}
+		if l.Enabled(context.Background(), slog.LevelInfo) {
 			l.Info(c.stats.summary(c), config.SubsysNet.Attr())
 		}
 	}
