@@ -11,27 +11,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/syncbuf"
 )
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = syncbuf.Buffer
 
 // loopbackOpts returns options that keep everything on 127.0.0.1.
 func loopbackOpts(timeout time.Duration) Options {

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -9,31 +8,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer that several goroutines may write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestNETStatsGoToNetLog: each NET connection's NET/stats line at close
 // goes to Options.NetLog (the communicator's logger, NCCL_DEBUG_FILE's
 // destination), not to the process's stderr logger.
 func TestNETStatsGoToNetLog(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	sets, mems := connectNETOpts(t, loNet(t, 1, 1), 2, 1, netSizes, func(r int) Options {
 		return Options{NetLog: log.With("rank", r), ProxyError: func(err error) { t.Errorf("rank %d: proxy error: %v", r, err) }}
