@@ -733,9 +733,13 @@ func (h *helper) run() {
 }
 
 // waitPoller parks until the helper's one data socket is readable (a
-// receiving helper) or writable (a sending one), through Go's poller.
+// receiving helper) or writable (a sending one), through Go's poller, or
+// until helperPoll has passed (as ppoll's wait is bounded: a lost wakeup
+// costs at most that).
 func (h *helper) waitPoller() {
 	rc := h.c.dataRC[h.socks[0]]
+	conn := h.c.dataConn[h.socks[0]]
+	deadline := time.Now().Add(helperPoll)
 	ev := int16(pollIn)
 	if h.send {
 		ev = pollOut
@@ -750,8 +754,10 @@ func (h *helper) waitPoller() {
 		return fds[0].revents != 0
 	}
 	if h.send {
+		_ = conn.SetWriteDeadline(deadline)
 		_ = rc.Write(ready)
 	} else {
+		_ = conn.SetReadDeadline(deadline)
 		_ = rc.Read(ready)
 	}
 }
