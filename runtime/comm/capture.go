@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"fmt"
-
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
@@ -26,14 +24,8 @@ const EnvCaptureRecord = "NCCLGO_CAPTURE_RECORD"
 // captureRecordFromEnv reads EnvCaptureRecord through lookup: whether
 // captured records go beside the chain.
 func captureRecordFromEnv(lookup func(string) (string, bool)) (beside bool, _ error) {
-	v, ok := lookup(EnvCaptureRecord)
-	switch {
-	case !ok || v == "" || v == "beside":
-		return true, nil
-	case v == "chain":
-		return false, nil
-	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want beside (the completion record in a branch beside the captured stream's chain, the default) or chain (in the chain)", EnvCaptureRecord, v)
+	return envChoice(lookup, EnvCaptureRecord, true, map[string]bool{"beside": true, "chain": false},
+		"beside (the completion record in a branch beside the captured stream's chain, the default) or chain (in the chain)")
 }
 
 // besideRecords are the record nodes that captured launches put beside

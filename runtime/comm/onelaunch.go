@@ -20,14 +20,8 @@ const EnvOneLaunch = "NCCLGO_ONE_LAUNCH"
 
 // oneLaunchFromEnv reads EnvOneLaunch through lookup: on unless it is "0".
 func oneLaunchFromEnv(lookup func(string) (string, bool)) (bool, error) {
-	v, ok := lookup(EnvOneLaunch)
-	switch {
-	case !ok || v == "" || v == "1":
-		return true, nil
-	case v == "0":
-		return false, nil
-	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU, the default)", EnvOneLaunch, v)
+	return envChoice(lookup, EnvOneLaunch, true, map[string]bool{"0": false, "1": true},
+		"0 (a launch per rank) or 1 (one launch for the ranks of this process on a GPU, the default)")
 }
 
 // mergeKey is what the launches of one multi-rank launch share: the

@@ -31,14 +31,8 @@ const EnvPeerAbort = "NCCLGO_PEER_ABORT"
 
 // peerAbortFromEnv reads EnvPeerAbort through lookup: on unless it is "0".
 func peerAbortFromEnv(lookup func(string) (string, bool)) (bool, error) {
-	v, ok := lookup(EnvPeerAbort)
-	switch {
-	case !ok || v == "" || v == "1":
-		return true, nil
-	case v == "0":
-		return false, nil
-	}
-	return false, fmt.Errorf("ncclgo: %s=%q: want 0 (leave a dead peer's kernels alone) or 1 (end them, the default)", EnvPeerAbort, v)
+	return envChoice(lookup, EnvPeerAbort, true, map[string]bool{"0": false, "1": true},
+		"0 (leave a dead peer's kernels alone) or 1 (end them, the default)")
 }
 
 // flagPageKey and pidfdKey are the keys under which a rank's server hands

@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"fmt"
-
 	"github.com/ncclgo/ncclgo/runtime/transport"
 )
 
@@ -37,16 +35,9 @@ const (
 
 // programmaticFromEnv reads EnvProgrammatic through lookup.
 func programmaticFromEnv(lookup func(string) (string, bool)) (Programmatic, error) {
-	switch v, _ := lookup(EnvProgrammatic); v {
-	case "", "auto":
-		return ProgrammaticAuto, nil
-	case "0":
-		return ProgrammaticOff, nil
-	case "1":
-		return ProgrammaticOn, nil
-	default:
-		return 0, fmt.Errorf("ncclgo: %s=%q: want auto (programmatic dependent launches for communicators with one rank in this process, the default), 1 (for every communicator) or 0 (plain launches)", EnvProgrammatic, v)
-	}
+	return envChoice(lookup, EnvProgrammatic, ProgrammaticAuto,
+		map[string]Programmatic{"auto": ProgrammaticAuto, "0": ProgrammaticOff, "1": ProgrammaticOn},
+		"auto (programmatic dependent launches for communicators with one rank in this process, the default), 1 (for every communicator) or 0 (plain launches)")
 }
 
 // programmaticFor reports whether rank's kernels are launched
