@@ -179,6 +179,15 @@ __device__ __forceinline__ void ngWaitPriorGrids() {
 #endif
 }
 
+// ngTriggerDependents lets the next programmatic launch on this kernel's
+// stream start once every block of this grid has called it or exited (PTX
+// griddepcontrol.launch_dependents, sm_90 and later; nothing earlier).
+__device__ __forceinline__ void ngTriggerDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // FnId: the function this kernel inlines (-1: none; -2: report every work
 // unsupported); F: that function. SimpleId and SimpleF: a second function
 // inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
@@ -219,6 +228,10 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   // buffers, step counters, FIFOs), so it waits for those grids and their
   // memory first. Without a programmatic launch the wait returns at once.
   ngWaitPriorGrids();
+  // NG_ARGS_TRIGGER_EARLY: only after the wait, so that the next kernel,
+  // which waits in its turn, is the only one queued behind this one that
+  // can be resident beside it (the host budgets two kernels per stream).
+  if (args.flags & NG_ARGS_TRIGGER_EARLY) ngTriggerDependents();
   const struct ngDevWork* works =
       args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
   const int wEnd = args.chanWorkStart[v + 1];

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "993203c285a31ba3"
+const ABIVersion = "cd3b0e1ba8fb4289"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -60,6 +60,8 @@ const (
 	LaunchMaxParts = 8
 	// KernelProgrammatic is NG_KERNEL_PROGRAMMATIC: every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch.
 	KernelProgrammatic = 1
+	// ArgsTriggerEarly is NG_ARGS_TRIGGER_EARLY: ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets.
+	ArgsTriggerEarly = 1
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
@@ -200,7 +202,8 @@ type KernelArgs struct {
 	NWork         uint32
 	NParts        uint32 // 0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)
 	ChanWorkStart [65]uint16
-	Pad2          [15]uint16
+	Flags         uint16 // NG_ARGS_* bits
+	Pad2          [14]uint16
 	Works         [61]DevWork
 }
 
@@ -218,5 +221,5 @@ var Layouts = map[string]struct {
 	"DirectSlot":  {Size: 128, Offsets: []int{0, 8, 16, 24, 32}},
 	"DevWork":     {Size: 64, Offsets: []int{0, 8, 16, 24, 32, 40, 48, 50, 51, 52, 56, 60}},
 	"LaunchParts": {Size: 192, Offsets: []int{0, 64}},
-	"KernelArgs":  {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 192}},
+	"KernelArgs":  {Size: 4096, Offsets: []int{0, 8, 16, 24, 28, 32, 162, 164, 192}},
 }

@@ -30,6 +30,7 @@ var Consts = []Const{
 	{"NG_DIRECT_LL_BYTES", 4096, "DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup"},
 	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
 	{"NG_KERNEL_PROGRAMMATIC", 1, "every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch"},
+	{"NG_ARGS_TRIGGER_EARLY", 1, "ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
 }
 
@@ -196,7 +197,8 @@ var KernelArgs = &Struct{
 		{Name: "nWork", Scalar: U32},
 		{Name: "nParts", Scalar: U32, Doc: "0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)"},
 		{Name: "chanWorkStart", Scalar: U16, Count: 65},
-		{Name: "pad2", Scalar: U16, Count: 15},
+		{Name: "flags", Scalar: U16, Doc: "NG_ARGS_* bits"},
+		{Name: "pad2", Scalar: U16, Count: 14},
 		{Name: "works", Struct: DevWork, Count: 61},
 	},
 	Size: 4096,

@@ -285,8 +285,10 @@ func (d *Driver) Set(knob string, v int) {
 // function that cuModuleGetFunction looked up as "ngcopy" (runtime/cuda's
 // copy kernel); "programmatic_launches" the cuLaunchKernelEx calls, since
 // the last Reset, that asked for programmatic stream serialization;
-// "user_objects" the user objects alive (created, not yet destroyed); -1
-// for an unknown knob.
+// "user_objects" the user objects alive (created, not yet destroyed);
+// "last_args_u16@N" the little-endian u16 at byte N of the last kernel
+// launch's packed arguments (-1 when that launch passed fewer bytes, or
+// none through extra); -1 for an unknown knob.
 func (d *Driver) Peek(knob string) int {
 	ck := C.CString(knob)
 	defer C.free(unsafe.Pointer(ck))

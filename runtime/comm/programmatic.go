@@ -40,6 +40,35 @@ func programmaticFromEnv(lookup func(string) (string, bool)) (Programmatic, erro
 		"auto (programmatic dependent launches for communicators with one rank in this process, the default), 1 (for every communicator) or 0 (plain launches)")
 }
 
+// EnvTriggerEarly turns off ("0") or on ("1", the default) the early
+// start of a communicator's next programmatic kernel: once every block of
+// a kernel has waited for the grids before it, the kernel lets the next
+// one on its stream launch and load its arguments while it runs
+// (enqueue.Launcher.TriggerEarlyBlocks, generated.ArgsTriggerEarly). It
+// applies only where kernels are programmatic (EnvProgrammatic), and to
+// kernels small enough that twice the blocks of every rank on the GPU
+// fit it (triggerEarlyBlocks).
+const EnvTriggerEarly = "NCCLGO_PDL_EARLY"
+
+// triggerEarlyFromEnv reads EnvTriggerEarly through lookup.
+func triggerEarlyFromEnv(lookup func(string) (string, bool)) (bool, error) {
+	return envChoice(lookup, EnvTriggerEarly, true, map[string]bool{"0": false, "1": true},
+		"1 (a programmatic kernel lets the next one start once it has waited for those before it, the default) or 0 (only once it ends)")
+}
+
+// triggerEarlyBlocks is enqueue.Launcher.TriggerEarlyBlocks for a
+// communicator of nChannels channels (the most blocks a rank's launch may
+// have, the residency ledger's width) whose GPU holds budget co-resident
+// blocks shared by ranksPerGPU ranks: a kernel that starts the next one
+// early has both resident, so at most half of each bound; 0 when early
+// starts are off.
+func triggerEarlyBlocks(on bool, nChannels, budget, ranksPerGPU int) int {
+	if !on || ranksPerGPU < 1 {
+		return 0
+	}
+	return min(nChannels/2, budget/(2*ranksPerGPU))
+}
+
 // programmaticFor reports whether rank's kernels are launched
 // programmatically under mode, given every rank's process (procs) and
 // its GPU's compute capability major (ccMajor): never below 9, which has

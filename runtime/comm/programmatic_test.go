@@ -1,11 +1,14 @@
 package comm
 
 import (
+	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
@@ -127,6 +130,132 @@ func TestProgrammaticLaunches(t *testing.T) {
 				} else {
 					assert.Zero(t, c.calls["cuLaunchKernelEx"], "%s: %v", name, c)
 				}
+			}
+		}
+	})
+}
+
+func TestTriggerEarlyFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{"", true}, {"1", true}, {"0", false}} {
+		got, err := triggerEarlyFromEnv(func(string) (string, bool) { return c.v, c.v != "" })
+		require.NoError(t, err, "%q", c.v)
+		assert.Equal(t, c.want, got, "%q", c.v)
+	}
+	_, err := triggerEarlyFromEnv(func(string) (string, bool) { return "yes", true })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), EnvTriggerEarly)
+	assert.Contains(t, err.Error(), `"yes"`)
+}
+
+// TestTriggerEarlyBlocks: a kernel that starts the next one early may have
+// at most half of what a rank's launch may have and half of its share of
+// the GPU, so that every co-located rank's running kernel and the next one
+// fit together.
+func TestTriggerEarlyBlocks(t *testing.T) {
+	for _, c := range []struct {
+		on                           bool
+		nChannels, budget, perGPU, w int
+	}{
+		{true, 32, 132, 2, 16}, // nChannels/2
+		{true, 16, 132, 8, 8},  // 132/16 = 8
+		{true, 16, 100, 8, 6},  // 100/16
+		{true, 1, 132, 1, 0},   // one channel: never
+		{true, 8, 132, 0, 0},   // nonsense: never
+		{false, 32, 132, 2, 0}, // off
+	} {
+		got := triggerEarlyBlocks(c.on, c.nChannels, c.budget, c.perGPU)
+		assert.Equal(t, c.w, got, "%+v", c)
+		if got > 0 {
+			assert.LessOrEqual(t, 2*got*c.perGPU, c.budget, "%+v: twice every rank's blocks fit", c)
+			assert.LessOrEqual(t, 2*got, c.nChannels, "%+v: the ledger's width holds twice", c)
+		}
+	}
+}
+
+// TestTriggerEarlyLaunches: every path that launches a collective kernel
+// marks it generated.ArgsTriggerEarly exactly when the launcher is
+// programmatic and the kernel's blocks per rank are within
+// TriggerEarlyBlocks, and the residency ledger is asked for twice the
+// blocks of a marked launch.
+func TestTriggerEarlyLaunches(t *testing.T) {
+	inFakeDriver(t, "TestTriggerEarlyLaunches", func(t *testing.T, lib string) {
+		d, ctx, fn := fakeKernel(t, lib)
+		flagsAt := fmt.Sprintf("last_args_u16@%d", unsafe.Offsetof(generated.KernelArgs{}.Flags))
+		task := func(r int) []enqueue.Task {
+			return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+				Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
+		}
+		stream := func() *cuda.Stream {
+			s, err := ctx.NewStream(true)
+			require.NoError(t, err)
+			return s
+		}
+		for _, c := range []struct {
+			programmatic bool
+			limit        int
+			want         bool
+		}{{true, 1, true}, {true, 0, false}, {false, 1, false}} {
+			set := func(e *Engine) {
+				e.launcher.Programmatic, e.launcher.TriggerEarlyBlocks = c.programmatic, c.limit
+			}
+			paths := map[string]func() error{}
+			{
+				e := countEngines(t, ctx, fn, 1, 2)[0]
+				set(e)
+				s := stream()
+				p, err := e.Plan(task(0))
+				require.NoError(t, err)
+				require.Equal(t, 1, p.Launches[0].NBlocks(), "an 8-byte AllReduce runs on one channel")
+				r, ok := e.request(&p, task(0))
+				require.True(t, ok)
+				want := 1
+				if c.want {
+					want = 2
+				}
+				assert.Equal(t, want, r.Blocks, "%+v: the ledger's request", c)
+				paths["1 rank kernel"] = func() error { _, err := e.run(&p, s); return err }
+			}
+			{
+				e := countEngines(t, ctx, fn, 1, 2)[0]
+				set(e)
+				s := stream()
+				paths["2 processes"] = func() error {
+					p, err := e.Plan(task(0))
+					if err != nil {
+						return err
+					}
+					return AdmitAndRunOne(e, &p, task(0), s, nil)
+				}
+			}
+			{
+				es := countEngines(t, ctx, fn, 2, 2)
+				ss := []*cuda.Stream{stream(), stream()}
+				for _, e := range es {
+					set(e)
+				}
+				paths["2 ranks merged"] = func() error {
+					ls := make([]Launch, len(es))
+					for r, e := range es {
+						p, err := e.Plan(task(r))
+						if err != nil {
+							return err
+						}
+						ls[r] = Launch{Engine: e, Plan: &p, Tasks: task(r), Stream: ss[r]}
+					}
+					before := es[0].MultiLaunches()
+					err := AdmitAndRun(ls)
+					require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
+					return err
+				}
+			}
+			for name, call := range paths {
+				require.NoError(t, call(), name)
+				flags := d.Peek(flagsAt)
+				require.GreaterOrEqual(t, flags, 0, "%s: the launch's arguments reached the driver", name)
+				assert.Equal(t, c.want, flags&generated.ArgsTriggerEarly != 0, "%s, %+v: flags %#x", name, c, flags)
 			}
 		}
 	})

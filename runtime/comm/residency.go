@@ -174,6 +174,12 @@ func (c *Engine) admission(l *Launch, merging bool) (r residency.Request, ok boo
 	merging = merging && l.mergeable()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.destroyed && c.launcher != nil && c.launcher.TriggersEarly(blocks) {
+		// The kernel lets the next one start while it runs: both can be
+		// resident (point-to-point plans ask for nChannels, at least twice
+		// what an early-starting kernel has).
+		blocks *= 2
+	}
 	if merging {
 		cand = l.candidateLocked()
 	}

@@ -49,6 +49,9 @@ type Settings struct {
 	// kernels as programmatic dependent launches (EnvProgrammatic sets
 	// it).
 	Programmatic Programmatic
+	// TriggerEarly lets a programmatic kernel start the next one once it
+	// has waited for those before it (EnvTriggerEarly sets it).
+	TriggerEarly bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -66,6 +69,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 		return err
 	}
 	if s.Programmatic, err = programmaticFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	if s.TriggerEarly, err = triggerEarlyFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg

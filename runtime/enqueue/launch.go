@@ -34,6 +34,15 @@ type Launcher struct {
 	// communicator, channel and works, before it touches anything that
 	// earlier work writes.
 	Programmatic bool
+	// TriggerEarlyBlocks, when set before the first launch of a
+	// Programmatic launcher, is the most blocks per rank a kernel may have
+	// for it to let the next kernel on its stream start early
+	// (generated.ArgsTriggerEarly: as soon as every block of this one has
+	// waited for the grids before it). Such a kernel and the next one can
+	// be resident at once, so a rank then holds twice its blocks: the
+	// caller sizes this so that twice every co-located rank's blocks fit
+	// the GPU, and budgets TriggersEarly launches twice (0: never).
+	TriggerEarlyBlocks int
 
 	ctx     *cuda.Context
 	comm    uint64
@@ -114,7 +123,9 @@ func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int,
 			return 0, 0, false, fmt.Errorf("enqueue: kernel for %s: %w", ln.Func, err)
 		}
 		n := ln.ArgsSize()
-		ln.PutArgs((*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{})))), l.comm, 0)
+		a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
+		ln.PutArgs(a, l.comm, 0)
+		l.setTrigger(a, ln.NBlocks())
 		o.Args(n)
 		l.queueLaunch(o, s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), cuda.OpSkip)
 	}
@@ -158,8 +169,34 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	}
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 	size, nBlocks := PutMultiArgs(a, parts)
+	l.setMultiTrigger(a, parts)
 	o.Args(size)
 	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f), nil
+}
+
+// TriggersEarly reports whether a rank's kernel of nBlocks blocks lets
+// the next one start early: the rank's resident blocks are then twice its
+// own.
+func (l *Launcher) TriggersEarly(nBlocks int) bool {
+	return l.Programmatic && nBlocks > 0 && nBlocks <= l.TriggerEarlyBlocks
+}
+
+// setTrigger marks a's launch of nBlocks blocks as TriggersEarly says.
+func (l *Launcher) setTrigger(a *generated.KernelArgs, nBlocks int) {
+	if l.TriggersEarly(nBlocks) {
+		a.Flags |= generated.ArgsTriggerEarly
+	}
+}
+
+// setMultiTrigger marks a's multi-rank launch of parts when every part's
+// kernel would trigger early on its own (TriggersEarly).
+func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
+	for _, p := range parts {
+		if !l.TriggersEarly(p.Launch.NBlocks()) {
+			return
+		}
+	}
+	a.Flags |= generated.ArgsTriggerEarly
 }
 
 // queueLaunch adds the launch of a collective kernel to o, programmatic
@@ -219,6 +256,7 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 		l.args = new(generated.KernelArgs)
 	}
 	ln.PutArgs(l.args, l.comm, wbAddr)
+	l.setTrigger(l.args, ln.NBlocks())
 	err = l.streamLaunch(s, fn, grid, block, argBytes(l.args, ln.ArgsSize()))
 	l.argsMu.Unlock()
 	if err != nil {

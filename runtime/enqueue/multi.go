@@ -85,6 +85,7 @@ func PutMultiArgs(a *generated.KernelArgs, parts []Part) (size, nBlocks int) {
 	a.WorkBuf = 0
 	a.NWork = uint32(w)
 	a.NParts = uint32(len(parts))
+	a.Flags = 0
 	a.Pad2 = [len(a.Pad2)]uint16{}
 	*(*generated.LaunchParts)(unsafe.Pointer(&a.Works[w])) = t
 	n := argsHeaderSize + (w+partsSlots)*int(unsafe.Sizeof(generated.DevWork{}))
@@ -110,6 +111,7 @@ func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
 		l.args = new(generated.KernelArgs)
 	}
 	size, nBlocks := PutMultiArgs(l.args, parts)
+	l.setMultiTrigger(l.args, parts)
 	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size)); err != nil {
 		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
 			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)

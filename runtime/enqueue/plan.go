@@ -166,6 +166,7 @@ func (l *Launch) PutArgs(a *generated.KernelArgs, comm, workBuf uint64) {
 	a.NWork = uint32(len(l.Works))
 	a.NParts = 0
 	a.ChanWorkStart = l.ChanWorkStart
+	a.Flags = 0
 	a.Pad2 = [len(a.Pad2)]uint16{}
 	if l.Inline() {
 		copy(a.Works[:], l.Works)

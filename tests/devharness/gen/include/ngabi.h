@@ -33,6 +33,7 @@
 #define NG_DIRECT_LL_BYTES 4096 // DIRECT AllReduce: a channel's share of at most this many bytes runs the LL one-shot (no barrier: every rank stores its share as LL lines in its own mailbox and polls its peers'). A rank's mailboxes are its NG_MAX_CHANNELS ngDirectSlots followed, per channel, by two LL buffers (by call parity) of NG_DIRECT_LL_BYTES/8 16-byte lines each, all zeroed at setup
 #define NG_LAUNCH_MAX_PARTS 8 // most ranks one multi-rank launch serves (ngLaunchParts.comms)
 #define NG_KERNEL_PROGRAMMATIC 1 // every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch
+#define NG_ARGS_TRIGGER_EARLY 1 // ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
@@ -152,7 +153,8 @@ struct ngKernelArgs {
   uint32_t nWork;
   uint32_t nParts; // 0: one rank's launch; n > 0: a multi-rank launch of n ranks (see ngLaunchParts)
   uint16_t chanWorkStart[65];
-  uint16_t pad2[15];
+  uint16_t flags; // NG_ARGS_* bits
+  uint16_t pad2[14];
   struct ngDevWork works[61];
 };
 
@@ -227,7 +229,8 @@ static_assert(offsetof(struct ngKernelArgs, workBuf) == 16, "ngabi: ngKernelArgs
 static_assert(offsetof(struct ngKernelArgs, nWork) == 24, "ngabi: ngKernelArgs.nWork");
 static_assert(offsetof(struct ngKernelArgs, nParts) == 28, "ngabi: ngKernelArgs.nParts");
 static_assert(offsetof(struct ngKernelArgs, chanWorkStart) == 32, "ngabi: ngKernelArgs.chanWorkStart");
-static_assert(offsetof(struct ngKernelArgs, pad2) == 162, "ngabi: ngKernelArgs.pad2");
+static_assert(offsetof(struct ngKernelArgs, flags) == 162, "ngabi: ngKernelArgs.flags");
+static_assert(offsetof(struct ngKernelArgs, pad2) == 164, "ngabi: ngKernelArgs.pad2");
 static_assert(offsetof(struct ngKernelArgs, works) == 192, "ngabi: ngKernelArgs.works");
 #endif
 
