@@ -8,24 +8,27 @@ import (
 // dependent launches: each may start while the kernel before it on its
 // stream winds down, and waits for it once it has loaded its arguments
 // (enqueue.Launcher's Programmatic, devicesrc's ngKernelMain). "auto" (the
-// default) launches so the kernels of a communicator that has one rank in
-// this process, "1" every communicator's, "0" none. It applies on GPUs of
+// default) launches so the kernels of a rank that shares its GPU with no
+// other rank of its process, "1" every communicator's, "0" none. It applies on GPUs of
 // compute capability 9.0 and later with a driver of CUDA 12.0 or later;
 // elsewhere the launches are plain.
 //
 // Why auto: on one H200 (session 13) it cut an 8 B AllReduce across two
 // processes from 6.43 to 4.72 µs eager and from 3.53 to 3.15 µs under
 // graph replay, and one rank's replay from 1.20 to 0.96 µs; with two ranks
-// in one process it gained nothing, and without MPS it doubled their
-// eager time (17.5 against 8.4 µs) and made replays bimodal (6.5 µs).
+// of one process on one GPU it gained nothing, and without MPS it doubled
+// their eager time (17.5 against 8.4 µs) and made replays bimodal (6.5
+// µs). Ranks of one process on different GPUs launch as ranks alone in
+// their process do: each GPU runs one rank's kernels, and no multi-rank
+// launch joins them (docs/DEVELOPING.md's two-GPU plan measures it).
 const EnvProgrammatic = "NCCLGO_PDL"
 
 // Programmatic is EnvProgrammatic's choice.
 type Programmatic int
 
 const (
-	// ProgrammaticAuto launches so the kernels of a communicator with
-	// one rank in this process.
+	// ProgrammaticAuto launches so the kernels of a rank that shares its
+	// GPU with no other rank of its process.
 	ProgrammaticAuto Programmatic = iota
 	// ProgrammaticOff launches every kernel plainly.
 	ProgrammaticOff
@@ -37,7 +40,7 @@ const (
 func programmaticFromEnv(lookup func(string) (string, bool)) (Programmatic, error) {
 	return envChoice(lookup, EnvProgrammatic, ProgrammaticAuto,
 		map[string]Programmatic{"auto": ProgrammaticAuto, "0": ProgrammaticOff, "1": ProgrammaticOn},
-		"auto (programmatic dependent launches for communicators with one rank in this process, the default), 1 (for every communicator) or 0 (plain launches)")
+		"auto (programmatic dependent launches for ranks that share their GPU with no rank of their process, the default), 1 (for every communicator) or 0 (plain launches)")
 }
 
 // EnvTriggerEarly turns off ("0") or on ("1", the default) the early
@@ -84,7 +87,7 @@ func programmaticFor(mode Programmatic, procs []transport.Peer, rank, ccMajor in
 		return false
 	}
 	for r := range procs {
-		if r != rank && procs[r].SameProcess(procs[rank]) {
+		if r != rank && procs[r].SameProcess(procs[rank]) && procs[r].SameGPU(procs[rank]) {
 			return false
 		}
 	}

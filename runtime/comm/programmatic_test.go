@@ -36,18 +36,22 @@ func TestProgrammaticFromEnv(t *testing.T) {
 }
 
 // TestProgrammaticFor: auto launches programmatically exactly the ranks
-// that are alone in their process; on and off apply to every rank.
+// that share their GPU with no rank of their process; on and off apply to
+// every rank.
 func TestProgrammaticFor(t *testing.T) {
-	// Ranks 0 and 1 share process 10 on one host; rank 2 is alone in
-	// process 11; rank 3 is process 10's pid on another host (a
-	// different process).
+	// Ranks 0 and 1 share process 10 and GPU 0 on one host; rank 2 is
+	// alone in process 11; rank 3 is process 10's pid on another host (a
+	// different process); rank 4 is in process 12 with rank 5, each on
+	// its own GPU.
 	procs := []transport.Peer{
 		{Rank: 0, PID: 10, Host: "a", Device: 0},
 		{Rank: 1, PID: 10, Host: "a", Device: 0},
 		{Rank: 2, PID: 11, Host: "a", Device: 0},
 		{Rank: 3, PID: 10, Host: "b", Device: 0},
+		{Rank: 4, PID: 12, Host: "a", Device: 0, BusID: "0000:19:00.0"},
+		{Rank: 5, PID: 12, Host: "a", Device: 1, BusID: "0000:3b:00.0"},
 	}
-	want := []bool{false, false, true, true}
+	want := []bool{false, false, true, true, true, true}
 	for r := range procs {
 		assert.Equal(t, want[r], programmaticFor(ProgrammaticAuto, procs, r, 9), "auto, rank %d", r)
 		assert.True(t, programmaticFor(ProgrammaticOn, procs, r, 9), "on, rank %d", r)
