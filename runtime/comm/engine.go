@@ -851,7 +851,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		wi = o.WaitEvent(stream, last, captured, cuda.OpStop)
 	}
-	first, last, ok, err := e.launcher.Queue(p, stream, o)
+	first, last, ok, err := e.launcher.QueueIn(p, stream, o, enqueue.Capture(captured))
 	if err != nil || !ok {
 		return nil, false, nil // RunIn reports the error
 	}

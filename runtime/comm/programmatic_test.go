@@ -264,3 +264,46 @@ func TestTriggerEarlyLaunches(t *testing.T) {
 		}
 	})
 }
+
+func TestCapturedProgrammaticFor(t *testing.T) {
+	assert.True(t, capturedProgrammaticFor(ProgrammaticAuto, 9))
+	assert.True(t, capturedProgrammaticFor(ProgrammaticOn, 10))
+	assert.False(t, capturedProgrammaticFor(ProgrammaticOff, 9))
+	assert.False(t, capturedProgrammaticFor(ProgrammaticAuto, 8), "sm_80 has no programmatic launch")
+}
+
+// TestCapturedProgrammatic: a launcher with CapturedProgrammatic but not
+// Programmatic (auto, for ranks that share a process and a GPU) launches
+// plainly while its stream is not captured, and programmatically, with
+// the early start, while it is.
+func TestCapturedProgrammatic(t *testing.T) {
+	inFakeDriver(t, "TestCapturedProgrammatic", func(t *testing.T, lib string) {
+		d, ctx, fn := fakeKernel(t, lib)
+		flagsAt := fmt.Sprintf("last_args_u16@%d", unsafe.Offsetof(generated.KernelArgs{}.Flags))
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		e.launcher.CapturedProgrammatic, e.launcher.TriggerEarlyBlocks = true, 1
+		s, err := ctx.NewStream(true)
+		require.NoError(t, err)
+		task := []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000, Recv: 0x2000_0000, Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
+		p, err := e.Plan(task)
+		require.NoError(t, err)
+		for _, captured := range []bool{false, true, false} {
+			if captured {
+				d.Set("capture_status", 1)
+			}
+			d.Reset()
+			_, err := e.run(&p, s)
+			d.Set("capture_status", 0)
+			require.NoError(t, err, "captured %v", captured)
+			if captured {
+				assert.Equal(t, 1, d.Peek("programmatic_launches"), "captured: a programmatic launch")
+			} else {
+				assert.Zero(t, d.Peek("programmatic_launches"), "eager: a plain launch")
+			}
+			assert.Equal(t, captured, d.Peek(flagsAt)&generated.ArgsTriggerEarly != 0, "captured %v: the early start", captured)
+			r, ok := e.request(&p, task)
+			require.True(t, ok)
+			assert.Equal(t, 1, r.Blocks, "the ledger counts eager launches, which start nothing early")
+		}
+	})
+}

@@ -43,6 +43,12 @@ type Launcher struct {
 	// caller sizes this so that twice every co-located rank's blocks fit
 	// the GPU, and budgets TriggersEarly launches twice (0: never).
 	TriggerEarlyBlocks int
+	// CapturedProgrammatic, when set before the first launch, makes the
+	// collective kernels queued on a stream being captured into a CUDA
+	// graph programmatic even where Programmatic is not set (a replay
+	// has no host launch path to slow down; see runtime/comm's
+	// EnvProgrammatic).
+	CapturedProgrammatic bool
 
 	ctx     *cuda.Context
 	comm    uint64
@@ -107,6 +113,11 @@ func (l *Launcher) RunIn(p *Plan, s *cuda.Stream, c Capture) error {
 // plan queues nothing). On a stream being captured they are what RunIn
 // queues there too: copy nodes and a kernel node holding the works.
 func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int, ok bool, err error) {
+	return l.QueueIn(p, s, o, false)
+}
+
+// QueueIn is Queue on a stream of capture state c.
+func (l *Launcher) QueueIn(p *Plan, s *cuda.Stream, o *cuda.Ops, c Capture) (first, last int, ok bool, err error) {
 	if len(p.Launches) > 1 || len(p.Launches) == 1 && !p.Launches[0].Inline() {
 		return 0, 0, false, nil
 	}
@@ -125,9 +136,9 @@ func (l *Launcher) Queue(p *Plan, s *cuda.Stream, o *cuda.Ops) (first, last int,
 		n := ln.ArgsSize()
 		a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 		ln.PutArgs(a, l.comm, 0)
-		l.setTrigger(a, ln.NBlocks())
+		l.setTrigger(a, ln.NBlocks(), c)
 		o.Args(n)
-		l.queueLaunch(o, s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), cuda.OpSkip)
+		l.queueLaunch(o, s, fn, uint32(ln.NBlocks()), uint32(ln.NThreads), cuda.OpSkip, c)
 	}
 	return first, o.Len() - 1, true, nil
 }
@@ -171,19 +182,29 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	size, nBlocks := PutMultiArgs(a, parts)
 	l.setMultiTrigger(a, parts)
 	o.Args(size)
-	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f), nil
+	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f, false), nil
 }
 
-// TriggersEarly reports whether a rank's kernel of nBlocks blocks lets
-// the next one start early: the rank's resident blocks are then twice its
-// own.
-func (l *Launcher) TriggersEarly(nBlocks int) bool {
-	return l.Programmatic && nBlocks > 0 && nBlocks <= l.TriggerEarlyBlocks
+// TriggersEarly reports whether a rank's eager kernel of nBlocks blocks
+// lets the next one start early: the rank's resident blocks are then twice
+// its own.
+func (l *Launcher) TriggersEarly(nBlocks int) bool { return l.triggersEarly(nBlocks, false) }
+
+// programmatic reports whether a collective kernel queued on a stream of
+// capture state c is a programmatic launch.
+func (l *Launcher) programmatic(c Capture) bool {
+	return l.Programmatic || bool(c) && l.CapturedProgrammatic
 }
 
-// setTrigger marks a's launch of nBlocks blocks as TriggersEarly says.
-func (l *Launcher) setTrigger(a *generated.KernelArgs, nBlocks int) {
-	if l.TriggersEarly(nBlocks) {
+// triggersEarly is TriggersEarly for a kernel queued on a stream of
+// capture state c.
+func (l *Launcher) triggersEarly(nBlocks int, c Capture) bool {
+	return l.programmatic(c) && nBlocks > 0 && nBlocks <= l.TriggerEarlyBlocks
+}
+
+// setTrigger marks a's launch of nBlocks blocks as triggersEarly says.
+func (l *Launcher) setTrigger(a *generated.KernelArgs, nBlocks int, c Capture) {
+	if l.triggersEarly(nBlocks, c) {
 		a.Flags |= generated.ArgsTriggerEarly
 	}
 }
@@ -199,20 +220,21 @@ func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
 	a.Flags |= generated.ArgsTriggerEarly
 }
 
-// queueLaunch adds the launch of a collective kernel to o, programmatic
-// when l.Programmatic says, and returns its index.
-func (l *Launcher) queueLaunch(o *cuda.Ops, s *cuda.Stream, fn *cuda.Function, grid, block uint32, f cuda.OpFlag) int {
+// queueLaunch adds the launch of a collective kernel on s, of capture
+// state c, to o, programmatic as l.programmatic says, and returns its
+// index.
+func (l *Launcher) queueLaunch(o *cuda.Ops, s *cuda.Stream, fn *cuda.Function, grid, block uint32, f cuda.OpFlag, c Capture) int {
 	i := o.Launch(s, fn, grid, block, 0, f)
-	if l.Programmatic {
+	if l.programmatic(c) {
 		o.Programmatic(i)
 	}
 	return i
 }
 
-// streamLaunch launches a collective kernel on s now, programmatic when
-// l.Programmatic says.
-func (l *Launcher) streamLaunch(s *cuda.Stream, fn *cuda.Function, grid, block cuda.Dim3, args []byte) error {
-	if l.Programmatic {
+// streamLaunch launches a collective kernel on s, of capture state c, now,
+// programmatic as l.programmatic says.
+func (l *Launcher) streamLaunch(s *cuda.Stream, fn *cuda.Function, grid, block cuda.Dim3, args []byte, c Capture) error {
+	if l.programmatic(c) {
 		return s.LaunchProgrammatic(fn, grid, block, 0, args)
 	}
 	return s.Launch(fn, grid, block, 0, args)
@@ -256,8 +278,8 @@ func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
 		l.args = new(generated.KernelArgs)
 	}
 	ln.PutArgs(l.args, l.comm, wbAddr)
-	l.setTrigger(l.args, ln.NBlocks())
-	err = l.streamLaunch(s, fn, grid, block, argBytes(l.args, ln.ArgsSize()))
+	l.setTrigger(l.args, ln.NBlocks(), c)
+	err = l.streamLaunch(s, fn, grid, block, argBytes(l.args, ln.ArgsSize()), c)
 	l.argsMu.Unlock()
 	if err != nil {
 		if wb != nil {

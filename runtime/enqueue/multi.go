@@ -112,7 +112,7 @@ func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
 	}
 	size, nBlocks := PutMultiArgs(l.args, parts)
 	l.setMultiTrigger(l.args, parts)
-	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size)); err != nil {
+	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size), false); err != nil {
 		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
 			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)
 	}
