@@ -64,66 +64,79 @@ func TestProgrammaticFor(t *testing.T) {
 	}
 }
 
+// tinyAllReduce is rank r's 8-byte AllReduce on buffers of its own.
+func tinyAllReduce(r int) []enqueue.Task {
+	return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+		Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
+}
+
+// launchPaths returns, by name, a call of each path that launches a
+// collective kernel, on fresh engines of the fake driver that set has
+// configured: one rank's kernel run alone ("1 rank kernel", whose engine
+// first is), one rank of two processes through the ledger ("2
+// processes"), and the multi-rank launch of two ranks of one process ("2
+// ranks merged").
+func launchPaths(t *testing.T, ctx *cuda.Context, fn *cuda.Function, set func(*Engine)) (paths map[string]func() error, first *Engine) {
+	stream := func() *cuda.Stream {
+		s, err := ctx.NewStream(true)
+		require.NoError(t, err)
+		return s
+	}
+	paths = map[string]func() error{}
+	{
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		set(e)
+		s := stream()
+		p, err := e.Plan(tinyAllReduce(0))
+		require.NoError(t, err)
+		paths["1 rank kernel"] = func() error { _, err := e.run(&p, s); return err }
+		first = e
+	}
+	{
+		e := countEngines(t, ctx, fn, 1, 2)[0]
+		set(e)
+		s := stream()
+		paths["2 processes"] = func() error {
+			p, err := e.Plan(tinyAllReduce(0))
+			if err != nil {
+				return err
+			}
+			return AdmitAndRunOne(e, &p, tinyAllReduce(0), s, nil)
+		}
+	}
+	{
+		es := countEngines(t, ctx, fn, 2, 2)
+		ss := []*cuda.Stream{stream(), stream()}
+		for _, e := range es {
+			set(e)
+		}
+		paths["2 ranks merged"] = func() error {
+			ls := make([]Launch, len(es))
+			for r, e := range es {
+				p, err := e.Plan(tinyAllReduce(r))
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: tinyAllReduce(r), Stream: ss[r]}
+			}
+			before := es[0].MultiLaunches()
+			err := AdmitAndRun(ls)
+			require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
+			return err
+		}
+	}
+	return paths, first
+}
+
 // TestProgrammaticLaunches: with the launcher's Programmatic set (as
 // EnvProgrammatic sets it), every path that launches a collective kernel
-// asks for programmatic dependent launch, and none does without it: one
-// rank's kernel run alone, one rank of two processes through the ledger,
-// and the multi-rank launch of two ranks of one process.
+// asks for programmatic dependent launch, and none does without it
+// (launchPaths).
 func TestProgrammaticLaunches(t *testing.T) {
 	inFakeDriver(t, "TestProgrammaticLaunches", func(t *testing.T, lib string) {
 		d, ctx, fn := fakeKernel(t, lib)
-		task := func(r int) []enqueue.Task {
-			return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
-				Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
-		}
-		stream := func() *cuda.Stream {
-			s, err := ctx.NewStream(true)
-			require.NoError(t, err)
-			return s
-		}
 		for _, on := range []bool{false, true} {
-			paths := map[string]func() error{}
-			{
-				e := countEngines(t, ctx, fn, 1, 2)[0]
-				e.launcher.Programmatic = on
-				s := stream()
-				p, err := e.Plan(task(0))
-				require.NoError(t, err)
-				paths["1 rank kernel"] = func() error { _, err := e.run(&p, s); return err }
-			}
-			{
-				e := countEngines(t, ctx, fn, 1, 2)[0]
-				e.launcher.Programmatic = on
-				s := stream()
-				paths["2 processes"] = func() error {
-					p, err := e.Plan(task(0))
-					if err != nil {
-						return err
-					}
-					return AdmitAndRunOne(e, &p, task(0), s, nil)
-				}
-			}
-			{
-				es := countEngines(t, ctx, fn, 2, 2)
-				ss := []*cuda.Stream{stream(), stream()}
-				for _, e := range es {
-					e.launcher.Programmatic = on
-				}
-				paths["2 ranks merged"] = func() error {
-					ls := make([]Launch, len(es))
-					for r, e := range es {
-						p, err := e.Plan(task(r))
-						if err != nil {
-							return err
-						}
-						ls[r] = Launch{Engine: e, Plan: &p, Tasks: task(r), Stream: ss[r]}
-					}
-					before := es[0].MultiLaunches()
-					err := AdmitAndRun(ls)
-					require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
-					return err
-				}
-			}
+			paths, _ := launchPaths(t, ctx, fn, func(e *Engine) { e.launcher.Programmatic = on })
 			for name, call := range paths {
 				c := measure(t, d, call)
 				launches := c.calls["cuLaunchKernel"] + c.calls["cuLaunchKernelEx"]
@@ -188,73 +201,24 @@ func TestTriggerEarlyLaunches(t *testing.T) {
 	inFakeDriver(t, "TestTriggerEarlyLaunches", func(t *testing.T, lib string) {
 		d, ctx, fn := fakeKernel(t, lib)
 		flagsAt := fmt.Sprintf("last_args_u16@%d", unsafe.Offsetof(generated.KernelArgs{}.Flags))
-		task := func(r int) []enqueue.Task {
-			return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
-				Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
-		}
-		stream := func() *cuda.Stream {
-			s, err := ctx.NewStream(true)
-			require.NoError(t, err)
-			return s
-		}
 		for _, c := range []struct {
 			programmatic bool
 			limit        int
 			want         bool
 		}{{true, 1, true}, {true, 0, false}, {false, 1, false}} {
-			set := func(e *Engine) {
+			paths, e := launchPaths(t, ctx, fn, func(e *Engine) {
 				e.launcher.Programmatic, e.launcher.TriggerEarlyBlocks = c.programmatic, c.limit
+			})
+			p, err := e.Plan(tinyAllReduce(0))
+			require.NoError(t, err)
+			require.Equal(t, 1, p.Launches[0].NBlocks(), "an 8-byte AllReduce runs on one channel")
+			r, ok := e.request(&p, tinyAllReduce(0))
+			require.True(t, ok)
+			want := 1
+			if c.want {
+				want = 2
 			}
-			paths := map[string]func() error{}
-			{
-				e := countEngines(t, ctx, fn, 1, 2)[0]
-				set(e)
-				s := stream()
-				p, err := e.Plan(task(0))
-				require.NoError(t, err)
-				require.Equal(t, 1, p.Launches[0].NBlocks(), "an 8-byte AllReduce runs on one channel")
-				r, ok := e.request(&p, task(0))
-				require.True(t, ok)
-				want := 1
-				if c.want {
-					want = 2
-				}
-				assert.Equal(t, want, r.Blocks, "%+v: the ledger's request", c)
-				paths["1 rank kernel"] = func() error { _, err := e.run(&p, s); return err }
-			}
-			{
-				e := countEngines(t, ctx, fn, 1, 2)[0]
-				set(e)
-				s := stream()
-				paths["2 processes"] = func() error {
-					p, err := e.Plan(task(0))
-					if err != nil {
-						return err
-					}
-					return AdmitAndRunOne(e, &p, task(0), s, nil)
-				}
-			}
-			{
-				es := countEngines(t, ctx, fn, 2, 2)
-				ss := []*cuda.Stream{stream(), stream()}
-				for _, e := range es {
-					set(e)
-				}
-				paths["2 ranks merged"] = func() error {
-					ls := make([]Launch, len(es))
-					for r, e := range es {
-						p, err := e.Plan(task(r))
-						if err != nil {
-							return err
-						}
-						ls[r] = Launch{Engine: e, Plan: &p, Tasks: task(r), Stream: ss[r]}
-					}
-					before := es[0].MultiLaunches()
-					err := AdmitAndRun(ls)
-					require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
-					return err
-				}
-			}
+			assert.Equal(t, want, r.Blocks, "%+v: the ledger's request", c)
 			for name, call := range paths {
 				require.NoError(t, call(), name)
 				flags := d.Peek(flagsAt)
@@ -284,7 +248,7 @@ func TestCapturedProgrammatic(t *testing.T) {
 		e.launcher.CapturedProgrammatic, e.launcher.TriggerEarlyBlocks = true, 1
 		s, err := ctx.NewStream(true)
 		require.NoError(t, err)
-		task := []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000, Recv: 0x2000_0000, Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
+		task := tinyAllReduce(0)
 		p, err := e.Plan(task)
 		require.NoError(t, err)
 		for _, captured := range []bool{false, true, false} {
