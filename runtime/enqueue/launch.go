@@ -210,7 +210,8 @@ func (l *Launcher) setTrigger(a *generated.KernelArgs, nBlocks int, c Capture) {
 }
 
 // setMultiTrigger marks a's multi-rank launch of parts when every part's
-// kernel would trigger early on its own (TriggersEarly).
+// kernel would trigger early on its own (TriggersEarly). Multi-rank
+// launches are eager: under capture every rank launches alone.
 func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
 	for _, p := range parts {
 		if !l.TriggersEarly(p.Launch.NBlocks()) {
