@@ -174,13 +174,6 @@ func BenchmarkLoopbackInq(b *testing.B) {
 
 // rawFD is c's descriptor, left in Go's poller; c owns it.
 func rawFD(c *gonet.TCPConn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
+	_, fd, err := rawConn(c)
+	return fd, err
 }

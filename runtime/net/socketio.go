@@ -212,16 +212,26 @@ func detach(c *gonet.TCPConn) (int, error) {
 // keep is detach's counterpart for a data socket that stays in Go's
 // poller: it records the conn and returns its descriptor.
 func (c *comm) keep(s *gonet.TCPConn) (int, error) {
-	rc, err := s.SyscallConn()
+	rc, fd, err := rawConn(s)
 	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
 		return -1, err
 	}
 	c.dataConn, c.dataRC = append(c.dataConn, s), append(c.dataRC, rc)
 	return fd, nil
+}
+
+// rawConn returns s's raw connection and its descriptor, which stays in
+// Go's poller and s's to close.
+func rawConn(s *gonet.TCPConn) (syscall.RawConn, int, error) {
+	rc, err := s.SyscallConn()
+	if err != nil {
+		return nil, -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return nil, -1, err
+	}
+	return rc, fd, nil
 }
 
 // newComm takes over ctrl and data: on success their descriptors are the
