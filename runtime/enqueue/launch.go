@@ -34,11 +34,11 @@ type Launcher struct {
 	// communicator, channel and works, before it touches anything that
 	// earlier work writes.
 	Programmatic bool
-	// TriggerEarlyBlocks, when set before the first launch of a
-	// Programmatic launcher, is the most blocks per rank a kernel may have
-	// for it to let the next kernel on its stream start early
-	// (generated.ArgsTriggerEarly: as soon as every block of this one has
-	// waited for the grids before it). Such a kernel and the next one can
+	// TriggerEarlyBlocks, when set before the first launch, is the most
+	// blocks per rank a programmatic kernel (Programmatic,
+	// CapturedProgrammatic) may have for it to let the next kernel on
+	// its stream start early (generated.ArgsTriggerEarly: as soon as
+	// every block of this one has waited for the grids before it). Such a kernel and the next one can
 	// be resident at once, so a rank then holds twice its blocks: the
 	// caller sizes this so that twice every co-located rank's blocks fit
 	// the GPU, and budgets TriggersEarly launches twice (0: never).
