@@ -45,6 +45,20 @@ func programmaticFromEnv(lookup func(string) (string, bool)) (Programmatic, erro
 		"auto (programmatic dependent launches for ranks that share their GPU with no rank of their process, the default), 1 (for every communicator) or 0 (plain launches)")
 }
 
+// EnvKernelGraph turns off ("0") or on ("1", the default) launch graphs:
+// a communicator's plain kernel launches on streams not being captured go
+// through a CUDA graph of one kernel node, updated to each launch and
+// launched whole (enqueue.Launcher.LaunchGraphs, cuda.LaunchGraph), which
+// costs the host less than cuLaunchKernel. Programmatic launches
+// (EnvProgrammatic) and captured ones are unchanged.
+const EnvKernelGraph = "NCCLGO_KERNEL_GRAPH"
+
+// kernelGraphFromEnv reads EnvKernelGraph through lookup.
+func kernelGraphFromEnv(lookup func(string) (string, bool)) (bool, error) {
+	return envChoice(lookup, EnvKernelGraph, true, map[string]bool{"0": false, "1": true},
+		"1 (plain launches go through a launch graph, the default) or 0 (through cuLaunchKernel)")
+}
+
 // EnvTriggerEarly turns off ("0") or on ("1", the default) the early
 // start of a communicator's next programmatic kernel: once every block of
 // a kernel has waited for the grids before it, the kernel lets the next

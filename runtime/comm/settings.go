@@ -52,6 +52,9 @@ type Settings struct {
 	// TriggerEarly lets a programmatic kernel start the next one once it
 	// has waited for those before it (EnvTriggerEarly sets it).
 	TriggerEarly bool
+	// LaunchGraphs sends plain kernel launches through a launch graph
+	// (enqueue.Launcher.LaunchGraphs; EnvKernelGraph sets it).
+	LaunchGraphs bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -72,6 +75,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 		return err
 	}
 	if s.TriggerEarly, err = triggerEarlyFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	if s.LaunchGraphs, err = kernelGraphFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg

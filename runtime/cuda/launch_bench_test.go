@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -134,6 +136,49 @@ func BenchmarkGPULaunch(b *testing.B) {
 	b.Run("currentContext", func(b *testing.B) {
 		run(b, func() error { _, err := CurrentContextHandle(); return err })
 	})
+	// A graph of one kernel, launched whole each time: the host cost of
+	// cuGraphLaunch against cuLaunchKernel's (params=12B).
+	b.Run("graphOf1", func(b *testing.B) {
+		x := captureChain(b, s1, add1, out, 1, nil, 1, "none")
+		defer x.Destroy()
+		run(b, func() error { return x.Launch(s1) })
+	})
+	// The same kernels through a launch graph (LaunchGraph): the node
+	// updated to each launch, then the graph launched.
+	b.Run("graphVia12B", func(b *testing.B) {
+		g, err := c.NewLaunchGraph(add1, 1, 64, small.b)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Destroy()
+		run(b, func() error { return s1.LaunchVia(g, add1, one, Dim1(64), 0, small.b) })
+	})
+	b.Run("graphVia256of4096B", func(b *testing.B) {
+		g, err := c.NewLaunchGraph(big, 1, 64, large.b[:256])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Destroy()
+		run(b, func() error { return s1.LaunchVia(g, big, one, Dim1(64), 0, large.b[:256]) })
+	})
+	// The driver calls of a multi-rank launch for N ranks on N streams
+	// (runtime/comm's runMultiOps), without ncclgo: per other stream a
+	// record and the first stream's wait on it, the launch, its record,
+	// and every other stream's wait on that; "+checks" adds each stream's
+	// capture check first.
+	for _, n := range []int{2, 8} {
+		for _, checks := range []bool{false, true} {
+			name := fmt.Sprintf("join%d", n)
+			if checks {
+				name += "+checks"
+			}
+			b.Run(name, func(b *testing.B) {
+				j := newJoinBench(b, c, n)
+				defer j.close(b)
+				run(b, func() error { return j.once(add1, small.b, checks) })
+			})
+		}
+	}
 	b.Run("twoStreams+records", func(b *testing.B) {
 		run(b, func() error {
 			for _, s := range []*Stream{s1, s2} {
@@ -147,4 +192,75 @@ func BenchmarkGPULaunch(b *testing.B) {
 			return nil
 		})
 	})
+}
+
+// joinBench holds the streams and events of BenchmarkGPULaunch's joinN.
+type joinBench struct {
+	ss  []*Stream
+	evs []*Event
+	set *Event
+}
+
+func newJoinBench(tb testing.TB, c *Context, n int) *joinBench {
+	tb.Helper()
+	j := new(joinBench)
+	for range n {
+		s, err := c.NewStream(true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		j.ss = append(j.ss, s)
+		ev, err := c.NewEvent(true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		j.evs = append(j.evs, ev)
+	}
+	set, err := c.NewEvent(true)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	j.set = set
+	return j
+}
+
+func (j *joinBench) once(fn *Function, args []byte, checks bool) error {
+	if checks {
+		for _, s := range j.ss {
+			if _, err := s.CaptureStatus(); err != nil {
+				return err
+			}
+		}
+	}
+	s0 := j.ss[0]
+	for k := 1; k < len(j.ss); k++ {
+		if err := j.evs[k].Record(j.ss[k]); err != nil {
+			return err
+		}
+		if err := s0.WaitEvent(j.evs[k]); err != nil {
+			return err
+		}
+	}
+	if err := s0.Launch(fn, Dim1(1), Dim1(64), 0, args); err != nil {
+		return err
+	}
+	if err := j.set.Record(s0); err != nil {
+		return err
+	}
+	for k := 1; k < len(j.ss); k++ {
+		if err := j.ss[k].WaitEvent(j.set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *joinBench) close(tb testing.TB) {
+	var errs []error
+	for i := range j.ss {
+		errs = append(errs, j.ss[i].Destroy(), j.evs[i].Destroy())
+	}
+	if err := errors.Join(append(errs, j.set.Destroy())...); err != nil {
+		tb.Error(err)
+	}
 }

@@ -8,6 +8,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -25,7 +26,9 @@ type Ops struct {
 	args []uint64 // the parameter block of the sequence's launches
 	argN int      // its bytes passed
 	fns  []*Function
-	err  error // the first invalid operation added
+	vias []*LaunchGraph // per operation, the launch graph Via gave it
+	via  []*LaunchGraph // the distinct ones, locked by Run
+	err  error          // the first invalid operation added
 }
 
 // OpFlag says when an operation of an Ops runs.
@@ -55,6 +58,10 @@ func (o *Ops) Reset() {
 	o.ctx, o.ops, o.argN, o.err = nil, o.ops[:0], 0, nil
 	clear(o.fns)
 	o.fns = o.fns[:0]
+	clear(o.vias)
+	o.vias = o.vias[:0]
+	clear(o.via)
+	o.via = o.via[:0]
 }
 
 // Len is the number of operations added.
@@ -79,6 +86,7 @@ func (o *Ops) add(op string, s *Stream, kind int, f OpFlag) (*C.ncu_op, int) {
 		p.s = s.h
 	}
 	o.fns = append(o.fns, nil)
+	o.vias = append(o.vias, nil)
 	return p, len(o.ops) - 1
 }
 
@@ -219,6 +227,23 @@ func (o *Ops) Programmatic(i int) {
 	o.ops[i].programmatic = 1
 }
 
+// Via makes launch i (an index Launch returned) go through the launch
+// graph g, as Stream.LaunchVia: unless it is programmatic, or g is nil or
+// of another context.
+func (o *Ops) Via(i int, g *LaunchGraph) {
+	if i < 0 || i >= len(o.ops) || o.ops[i].kind != C.NCU_OP_LAUNCH {
+		o.fail(badArg("Via", "operation %d is not a launch", i))
+		return
+	}
+	if g == nil || g.ctx != o.ctx {
+		return
+	}
+	if !slices.Contains(o.via, g) {
+		o.via = append(o.via, g)
+	}
+	o.vias[i] = g
+}
+
 // Run runs the sequence in one call into the driver. It fails, running
 // nothing, when an operation was invalid or the context could not be
 // made current; otherwise each operation's outcome is in Err, Busy and
@@ -238,7 +263,24 @@ func (o *Ops) Run() error {
 	if o.argN > 0 {
 		args = unsafe.Pointer(&o.args[0])
 	}
-	if err := check("cuCtxSetCurrent", Result(C.ncu_run_ops(h, &o.ops[0], C.int(len(o.ops)), args, C.size_t(o.argN)))); err != nil {
+	for _, g := range o.via {
+		g.mu.Lock()
+	}
+	for i, g := range o.vias {
+		if g != nil {
+			o.ops[i].graph = g.via(h)
+		}
+	}
+	r := Result(C.ncu_run_ops(h, &o.ops[0], C.int(len(o.ops)), args, C.size_t(o.argN)))
+	for i, g := range o.vias {
+		if g != nil {
+			o.ops[i].graph = nil
+		}
+	}
+	for _, g := range o.via {
+		g.mu.Unlock()
+	}
+	if err := check("cuCtxSetCurrent", r); err != nil {
 		return o.ctx.wrap("Ops.Run", err)
 	}
 	return nil

@@ -105,6 +105,12 @@
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0,                              \
     (CUgraphExec* e, CUgraph g, unsigned long long flags))                                      \
   X(cuGraphLaunch, "cuGraphLaunch", 0, (CUgraphExec e, CUstream s))                             \
+  X(cuGraphCreate, "cuGraphCreate", 0, (CUgraph * g, unsigned flags))                            \
+  X(cuGraphAddKernelNode, "cuGraphAddKernelNode", 0,                                            \
+    (CUgraphNode * node, CUgraph g, const CUgraphNode* deps, size_t n,                          \
+     const ncu_kernel_node_params* p))                                                          \
+  X(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams", 0,                        \
+    (CUgraphExec e, CUgraphNode node, const ncu_kernel_node_params* p))                         \
   X(cuGraphExecDestroy, "cuGraphExecDestroy", 0, (CUgraphExec e))                               \
   X(cuGraphDestroy, "cuGraphDestroy", 0, (CUgraph g))                                           \
   X(cuGraphGetNodes, "cuGraphGetNodes", 0, (CUgraph g, void** nodes, size_t* n))                \
@@ -514,7 +520,20 @@ CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t
 // dependent launch where the driver has it, cuLaunchKernelEx; extra
 // carries the packed parameters (NULL: none).
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                       unsigned bz, unsigned smem, CUstream s, void** extra, int programmatic) {
+                       unsigned bz, unsigned smem, CUstream s, void** extra, int programmatic,
+                       ncu_launch_graph* g) {
+  if (g != NULL && !programmatic && g->exec != NULL && p_cuGraphExecKernelNodeSetParams != NULL) {
+    /* Re-aim the graph's one kernel node at this launch, then launch the
+       graph: the driver's graph launch path costs the host less than
+       cuLaunchKernel. A launch the node cannot take (the driver refuses
+       the update) goes the ordinary way. */
+    ncu_kernel_node_params p = {f, gx, gy, gz, bx, by, bz, smem, NULL, extra};
+    if (p_cuGraphExecKernelNodeSetParams(g->exec, g->node, &p) == NCU_SUCCESS) {
+      g->launches++;
+      return p_cuGraphLaunch(g->exec, s);
+    }
+    g->refused++;
+  }
   if (programmatic && p_cuLaunchKernelEx != NULL) {
     ncu_launch_attr a;
     memset(&a, 0, sizeof a);
@@ -532,15 +551,57 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 // outlive the call.
 CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                     unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-                    void* args, size_t size, int programmatic) {
+                    void* args, size_t size, int programmatic, ncu_launch_graph* g) {
   SETCTX(c);
-  if (size == 0) return launch(f, gx, gy, gz, bx, by, bz, smem, s, NULL, programmatic);
+  if (size == 0) return launch(f, gx, gy, gz, bx, by, bz, smem, s, NULL, programmatic, g);
   void* extra[] = {
       (void*)(uintptr_t)0x01, args,   // CU_LAUNCH_PARAM_BUFFER_POINTER
       (void*)(uintptr_t)0x02, &size,  // CU_LAUNCH_PARAM_BUFFER_SIZE
       (void*)(uintptr_t)0x00,         // CU_LAUNCH_PARAM_END
   };
-  return launch(f, gx, gy, gz, bx, by, bz, smem, s, extra, programmatic);
+  return launch(f, gx, gy, gz, bx, by, bz, smem, s, extra, programmatic, g);
+}
+
+/* ncu_launch_graph_new makes g a graph of one kernel node, f's launch with
+   args, and instantiates it. */
+CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
+                              unsigned block, void* args, size_t size) {
+  NEED(p_cuGraphCreate);
+  NEED(p_cuGraphAddKernelNode);
+  NEED(p_cuGraphExecKernelNodeSetParams);
+  NEED(p_cuGraphInstantiateWithFlags);
+  NEED(p_cuGraphLaunch);
+  NEED(p_cuGraphDestroy);
+  SETCTX(c);
+  memset(g, 0, sizeof *g);
+  void* extra[] = {
+      (void*)(uintptr_t)0x01, args,   // CU_LAUNCH_PARAM_BUFFER_POINTER
+      (void*)(uintptr_t)0x02, &size,  // CU_LAUNCH_PARAM_BUFFER_SIZE
+      (void*)(uintptr_t)0x00,         // CU_LAUNCH_PARAM_END
+  };
+  ncu_kernel_node_params p = {f, grid, 1, 1, block, 1, 1, 0, NULL, size > 0 ? extra : NULL};
+  CUresult r = p_cuGraphCreate(&g->graph, 0);
+  if (r != NCU_SUCCESS) return r;
+  r = p_cuGraphAddKernelNode(&g->node, g->graph, NULL, 0, &p);
+  if (r == NCU_SUCCESS) r = p_cuGraphInstantiateWithFlags(&g->exec, g->graph, 0);
+  if (r != NCU_SUCCESS) {
+    p_cuGraphDestroy(g->graph);
+    memset(g, 0, sizeof *g);
+  }
+  return r;
+}
+
+CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g) {
+  NEED(p_cuGraphExecDestroy);
+  NEED(p_cuGraphDestroy);
+  SETCTX(c);
+  CUresult r = NCU_SUCCESS;
+  if (g->exec != NULL) r = p_cuGraphExecDestroy(g->exec);
+  CUresult r2 = g->graph != NULL ? p_cuGraphDestroy(g->graph) : NCU_SUCCESS;
+  g->exec = NULL;
+  g->graph = NULL;
+  g->node = NULL;
+  return r != NCU_SUCCESS ? r : r2;
 }
 
 /* The most capture dependencies a record beside the chain follows; a
@@ -594,13 +655,13 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   case NCU_OP_DTOD:
     return ncu_dtod(c, o->dst, o->src, o->n, o->s);
   case NCU_OP_LAUNCH: {
-    if (*size == 0) return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, o->programmatic);
+    if (*size == 0) return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, o->programmatic, o->graph);
     void* extra[] = {
         (void*)(uintptr_t)0x01, args, // CU_LAUNCH_PARAM_BUFFER_POINTER
         (void*)(uintptr_t)0x02, size, // CU_LAUNCH_PARAM_BUFFER_SIZE
         (void*)(uintptr_t)0x00,       // CU_LAUNCH_PARAM_END
     };
-    return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, extra, o->programmatic);
+    return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, extra, o->programmatic, o->graph);
   }
   }
   return 1; /* CUDA_ERROR_INVALID_VALUE */

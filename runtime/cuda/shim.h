@@ -140,6 +140,30 @@ CUresult ncu_memcpy_dtod(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n
 CUresult ncu_memset_d8(CUcontext c, CUdeviceptr p, unsigned char v, size_t n);
 CUresult ncu_mem_get_info(CUcontext c, size_t* freeb, size_t* total);
 
+// CUDA_KERNEL_NODE_PARAMS (v1): a kernel node's launch, as
+// cuGraphAddKernelNode and cuGraphExecKernelNodeSetParams take it.
+typedef struct {
+  CUfunction func;
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+} ncu_kernel_node_params;
+
+// ncu_launch_graph is a graph of one kernel node that a plain launch may go
+// through (ncu_launch, NCU_OP_LAUNCH): the node is updated to the launch
+// (cuGraphExecKernelNodeSetParams), then the graph launched. Its user
+// keeps one launch through it at a time.
+typedef struct {
+  CUgraph graph;
+  CUgraphExec exec;
+  CUgraphNode node;
+  unsigned long long launches; // out: launches that went through the graph
+  unsigned long long refused;  // out: updates the driver refused (those launched the ordinary way)
+} ncu_launch_graph;
+CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
+                              unsigned block, void* args, size_t size);
+CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g);
+
 // Streams.
 CUresult ncu_stream_create(CUcontext c, CUstream* s, unsigned flags);
 CUresult ncu_stream_destroy(CUcontext c, CUstream s);
@@ -171,7 +195,7 @@ typedef struct {
 // driver without cuLaunchKernelEx launches it plainly.
 CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                     unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
-                    void* args, size_t size, int programmatic);
+                    void* args, size_t size, int programmatic, ncu_launch_graph* g);
 
 // A sequence of stream operations run in one call (ncu_run_ops), so that
 // a launch and what orders it cost one cgo call and one check of the
@@ -207,6 +231,7 @@ typedef struct {
   CUfunction f;
   unsigned grid, block, smem;
   int programmatic;           // NCU_OP_LAUNCH: programmatic dependent launch (ncu_launch)
+  ncu_launch_graph* graph;    // NCU_OP_LAUNCH: the graph a plain launch goes through, or NULL
   CUgraphNode node;           // NCU_OP_RECORD_BESIDE: in, the record to follow; out, the new one (NULL: in the stream)
   unsigned long long capture; // NCU_OP_RECORD_BESIDE: in, node's capture id; out, the stream's
 } ncu_op;

@@ -280,7 +280,23 @@ func (s *Stream) LaunchProgrammatic(f *Function, grid, block Dim3, sharedMem uin
 	return s.launch(f, grid, block, sharedMem, args, true)
 }
 
+// LaunchVia is Launch through the launch graph g (see LaunchGraph); a nil
+// g, or one of another context, launches as Launch does.
+func (s *Stream) LaunchVia(g *LaunchGraph, f *Function, grid, block Dim3, sharedMem uint32, args []byte) error {
+	if g == nil {
+		return s.launch(f, grid, block, sharedMem, args, false)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return s.launchIn(f, grid, block, sharedMem, args, false, g)
+}
+
 func (s *Stream) launch(f *Function, grid, block Dim3, sharedMem uint32, args []byte, programmatic bool) error {
+	return s.launchIn(f, grid, block, sharedMem, args, programmatic, nil)
+}
+
+// launchIn launches f, through g where it is not nil (g.mu held).
+func (s *Stream) launchIn(f *Function, grid, block Dim3, sharedMem uint32, args []byte, programmatic bool, g *LaunchGraph) error {
 	c, h, err := s.stream("Launch")
 	if err != nil {
 		return err
@@ -305,7 +321,7 @@ func (s *Stream) launch(f *Function, grid, block Dim3, sharedMem uint32, args []
 		p = unsafe.Pointer(&args[0])
 	}
 	r := Result(C.ncu_launch(c, f.h, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
-		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedMem), h, p, C.size_t(len(args)), boolInt(programmatic)))
+		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedMem), h, p, C.size_t(len(args)), boolInt(programmatic), g.via(c)))
 	if err := check("cuLaunchKernel", r); err != nil {
 		return s.ctx.wrap(fmt.Sprintf("Launch(%q, grid %v, block %v, smem %d, %d arg bytes)", f.name, grid, block, sharedMem, len(args)), err)
 	}

@@ -49,6 +49,14 @@ type Launcher struct {
 	// has no host launch path to slow down; see runtime/comm's
 	// EnvProgrammatic).
 	CapturedProgrammatic bool
+	// LaunchGraphs, when set before the first launch, sends the plain
+	// kernel launches queued on streams not being captured through a
+	// launch graph (cuda.LaunchGraph), which costs the host less than
+	// cuLaunchKernel. CUDA orders the launches of one graph after each
+	// other whatever their streams: a launcher serves one rank, whose
+	// launches are ordered anyway (runtime/comm orders a rank's launch
+	// after its previous one on another stream).
+	LaunchGraphs bool
 
 	ctx     *cuda.Context
 	comm    uint64
@@ -60,6 +68,44 @@ type Launcher struct {
 
 	argsMu sync.Mutex
 	args   *generated.KernelArgs // the kernel arguments of the launch being queued
+
+	graphMu  sync.Mutex
+	graph    *cuda.LaunchGraph // LaunchGraphs' graph, made at the first launch
+	graphErr error             // why it could not be made: launches go the ordinary way
+}
+
+// zeroArgs is the parameter block a launch graph's node starts with.
+var zeroArgs [unsafe.Sizeof(generated.KernelArgs{})]byte
+
+// GraphLaunches returns how many launches went through the launcher's
+// launch graph (LaunchGraphs) and how many the driver would not put in it.
+func (l *Launcher) GraphLaunches() (through, refused uint64) {
+	l.graphMu.Lock()
+	g := l.graph
+	l.graphMu.Unlock()
+	if g == nil {
+		return 0, 0
+	}
+	return g.Launches()
+}
+
+// launchGraph returns the launch graph a launch of fn (grid × block) on a
+// stream of capture state c goes through, or nil: under capture, for
+// programmatic launches, when LaunchGraphs is off or no graph could be
+// made (said once on Log).
+func (l *Launcher) launchGraph(fn *cuda.Function, grid, block uint32, c Capture) *cuda.LaunchGraph {
+	if !l.LaunchGraphs || bool(c) || l.programmatic(c) {
+		return nil
+	}
+	l.graphMu.Lock()
+	defer l.graphMu.Unlock()
+	if l.graph == nil && l.graphErr == nil {
+		l.graph, l.graphErr = l.ctx.NewLaunchGraph(fn, grid, block, zeroArgs[:])
+		if l.graphErr != nil && l.Log != nil {
+			l.Log.Info("ncclgo: kernels launch without a launch graph", "err", l.graphErr)
+		}
+	}
+	return l.graph
 }
 
 type workBuf struct {
@@ -228,6 +274,8 @@ func (l *Launcher) queueLaunch(o *cuda.Ops, s *cuda.Stream, fn *cuda.Function, g
 	i := o.Launch(s, fn, grid, block, 0, f)
 	if l.programmatic(c) {
 		o.Programmatic(i)
+	} else if g := l.launchGraph(fn, grid, block, c); g != nil {
+		o.Via(i, g)
 	}
 	return i
 }
@@ -238,7 +286,7 @@ func (l *Launcher) streamLaunch(s *cuda.Stream, fn *cuda.Function, grid, block c
 	if l.programmatic(c) {
 		return s.LaunchProgrammatic(fn, grid, block, 0, args)
 	}
-	return s.Launch(fn, grid, block, 0, args)
+	return s.LaunchVia(l.launchGraph(fn, grid.X, block.X, c), fn, grid, block, 0, args)
 }
 
 func (l *Launcher) launch(ln *Launch, s *cuda.Stream, c Capture) error {
@@ -360,5 +408,9 @@ func (l *Launcher) Close() error {
 	}
 	l.bufs = nil
 	errs = append(errs, l.closeCaptured())
+	l.graphMu.Lock()
+	errs = append(errs, l.graph.Destroy())
+	l.graph, l.graphErr = nil, errors.New("enqueue: launcher closed")
+	l.graphMu.Unlock()
 	return errors.Join(errs...)
 }

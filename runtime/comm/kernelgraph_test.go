@@ -1,0 +1,137 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
+	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/enqueue"
+)
+
+// TestKernelGraphLaunches checks, on the counting fake driver, that with
+// launch graphs on (EnvKernelGraph) every plain launch path, a rank's
+// kernel alone, through the ledger and a multi-rank launch of 2 and 8
+// ranks, updates its rank's graph node and launches the graph instead of
+// calling cuLaunchKernel, with the arguments the launch would have passed
+// (the fake keeps the last update's); that the graph is made once per
+// rank; that programmatic and captured launches keep cuLaunchKernelEx and
+// cuLaunchKernel; and that a launch whose node update the driver refuses
+// goes through cuLaunchKernel.
+func TestKernelGraphLaunches(t *testing.T) {
+	inFakeDriver(t, "TestKernelGraphLaunches", kernelGraphChild)
+}
+
+func kernelGraphChild(t *testing.T, lib string) {
+	d, ctx, fn := fakeKernel(t, lib)
+	stream := func() *cuda.Stream {
+		s, err := ctx.NewStream(true)
+		require.NoError(t, err)
+		return s
+	}
+	ar := func(r int) []enqueue.Task {
+		return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+			Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
+	}
+	graphed := func(es []*Engine) []*Engine {
+		for _, e := range es {
+			e.launcher.LaunchGraphs = true
+		}
+		return es
+	}
+	// nParts is the part count of the last launch's arguments.
+	nParts := func() int {
+		return d.Peek("last_args_u16@28") // KernelArgs.NParts (u32 at 28, little-endian)
+	}
+	require.Equal(t, 28, generated.Layouts["KernelArgs"].Offsets[4], "KernelArgs.NParts' offset")
+
+	// One rank's kernel alone, then through the ledger.
+	for name, run := range map[string]func(e *Engine, s *cuda.Stream, p *enqueue.Plan) error{
+		"alone":  func(e *Engine, s *cuda.Stream, p *enqueue.Plan) error { _, err := e.run(p, s); return err },
+		"ledger": func(e *Engine, s *cuda.Stream, p *enqueue.Plan) error { return AdmitAndRunOne(e, p, ar(0), s, nil) },
+	} {
+		e := graphed(countEngines(t, ctx, fn, 1, 2))[0]
+		s := stream()
+		p, err := e.Plan(ar(0))
+		require.NoError(t, err)
+		d.Reset()
+		for range 3 {
+			require.NoError(t, run(e, s, &p), name)
+		}
+		c := d.Counts()
+		assert.Equal(t, 1, c["cuGraphCreate"], "%s: one graph per rank: %v", name, c)
+		assert.Equal(t, 1, c["cuGraphInstantiateWithFlags"], "%s: %v", name, c)
+		assert.Equal(t, 3, c["cuGraphExecKernelNodeSetParams"], "%s: %v", name, c)
+		assert.Equal(t, 3, c["cuGraphLaunch"], "%s: %v", name, c)
+		assert.Zero(t, c["cuLaunchKernel"], "%s: %v", name, c)
+		assert.Equal(t, 0, nParts(), "%s: one rank's arguments", name)
+		through, refused := e.launcher.GraphLaunches()
+		assert.Equal(t, [2]uint64{3, 0}, [2]uint64{through, refused}, name)
+		require.NoError(t, e.launcher.Close())
+	}
+	// A multi-rank launch of n ranks on their own streams: one graph
+	// launch, on the first rank's graph, with every part in its arguments.
+	for _, n := range []int{2, 8} {
+		es := graphed(countEngines(t, ctx, fn, n, n))
+		ss := make([]*cuda.Stream, n)
+		for r := range ss {
+			ss[r] = stream()
+		}
+		group := func() error {
+			ls := make([]Launch, n)
+			for r, e := range es {
+				p, err := e.Plan(ar(r))
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: ar(r), Stream: ss[r]}
+			}
+			return AdmitAndRun(ls)
+		}
+		require.NoError(t, group())
+		c := measure(t, d, group)
+		assert.Equal(t, 1, c.calls["cuGraphLaunch"], "%d ranks: %v", n, c)
+		assert.Equal(t, 1, c.calls["cuGraphExecKernelNodeSetParams"], "%d ranks: %v", n, c)
+		assert.Zero(t, c.calls["cuLaunchKernel"], "%d ranks: %v", n, c)
+		assert.Zero(t, c.calls["cuGraphCreate"], "%d ranks: made once: %v", n, c)
+		assert.Equal(t, 1, c.cgo, "%d ranks: still one cgo call", n)
+		assert.Equal(t, n, nParts(), "%d ranks: the multi-rank launch's arguments", n)
+	}
+	// Programmatic launches keep cuLaunchKernelEx; captured ones the
+	// ordinary launch.
+	{
+		e := graphed(countEngines(t, ctx, fn, 1, 2))[0]
+		e.launcher.Programmatic = true
+		p, err := e.Plan(ar(0))
+		require.NoError(t, err)
+		c := measure(t, d, func() error { _, err := e.run(&p, stream()); return err })
+		assert.Equal(t, 1, c.calls["cuLaunchKernelEx"], "programmatic: %v", c)
+		assert.Zero(t, c.calls["cuGraphLaunch"], "programmatic: %v", c)
+	}
+	{
+		e := graphed(countEngines(t, ctx, fn, 1, 2))[0]
+		p, err := e.Plan(ar(0))
+		require.NoError(t, err)
+		d.Set("capture_status", 1)
+		c := measure(t, d, func() error { _, err := e.run(&p, stream()); return err })
+		d.Set("capture_status", 0)
+		assert.Equal(t, 1, c.calls["cuLaunchKernel"], "captured: %v", c)
+		assert.Zero(t, c.calls["cuGraphLaunch"], "captured: %v", c)
+	}
+	// A refused node update: the launch goes the ordinary way.
+	{
+		e := graphed(countEngines(t, ctx, fn, 1, 2))[0]
+		p, err := e.Plan(ar(0))
+		require.NoError(t, err)
+		d.Set("node_update_result", int(cuda.ResultInvalidValue))
+		c := measure(t, d, func() error { _, err := e.run(&p, stream()); return err })
+		d.Set("node_update_result", 0)
+		assert.Equal(t, 1, c.calls["cuLaunchKernel"], "refused: %v", c)
+		assert.Zero(t, c.calls["cuGraphLaunch"], "refused: %v", c)
+		_, refused := e.launcher.GraphLaunches()
+		assert.Positive(t, refused)
+	}
+}

@@ -1,0 +1,107 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// LaunchGraph is a CUDA graph of one kernel node that plain launches may
+// go through (Stream.LaunchVia, Ops.Via): before each launch the node is
+// set to it (cuGraphExecKernelNodeSetParams: function, shape and
+// arguments), then the graph is launched (cuGraphLaunch). On the H200
+// that costs the host about half a cuLaunchKernel (BenchmarkGPULaunch's
+// params=12B against graphVia). A launch whose update the driver refuses
+// goes through cuLaunchKernel instead; Launches counts both.
+//
+// CUDA orders every launch of one executable graph after the one before
+// it, on whatever stream: a LaunchGraph must only carry launches that are
+// ordered anyway, one rank's for instance. It carries one launch at a
+// time; LaunchVia and Ops.Run take its lock.
+type LaunchGraph struct {
+	ctx *Context
+	mu  sync.Mutex
+	g   *C.ncu_launch_graph // C memory: Ops' operations point at it
+}
+
+// NewLaunchGraph makes a launch graph whose node starts as fn's launch
+// with grid × block threads (one-dimensional) and the packed parameters
+// args; nothing is launched. Destroy it with Destroy once its last launch
+// is queued (the driver keeps what is queued).
+func (c *Context) NewLaunchGraph(fn *Function, grid, block uint32, args []byte) (*LaunchGraph, error) {
+	h, err := c.ctx("NewLaunchGraph")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fn == nil || fn.h == nil:
+		return nil, badArg("NewLaunchGraph", "nil *Function")
+	case fn.mod == nil || fn.mod.h == nil:
+		return nil, badArg("NewLaunchGraph", "function %q: module is unloaded", fn.name)
+	case fn.mod.ctx.h != h:
+		return nil, badArg("NewLaunchGraph", "function %q belongs to another context", fn.name)
+	case grid == 0 || block == 0:
+		return nil, badArg("NewLaunchGraph", "grid %d or block %d is zero", grid, block)
+	}
+	g := (*C.ncu_launch_graph)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncu_launch_graph{}))))
+	if g == nil {
+		return nil, fmt.Errorf("cuda: NewLaunchGraph: out of host memory")
+	}
+	var p unsafe.Pointer
+	if len(args) > 0 {
+		p = unsafe.Pointer(&args[0])
+	}
+	if err := check("cuGraphAddKernelNode", Result(C.ncu_launch_graph_new(h, g, fn.h, C.uint(grid), C.uint(block), p, C.size_t(len(args))))); err != nil {
+		C.free(unsafe.Pointer(g))
+		return nil, c.wrap(fmt.Sprintf("NewLaunchGraph(%q, grid %d, block %d, %d arg bytes)", fn.name, grid, block, len(args)), err)
+	}
+	return &LaunchGraph{ctx: c, g: g}, nil
+}
+
+// Launches returns how many launches went through the graph and how many
+// the driver would not put in it (those went through cuLaunchKernel).
+func (g *LaunchGraph) Launches() (through, refused uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.g == nil {
+		return 0, 0
+	}
+	return uint64(g.g.launches), uint64(g.g.refused)
+}
+
+// Destroy destroys the graph. Launches already queued run; g must not be
+// used afterwards. Destroying a nil or destroyed graph does nothing.
+func (g *LaunchGraph) Destroy() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.g == nil {
+		return nil
+	}
+	h, err := g.ctx.ctx("LaunchGraph.Destroy")
+	if err != nil {
+		return err
+	}
+	r := Result(C.ncu_launch_graph_destroy(h, g.g))
+	C.free(unsafe.Pointer(g.g))
+	g.g = nil
+	return g.ctx.wrap("LaunchGraph.Destroy", check("cuGraphExecDestroy", r))
+}
+
+// via returns g's C graph for a launch in context h, or nil when the
+// launch must go the ordinary way (no graph, destroyed, another context).
+// g.mu is held.
+func (g *LaunchGraph) via(h C.CUcontext) *C.ncu_launch_graph {
+	if g == nil || g.g == nil || g.ctx == nil || g.ctx.h != h {
+		return nil
+	}
+	return g.g
+}
