@@ -127,10 +127,45 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
   dnP.finish();
 }
 
+// ngAllReduceOnePass runs an AllReduce of a multi-rank launch that holds
+// every rank of its communicator (NG_ARGS_ONE_PASS): this block owns the
+// onePassSlice-th of onePassRanks slices (8-byte lines) of the buffers; it
+// reduces that slice of every rank's sendbuff, in rank order, and stores
+// the result into that slice of every rank's recvbuff. Slices are
+// disjoint, so no block waits for another, in place or not.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceOnePass(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const struct ngDevWork w = sh->work;
+  const Op op(w);
+  const int n = sh->onePassRanks, slice = sh->onePassSlice;
+  const int nbytes = (int)(w.count * sizeof(T));
+  const int nLines = (nbytes + 7) / 8;
+  const int lo = (int)((int64_t)nLines * slice / n), hi = (int)((int64_t)nLines * (slice + 1) / n);
+  for (int line = lo + g.tid; line < hi; line += g.nThreads) {
+    // Every rank's line is loaded before any is reduced, so that the loads
+    // are in flight together (one memory latency, not nParts).
+    uint64_t v[NG_LAUNCH_MAX_PARTS];
+#pragma unroll
+    for (int p = 0; p < NG_LAUNCH_MAX_PARTS; p++) {
+      if (p < n) v[p] = ngLoadPack8<T, true>(reinterpret_cast<const T*>(sh->directSend[p]), line, nbytes);
+    }
+    uint64_t acc = ngPackPre<T>(op, v[0]);
+#pragma unroll
+    for (int p = 1; p < NG_LAUNCH_MAX_PARTS; p++) {
+      if (p < n) acc = ngPackReduce<T>(op, acc, ngPackPre<T>(op, v[p]));
+    }
+    const uint64_t out = ngPackPost<T>(op, acc);
+    for (int p = 0; p < n; p++) ngStorePack8(reinterpret_cast<T*>(sh->directRecv[p]), line, nbytes, out);
+  }
+}
+
 template <typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc<NG_COLL_AllReduce, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {
-    if constexpr (Algo == NG_ALGO_RING) ngAllReduceRing<T, Op, Proto>(sh);
+    if (sh->onePassRanks != 0) ngAllReduceOnePass<T, Op>(sh);
+    else if constexpr (Algo == NG_ALGO_RING) ngAllReduceRing<T, Op, Proto>(sh);
     else if constexpr (Algo == NG_ALGO_TREE) ngAllReduceTree<T, Op, Proto>(sh);
     else if constexpr (Algo == NG_ALGO_DIRECT && Proto == NG_PROTO_SIMPLE) ngAllReduceDirect<T, Op>(sh);
     else ngReportUnsupported(sh);

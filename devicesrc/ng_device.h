@@ -45,6 +45,10 @@ struct ngShmem {
   // line buffer in directSend).
   uint64_t directSend[NG_DIRECT_MAX_RANKS];
   uint64_t directRecv[NG_DIRECT_MAX_RANKS];
+  // NG_ARGS_ONE_PASS: the launch's ranks (0: not such a launch) and this
+  // block's slice; every rank's buffers are in directSend and directRecv.
+  int32_t onePassRanks;
+  int32_t onePassSlice;
 };
 
 typedef void (*ngDevFuncPtr_t)(struct ngShmem*);
@@ -211,7 +215,22 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   }
   // Copy the communicator (8 words) and the channel (8 words) into shared memory.
   static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8, "ngKernelMain copies 8 words of each");
-  if (tid < 8) {
+  if (args.flags & NG_ARGS_ONE_PASS) {
+    // Every rank's buffers are in the arguments (works[q] is rank q's) and
+    // no block talks to another: the communicator and the channel stay
+    // unread (zeroed: no error flag to write), which spares their loads.
+    if (tid < 8) {
+      reinterpret_cast<uint64_t*>(&sh.comm)[tid] = 0;
+    } else if (tid >= 32 && tid < 32 + (int)args.nParts) {
+      sh.directSend[tid - 32] = args.works[tid - 32].sendbuff;
+      sh.directRecv[tid - 32] = args.works[tid - 32].recvbuff;
+    } else if (tid == 64) {
+      sh.aborted = 0;
+      sh.channelId = c;
+      sh.onePassRanks = (int)args.nParts;
+      sh.onePassSlice = v;
+    }
+  } else if (tid < 8) {
     reinterpret_cast<uint64_t*>(&sh.comm)[tid] = reinterpret_cast<const uint64_t*>(comm)[tid];
   } else if (tid >= 32 && tid < 40) {
     const struct ngDevChannel* chans = reinterpret_cast<const struct ngDevChannel*>(comm->channels);
@@ -219,6 +238,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   } else if (tid == 64) {
     sh.aborted = 0;
     sh.channelId = c;
+    sh.onePassRanks = 0;
   }
   __syncthreads();
   // NG_KERNEL_PROGRAMMATIC: the host may have launched this kernel before

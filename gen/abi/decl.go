@@ -31,6 +31,7 @@ var Consts = []Const{
 	{"NG_LAUNCH_MAX_PARTS", 8, "most ranks one multi-rank launch serves (ngLaunchParts.comms)"},
 	{"NG_KERNEL_PROGRAMMATIC", 1, "every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch"},
 	{"NG_ARGS_TRIGGER_EARLY", 1, "ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets"},
+	{"NG_ARGS_ONE_PASS", 2, "ngKernelArgs.flags: a multi-rank launch of every rank of one communicator, one AllReduce work per rank (works[q] is rank q's; every work of one count, function, redOpArg and flags) and one block per rank: block v reduces the v-th of nParts slices of every rank's sendbuff, in rank order, and stores the result into that slice of every rank's recvbuff; no block waits for another (devicesrc/all_reduce.h)"},
 	{"NG_DEV_ERR_BAD_WORK", 3, "ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)"},
 }
 

@@ -18,6 +18,20 @@ import (
 // all instead of one per rank (docs/notes/20261201-onelaunch.md).
 const EnvOneLaunch = "NCCLGO_ONE_LAUNCH"
 
+// EnvOnePass turns off ("0") or on ("1", the default) the one-pass
+// AllReduce of a multi-rank launch that holds every rank of its
+// communicator (enqueue.OnePass: one work per rank, at most
+// enqueue.OnePassMaxBytes): each block reduces its slice of every rank's
+// input straight into every rank's output, with no connection, mailbox or
+// wait between the ranks' blocks, whatever algorithm the tuner chose.
+const EnvOnePass = "NCCLGO_ONE_PASS"
+
+// onePassFromEnv reads EnvOnePass through lookup: on unless it is "0".
+func onePassFromEnv(lookup func(string) (string, bool)) (bool, error) {
+	return envChoice(lookup, EnvOnePass, true, map[string]bool{"0": false, "1": true},
+		"1 (a multi-rank launch of every rank of a communicator runs a small AllReduce in one pass, the default) or 0 (as the tuner chose)")
+}
+
 // oneLaunchFromEnv reads EnvOneLaunch through lookup: on unless it is "0".
 func oneLaunchFromEnv(lookup func(string) (string, bool)) (bool, error) {
 	return envChoice(lookup, EnvOneLaunch, true, map[string]bool{"0": false, "1": true},
@@ -87,7 +101,7 @@ func (l *Launch) candidateLocked() mergeCand {
 		key:  mergeKey{lease: e.res.lease, ctx: e.cctx.Handle()},
 		ok:   true,
 		rank: e.rank,
-		part: enqueue.Part{Comm: e.launcher.Comm(), Launch: &l.Plan.Launches[0]},
+		part: enqueue.Part{Comm: e.launcher.Comm(), Launch: &l.Plan.Launches[0], NRanks: e.nRanks},
 	}
 }
 

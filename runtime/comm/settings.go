@@ -55,6 +55,10 @@ type Settings struct {
 	// LaunchGraphs sends plain kernel launches through a launch graph
 	// (enqueue.Launcher.LaunchGraphs; EnvKernelGraph sets it).
 	LaunchGraphs bool
+	// OnePass runs a multi-rank launch of every rank of a communicator's
+	// small AllReduce in one pass (enqueue.Launcher.OnePassAllReduce;
+	// EnvOnePass sets it).
+	OnePass bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -78,6 +82,9 @@ func (s *Settings) Complete(cfg config.Config) error {
 		return err
 	}
 	if s.LaunchGraphs, err = kernelGraphFromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	if s.OnePass, err = onePassFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg

@@ -307,6 +307,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank, c.gpu.CCMajor)
 	c.launcher.CapturedProgrammatic = capturedProgrammaticFor(c.s.Programmatic, c.gpu.CCMajor)
 	c.launcher.LaunchGraphs = c.s.LaunchGraphs
+	c.launcher.OnePassAllReduce = c.s.OnePass
 	if c.launcher.Programmatic || c.launcher.CapturedProgrammatic {
 		// The GPU's co-resident blocks as the channels were sized for.
 		c.launcher.TriggerEarlyBlocks = triggerEarlyBlocks(c.s.TriggerEarly, c.nChannels, agreed.SMs*agreed.BlocksPerSM, agreed.RanksPerGPU)

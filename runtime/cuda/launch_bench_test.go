@@ -179,6 +179,30 @@ func BenchmarkGPULaunch(b *testing.B) {
 			})
 		}
 	}
+	// The same joins timed with the GPU's work (no drain off the clock,
+	// one at the end): the time per call of a loop of them, the longer of
+	// the host's and the GPU's; "launch" is a lone stream's launches.
+	wall := func(b *testing.B, op func() error) {
+		b.Helper()
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("wall/launch", func(b *testing.B) {
+		wall(b, func() error { return s1.Launch(add1, one, Dim1(64), 0, small.b) })
+	})
+	for _, n := range []int{2, 8} {
+		b.Run(fmt.Sprintf("wall/join%d", n), func(b *testing.B) {
+			j := newJoinBench(b, c, n)
+			defer j.close(b)
+			wall(b, func() error { return j.once(add1, small.b, false) })
+		})
+	}
 	b.Run("twoStreams+records", func(b *testing.B) {
 		run(b, func() error {
 			for _, s := range []*Stream{s1, s2} {

@@ -57,6 +57,10 @@ type Launcher struct {
 	// launches are ordered anyway (runtime/comm orders a rank's launch
 	// after its previous one on another stream).
 	LaunchGraphs bool
+	// OnePassAllReduce, when set before the first launch, runs the
+	// multi-rank launches that OnePass accepts in one pass
+	// (generated.ArgsOnePass).
+	OnePassAllReduce bool
 
 	ctx     *cuda.Context
 	comm    uint64
@@ -227,6 +231,7 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 	size, nBlocks := PutMultiArgs(a, parts)
 	l.setMultiTrigger(a, parts)
+	l.setOnePass(a, parts)
 	o.Args(size)
 	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f, false), nil
 }
@@ -265,6 +270,14 @@ func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
 		}
 	}
 	a.Flags |= generated.ArgsTriggerEarly
+}
+
+// setOnePass marks a's multi-rank launch of parts to run in one pass
+// where OnePassAllReduce allows it and OnePass accepts parts.
+func (l *Launcher) setOnePass(a *generated.KernelArgs, parts []Part) {
+	if l.OnePassAllReduce && OnePass(parts) {
+		a.Flags |= generated.ArgsOnePass
+	}
 }
 
 // queueLaunch adds the launch of a collective kernel on s, of capture

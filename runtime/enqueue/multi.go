@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 )
 
@@ -14,6 +15,43 @@ import (
 type Part struct {
 	Comm   uint64
 	Launch *Launch
+	// NRanks is the communicator's rank count: a launch whose parts are
+	// all of its ranks may run in one pass (OnePass).
+	NRanks int
+}
+
+// OnePassMaxBytes is the largest AllReduce, in bytes per rank, that a
+// multi-rank launch runs in one pass (OnePass).
+const OnePassMaxBytes = 1 << 20
+
+// OnePass reports whether the multi-rank launch of parts (which CheckMulti
+// accepted) can run in one pass (generated.ArgsOnePass): its parts are
+// every rank of their communicator, in rank order, and each part is one
+// AllReduce work on one channel, the whole call, of one count (at most
+// OnePassMaxBytes), function, operation argument and flags. Then every
+// rank's buffers are in the kernel arguments, and each block reduces its
+// slice of every rank's input into every rank's output with no
+// communication at all: one read of each input and one write of each
+// output, where RING and DIRECT move the data through connection FIFOs or
+// mailboxes and wait for each other.
+func OnePass(parts []Part) bool {
+	if len(parts) < 2 || len(parts) != parts[0].NRanks {
+		return false
+	}
+	w0 := &parts[0].Launch.Works[0]
+	for _, p := range parts {
+		l := p.Launch
+		if p.NRanks != len(parts) || l.Func.Coll != kspace.AllReduce || l.NBlocks() != 1 || len(l.Works) != 1 {
+			return false
+		}
+		w := &l.Works[0]
+		if w.Count != w0.Count || w.FuncId != w0.FuncId || w.RedOpArg != w0.RedOpArg || w.Flags != w0.Flags ||
+			w.ChanOffset != 0 || w.ChanCount != w.Count || w.Sendbuff == 0 || w.Recvbuff == 0 {
+			return false
+		}
+	}
+	bytes := w0.Count * uint64(parts[0].Launch.Func.Type.Size())
+	return bytes > 0 && bytes <= OnePassMaxBytes
 }
 
 // partsSlots is how many inline work slots the ngLaunchParts table of a
@@ -112,6 +150,7 @@ func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
 	}
 	size, nBlocks := PutMultiArgs(l.args, parts)
 	l.setMultiTrigger(l.args, parts)
+	l.setOnePass(l.args, parts)
 	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size), false); err != nil {
 		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
 			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "cd3b0e1ba8fb4289"
+const ABIVersion = "30b1eedc939acb3c"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -62,6 +62,8 @@ const (
 	KernelProgrammatic = 1
 	// ArgsTriggerEarly is NG_ARGS_TRIGGER_EARLY: ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets.
 	ArgsTriggerEarly = 1
+	// ArgsOnePass is NG_ARGS_ONE_PASS: ngKernelArgs.flags: a multi-rank launch of every rank of one communicator, one AllReduce work per rank (works[q] is rank q's; every work of one count, function, redOpArg and flags) and one block per rank: block v reduces the v-th of nParts slices of every rank's sendbuff, in rank order, and stores the result into that slice of every rank's recvbuff; no block waits for another (devicesrc/all_reduce.h).
+	ArgsOnePass = 2
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
