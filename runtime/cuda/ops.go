@@ -1,6 +1,7 @@
 package cuda
 
 /*
+#include <stdlib.h>
 #include "shim.h"
 */
 import "C"
@@ -8,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"unsafe"
 )
@@ -22,7 +24,8 @@ import (
 // Ops is not safe for concurrent use.
 type Ops struct {
 	ctx  *Context
-	ops  []C.ncu_op
+	ops  []C.ncu_op // in mem: cgo's pointer check never walks it at Run
+	mem  *opsMem
 	args []uint64 // the parameter block of the sequence's launches
 	argN int      // its bytes passed
 	fns  []*Function
@@ -55,6 +58,10 @@ var ErrNotRun = errors.New("cuda: operation not run")
 
 // Reset empties o, keeping its memory.
 func (o *Ops) Reset() {
+	if n := len(o.ops); n > 0 {
+		// Zeroed here, as bytes, for add to hand out zero operations.
+		clear(unsafe.Slice((*byte)(unsafe.Pointer(&o.ops[0])), uintptr(n)*unsafe.Sizeof(C.ncu_op{})))
+	}
 	o.ctx, o.ops, o.argN, o.err = nil, o.ops[:0], 0, nil
 	clear(o.fns)
 	o.fns = o.fns[:0]
@@ -62,6 +69,27 @@ func (o *Ops) Reset() {
 	o.vias = o.vias[:0]
 	clear(o.via)
 	o.via = o.via[:0]
+}
+
+// opsMem is C memory holding an Ops' operations, freed by a cleanup once
+// nothing references it. Passing Go memory that holds pointers (the
+// operations' handles) to C makes cgo check every one of them on each
+// Run (runtime.cgoCheckArg: 18 % of an 8-rank launch's host time on the
+// fake driver); C memory is not checked.
+type opsMem struct{ p unsafe.Pointer }
+
+// grow moves o's operations to C memory of twice the room (16 at first).
+func (o *Ops) grow() {
+	n := max(16, 2*cap(o.ops))
+	p := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.ncu_op{})))
+	if p == nil {
+		panic("cuda: Ops: out of host memory")
+	}
+	m := &opsMem{p: p}
+	runtime.AddCleanup(m, func(p unsafe.Pointer) { C.free(p) }, p)
+	ops := unsafe.Slice((*C.ncu_op)(p), n)[:len(o.ops)]
+	copy(ops, o.ops)
+	o.ops, o.mem = ops, m
 }
 
 // Len is the number of operations added.
@@ -79,7 +107,10 @@ func (o *Ops) add(op string, s *Stream, kind int, f OpFlag) (*C.ncu_op, int) {
 	// would be built on the stack and copied, and that copy's loads stall
 	// on the literal's just-written stores (a CPU profile put half of
 	// add's time on that copy).
-	o.ops = append(o.ops, C.ncu_op{})
+	if len(o.ops) == cap(o.ops) {
+		o.grow()
+	}
+	o.ops = o.ops[:len(o.ops)+1] // zero: calloc'd, or cleared by Reset
 	p := &o.ops[len(o.ops)-1]
 	p.kind, p.flags = C.int(kind), C.int(f)
 	if s != nil {
