@@ -100,6 +100,45 @@ func kernelGraphChild(t *testing.T, lib string) {
 		assert.Equal(t, 1, c.cgo, "%d ranks: still one cgo call", n)
 		assert.Equal(t, n, nParts(), "%d ranks: the multi-rank launch's arguments", n)
 	}
+	// With join graphs, a multi-rank launch of n ranks on busy streams:
+	// each other stream records its event and waits for the set's (the
+	// first stream's waits and the set's record are in the graph, made
+	// once with a wait node per other stream).
+	d.Set("stream_busy", 1)
+	for _, n := range []int{2, 8} {
+		es := graphed(countEngines(t, ctx, fn, n, n))
+		for _, e := range es {
+			e.launcher.JoinGraphs = true
+		}
+		ss := make([]*cuda.Stream, n)
+		for r := range ss {
+			ss[r] = stream()
+		}
+		group := func() error {
+			ls := make([]Launch, n)
+			for r, e := range es {
+				p, err := e.Plan(ar(r))
+				if err != nil {
+					return err
+				}
+				ls[r] = Launch{Engine: e, Plan: &p, Tasks: ar(r), Stream: ss[r]}
+			}
+			return AdmitAndRun(ls)
+		}
+		d.Reset()
+		require.NoError(t, group())
+		c := d.Counts()
+		assert.Equal(t, n-1, c["cuGraphAddEventWaitNode"], "%d ranks: a wait node per other stream: %v", n, c)
+		assert.Equal(t, n-1, d.Peek("kernel_node_deps"), "%d ranks: the kernel after the waits", n)
+		assert.Equal(t, 1, d.Peek("record_deps"), "%d ranks: the record after the kernel", n)
+		m := measure(t, d, group)
+		assert.Equal(t, 1, m.calls["cuGraphLaunch"], "%d ranks joined: %v", n, m)
+		assert.Equal(t, n-1, m.calls["cuEventRecord"], "%d ranks joined: the other streams' records only: %v", n, m)
+		assert.Equal(t, n-1, m.calls["cuStreamWaitEvent"], "%d ranks joined: the other streams' waits after only: %v", n, m)
+		assert.Zero(t, m.calls["cuGraphCreate"], "%d ranks joined: made once: %v", n, m)
+		assert.Zero(t, m.calls["cuLaunchKernel"], "%d ranks joined: %v", n, m)
+	}
+	d.Set("stream_busy", 0)
 	// Programmatic launches keep cuLaunchKernelEx; captured ones the
 	// ordinary launch.
 	{
@@ -134,4 +173,16 @@ func kernelGraphChild(t *testing.T, lib string) {
 		_, refused := e.launcher.GraphLaunches()
 		assert.Positive(t, refused)
 	}
+}
+
+func TestKernelGraphFromEnv(t *testing.T) {
+	for v, want := range map[string]KernelGraphs{"": KernelGraphsOn, "1": KernelGraphsOn, "0": KernelGraphsOff, "joins": KernelGraphsJoins} {
+		got, err := kernelGraphFromEnv(func(string) (string, bool) { return v, v != "" })
+		require.NoError(t, err, v)
+		assert.Equal(t, want, got, v)
+	}
+	_, err := kernelGraphFromEnv(func(string) (string, bool) { return "2", true })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), EnvKernelGraph)
+	assert.Contains(t, err.Error(), `"2"`)
 }

@@ -341,11 +341,26 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	if err != nil {
 		return true, err // nothing queued
 	}
+	// With join graphs, the first stream's waits for the others and the
+	// set's record are nodes of the launch's graph (a stream found idle
+	// keeps its event's last record, long done, which the graph's wait
+	// passes at once).
+	var g *cuda.LaunchGraph
+	if launcher := ls[0].Engine.launcher; launcher.JoinGraphs {
+		var buf [enqueue.MaxJoinRanks]*cuda.Event
+		waits := buf[:0]
+		for i, r := range rs {
+			if i > 0 && r.h != h0 {
+				waits = append(waits, r.ev)
+			}
+		}
+		g = launcher.MultiJoinGraph(parts, waits, set.ev)
+	}
 	// joinBefore: a failure stops everything (nothing is launched).
-	type join struct{ wait, query, rec int } // indexes in o, -1 for none
+	type join struct{ wait, query, rec, join int } // indexes in o, -1 for none
 	before := make([]join, 0, 8)
 	for i, r := range rs {
-		j := join{wait: -1, query: -1, rec: -1}
+		j := join{wait: -1, query: -1, rec: -1, join: -1}
 		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
 		}
@@ -356,17 +371,22 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 				j.query = o.Query(r.stream, cuda.OpStop)
 				j.rec = o.Record(r.ev, r.stream, false, cuda.OpStop|cuda.OpIfBusy)
 			}
-			o.WaitEvent(s0, r.ev, false, cuda.OpStop|cuda.OpIfPrevOK)
+			if g == nil {
+				j.join = o.WaitEvent(s0, r.ev, false, cuda.OpStop|cuda.OpIfPrevOK)
+			}
 		}
 		before = append(before, j)
 	}
-	li, err := ls[0].Engine.launcher.QueueMulti(parts, s0, o, cuda.OpSkip)
+	li, err := ls[0].Engine.launcher.QueueMultiVia(parts, s0, o, cuda.OpSkip, g)
 	if err != nil {
 		return true, fmt.Errorf("ncclgo: ranks %s: %w", ranksOf(ls), err) // nothing queued
 	}
 	// joinAfter: run whatever the launch did, as runMulti tracks it.
-	after := o.Len()
-	o.Record(set.ev, s0, false, cuda.OpAlways)
+	after := -1 // the set's record, in g when there is one
+	if g == nil {
+		after = o.Record(set.ev, s0, false, cuda.OpAlways)
+	}
+	firstWait := o.Len()
 	for _, r := range rs {
 		if r.h != h0 {
 			o.WaitEvent(r.stream, set.ev, false, cuda.OpAlways)
@@ -411,8 +431,10 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		if err := o.Err(j.rec); err != nil && busy {
 			return true, fmt.Errorf("ncclgo: rank %d: recording stream %#x for the multi-rank launch: %w", r.rank, r.h, err)
 		}
-		if err := o.Err(j.rec + 1); err != nil && busy {
-			return true, fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.h, err)
+		if j.join >= 0 {
+			if err := o.Err(j.join); err != nil && busy {
+				return true, fmt.Errorf("ncclgo: rank %d: joining stream %#x to the multi-rank launch: %w", r.rank, r.h, err)
+			}
 		}
 		ls[i].Engine.noteJoin(r.h, j.query >= 0, busy)
 	}
@@ -420,14 +442,15 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	if err := o.Err(li); err != nil {
 		errs = append(errs, fmt.Errorf("ncclgo: ranks %s: enqueue: multi-rank launch of %s for %d ranks: %w", ranksOf(ls), parts[0].Launch.Func, len(parts), err))
 	}
-	if err := o.Err(after); err != nil {
-		errs = append(errs, recordErr(set, err))
-	} else {
+	switch {
+	case after >= 0 && o.Err(after) != nil:
+		errs = append(errs, recordErr(set, o.Err(after)))
+	case after >= 0 || o.Err(li) == nil: // in g, the record ran with the launch
 		for i := range evs {
 			evs[i] = set.ev
 		}
 	}
-	k := after + 1
+	k := firstWait
 	for i, r := range rs {
 		set.joined[i] = r.h == h0
 		if r.h != h0 {

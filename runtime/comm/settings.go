@@ -52,9 +52,11 @@ type Settings struct {
 	// TriggerEarly lets a programmatic kernel start the next one once it
 	// has waited for those before it (EnvTriggerEarly sets it).
 	TriggerEarly bool
-	// LaunchGraphs sends plain kernel launches through a launch graph
-	// (enqueue.Launcher.LaunchGraphs; EnvKernelGraph sets it).
-	LaunchGraphs bool
+	// KernelGraphs chooses whether plain kernel launches go through a
+	// launch graph, and multi-rank launches' joins with them
+	// (enqueue.Launcher.LaunchGraphs and JoinGraphs; EnvKernelGraph sets
+	// it).
+	KernelGraphs KernelGraphs
 	// OnePass runs a multi-rank launch of every rank of a communicator's
 	// small AllReduce in one pass (enqueue.Launcher.OnePassAllReduce;
 	// EnvOnePass sets it).
@@ -81,7 +83,7 @@ func (s *Settings) Complete(cfg config.Config) error {
 	if s.TriggerEarly, err = triggerEarlyFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
-	if s.LaunchGraphs, err = kernelGraphFromEnv(os.LookupEnv); err != nil {
+	if s.KernelGraphs, err = kernelGraphFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	if s.OnePass, err = onePassFromEnv(os.LookupEnv); err != nil {

@@ -306,7 +306,8 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	c.launcher.Log = c.log // says once when captured FIFOs must wait for Destroy
 	c.launcher.Programmatic = programmaticFor(c.s.Programmatic, tpeers, rank, c.gpu.CCMajor)
 	c.launcher.CapturedProgrammatic = capturedProgrammaticFor(c.s.Programmatic, c.gpu.CCMajor)
-	c.launcher.LaunchGraphs = c.s.LaunchGraphs
+	c.launcher.LaunchGraphs = c.s.KernelGraphs != KernelGraphsOff
+	c.launcher.JoinGraphs = c.s.KernelGraphs == KernelGraphsJoins
 	c.launcher.OnePassAllReduce = c.s.OnePass
 	if c.launcher.Programmatic || c.launcher.CapturedProgrammatic {
 		// The GPU's co-resident blocks as the channels were sized for.

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -28,13 +29,29 @@ type LaunchGraph struct {
 	ctx *Context
 	mu  sync.Mutex
 	g   *C.ncu_launch_graph // C memory: Ops' operations point at it
+
+	waits  []*Event // NewJoinGraph's
+	record *Event
 }
+
+// MaxJoinWaits is the most events a join graph waits for.
+const MaxJoinWaits = C.NCU_LAUNCH_GRAPH_MAX_WAITS
 
 // NewLaunchGraph makes a launch graph whose node starts as fn's launch
 // with grid × block threads (one-dimensional) and the packed parameters
 // args; nothing is launched. Destroy it with Destroy once its last launch
 // is queued (the driver keeps what is queued).
 func (c *Context) NewLaunchGraph(fn *Function, grid, block uint32, args []byte) (*LaunchGraph, error) {
+	return c.NewJoinGraph(fn, grid, block, args, nil, nil)
+}
+
+// NewJoinGraph is NewLaunchGraph with the stream's joins in the graph: its
+// kernel node runs after a wait for each event of waits (at most
+// MaxJoinWaits; a wait node waits for what the event captured when the
+// graph is launched, as cuStreamWaitEvent at that point would), and, unless
+// record is nil, the graph records record after the kernel. Launching it
+// thus replaces a stream's waits, the launch and the record after it.
+func (c *Context) NewJoinGraph(fn *Function, grid, block uint32, args []byte, waits []*Event, record *Event) (*LaunchGraph, error) {
 	h, err := c.ctx("NewLaunchGraph")
 	if err != nil {
 		return nil, err
@@ -49,6 +66,23 @@ func (c *Context) NewLaunchGraph(fn *Function, grid, block uint32, args []byte) 
 	case grid == 0 || block == 0:
 		return nil, badArg("NewLaunchGraph", "grid %d or block %d is zero", grid, block)
 	}
+	if len(waits) > MaxJoinWaits {
+		return nil, badArg("NewLaunchGraph", "%d events to wait for, want at most %d", len(waits), MaxJoinWaits)
+	}
+	var hw [MaxJoinWaits]C.CUevent
+	for i, e := range waits {
+		if e == nil || e.h == nil {
+			return nil, badArg("NewLaunchGraph", "wait %d: nil or destroyed *Event", i)
+		}
+		hw[i] = e.h
+	}
+	var hr C.CUevent
+	if record != nil {
+		if record.h == nil {
+			return nil, badArg("NewLaunchGraph", "record: destroyed *Event")
+		}
+		hr = record.h
+	}
 	g := (*C.ncu_launch_graph)(C.calloc(1, C.size_t(unsafe.Sizeof(C.ncu_launch_graph{}))))
 	if g == nil {
 		return nil, fmt.Errorf("cuda: NewLaunchGraph: out of host memory")
@@ -57,11 +91,18 @@ func (c *Context) NewLaunchGraph(fn *Function, grid, block uint32, args []byte) 
 	if len(args) > 0 {
 		p = unsafe.Pointer(&args[0])
 	}
-	if err := check("cuGraphAddKernelNode", Result(C.ncu_launch_graph_new(h, g, fn.h, C.uint(grid), C.uint(block), p, C.size_t(len(args))))); err != nil {
+	r := C.ncu_launch_graph_new(h, g, fn.h, C.uint(grid), C.uint(block), p, C.size_t(len(args)), &hw[0], C.int(len(waits)), hr)
+	if err := check("cuGraphAddKernelNode", Result(r)); err != nil {
 		C.free(unsafe.Pointer(g))
-		return nil, c.wrap(fmt.Sprintf("NewLaunchGraph(%q, grid %d, block %d, %d arg bytes)", fn.name, grid, block, len(args)), err)
+		return nil, c.wrap(fmt.Sprintf("NewLaunchGraph(%q, grid %d, block %d, %d arg bytes, %d waits)", fn.name, grid, block, len(args), len(waits)), err)
 	}
-	return &LaunchGraph{ctx: c, g: g}, nil
+	return &LaunchGraph{ctx: c, g: g, waits: slices.Clone(waits), record: record}, nil
+}
+
+// Joins reports whether g is the join graph of waits and record (in that
+// order).
+func (g *LaunchGraph) Joins(waits []*Event, record *Event) bool {
+	return g.record == record && slices.Equal(g.waits, waits)
 }
 
 // Launches returns how many launches went through the graph and how many

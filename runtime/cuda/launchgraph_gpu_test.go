@@ -88,3 +88,66 @@ func TestGPULaunchGraph(t *testing.T) {
 	assert.Equal(t, uint64(launches), through, "launches through the graph")
 	assert.Zero(t, refused, "updates the driver refused")
 }
+
+// TestGPUJoinGraph launches add1 through a join graph that waits for an
+// event recorded on another stream after the 4 KiB-parameter kernel wrote
+// the buffer, and records an event after add1; the other stream waits for
+// that event and the kernel's result plus one is what it finds, every
+// round, with new values each time.
+func TestGPUJoinGraph(t *testing.T) {
+	c := gpu(t)
+	m := loadTestModule(t, c)
+	big, err := m.Function("big")
+	require.NoError(t, err)
+	add1, err := m.Function("add1")
+	require.NoError(t, err)
+	const nVals = 1020
+	out, err := c.MemAlloc(4 * nVals)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.MemFree(out)) }()
+	s1, err := c.NewStream(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s1.Destroy()) }()
+	s2, err := c.NewStream(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s2.Destroy()) }()
+	written, err := c.NewEvent(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, written.Destroy()) }()
+	added, err := c.NewEvent(true)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, added.Destroy()) }()
+
+	var a packArgs
+	a.u64(uint64(out))
+	a.u32(nVals)
+	g, err := c.NewJoinGraph(add1, 1, 64, a.b, []*Event{written}, added)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, g.Destroy()) }()
+	assert.True(t, g.Joins([]*Event{written}, added))
+	assert.False(t, g.Joins(nil, added))
+
+	for round := range 4 {
+		var b packArgs
+		b.u64(uint64(out))
+		b.u32(uint32(round))
+		b.u32(0)
+		for i := range nVals {
+			b.u32(uint32(i * (round + 2)))
+		}
+		require.NoError(t, s2.Launch(big, Dim1(1), Dim1(64), 0, b.b))
+		require.NoError(t, written.Record(s2))
+		require.NoError(t, s1.LaunchVia(g, add1, Dim1((nVals+255)/256), Dim1(256), 0, a.b))
+		require.NoError(t, s2.WaitEvent(added))
+		require.NoError(t, s2.Synchronize())
+		got := make([]int32, nVals)
+		require.NoError(t, c.MemcpyDtoH(unsafe.Pointer(&got[0]), out, 4*nVals))
+		for i, v := range got {
+			if want := int32(i*(round+2) + round + 1); v != want {
+				t.Fatalf("round %d: out[%d] = %d, want %d", round, i, v, want)
+			}
+		}
+	}
+	through, refused := g.Launches()
+	assert.Equal(t, [2]uint64{4, 0}, [2]uint64{through, refused})
+}

@@ -109,6 +109,8 @@
   X(cuGraphAddKernelNode, "cuGraphAddKernelNode", 0,                                            \
     (CUgraphNode * node, CUgraph g, const CUgraphNode* deps, size_t n,                          \
      const ncu_kernel_node_params* p))                                                          \
+  X(cuGraphAddEventWaitNode, "cuGraphAddEventWaitNode", 0,                                      \
+    (CUgraphNode * node, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e))              \
   X(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams", 0,                        \
     (CUgraphExec e, CUgraphNode node, const ncu_kernel_node_params* p))                         \
   X(cuGraphExecDestroy, "cuGraphExecDestroy", 0, (CUgraphExec e))                               \
@@ -565,7 +567,11 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
 /* ncu_launch_graph_new makes g a graph of one kernel node, f's launch with
    args, and instantiates it. */
 CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
-                              unsigned block, void* args, size_t size) {
+                              unsigned block, void* args, size_t size, CUevent* waits, int nWaits,
+                              CUevent record) {
+  if (nWaits > NCU_LAUNCH_GRAPH_MAX_WAITS) return 1; /* CUDA_ERROR_INVALID_VALUE */
+  if (nWaits > 0) NEED(p_cuGraphAddEventWaitNode);
+  if (record != NULL) NEED(p_cuGraphAddEventRecordNode);
   NEED(p_cuGraphCreate);
   NEED(p_cuGraphAddKernelNode);
   NEED(p_cuGraphExecKernelNodeSetParams);
@@ -582,7 +588,12 @@ CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, un
   ncu_kernel_node_params p = {f, grid, 1, 1, block, 1, 1, 0, NULL, size > 0 ? extra : NULL};
   CUresult r = p_cuGraphCreate(&g->graph, 0);
   if (r != NCU_SUCCESS) return r;
-  r = p_cuGraphAddKernelNode(&g->node, g->graph, NULL, 0, &p);
+  /* The waits first, the kernel after them all, the record after it. */
+  CUgraphNode deps[NCU_LAUNCH_GRAPH_MAX_WAITS];
+  for (int i = 0; i < nWaits && r == NCU_SUCCESS; i++) r = p_cuGraphAddEventWaitNode(&deps[i], g->graph, NULL, 0, waits[i]);
+  if (r == NCU_SUCCESS) r = p_cuGraphAddKernelNode(&g->node, g->graph, deps, (size_t)nWaits, &p);
+  CUgraphNode rec = NULL;
+  if (r == NCU_SUCCESS && record != NULL) r = p_cuGraphAddEventRecordNode(&rec, g->graph, &g->node, 1, record);
   if (r == NCU_SUCCESS) r = p_cuGraphInstantiateWithFlags(&g->exec, g->graph, 0);
   if (r != NCU_SUCCESS) {
     p_cuGraphDestroy(g->graph);

@@ -160,8 +160,14 @@ typedef struct {
   unsigned long long launches; // out: launches that went through the graph
   unsigned long long refused;  // out: updates the driver refused (those launched the ordinary way)
 } ncu_launch_graph;
+// ncu_launch_graph_new makes g a graph of nWaits event wait nodes (at most
+// NCU_LAUNCH_GRAPH_MAX_WAITS), then the kernel node, f's launch with args,
+// after them, then, unless record is NULL, a record of it after the
+// kernel; and instantiates it.
+#define NCU_LAUNCH_GRAPH_MAX_WAITS 64
 CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
-                              unsigned block, void* args, size_t size);
+                              unsigned block, void* args, size_t size, CUevent* waits, int nWaits,
+                              CUevent record);
 CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g);
 
 // Streams.

@@ -57,6 +57,12 @@ type Launcher struct {
 	// launches are ordered anyway (runtime/comm orders a rank's launch
 	// after its previous one on another stream).
 	LaunchGraphs bool
+	// JoinGraphs, when set before the first launch with LaunchGraphs,
+	// lets a multi-rank launch's caller put the launch stream's waits for
+	// the other ranks' streams and its completion record into the launch's
+	// graph (MultiJoinGraph), which saves a driver call per wait and the
+	// record's.
+	JoinGraphs bool
 	// OnePassAllReduce, when set before the first launch, runs the
 	// multi-rank launches that OnePass accepts in one pass
 	// (generated.ArgsOnePass).
@@ -73,9 +79,60 @@ type Launcher struct {
 	argsMu sync.Mutex
 	args   *generated.KernelArgs // the kernel arguments of the launch being queued
 
-	graphMu  sync.Mutex
-	graph    *cuda.LaunchGraph // LaunchGraphs' graph, made at the first launch
-	graphErr error             // why it could not be made: launches go the ordinary way
+	graphMu    sync.Mutex
+	graph      *cuda.LaunchGraph   // LaunchGraphs' graph, made at the first launch
+	graphErr   error               // why it could not be made: launches go the ordinary way
+	joinGraphs []*cuda.LaunchGraph // JoinGraphs' graphs, the latest used first
+	closed     bool                // Close ran: no more graphs
+}
+
+// MaxJoinRanks is the most ranks a multi-rank launch joins.
+const MaxJoinRanks = generated.LaunchMaxParts
+
+// maxJoinGraphs bounds a launcher's join graphs: one per set of events
+// its multi-rank launches wait for and record (a set of ranks on a set of
+// streams); the least recently used goes when another is needed.
+const maxJoinGraphs = 4
+
+// MultiJoinGraph returns the join graph (cuda.NewJoinGraph) through which
+// the multi-rank launch of parts (CheckMulti accepted them) waits for
+// waits, launches and records record, made at its first use; nil when
+// JoinGraphs or LaunchGraphs is off or no graph could be made: the caller
+// then queues the waits and the record on the stream itself.
+func (l *Launcher) MultiJoinGraph(parts []Part, waits []*cuda.Event, record *cuda.Event) *cuda.LaunchGraph {
+	if !l.JoinGraphs || !l.LaunchGraphs {
+		return nil
+	}
+	l.graphMu.Lock()
+	defer l.graphMu.Unlock()
+	if l.closed {
+		return nil
+	}
+	for i, g := range l.joinGraphs {
+		if g.Joins(waits, record) {
+			copy(l.joinGraphs[1:i+1], l.joinGraphs[:i])
+			l.joinGraphs[0] = g
+			return g
+		}
+	}
+	first := parts[0].Launch
+	fn, err := l.kernels(first.Func)
+	if err != nil {
+		return nil // QueueMultiVia reports it
+	}
+	g, err := l.ctx.NewJoinGraph(fn, uint32(first.NBlocks()), uint32(first.NThreads), zeroArgs[:], waits, record)
+	if err != nil {
+		if l.Log != nil {
+			l.Log.Info("ncclgo: a multi-rank launch joins its streams without a graph", "err", err)
+		}
+		return nil
+	}
+	if len(l.joinGraphs) == maxJoinGraphs {
+		_ = l.joinGraphs[maxJoinGraphs-1].Destroy() // launches queued through it still run
+		l.joinGraphs = l.joinGraphs[:maxJoinGraphs-1]
+	}
+	l.joinGraphs = append([]*cuda.LaunchGraph{g}, l.joinGraphs...)
+	return g
 }
 
 // zeroArgs is the parameter block a launch graph's node starts with.
@@ -223,6 +280,12 @@ func QueueErr(p *Plan, o *cuda.Ops, first, last int, c Capture) error {
 // QueueMulti adds the multi-rank launch of parts (RunMulti) on s to o,
 // flagged f, and returns its index in o.
 func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.OpFlag) (int, error) {
+	return l.QueueMultiVia(parts, s, o, f, nil)
+}
+
+// QueueMultiVia is QueueMulti through the join graph g (MultiJoinGraph),
+// or, when g is nil, as QueueMulti.
+func (l *Launcher) QueueMultiVia(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.OpFlag, g *cuda.LaunchGraph) (int, error) {
 	first := parts[0].Launch
 	fn, err := l.kernels(first.Func)
 	if err != nil {
@@ -233,6 +296,11 @@ func (l *Launcher) QueueMulti(parts []Part, s *cuda.Stream, o *cuda.Ops, f cuda.
 	l.setMultiTrigger(a, parts)
 	l.setOnePass(a, parts)
 	o.Args(size)
+	if g != nil {
+		i := o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f)
+		o.Via(i, g)
+		return i, nil
+	}
 	return l.queueLaunch(o, s, fn, uint32(nBlocks), uint32(first.NThreads), f, false), nil
 }
 
@@ -423,7 +491,10 @@ func (l *Launcher) Close() error {
 	errs = append(errs, l.closeCaptured())
 	l.graphMu.Lock()
 	errs = append(errs, l.graph.Destroy())
-	l.graph, l.graphErr = nil, errors.New("enqueue: launcher closed")
+	for _, g := range l.joinGraphs {
+		errs = append(errs, g.Destroy())
+	}
+	l.graph, l.graphErr, l.joinGraphs, l.closed = nil, errors.New("enqueue: launcher closed"), nil, true
 	l.graphMu.Unlock()
 	return errors.Join(errs...)
 }
