@@ -139,6 +139,24 @@ func kernelGraphChild(t *testing.T, lib string) {
 		assert.Zero(t, m.calls["cuLaunchKernel"], "%d ranks joined: %v", n, m)
 	}
 	d.Set("stream_busy", 0)
+	// A join graph destroyed before its sequence runs fails the sequence
+	// rather than launch without its waits and record.
+	{
+		ev, err := ctx.NewEvent(true)
+		require.NoError(t, err)
+		g, err := ctx.NewJoinGraph(fn, 1, 128, nil, []*cuda.Event{ev}, nil)
+		require.NoError(t, err)
+		var o cuda.Ops
+		i := o.Launch(stream(), fn, 1, 128, 0, 0)
+		o.Via(i, g)
+		require.NoError(t, g.Destroy())
+		d.Reset()
+		err = o.Run()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "destroyed join graph")
+		assert.Zero(t, d.Counts()["cuLaunchKernel"], "nothing launched")
+		require.NoError(t, ev.Destroy())
+	}
 	// Programmatic launches keep cuLaunchKernelEx; captured ones the
 	// ordinary launch.
 	{

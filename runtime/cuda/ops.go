@@ -260,13 +260,21 @@ func (o *Ops) Programmatic(i int) {
 
 // Via makes launch i (an index Launch returned) go through the launch
 // graph g, as Stream.LaunchVia: unless it is programmatic, or g is nil or
-// of another context.
+// of another context. A join graph (NewJoinGraph) of another context, or
+// destroyed by Run, fails the sequence: its waits and record would be
+// lost.
 func (o *Ops) Via(i int, g *LaunchGraph) {
 	if i < 0 || i >= len(o.ops) || o.ops[i].kind != C.NCU_OP_LAUNCH {
 		o.fail(badArg("Via", "operation %d is not a launch", i))
 		return
 	}
-	if g == nil || g.ctx != o.ctx {
+	if g == nil {
+		return
+	}
+	if g.ctx != o.ctx {
+		if len(g.waits) > 0 || g.record != nil {
+			o.fail(badArg("Via", "a join graph of another context"))
+		}
 		return
 	}
 	if !slices.Contains(o.via, g) {
@@ -296,6 +304,16 @@ func (o *Ops) Run() error {
 	}
 	for _, g := range o.via {
 		g.mu.Lock()
+	}
+	for _, g := range o.via {
+		if g.g == nil && (len(g.waits) > 0 || g.record != nil) {
+			// A join graph's waits and record are not in the sequence:
+			// launching without it would drop them.
+			for _, g := range o.via {
+				g.mu.Unlock()
+			}
+			return badArg("Ops.Run", "a launch goes through a destroyed join graph")
+		}
 	}
 	for i, g := range o.vias {
 		if g != nil {
