@@ -32,10 +32,7 @@ func kernelGraphChild(t *testing.T, lib string) {
 		require.NoError(t, err)
 		return s
 	}
-	ar := func(r int) []enqueue.Task {
-		return []enqueue.Task{{Coll: kspace.AllReduce, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
-			Bytes: 8, Type: kspace.F32, Op: kspace.Sum}}
-	}
+	ar := func(r int) []enqueue.Task { return smallTasks(kspace.AllReduce, r) }
 	graphed := func(es []*Engine) []*Engine {
 		for _, e := range es {
 			e.launcher.LaunchGraphs = true
@@ -76,21 +73,7 @@ func kernelGraphChild(t *testing.T, lib string) {
 	// launch, on the first rank's graph, with every part in its arguments.
 	for _, n := range []int{2, 8} {
 		es := graphed(countEngines(t, ctx, fn, n, n))
-		ss := make([]*cuda.Stream, n)
-		for r := range ss {
-			ss[r] = stream()
-		}
-		group := func() error {
-			ls := make([]Launch, n)
-			for r, e := range es {
-				p, err := e.Plan(ar(r))
-				if err != nil {
-					return err
-				}
-				ls[r] = Launch{Engine: e, Plan: &p, Tasks: ar(r), Stream: ss[r]}
-			}
-			return AdmitAndRun(ls)
-		}
+		group := smallGroup(t, ctx, es, kspace.AllReduce)
 		require.NoError(t, group())
 		c := measure(t, d, group)
 		assert.Equal(t, 1, c.calls["cuGraphLaunch"], "%d ranks: %v", n, c)
@@ -110,21 +93,7 @@ func kernelGraphChild(t *testing.T, lib string) {
 		for _, e := range es {
 			e.launcher.JoinGraphs = true
 		}
-		ss := make([]*cuda.Stream, n)
-		for r := range ss {
-			ss[r] = stream()
-		}
-		group := func() error {
-			ls := make([]Launch, n)
-			for r, e := range es {
-				p, err := e.Plan(ar(r))
-				if err != nil {
-					return err
-				}
-				ls[r] = Launch{Engine: e, Plan: &p, Tasks: ar(r), Stream: ss[r]}
-			}
-			return AdmitAndRun(ls)
-		}
+		group := smallGroup(t, ctx, es, kspace.AllReduce)
 		d.Reset()
 		require.NoError(t, group())
 		c := d.Counts()
@@ -203,4 +172,38 @@ func TestKernelGraphFromEnv(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), EnvKernelGraph)
 	assert.Contains(t, err.Error(), `"2"`)
+}
+
+// smallTasks is rank r's call of an 8 B coll on f32 (a sum where coll
+// reduces).
+func smallTasks(coll kspace.Coll, r int) []enqueue.Task {
+	tk := enqueue.Task{Coll: coll, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
+		Bytes: 8, Type: kspace.F32, Op: kspace.Sum}
+	if !coll.HasRedOp() {
+		tk.Op = 0
+	}
+	return []enqueue.Task{tk}
+}
+
+// smallGroup returns a call that runs one group of smallTasks(coll) over
+// es, each rank on a stream of its own (made here, in ctx).
+func smallGroup(t *testing.T, ctx *cuda.Context, es []*Engine, coll kspace.Coll) func() error {
+	t.Helper()
+	ss := make([]*cuda.Stream, len(es))
+	for r := range ss {
+		var err error
+		ss[r], err = ctx.NewStream(true)
+		require.NoError(t, err)
+	}
+	return func() error {
+		ls := make([]Launch, len(es))
+		for r, e := range es {
+			p, err := e.Plan(smallTasks(coll, r))
+			if err != nil {
+				return err
+			}
+			ls[r] = Launch{Engine: e, Plan: &p, Tasks: smallTasks(coll, r), Stream: ss[r]}
+		}
+		return AdmitAndRun(ls)
+	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/kspace"
-	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
 
 // TestOnePassLaunches checks, on the counting fake driver, which
@@ -24,29 +23,15 @@ func onePassChild(t *testing.T, lib string) {
 	d, ctx, fn := fakeKernel(t, lib)
 	flagsAt := generated.Layouts["KernelArgs"].Offsets[6]
 	require.Equal(t, 162, flagsAt, "KernelArgs.Flags' offset")
-	task := func(coll kspace.Coll, r int) []enqueue.Task {
-		tk := enqueue.Task{Coll: coll, Send: 0x1000_0000 + uint64(r)<<24, Recv: 0x2000_0000 + uint64(r)<<24,
-			Bytes: 8, Type: kspace.F32, Op: kspace.Sum}
-		if coll == kspace.AllGather {
-			tk.Op = 0
-		}
-		return []enqueue.Task{tk}
-	}
-	// launchFlags runs one group of es (n of the communicator's nRanks
-	// ranks) and returns the launch's argument flags.
+	// launchFlags runs one group of es (some of the communicator's ranks)
+	// and returns the launch's argument flags.
 	launchFlags := func(es []*Engine, coll kspace.Coll, on bool) int {
 		t.Helper()
-		ls := make([]Launch, len(es))
-		for r, e := range es {
+		for _, e := range es {
 			e.launcher.OnePassAllReduce = on
-			p, err := e.Plan(task(coll, r))
-			require.NoError(t, err)
-			s, err := ctx.NewStream(true)
-			require.NoError(t, err)
-			ls[r] = Launch{Engine: e, Plan: &p, Tasks: task(coll, r), Stream: s}
 		}
 		before := es[0].MultiLaunches()
-		require.NoError(t, AdmitAndRun(ls))
+		require.NoError(t, smallGroup(t, ctx, es, coll)())
 		require.Equal(t, before+1, es[0].MultiLaunches(), "one multi-rank launch")
 		return d.Peek("last_args_u16@162")
 	}

@@ -8,27 +8,40 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// bigVals is the values the 4 KiB-parameter test kernel (big) writes.
+const bigVals = 1020
+
+// launchGraphFixture returns what the launch graph tests use: a GPU's
+// context, the test module's big and add1 kernels, a buffer of bigVals
+// ints and two streams, all released when t ends.
+func launchGraphFixture(t *testing.T) (c *Context, big, add1 *Function, out DevicePtr, s1, s2 *Stream) {
+	t.Helper()
+	c = gpu(t)
+	m := loadTestModule(t, c)
+	var err error
+	big, err = m.Function("big")
+	require.NoError(t, err)
+	add1, err = m.Function("add1")
+	require.NoError(t, err)
+	out, err = c.MemAlloc(4 * bigVals)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.MemFree(out)) })
+	s1, err = c.NewStream(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s1.Destroy()) })
+	s2, err = c.NewStream(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s2.Destroy()) })
+	return c, big, add1, out, s1, s2
+}
+
 // TestGPULaunchGraph launches through one launch graph the 4 KiB-parameter
 // kernel with new arguments each time, whole and in part, then another
 // kernel (add1), on two streams, and checks every result and that every
 // launch went through the graph.
 func TestGPULaunchGraph(t *testing.T) {
-	c := gpu(t)
-	m := loadTestModule(t, c)
-	big, err := m.Function("big")
-	require.NoError(t, err)
-	add1, err := m.Function("add1")
-	require.NoError(t, err)
-	const nVals = 1020
-	out, err := c.MemAlloc(4 * nVals)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.MemFree(out)) }()
-	s1, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s1.Destroy()) }()
-	s2, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s2.Destroy()) }()
+	c, big, add1, out, s1, s2 := launchGraphFixture(t)
+	const nVals = bigVals
 
 	bigArgs := func(n int32, seed int32) []byte {
 		var a packArgs
@@ -95,22 +108,8 @@ func TestGPULaunchGraph(t *testing.T) {
 // that event and the kernel's result plus one is what it finds, every
 // round, with new values each time.
 func TestGPUJoinGraph(t *testing.T) {
-	c := gpu(t)
-	m := loadTestModule(t, c)
-	big, err := m.Function("big")
-	require.NoError(t, err)
-	add1, err := m.Function("add1")
-	require.NoError(t, err)
-	const nVals = 1020
-	out, err := c.MemAlloc(4 * nVals)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.MemFree(out)) }()
-	s1, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s1.Destroy()) }()
-	s2, err := c.NewStream(true)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s2.Destroy()) }()
+	c, big, add1, out, s1, s2 := launchGraphFixture(t)
+	const nVals = bigVals
 	written, err := c.NewEvent(true)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, written.Destroy()) }()
