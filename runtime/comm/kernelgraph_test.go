@@ -27,8 +27,12 @@ func TestKernelGraphLaunches(t *testing.T) {
 
 func kernelGraphChild(t *testing.T, lib string) {
 	d, ctx, fn := fakeKernel(t, lib)
+	// The callers' streams come from another *Context of the same
+	// context, as a program's do (ncclperf retains the primary context
+	// itself).
+	sctx := otherContext(t, ctx)
 	stream := func() *cuda.Stream {
-		s, err := ctx.NewStream(true)
+		s, err := sctx.NewStream(true)
 		require.NoError(t, err)
 		return s
 	}
@@ -73,7 +77,7 @@ func kernelGraphChild(t *testing.T, lib string) {
 	// launch, on the first rank's graph, with every part in its arguments.
 	for _, n := range []int{2, 8} {
 		es := graphed(countEngines(t, ctx, fn, n, n))
-		group := smallGroup(t, ctx, es, kspace.AllReduce)
+		group := smallGroup(t, sctx, es, kspace.AllReduce)
 		require.NoError(t, group())
 		c := measure(t, d, group)
 		assert.Equal(t, 1, c.calls["cuGraphLaunch"], "%d ranks: %v", n, c)
@@ -93,7 +97,7 @@ func kernelGraphChild(t *testing.T, lib string) {
 		for _, e := range es {
 			e.launcher.JoinGraphs = true
 		}
-		group := smallGroup(t, ctx, es, kspace.AllReduce)
+		group := smallGroup(t, sctx, es, kspace.AllReduce)
 		d.Reset()
 		require.NoError(t, group())
 		c := d.Counts()
@@ -206,4 +210,17 @@ func smallGroup(t *testing.T, ctx *cuda.Context, es []*Engine, coll kspace.Coll)
 		}
 		return AdmitAndRun(ls)
 	}
+}
+
+// otherContext returns another *Context of ctx's device's primary context
+// (released when t ends).
+func otherContext(t *testing.T, ctx *cuda.Context) *cuda.Context {
+	t.Helper()
+	dev, err := cuda.GetDevice(int(ctx.Device()))
+	require.NoError(t, err)
+	other, err := dev.PrimaryContext()
+	require.NoError(t, err)
+	require.Equal(t, ctx.Handle(), other.Handle())
+	t.Cleanup(func() { assert.NoError(t, other.Release()) })
+	return other
 }

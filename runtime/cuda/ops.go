@@ -271,7 +271,7 @@ func (o *Ops) Via(i int, g *LaunchGraph) {
 	if g == nil {
 		return
 	}
-	if g.ctx != o.ctx {
+	if g.ctx == nil || o.ctx == nil || g.ctx.h != o.ctx.h { // one context may have several *Context
 		if len(g.waits) > 0 || g.record != nil {
 			o.fail(badArg("Via", "a join graph of another context"))
 		}
