@@ -1,13 +1,43 @@
 package comm
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/generated"
 	"github.com/ncclgo/ncclgo/internal/diag"
+	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
+	"github.com/ncclgo/ncclgo/runtime/transport"
 )
+
+// logChannelZero says (NCCL_DEBUG=INFO, subsystem P2P) where channel 0's
+// connections keep their LL FIFOs and step counters: the device addresses
+// a small call's kernels poll, for relating a run's latency to where its
+// lines landed (docs/notes/20261202-session17.md).
+func logChannelZero(log *slog.Logger, set *transport.Set) {
+	if log == nil || set == nil {
+		return
+	}
+	byPeer := func(a, b transport.Key) int { return cmp.Compare(a.Peer, b.Peer) }
+	for _, side := range []struct {
+		name  string
+		conns map[transport.Key]generated.ConnInfo
+	}{{"send to", set.Send}, {"recv from", set.Recv}} {
+		for _, k := range slices.SortedFunc(maps.Keys(side.conns), byPeer) {
+			if k.Channel != 0 {
+				continue
+			}
+			ci := side.conns[k]
+			log.Info(fmt.Sprintf("channel 0 %s rank %d: LL FIFO %#x, step %#x, head %#x", side.name, k.Peer, ci.Buffs[0], ci.Step, ci.Head),
+				config.SubsysP2P.Attr())
+		}
+	}
+}
 
 // The module's tests read a rank's connection counters through
 // internal/diag when a group does not complete; nothing else uses this.

@@ -229,6 +229,7 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 		return fail(err)
 	}
 	c.log.Info(fmt.Sprintf("connected %d edges, %d MiB of buffers", len(edges), c.conns.Bytes()>>20), config.SubsysInit.Attr(), config.SubsysP2P.Attr())
+	logChannelZero(c.log, c.conns)
 	if c.conns.Uses("NET") {
 		if w := fewCPUsWarning(runtime.NumCPU()); w != "" {
 			c.log.Warn(w, config.SubsysInit.Attr(), config.SubsysNet.Attr())
