@@ -91,8 +91,20 @@ func TestNETPeerAbortFailsWaiters(t *testing.T) {
 			sets, mems := connectNETOpts(t, loNet(t, 2, 1), ranks, nch, p2pSizes, func(r int) Options { return rs[r].options() })
 			round := roundSteps(p2pSizes, p2pSteps)
 			inject := make(chan struct{}) // protocol error: the bad step may go
-			var wg sync.WaitGroup
+			closeInject := sync.OnceFunc(func() { close(inject) })
+			wgs := make([]sync.WaitGroup, ranks) // each rank's fake kernels
+			// A failed require ends the test early: stop the kernels
+			// before the connections' memory goes (cleanups run last
+			// registered first).
+			t.Cleanup(func() {
+				closeInject()
+				for r := range wgs {
+					rs[r].stop.Store(true)
+					wgs[r].Wait()
+				}
+			})
 			for r := range ranks {
+				wg := &wgs[r]
 				next, prev := (r+1)%ranks, (r+ranks-1)%ranks
 				for ch := range nch {
 					wg.Go(func() {
@@ -126,10 +138,13 @@ func TestNETPeerAbortFailsWaiters(t *testing.T) {
 				rs[victim].abort(errors.New("test: the victim's own reason"))
 			case "protocol error":
 				start = time.Now()
-				close(inject)
+				closeInject()
 			case "vanish":
-				// Its process is killed: its sockets close, no goodbye.
+				// Its process is killed: its kernels stop (with it: they
+				// write its buffers, which Close unmaps), its sockets
+				// close, no goodbye.
 				rs[victim].stop.Store(true)
+				wgs[victim].Wait()
 				for _, rg := range sets[victim].regions {
 					if nr, ok := rg.(*netRegion); ok {
 						require.NoError(t, nr.pc.leave(nr.eng))
@@ -170,9 +185,11 @@ func TestNETPeerAbortFailsWaiters(t *testing.T) {
 				}
 			}
 			if mode != "protocol error" {
-				close(inject)
+				closeInject()
 			}
-			wg.Wait() // every kernel saw its abort flag
+			for r := range wgs {
+				wgs[r].Wait() // every kernel saw its abort flag
+			}
 			for r := range ranks {
 				_ = sets[r].Close() // errors: the failed connections'
 			}
