@@ -158,7 +158,7 @@ func TestPeerAbortSetsFlagInAnotherProcess(t *testing.T) {
 	line, err := c.readLine(10 * time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, "ABORTED", line)
-	assert.Contains(t, log.String(), "ended the kernels of rank(s) 1 (pid")
+	waitLogged(t, &log, "ended the kernels of rank(s) 1 (pid")
 	pp.endRank(1)
 	assert.Equal(t, 1, strings.Count(log.String(), "ended the kernels"), "logged once")
 	require.NoError(t, pp.Close())
@@ -187,7 +187,8 @@ func TestPeerAbortEndsKilledProcess(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Logf("abort flag set %v after the kill", time.Since(killed))
-	assert.Contains(t, log.String(), "ended the kernels of rank(s) 3")
+	// The flag is stored before the line is logged.
+	waitLogged(t, &log, "ended the kernels of rank(s) 3")
 	assert.Contains(t, log.String(), "its process ended without destroying the communicator")
 	require.NoError(t, pp.Close())
 	require.NoError(t, pp.Close(), "Close twice")
@@ -334,4 +335,13 @@ func TestPeerAbortOff(t *testing.T) {
 	for _, e := range es {
 		_ = e.Destroy()
 	}
+}
+
+// waitLogged waits up to 5 s for log to hold s: the peer pages store the
+// abort flag before they log that they did, and the test sees the flag
+// (or the child's answer to it) first.
+func waitLogged(t *testing.T, log *syncBuffer, s string) {
+	t.Helper()
+	assert.Eventually(t, func() bool { return strings.Contains(log.String(), s) }, 5*time.Second, time.Millisecond,
+		"%q not logged; the log: %s", s, log.String())
 }
