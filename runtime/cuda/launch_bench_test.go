@@ -161,6 +161,44 @@ func BenchmarkGPULaunch(b *testing.B) {
 		defer g.Destroy()
 		run(b, func() error { return s1.LaunchVia(g, big, one, Dim1(64), 0, large.b[:256]) })
 	})
+	// Two kernels in turn through one graph (each update changes the
+	// node's function) against each through a graph of its own: whether
+	// a launcher should keep a graph per kernel.
+	b.Run("graphViaAlternating", func(b *testing.B) {
+		g, err := c.NewLaunchGraph(add1, 1, 64, small.b)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Destroy()
+		i := 0
+		run(b, func() error {
+			i++
+			if i%2 == 0 {
+				return s1.LaunchVia(g, big, one, Dim1(64), 0, large.b[:256])
+			}
+			return s1.LaunchVia(g, add1, one, Dim1(64), 0, small.b)
+		})
+	})
+	b.Run("graphViaEachOwn", func(b *testing.B) {
+		ga, err := c.NewLaunchGraph(add1, 1, 64, small.b)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ga.Destroy()
+		gb, err := c.NewLaunchGraph(big, 1, 64, large.b[:256])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer gb.Destroy()
+		i := 0
+		run(b, func() error {
+			i++
+			if i%2 == 0 {
+				return s1.LaunchVia(gb, big, one, Dim1(64), 0, large.b[:256])
+			}
+			return s1.LaunchVia(ga, add1, one, Dim1(64), 0, small.b)
+		})
+	})
 	// The driver calls of a multi-rank launch for N ranks on N streams
 	// (runtime/comm's runMultiOps), without ncclgo: per other stream a
 	// record and the first stream's wait on it, the launch, its record,
