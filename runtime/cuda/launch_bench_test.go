@@ -164,32 +164,7 @@ func BenchmarkGPULaunch(b *testing.B) {
 	// Two kernels in turn through one graph (each update changes the
 	// node's function) against each through a graph of its own: whether
 	// a launcher should keep a graph per kernel.
-	b.Run("graphViaAlternating", func(b *testing.B) {
-		g, err := c.NewLaunchGraph(add1, 1, 64, small.b)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer g.Destroy()
-		i := 0
-		run(b, func() error {
-			i++
-			if i%2 == 0 {
-				return s1.LaunchVia(g, big, one, Dim1(64), 0, large.b[:256])
-			}
-			return s1.LaunchVia(g, add1, one, Dim1(64), 0, small.b)
-		})
-	})
-	b.Run("graphViaEachOwn", func(b *testing.B) {
-		ga, err := c.NewLaunchGraph(add1, 1, 64, small.b)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ga.Destroy()
-		gb, err := c.NewLaunchGraph(big, 1, 64, large.b[:256])
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer gb.Destroy()
+	alternate := func(b *testing.B, ga, gb *LaunchGraph) {
 		i := 0
 		run(b, func() error {
 			i++
@@ -198,6 +173,21 @@ func BenchmarkGPULaunch(b *testing.B) {
 			}
 			return s1.LaunchVia(ga, add1, one, Dim1(64), 0, small.b)
 		})
+	}
+	newGraph := func(b *testing.B, fn *Function, args []byte) *LaunchGraph {
+		g, err := c.NewLaunchGraph(fn, 1, 64, args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = g.Destroy() })
+		return g
+	}
+	b.Run("graphViaAlternating", func(b *testing.B) {
+		g := newGraph(b, add1, small.b)
+		alternate(b, g, g)
+	})
+	b.Run("graphViaEachOwn", func(b *testing.B) {
+		alternate(b, newGraph(b, add1, small.b), newGraph(b, big, large.b[:256]))
 	})
 	// The driver calls of a multi-rank launch for N ranks on N streams
 	// (runtime/comm's runMultiOps), without ncclgo: per other stream a

@@ -99,6 +99,10 @@ func (c *Context) NewJoinGraph(fn *Function, grid, block uint32, args []byte, wa
 	return &LaunchGraph{ctx: c, g: g, waits: slices.Clone(waits), record: record}, nil
 }
 
+// isJoin reports whether g holds a stream's joins (NewJoinGraph with
+// waits or a record): launching without it would drop them.
+func (g *LaunchGraph) isJoin() bool { return len(g.waits) > 0 || g.record != nil }
+
 // Joins reports whether g is the join graph of waits and record (in that
 // order).
 func (g *LaunchGraph) Joins(waits []*Event, record *Event) bool {
@@ -127,13 +131,15 @@ func (g *LaunchGraph) Destroy() error {
 	if g.g == nil {
 		return nil
 	}
+	defer func() {
+		C.free(unsafe.Pointer(g.g)) // whatever the driver says: g is done with
+		g.g = nil
+	}()
 	h, err := g.ctx.ctx("LaunchGraph.Destroy")
 	if err != nil {
 		return err
 	}
 	r := Result(C.ncu_launch_graph_destroy(h, g.g))
-	C.free(unsafe.Pointer(g.g))
-	g.g = nil
 	return g.ctx.wrap("LaunchGraph.Destroy", check("cuGraphExecDestroy", r))
 }
 

@@ -272,7 +272,7 @@ func (o *Ops) Via(i int, g *LaunchGraph) {
 		return
 	}
 	if g.ctx == nil || o.ctx == nil || g.ctx.h != o.ctx.h { // one context may have several *Context
-		if len(g.waits) > 0 || g.record != nil {
+		if g.isJoin() {
 			o.fail(badArg("Via", "a join graph of another context"))
 		}
 		return
@@ -306,7 +306,7 @@ func (o *Ops) Run() error {
 		g.mu.Lock()
 	}
 	for _, g := range o.via {
-		if g.g == nil && (len(g.waits) > 0 || g.record != nil) {
+		if g.g == nil && g.isJoin() {
 			// A join graph's waits and record are not in the sequence:
 			// launching without it would drop them.
 			for _, g := range o.via {

@@ -83,6 +83,7 @@ type Launcher struct {
 	graph      *cuda.LaunchGraph   // LaunchGraphs' graph, made at the first launch
 	graphErr   error               // why it could not be made: launches go the ordinary way
 	joinGraphs []*cuda.LaunchGraph // JoinGraphs' graphs, the latest used first
+	joinErr    error               // why a join graph could not be made: joins go on the streams
 	closed     bool                // Close ran: no more graphs
 }
 
@@ -97,15 +98,16 @@ const maxJoinGraphs = 4
 // MultiJoinGraph returns the join graph (cuda.NewJoinGraph) through which
 // the multi-rank launch of parts (CheckMulti accepted them) waits for
 // waits, launches and records record, made at its first use; nil when
-// JoinGraphs or LaunchGraphs is off or no graph could be made: the caller
-// then queues the waits and the record on the stream itself.
+// JoinGraphs or LaunchGraphs is off or a join graph could not be made
+// (once: none is tried again): the caller then queues the waits and the
+// record on the stream itself.
 func (l *Launcher) MultiJoinGraph(parts []Part, waits []*cuda.Event, record *cuda.Event) *cuda.LaunchGraph {
 	if !l.JoinGraphs || !l.LaunchGraphs {
 		return nil
 	}
 	l.graphMu.Lock()
 	defer l.graphMu.Unlock()
-	if l.closed {
+	if l.closed || l.joinErr != nil {
 		return nil
 	}
 	for i, g := range l.joinGraphs {
@@ -122,8 +124,11 @@ func (l *Launcher) MultiJoinGraph(parts []Part, waits []*cuda.Event, record *cud
 	}
 	g, err := l.ctx.NewJoinGraph(fn, uint32(first.NBlocks()), uint32(first.NThreads), zeroArgs[:], waits, record)
 	if err != nil {
+		// Not asked again: a failure would cost every launch a graph's
+		// making (and a log line).
+		l.joinErr = err
 		if l.Log != nil {
-			l.Log.Info("ncclgo: a multi-rank launch joins its streams without a graph", "err", err)
+			l.Log.Info("ncclgo: multi-rank launches join their streams without a graph", "err", err)
 		}
 		return nil
 	}
