@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/kspace"
 	"github.com/ncclgo/ncclgo/runtime/bootstrap"
 	"github.com/ncclgo/ncclgo/runtime/config"
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -609,6 +610,13 @@ func (e *Engine) PlanInto(p *enqueue.Plan, tasks []enqueue.Task) error {
 		lookup = e.kset.Resolve // the set's own ids, from its manifest
 	}
 	tasks = e.markWindows(tasks) // window.go
+	if e.log != nil && e.log.Enabled(context.Background(), slog.LevelInfo) {
+		for _, t := range tasks {
+			if t.Coll != kspace.SendRecv {
+				e.log.Info(fmt.Sprintf("%s sendbuff %#x recvbuff %#x bytes %d", t.Coll, t.Send, t.Recv, t.Bytes), config.SubsysColl.Attr())
+			}
+		}
+	}
 	var err error
 	if e.log != nil && e.log.Enabled(context.Background(), slog.LevelDebug) {
 		// The tuner logs each choice at Debug: ask it every time.
