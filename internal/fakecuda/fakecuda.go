@@ -286,6 +286,10 @@ func (d *Driver) Set(knob string, v int) {
 // copy kernel); "programmatic_launches" the cuLaunchKernelEx calls, since
 // the last Reset, that asked for programmatic stream serialization;
 // "user_objects" the user objects alive (created, not yet destroyed);
+// "capture_refused" the cuGraphAddKernelNode calls, since the last Reset,
+// refused as a global-mode capture refuses them: made while
+// capture_status is 1 on a thread not in relaxed capture mode
+// (cuThreadExchangeStreamCaptureMode);
 // "last_args_u16@N" the little-endian u16 at byte N of the last kernel
 // launch's packed arguments (-1 when that launch passed fewer bytes, or
 // none through extra); -1 for an unknown knob.

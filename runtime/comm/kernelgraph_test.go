@@ -147,9 +147,35 @@ func kernelGraphChild(t *testing.T, lib string) {
 		require.NoError(t, err)
 		d.Set("capture_status", 1)
 		c := measure(t, d, func() error { _, err := e.run(&p, stream()); return err })
+		refused := d.Peek("capture_refused")
 		d.Set("capture_status", 0)
 		assert.Equal(t, 1, c.calls["cuLaunchKernel"], "captured: %v", c)
 		assert.Zero(t, c.calls["cuGraphLaunch"], "captured: %v", c)
+		assert.Zero(t, refused, "captured: the graph made at the first launch is made relaxed")
+	}
+	// The first launch of fresh ranks comes under capture (as ncclperf -G
+	// -c 1's does): the launch graphs their launchers make then are made
+	// in relaxed capture mode, which a global-mode capture does not
+	// refuse (it would invalidate the capture), and the eager launches
+	// after the capture go through them.
+	for _, joins := range []bool{false, true} {
+		for _, n := range []int{2, 8} {
+			es := graphed(countEngines(t, ctx, fn, n, n))
+			for _, e := range es {
+				e.launcher.JoinGraphs = joins
+			}
+			group := smallGroup(t, sctx, es, kspace.AllReduce)
+			d.Set("capture_status", 1)
+			d.Reset()
+			err := group()
+			refused := d.Peek("capture_refused")
+			d.Set("capture_status", 0)
+			require.NoError(t, err, "joins %v, %d ranks, captured", joins, n)
+			assert.Zero(t, refused, "joins %v, %d ranks: no graph built outside relaxed mode under capture", joins, n)
+			c := measure(t, d, group)
+			assert.Equal(t, 1, c.calls["cuGraphLaunch"], "joins %v, %d ranks, eager after the capture: %v", joins, n, c)
+			assert.Zero(t, c.calls["cuLaunchKernel"], "joins %v, %d ranks, eager after the capture: %v", joins, n, c)
+		}
 	}
 	// A refused node update: the launch goes the ordinary way.
 	{

@@ -564,11 +564,11 @@ CUresult ncu_launch(CUcontext c, CUfunction f, unsigned gx, unsigned gy, unsigne
   return launch(f, gx, gy, gz, bx, by, bz, smem, s, extra, programmatic, g);
 }
 
-/* ncu_launch_graph_new makes g a graph of one kernel node, f's launch with
-   args, and instantiates it. */
-CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
-                              unsigned block, void* args, size_t size, CUevent* waits, int nWaits,
-                              CUevent record) {
+/* launch_graph_new is ncu_launch_graph_new in the calling thread's capture
+   mode. */
+static CUresult launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
+                                 unsigned block, void* args, size_t size, CUevent* waits, int nWaits,
+                                 CUevent record) {
   if (nWaits > NCU_LAUNCH_GRAPH_MAX_WAITS) return 1; /* CUDA_ERROR_INVALID_VALUE */
   if (nWaits > 0) NEED(p_cuGraphAddEventWaitNode);
   if (record != NULL) NEED(p_cuGraphAddEventRecordNode);
@@ -602,7 +602,22 @@ CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, un
   return r;
 }
 
-CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g) {
+/* ncu_launch_graph_new makes g a graph of one kernel node, f's launch with
+   args (after nWaits event waits, before a record), and instantiates it. It
+   runs relaxed (see RELAXED): a launcher makes its graph at its first
+   launch, which may come while the stream, or another stream of the
+   process, is being captured (the launch then finds the capture and does
+   not use the graph); in global capture mode building a graph there would
+   fail, loading the kernel, and invalidate that capture. */
+CUresult ncu_launch_graph_new(CUcontext c, ncu_launch_graph* g, CUfunction f, unsigned grid,
+                              unsigned block, void* args, size_t size, CUevent* waits, int nWaits,
+                              CUevent record) {
+  RELAXED(launch_graph_new(c, g, f, grid, block, args, size, waits, nWaits, record));
+}
+
+/* launch_graph_destroy is ncu_launch_graph_destroy in the calling thread's
+   capture mode. */
+static CUresult launch_graph_destroy(CUcontext c, ncu_launch_graph* g) {
   NEED(p_cuGraphExecDestroy);
   NEED(p_cuGraphDestroy);
   SETCTX(c);
@@ -614,6 +629,10 @@ CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g) {
   g->node = NULL;
   return r != NCU_SUCCESS ? r : r2;
 }
+
+/* ncu_launch_graph_destroy destroys g, relaxed as ncu_launch_graph_new: a
+   join graph may be evicted during a capture. */
+CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g) { RELAXED(launch_graph_destroy(c, g)); }
 
 /* The most capture dependencies a record beside the chain follows; a
    stream with more (a join of many forks) gets its record in the chain. */
