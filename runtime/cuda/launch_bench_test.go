@@ -231,6 +231,60 @@ func BenchmarkGPULaunch(b *testing.B) {
 			wall(b, func() error { return j.once(add1, small.b, false) })
 		})
 	}
+	// Stream memory operations, for joins without events: a word written
+	// by one stream that another waits for (sequence numbers, GEQ).
+	flags, err := c.MemAlloc(4 * 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.MemFree(flags)
+	if err := c.MemsetD8(flags, 0, 4*1024); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("writeValue32", func(b *testing.B) {
+		run(b, func() error { return s1.WriteValue32(flags, 0) })
+	})
+	b.Run("waitValue32", func(b *testing.B) {
+		run(b, func() error { return s1.WaitValue32(flags, 0) }) // already met
+	})
+	b.Run("waitValues32x7", func(b *testing.B) {
+		ps, vs := make([]DevicePtr, 7), make([]uint32, 7)
+		for i := range ps {
+			ps[i] = flags + DevicePtr(4*i)
+		}
+		run(b, func() error { return s1.WaitValues32(ps, vs) })
+	})
+	// The joins of join8 with memory operations instead of events: each
+	// other stream writes its word, the first waits for all of them in
+	// one call, launches, and writes the set's word, which every other
+	// stream waits for. Host time, and with the GPU's work (wall/).
+	for _, wall := range []bool{false, true} {
+		name := "memopJoin8"
+		if wall {
+			name = "wall/" + name
+		}
+		b.Run(name, func(b *testing.B) {
+			j := newJoinBench(b, c, 8)
+			defer j.close(b)
+			if err := c.MemsetD8(flags, 0, 4*1024); err != nil {
+				b.Fatal(err)
+			}
+			seq := uint32(0)
+			op := func() error { seq++; return j.memopOnce(add1, small.b, flags, seq) }
+			if wall {
+				for b.Loop() {
+					if err := op(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := c.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				return
+			}
+			run(b, op)
+		})
+	}
 	b.Run("twoStreams+records", func(b *testing.B) {
 		run(b, func() error {
 			for _, s := range []*Stream{s1, s2} {
@@ -301,6 +355,37 @@ func (j *joinBench) once(fn *Function, args []byte, checks bool) error {
 	}
 	for k := 1; k < len(j.ss); k++ {
 		if err := j.ss[k].WaitEvent(j.set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memopOnce is once's joins through the words at flags (one per stream,
+// the set's after them) and sequence number seq.
+func (j *joinBench) memopOnce(fn *Function, args []byte, flags DevicePtr, seq uint32) error {
+	n := len(j.ss)
+	var ps [MaxWaitValues]DevicePtr
+	var vs [MaxWaitValues]uint32
+	for k := 1; k < n; k++ {
+		ps[k-1], vs[k-1] = flags+DevicePtr(4*k), seq
+		if err := j.ss[k].WriteValue32(ps[k-1], seq); err != nil {
+			return err
+		}
+	}
+	s0 := j.ss[0]
+	if err := s0.WaitValues32(ps[:n-1], vs[:n-1]); err != nil {
+		return err
+	}
+	if err := s0.Launch(fn, Dim1(1), Dim1(64), 0, args); err != nil {
+		return err
+	}
+	set := flags + DevicePtr(4*n)
+	if err := s0.WriteValue32(set, seq); err != nil {
+		return err
+	}
+	for k := 1; k < n; k++ {
+		if err := j.ss[k].WaitValue32(set, seq); err != nil {
 			return err
 		}
 	}

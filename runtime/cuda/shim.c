@@ -101,6 +101,12 @@
   X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", 0, (CUstream s, int mode))                 \
   X(cuStreamEndCapture, "cuStreamEndCapture", 0, (CUstream s, CUgraph* g))                      \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 0, (int* mode))     \
+  X(cuStreamWriteValue32, "cuStreamWriteValue32_v2", 0,                                         \
+    (CUstream s, CUdeviceptr p, unsigned v, unsigned flags))                                    \
+  X(cuStreamWaitValue32, "cuStreamWaitValue32_v2", 0,                                           \
+    (CUstream s, CUdeviceptr p, unsigned v, unsigned flags))                                    \
+  X(cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", 0,                                             \
+    (CUstream s, unsigned n, void* ops, unsigned flags))                                        \
   X(cuEventRecordWithFlags, "cuEventRecordWithFlags", 0, (CUevent e, CUstream s, unsigned f))   \
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0,                              \
     (CUgraphExec* e, CUgraph g, unsigned long long flags))                                      \
@@ -420,6 +426,42 @@ CUresult ncu_stream_query(CUcontext c, CUstream s) {
 CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e) {
   SETCTX(c);
   return p_cuStreamWaitEvent(s, e, 0);
+}
+CUresult ncu_stream_write_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v) {
+  NEED(p_cuStreamWriteValue32);
+  SETCTX(c);
+  return p_cuStreamWriteValue32(s, p, v, 0);
+}
+CUresult ncu_stream_wait_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v) {
+  NEED(p_cuStreamWaitValue32);
+  SETCTX(c);
+  return p_cuStreamWaitValue32(s, p, v, 0 /* CU_STREAM_WAIT_VALUE_GEQ */);
+}
+/* CUstreamBatchMemOpParams (cuda.h): a union of 48 bytes; the wait's
+   operation at 0, address at 8, value at 16, flags at 24. */
+typedef struct {
+  unsigned op;
+  unsigned pad0;
+  CUdeviceptr addr;
+  unsigned long long value;
+  unsigned flags;
+  unsigned pad1;
+  unsigned long long rest[2];
+} ncu_mem_op;
+_Static_assert(sizeof(ncu_mem_op) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+CUresult ncu_stream_wait_values32(CUcontext c, CUstream s, const CUdeviceptr* p, const unsigned* v, unsigned n) {
+  NEED(p_cuStreamBatchMemOp);
+  if (n == 0 || n > 64) return 1; /* CUDA_ERROR_INVALID_VALUE */
+  ncu_mem_op ops[64];
+  memset(ops, 0, n * sizeof ops[0]);
+  for (unsigned i = 0; i < n; i++) {
+    ops[i].op = 1; /* CU_STREAM_MEM_OP_WAIT_VALUE_32 */
+    ops[i].addr = p[i];
+    ops[i].value = v[i];
+    ops[i].flags = 0; /* CU_STREAM_WAIT_VALUE_GEQ */
+  }
+  SETCTX(c);
+  return p_cuStreamBatchMemOp(s, n, ops, 0);
 }
 CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   SETCTX(c);
