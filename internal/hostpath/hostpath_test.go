@@ -203,6 +203,31 @@ func TestGroupAllReduceLaunches(t *testing.T) {
 	}
 }
 
+// TestFirstGroupCaptured is ncclperf -G -c 1's start: the first group of
+// fresh communicators comes while their streams are being captured. The
+// launch graphs made then are made in relaxed capture mode (a global-mode
+// capture refuses graph building otherwise, and the capture is lost), and
+// the eager groups after the capture go through them.
+func TestFirstGroupCaptured(t *testing.T) {
+	for _, n := range []int{2, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			r := open(t, n)
+			driver.Set("capture_status", 1)
+			driver.Reset()
+			err := r.allReduce()
+			refused := driver.Peek("capture_refused")
+			driver.Set("capture_status", 0)
+			require.NoError(t, err, "the captured group")
+			require.Zero(t, refused, "graphs built outside relaxed mode under capture")
+			driver.Reset()
+			require.NoError(t, r.allReduce())
+			calls := driver.Counts()
+			require.Equal(t, 1, calls["cuGraphLaunch"], "eager after the capture: %v", calls)
+			require.Zero(t, calls["cuLaunchKernel"], "eager after the capture: %v", calls)
+		})
+	}
+}
+
 // TestOneRankOps counts what each collective of a one-rank communicator
 // of the C ABI's kind (UntrackedOneRankCopies) asks of the driver outside
 // a group: out of place a copy (the copy kernel's launch by default), a
