@@ -43,5 +43,28 @@ func TestStreamMemOps(t *testing.T) {
 			assert.Contains(t, err.Error(), "Stream.WaitValues32")
 		}
 		assert.Zero(t, d.Counts()["cuStreamBatchMemOp_v2"], "refused before the driver")
+
+		// In Ops: waits in a row on one stream are one batch; another
+		// stream's wait starts another; a conditional wait runs alone.
+		s2, err := c.NewStream(true)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, s2.Destroy()) }()
+		var o Ops
+		w := o.WriteValue32(s2, 0x1000, 5, OpStop)
+		w1 := o.WaitValue32(s, 0x1000, 5, OpStop)
+		o.WaitValue32(s, 0x1004, 5, OpStop)
+		w3 := o.WaitValue32(s, 0x1008, 5, OpStop)
+		o.WaitValue32(s2, 0x1000, 5, OpStop)
+		o.WaitValue32(s2, 0x1004, 5, OpStop|OpIfPrevOK)
+		d.Reset()
+		require.NoError(t, o.Run())
+		for i := range o.Len() {
+			require.NoError(t, o.Err(i), "op %d", i)
+		}
+		assert.True(t, o.Ran(w) && o.Ran(w1) && o.Ran(w3))
+		n = d.Counts()
+		assert.Equal(t, 1, n["cuStreamWriteValue32_v2"], "%v", n)
+		assert.Equal(t, 1, n["cuStreamBatchMemOp_v2"], "the three waits on s: %v", n)
+		assert.Equal(t, 2, n["cuStreamWaitValue32_v2"], "s2's two, the second conditional: %v", n)
 	})
 }

@@ -449,17 +449,18 @@ typedef struct {
   unsigned long long rest[2];
 } ncu_mem_op;
 _Static_assert(sizeof(ncu_mem_op) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+/* mem_op_wait makes *m a wait for the word at p to reach v (GEQ). */
+static void mem_op_wait(ncu_mem_op* m, CUdeviceptr p, unsigned v) {
+  memset(m, 0, sizeof *m);
+  m->op = 1; /* CU_STREAM_MEM_OP_WAIT_VALUE_32 */
+  m->addr = p;
+  m->value = v; /* flags 0: CU_STREAM_WAIT_VALUE_GEQ */
+}
 CUresult ncu_stream_wait_values32(CUcontext c, CUstream s, const CUdeviceptr* p, const unsigned* v, unsigned n) {
   NEED(p_cuStreamBatchMemOp);
   if (n == 0 || n > 64) return 1; /* CUDA_ERROR_INVALID_VALUE */
   ncu_mem_op ops[64];
-  memset(ops, 0, n * sizeof ops[0]);
-  for (unsigned i = 0; i < n; i++) {
-    ops[i].op = 1; /* CU_STREAM_MEM_OP_WAIT_VALUE_32 */
-    ops[i].addr = p[i];
-    ops[i].value = v[i];
-    ops[i].flags = 0; /* CU_STREAM_WAIT_VALUE_GEQ */
-  }
+  for (unsigned i = 0; i < n; i++) mem_op_wait(&ops[i], p[i], v[i]);
   SETCTX(c);
   return p_cuStreamBatchMemOp(s, n, ops, 0);
 }
@@ -726,6 +727,12 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
     return ncu_record_beside(o->e, o->s, &o->node, &o->capture);
   case NCU_OP_DTOD:
     return ncu_dtod(c, o->dst, o->src, o->n, o->s);
+  case NCU_OP_WRITE_VALUE32:
+    if (p_cuStreamWriteValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
+    return p_cuStreamWriteValue32(o->s, o->dst, (unsigned)o->n, 0);
+  case NCU_OP_WAIT_VALUE32:
+    if (p_cuStreamWaitValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
+    return p_cuStreamWaitValue32(o->s, o->dst, (unsigned)o->n, 0 /* CU_STREAM_WAIT_VALUE_GEQ */);
   case NCU_OP_LAUNCH: {
     if (*size == 0) return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, o->programmatic, o->graph);
     void* extra[] = {
@@ -737,6 +744,33 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   }
   }
   return 1; /* CUDA_ERROR_INVALID_VALUE */
+}
+
+/* wait_run is how many ops from ops[i] on are waits for words that one
+   cuStreamBatchMemOp can make (at most 64): NCU_OP_WAIT_VALUE32 on
+   ops[i]'s stream with ops[i]'s flags. */
+static int wait_run(ncu_op* ops, int i, int n) {
+  int m = 1;
+  while (i + m < n && m < 64 && ops[i + m].kind == NCU_OP_WAIT_VALUE32 && ops[i + m].s == ops[i].s &&
+         ops[i + m].flags == ops[i].flags)
+    m++;
+  return m;
+}
+
+/* wait_batch queues the m waits of ops on s in one cuStreamBatchMemOp, or,
+   without that entry point, one cuStreamWaitValue32 each. */
+static CUresult wait_batch(CUstream s, ncu_op* ops, int m) {
+  if (p_cuStreamBatchMemOp == NULL) {
+    if (p_cuStreamWaitValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
+    for (int k = 0; k < m; k++) {
+      CUresult r = p_cuStreamWaitValue32(s, ops[k].dst, (unsigned)ops[k].n, 0);
+      if (r != NCU_SUCCESS) return r;
+    }
+    return NCU_SUCCESS;
+  }
+  ncu_mem_op mo[64];
+  for (int k = 0; k < m; k++) mem_op_wait(&mo[k], ops[k].dst, (unsigned)ops[k].n);
+  return p_cuStreamBatchMemOp(s, (unsigned)m, mo, 0);
 }
 
 /* A stream query runs in relaxed capture mode (see RELAXED): the sequence
@@ -759,6 +793,17 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
     if (o->kind == NCU_OP_QUERY && !relaxed) {
       relaxed = 1;
       ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
+    }
+    if (o->kind == NCU_OP_WAIT_VALUE32 && !(o->flags & (NCU_OP_IF_BUSY | NCU_OP_IF_PREV_OK))) {
+      int m = wait_run(ops, i, n);
+      if (m > 1) {
+        CUresult r = wait_batch(o->s, &ops[i], m);
+        for (int k = i; k < i + m; k++) ops[k].result = r;
+        i += m - 1;
+        if (r != NCU_SUCCESS && (o->flags & NCU_OP_STOP)) break;
+        if (r != NCU_SUCCESS && (o->flags & NCU_OP_SKIP)) skipping = 1;
+        continue;
+      }
     }
     CUresult r = ncu_run_op(c, o, args, &size);
     o->result = r;

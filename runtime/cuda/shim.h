@@ -222,6 +222,9 @@ enum {
   NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), cuMemcpyAsync or the copy kernel (ncu_set_copy_mode)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
   NCU_OP_RECORD_BESIDE, // ncu_record_beside(e, s, node, capture)
+  NCU_OP_WRITE_VALUE32, // cuStreamWriteValue32(s, dst, n)
+  NCU_OP_WAIT_VALUE32,  // cuStreamWaitValue32(s, dst, n, GEQ); a run of them on one stream with the
+                        // same flags (none of IF_BUSY, IF_PREV_OK) is one cuStreamBatchMemOp
 };
 enum {
   NCU_OP_STOP = 1,       // on failure, run nothing more
