@@ -31,8 +31,11 @@ const joinWordSlots = 32
 // use and kept for good, each with the sequence number of its latest
 // write. A word's values only grow, since only its stream writes it, in
 // launch order; a word per rank would not do, as a rank's launches on two
-// streams could land out of order and let a wait pass early. Guarded by
-// the engine's mu.
+// streams could land out of order and let a wait pass early. A stream
+// handle is not handed out again while the destroyed stream's work (a
+// write) is queued (cuStreamDestroy keeps its resources until then), so
+// a word never has two streams' writes in flight. Guarded by the
+// engine's mu.
 type joinWords struct {
 	mem  cuda.DevicePtr // joinWordSlots words, zeroed at Init; 0 when off
 	slot map[uintptr]int
