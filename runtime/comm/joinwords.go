@@ -11,8 +11,9 @@ import (
 // event on each and waits for it there; "words" has each write a word of
 // device memory (cuStreamWriteValue32, a sequence number) and the
 // launching stream wait for all of them in one call (cuStreamBatchMemOp):
-// at 8 ranks seven driver calls fewer. After the launch every stream waits
-// for the launch's completion event either way.
+// at 8 ranks six driver calls fewer (7 records and 7 waits become 7
+// writes and one wait). After the launch every stream waits for the
+// launch's completion event either way.
 const EnvMultiJoin = "NCCLGO_MULTI_JOIN"
 
 // multiJoinWordsFromEnv reads EnvMultiJoin through lookup: whether the
