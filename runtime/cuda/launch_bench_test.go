@@ -248,11 +248,14 @@ func BenchmarkGPULaunch(b *testing.B) {
 		run(b, func() error { return s1.WaitValue32(flags, 0) }) // already met
 	})
 	b.Run("waitValues32x7", func(b *testing.B) {
-		ps, vs := make([]DevicePtr, 7), make([]uint32, 7)
-		for i := range ps {
-			ps[i] = flags + DevicePtr(4*i)
-		}
-		run(b, func() error { return s1.WaitValues32(ps, vs) })
+		var o Ops
+		run(b, func() error {
+			o.Reset()
+			for i := range 7 {
+				o.WaitValue32(s1, flags+DevicePtr(4*i), 0, OpStop)
+			}
+			return errors.Join(o.Run(), o.Err(0))
+		})
 	})
 	// The joins of join8 with memory operations instead of events: each
 	// other stream writes its word, the first waits for all of them in
@@ -305,6 +308,7 @@ type joinBench struct {
 	ss  []*Stream
 	evs []*Event
 	set *Event
+	ops Ops // memopOnce's batched waits
 }
 
 func newJoinBench(tb testing.TB, c *Context, n int) *joinBench {
@@ -365,16 +369,15 @@ func (j *joinBench) once(fn *Function, args []byte, checks bool) error {
 // the set's after them) and sequence number seq.
 func (j *joinBench) memopOnce(fn *Function, args []byte, flags DevicePtr, seq uint32) error {
 	n := len(j.ss)
-	var ps [MaxWaitValues]DevicePtr
-	var vs [MaxWaitValues]uint32
+	s0 := j.ss[0]
+	j.ops.Reset()
 	for k := 1; k < n; k++ {
-		ps[k-1], vs[k-1] = flags+DevicePtr(4*k), seq
-		if err := j.ss[k].WriteValue32(ps[k-1], seq); err != nil {
+		if err := j.ss[k].WriteValue32(flags+DevicePtr(4*k), seq); err != nil {
 			return err
 		}
+		j.ops.WaitValue32(s0, flags+DevicePtr(4*k), seq, OpStop) // in a row: one call
 	}
-	s0 := j.ss[0]
-	if err := s0.WaitValues32(ps[:n-1], vs[:n-1]); err != nil {
+	if err := errors.Join(j.ops.Run(), j.ops.Err(0)); err != nil {
 		return err
 	}
 	if err := s0.Launch(fn, Dim1(1), Dim1(64), 0, args); err != nil {

@@ -347,8 +347,8 @@ func (o *Ops) WriteValue32(s *Stream, p DevicePtr, v uint32, f OpFlag) int {
 
 // WaitValue32 adds s.WaitValue32(p, v). Run makes waits added one after
 // another on one stream with the same flags (neither OpIfBusy nor
-// OpIfPrevOK) one call into the driver, as Stream.WaitValues32; each of
-// them reports that call's result.
+// OpIfPrevOK) one call into the driver (cuStreamBatchMemOp); each of them
+// reports that call's result.
 func (o *Ops) WaitValue32(s *Stream, p DevicePtr, v uint32, f OpFlag) int {
 	op, i := o.add("Ops.WaitValue32", s, C.NCU_OP_WAIT_VALUE32, f)
 	op.dst, op.n = C.CUdeviceptr(p), C.size_t(v)

@@ -456,14 +456,6 @@ static void mem_op_wait(ncu_mem_op* m, CUdeviceptr p, unsigned v) {
   m->addr = p;
   m->value = v; /* flags 0: CU_STREAM_WAIT_VALUE_GEQ */
 }
-CUresult ncu_stream_wait_values32(CUcontext c, CUstream s, const CUdeviceptr* p, const unsigned* v, unsigned n) {
-  NEED(p_cuStreamBatchMemOp);
-  if (n == 0 || n > 64) return 1; /* CUDA_ERROR_INVALID_VALUE */
-  ncu_mem_op ops[64];
-  for (unsigned i = 0; i < n; i++) mem_op_wait(&ops[i], p[i], v[i]);
-  SETCTX(c);
-  return p_cuStreamBatchMemOp(s, n, ops, 0);
-}
 CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   SETCTX(c);
   return p_cuMemcpyHtoDAsync(dst, src, n, s);

@@ -177,11 +177,10 @@ CUresult ncu_stream_synchronize(CUcontext c, CUstream s);
 CUresult ncu_stream_query(CUcontext c, CUstream s);
 CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e);
 // Stream memory operations on 32-bit words (cuStreamWriteValue32_v2,
-// cuStreamWaitValue32_v2 with CU_STREAM_WAIT_VALUE_GEQ, and n such waits
-// in one cuStreamBatchMemOp_v2, n at most 64).
+// cuStreamWaitValue32_v2 with CU_STREAM_WAIT_VALUE_GEQ; NCU_OP_WAIT_VALUE32
+// batches them).
 CUresult ncu_stream_write_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v);
 CUresult ncu_stream_wait_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v);
-CUresult ncu_stream_wait_values32(CUcontext c, CUstream s, const CUdeviceptr* p, const unsigned* v, unsigned n);
 CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
 CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);

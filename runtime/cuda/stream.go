@@ -190,27 +190,6 @@ func (s *Stream) WaitValue32(p DevicePtr, v uint32) error {
 	return s.ctx.wrap("Stream.WaitValue32", check("cuStreamWaitValue32", Result(C.ncu_stream_wait_value32(c, h, C.CUdeviceptr(p), C.uint(v)))))
 }
 
-// MaxWaitValues is the most words WaitValues32 waits for in one call.
-const MaxWaitValues = 64
-
-// WaitValues32 is WaitValue32 for each word ps[i] and value vs[i], in one
-// call into the driver (cuStreamBatchMemOp); at most MaxWaitValues.
-func (s *Stream) WaitValues32(ps []DevicePtr, vs []uint32) error {
-	if len(ps) != len(vs) || len(ps) == 0 || len(ps) > MaxWaitValues {
-		return fmt.Errorf("cuda: Stream.WaitValues32: %d words and %d values: want as many of each, 1 to %d", len(ps), len(vs), MaxWaitValues)
-	}
-	c, h, err := s.stream("Stream.WaitValues32")
-	if err != nil {
-		return err
-	}
-	var cp [MaxWaitValues]C.CUdeviceptr
-	var cv [MaxWaitValues]C.uint
-	for i := range ps {
-		cp[i], cv[i] = C.CUdeviceptr(ps[i]), C.uint(vs[i])
-	}
-	return s.ctx.wrap("Stream.WaitValues32", check("cuStreamBatchMemOp", Result(C.ncu_stream_wait_values32(c, h, &cp[0], &cv[0], C.uint(len(ps))))))
-}
-
 // MemcpyHtoDAsync queues a copy of n bytes from host src to device dst
 // (cuMemcpyHtoDAsync_v2). src must stay valid until the copy has run; it is
 // asynchronous only for page-locked memory (MemAllocHost).
