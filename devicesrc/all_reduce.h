@@ -127,29 +127,27 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
   dnP.finish();
 }
 
-// ngAllReduceOnePass runs an AllReduce of a multi-rank launch that holds
-// every rank of its communicator (NG_ARGS_ONE_PASS): this block owns the
-// onePassSlice-th of onePassRanks slices (8-byte lines) of the buffers; it
-// reduces that slice of every rank's sendbuff, in rank order, and stores
-// the result into that slice of every rank's recvbuff. Slices are
-// disjoint, so no block waits for another, in place or not.
-template <typename T, typename Op>
-__device__ __forceinline__ void ngAllReduceOnePass(struct ngShmem* sh) {
-  const ngGroup g = ngWorkGroup(sh);
-  if (g.tid >= g.nThreads) return;
-  const struct ngDevWork w = sh->work;
-  const Op op(w);
-  const int n = sh->onePassRanks, slice = sh->onePassSlice;
-  const int nbytes = (int)(w.count * sizeof(T));
-  const int nLines = (nbytes + 7) / 8;
-  const int lo = (int)((int64_t)nLines * slice / n), hi = (int)((int64_t)nLines * (slice + 1) / n);
-  for (int line = lo + g.tid; line < hi; line += g.nThreads) {
+// ngAllReduceOnePassSlice runs slice `slice` of a one-pass AllReduce
+// (NG_ARGS_ONE_PASS): a multi-rank launch that holds every rank of its
+// communicator, rank p's buffers given by bufs.send(p) and bufs.recv(p).
+// The buffers' 8-byte lines are cut into n slices, one per block; the
+// block's threads tid of nThreads reduce their lines of every rank's
+// sendbuff, in rank order, and store the result into every rank's
+// recvbuff. Slices are disjoint, so no block waits for another, in place
+// or not. The line arithmetic is 32-bit: a one-pass call has at most
+// OnePassMaxBytes (1 MiB) per rank, so lines * n stays below 2^24.
+template <typename T, typename Op, typename Bufs>
+__device__ __forceinline__ void ngAllReduceOnePassSlice(const Op& op, const Bufs& bufs, int nbytes, int n, int slice,
+                                                        int tid, int nThreads) {
+  const unsigned nLines = ((unsigned)nbytes + 7) / 8;
+  const unsigned lo = nLines * (unsigned)slice / (unsigned)n, hi = nLines * (unsigned)(slice + 1) / (unsigned)n;
+  for (unsigned line = lo + tid; line < hi; line += nThreads) {
     // Every rank's line is loaded before any is reduced, so that the loads
     // are in flight together (one memory latency, not nParts).
     uint64_t v[NG_LAUNCH_MAX_PARTS];
 #pragma unroll
     for (int p = 0; p < NG_LAUNCH_MAX_PARTS; p++) {
-      if (p < n) v[p] = ngLoadPack8<T, true>(reinterpret_cast<const T*>(sh->directSend[p]), line, nbytes);
+      if (p < n) v[p] = ngLoadPack8<T, true>(reinterpret_cast<const T*>(bufs.send(p)), (int)line, nbytes);
     }
     uint64_t acc = ngPackPre<T>(op, v[0]);
 #pragma unroll
@@ -157,9 +155,82 @@ __device__ __forceinline__ void ngAllReduceOnePass(struct ngShmem* sh) {
       if (p < n) acc = ngPackReduce<T>(op, acc, ngPackPre<T>(op, v[p]));
     }
     const uint64_t out = ngPackPost<T>(op, acc);
-    for (int p = 0; p < n; p++) ngStorePack8(reinterpret_cast<T*>(sh->directRecv[p]), line, nbytes, out);
+    for (int p = 0; p < n; p++) ngStorePack8(reinterpret_cast<T*>(bufs.recv(p)), (int)line, nbytes, out);
   }
 }
+
+// ngOnePassShBufs: the ranks' buffers as ngKernelMain copied them into
+// shared memory.
+struct ngOnePassShBufs {
+  const struct ngShmem* sh;
+  __device__ __forceinline__ uint64_t send(int p) const { return sh->directSend[p]; }
+  __device__ __forceinline__ uint64_t recv(int p) const { return sh->directRecv[p]; }
+};
+
+// ngOnePassArgBufs: the ranks' buffers in the kernel arguments (works[p]
+// is rank p's work).
+struct ngOnePassArgBufs {
+  const struct ngDevWork* works;
+  __device__ __forceinline__ uint64_t send(int p) const { return works[p].sendbuff; }
+  __device__ __forceinline__ uint64_t recv(int p) const { return works[p].recvbuff; }
+};
+
+// ngAllReduceOnePass runs this block's slice of a one-pass AllReduce
+// reached through the work loop: on a generic kernel, or a signed type's
+// call (no one-pass entry: NG_ARGS_ONE_PASS_ENTRY).
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceOnePass(struct ngShmem* sh) {
+  const ngGroup g = ngWorkGroup(sh);
+  if (g.tid >= g.nThreads) return;
+  const Op op(sh->work);
+  ngAllReduceOnePassSlice<T>(op, ngOnePassShBufs{sh}, (int)(sh->work.count * sizeof(T)), sh->onePassRanks,
+                             sh->onePassSlice, g.tid, g.nThreads);
+}
+
+// ngAllReduceOnePassArgs runs slice v of a one-pass AllReduce with op Op
+// straight from the kernel arguments, with every thread of the block.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceOnePassArgs(const struct ngKernelArgs& args, int v) {
+  // What the launch's earlier grids write (user buffers, a PreMulSum
+  // scalar behind a pointer) is read only after they finish.
+  ngWaitPriorGrids();
+  if (args.flags & NG_ARGS_TRIGGER_EARLY) ngTriggerDependents();
+  const struct ngDevWork& w = args.works[0];
+  const Op op(w);
+  ngAllReduceOnePassSlice<T>(op, ngOnePassArgBufs{args.works}, (int)(w.count * sizeof(T)), (int)args.nParts, v,
+                             (int)threadIdx.x, (int)blockDim.x);
+}
+
+// ngAllReduceOnePassEntry is the one-pass entry of the kernels of type T's
+// AllReduce functions (ngOnePassOf; every op of T runs on them): it runs
+// a launch with NG_ARGS_ONE_PASS_ENTRY in a few dozen instructions a
+// thread for 8 bytes, where the work loop's shared state, barriers and
+// table call cost twice that and more. SumPostDiv exists for the integer
+// types only.
+template <typename T>
+struct ngAllReduceOnePassEntry {
+  static constexpr bool kHas = true;
+  static __device__ __forceinline__ bool run(const struct ngKernelArgs& args, int v) {
+    switch ((args.flags >> NG_ARGS_REDOP_SHIFT) & 15) {
+    case NG_REDOP_Sum: ngAllReduceOnePassArgs<T, ngOpSum<T>>(args, v); return true;
+    case NG_REDOP_Prod: ngAllReduceOnePassArgs<T, ngOpProd<T>>(args, v); return true;
+    case NG_REDOP_MinMax: ngAllReduceOnePassArgs<T, ngOpMinMax<T>>(args, v); return true;
+    case NG_REDOP_PreMulSum: ngAllReduceOnePassArgs<T, ngOpPreMulSum<T>>(args, v); return true;
+    case NG_REDOP_SumPostDiv:
+      if constexpr (!std::is_same<typename ngSigned<T>::type, T>::value) {
+        ngAllReduceOnePassArgs<T, ngOpSumPostDiv<T>>(args, v);
+        return true;
+      }
+      return false;
+    }
+    return false;
+  }
+};
+
+template <typename T, typename Op>
+struct ngOnePassOf<NG_COLL_AllReduce, T, Op> {
+  typedef ngAllReduceOnePassEntry<T> type;
+};
 
 template <typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc<NG_COLL_AllReduce, T, Op, Algo, Proto> {

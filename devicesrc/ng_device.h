@@ -192,11 +192,29 @@ __device__ __forceinline__ void ngTriggerDependents() {
 #endif
 }
 
+// ngNoOnePass stands for "no one-pass entry": the kernel's function is
+// not one a multi-rank launch runs in one pass (NG_ARGS_ONE_PASS).
+struct ngNoOnePass {
+  static constexpr bool kHas = false;
+  static __device__ __forceinline__ bool run(const struct ngKernelArgs&, int) { return false; }
+};
+
+// ngOnePassOf<Coll, T, Op>::type is the one-pass entry of a kernel whose
+// function is (Coll, T, Op): ngNoOnePass but where a collective's header
+// specializes it (all_reduce.h).
+template <int Coll, typename T, typename Op>
+struct ngOnePassOf {
+  typedef ngNoOnePass type;
+};
+
 // FnId: the function this kernel inlines (-1: none; -2: report every work
 // unsupported); F: that function. SimpleId and SimpleF: a second function
 // inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
 // large calls run without the table call's register saves), or -1.
-template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc>
+// OnePassF: the one-pass entry of F's collective and type (ngOnePassOf),
+// which runs a one-pass launch (NG_ARGS_ONE_PASS_ENTRY) straight from the
+// arguments, without the work loop's shared state, barriers and table call.
+template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc, typename OnePassF = ngNoOnePass>
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
@@ -205,6 +223,12 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   // through the ngLaunchParts table after its inline works.
   const int v = ngNthSetBit(args.channelMask, blockIdx.x);
   if (v < 0) return; // more blocks than slots: nothing to do (uniform over the block)
+  if constexpr (OnePassF::kHas) {
+    // A one-pass launch of this kernel's type (NG_ARGS_ONE_PASS_ENTRY)
+    // needs nothing but the arguments; run is false, having done nothing,
+    // for an op it does not know, which the work loop then runs.
+    if ((args.flags & NG_ARGS_ONE_PASS_ENTRY) && OnePassF::run(args, v)) return;
+  }
   int c = v;
   const struct ngDevComm* comm = reinterpret_cast<const struct ngDevComm*>(args.comm);
   if (args.nParts != 0) {
@@ -313,7 +337,8 @@ struct ngCollFunc;
 #define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId)                   \
   NG_KERNEL_SIGNATURE(sym) {                                                                \
     ngKernelMain<fnId, &ngDevFunc_##sym, NG_INLINE_SIMPLE_ID(simpleId),                     \
-                 ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>>(args); \
+                 ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>, \
+                 typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type>(args);       \
   }
 #else
 #define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId) \

@@ -221,6 +221,9 @@ func spaceConsts() []abi.Const {
 	for a := kspace.Algo(0); a < kspace.NumAlgos; a++ {
 		cs = append(cs, abi.Const{Name: "NG_ALGO_" + a.String(), Value: int64(a), Doc: "algorithm"})
 	}
+	for o := kspace.RedOp(0); o < kspace.NumRedOps; o++ {
+		cs = append(cs, abi.Const{Name: "NG_REDOP_" + o.String(), Value: int64(o), Doc: "device reduction op"})
+	}
 	for p := kspace.Proto(0); p < kspace.NumProtos; p++ {
 		cs = append(cs, abi.Const{Name: "NG_PROTO_" + p.String(), Value: int64(p), Doc: "protocol"})
 	}

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "30b1eedc939acb3c"
+const ABIVersion = "a0ae2d0c4b0d4bdb"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -64,6 +64,10 @@ const (
 	ArgsTriggerEarly = 1
 	// ArgsOnePass is NG_ARGS_ONE_PASS: ngKernelArgs.flags: a multi-rank launch of every rank of one communicator, one AllReduce work per rank (works[q] is rank q's; every work of one count, function, redOpArg and flags) and one block per rank: block v reduces the v-th of nParts slices of every rank's sendbuff, in rank order, and stores the result into that slice of every rank's recvbuff; no block waits for another (devicesrc/all_reduce.h).
 	ArgsOnePass = 2
+	// ArgsOnePassEntry is NG_ARGS_ONE_PASS_ENTRY: ngKernelArgs.flags: with NG_ARGS_ONE_PASS, the works' function has the launched kernel's collective and type (an AllReduce function's kernel is its type's, whatever its op, algorithm and protocol), their reduction op (NG_REDOP_*) is in the bits from NG_ARGS_REDOP_SHIFT, and the kernel runs the call through its one-pass entry, straight from the arguments, instead of through the device function table (devicesrc/all_reduce.h).
+	ArgsOnePassEntry = 4
+	// ArgsRedopShift is NG_ARGS_REDOP_SHIFT: ngKernelArgs.flags: with NG_ARGS_ONE_PASS_ENTRY, bits 8-11 hold the works' reduction op (NG_REDOP_*).
+	ArgsRedopShift = 8
 	// DevErrBadWork is NG_DEV_ERR_BAD_WORK: ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting).
 	DevErrBadWork = 3
 	// CollBroadcast is NG_COLL_Broadcast: collective.
@@ -96,6 +100,16 @@ const (
 	AlgoPat = 6
 	// AlgoDirect is NG_ALGO_DIRECT: algorithm.
 	AlgoDirect = 7
+	// RedopSum is NG_REDOP_Sum: device reduction op.
+	RedopSum = 0
+	// RedopProd is NG_REDOP_Prod: device reduction op.
+	RedopProd = 1
+	// RedopMinMax is NG_REDOP_MinMax: device reduction op.
+	RedopMinMax = 2
+	// RedopPreMulSum is NG_REDOP_PreMulSum: device reduction op.
+	RedopPreMulSum = 3
+	// RedopSumPostDiv is NG_REDOP_SumPostDiv: device reduction op.
+	RedopSumPostDiv = 4
 	// ProtoLl is NG_PROTO_LL: protocol.
 	ProtoLl = 0
 	// ProtoLl128 is NG_PROTO_LL128: protocol.

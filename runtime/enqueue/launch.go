@@ -348,10 +348,23 @@ func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
 // setOnePass marks a's multi-rank launch of parts to run in one pass
 // where OnePassAllReduce allows it and OnePass accepts parts.
 func (l *Launcher) setOnePass(a *generated.KernelArgs, parts []Part) {
-	if l.OnePassAllReduce && OnePass(parts) {
-		a.Flags |= generated.ArgsOnePass
+	if !l.OnePassAllReduce || !OnePass(parts) {
+		return
+	}
+	a.Flags |= generated.ArgsOnePass
+	if f := parts[0].Launch.Func; onePassEntry(f) {
+		a.Flags |= generated.ArgsOnePassEntry | uint16(f.RedOp)<<generated.ArgsRedopShift
 	}
 }
+
+// onePassEntry reports whether a one-pass launch of AllReduce function f
+// may go through its kernel's one-pass entry (generated.ArgsOnePassEntry):
+// when f's type is its kernel's. An AllReduce function runs on its
+// type's kernel, whatever its op, algorithm and protocol (kspace's
+// preferred kernel; a generic kernel has no entry and runs the works
+// through its table), but a signed type's on its unsigned twin's, whose
+// entry would not compare signed (only NVLS MinMax keeps a signed type).
+func onePassEntry(f kspace.Func) bool { return !f.Type.IsSigned() }
 
 // queueLaunch adds the launch of a collective kernel on s, of capture
 // state c, to o, programmatic as l.programmatic says, and returns its

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/generated"
+	"github.com/ncclgo/ncclgo/kspace"
 )
 
 // onePassParts returns the parts of a multi-rank launch of nParts ranks
@@ -58,6 +59,7 @@ func TestOnePass(t *testing.T) {
 		a.Flags |= generated.ArgsTriggerEarly
 		l.setOnePass(a, parts)
 		assert.Equal(t, on, a.Flags&generated.ArgsOnePass != 0, "on=%v", on)
+		assert.Equal(t, on, a.Flags&generated.ArgsOnePassEntry != 0, "on=%v", on)
 		assert.NotZero(t, a.Flags&generated.ArgsTriggerEarly)
 		// The kernel reads rank q's buffers from works[q].
 		for q := range parts {
@@ -65,10 +67,46 @@ func TestOnePass(t *testing.T) {
 			assert.Equal(t, parts[q].Launch.Works[0].Recvbuff, a.Works[q].Recvbuff)
 		}
 	}
+	// The entry gets the works' reduction op.
+	for op := kspace.RedOp(0); op < kspace.NumRedOps; op++ {
+		parts := onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) { p.Launches[0].Func.RedOp = op })
+		l := &Launcher{OnePassAllReduce: true}
+		a := new(generated.KernelArgs)
+		PutMultiArgs(a, parts)
+		l.setOnePass(a, parts)
+		assert.Equal(t, uint16(op), a.Flags>>generated.ArgsRedopShift&15, "%v", op)
+		assert.NotZero(t, a.Flags&generated.ArgsOnePassEntry, "%v", op)
+	}
 	l := &Launcher{OnePassAllReduce: true}
 	a := new(generated.KernelArgs)
 	notAll := onePassParts(t, 2, 4, 1, 8, nil)
 	PutMultiArgs(a, notAll)
 	l.setOnePass(a, notAll)
 	assert.Zero(t, a.Flags&generated.ArgsOnePass, "not every rank")
+}
+
+// TestOnePassEntryKernels checks what generated.ArgsOnePassEntry relies
+// on: every AllReduce function that onePassEntry accepts runs on a kernel
+// of its own collective and type (whose one-pass entry knows every op of
+// that type) or on the generic kernel (which has none), and the op fits
+// its four bits above the other flags.
+func TestOnePassEntryKernels(t *testing.T) {
+	require.LessOrEqual(t, int(kspace.NumRedOps), 16)
+	other := uint16(generated.ArgsTriggerEarly | generated.ArgsOnePass | generated.ArgsOnePassEntry)
+	assert.Zero(t, other>>generated.ArgsRedopShift, "flags below the op's bits")
+	n := 0
+	for _, f := range generated.Funcs {
+		if f.Func.Coll != kspace.AllReduce || f.Func.Kind != kspace.Ordinary || !onePassEntry(f.Func) {
+			continue
+		}
+		k := generated.Kernels[f.Kernel].Func
+		if k.Kind == kspace.Generic {
+			continue
+		}
+		n++
+		assert.Equal(t, kspace.AllReduce, k.Coll, "%v runs on %v", f.Func, k)
+		assert.Equal(t, f.Func.Type, k.Type, "%v runs on %v", f.Func, k)
+	}
+	assert.NotZero(t, n, "no AllReduce function on a kernel of its own")
+	assert.False(t, onePassEntry(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.MinMax, Type: kspace.I32, Algo: kspace.NVLS, Proto: kspace.Simple}))
 }

@@ -35,6 +35,8 @@
 #define NG_KERNEL_PROGRAMMATIC 1 // every kernel waits for the grids before it (PTX griddepcontrol.wait, sm_90 and later) once it has copied its communicator, channel and works, before it touches anything else: the host may launch it as a programmatic dependent launch
 #define NG_ARGS_TRIGGER_EARLY 1 // ngKernelArgs.flags: once every block has waited for the grids before it (NG_KERNEL_PROGRAMMATIC), it lets the next programmatic launch on its stream start (PTX griddepcontrol.launch_dependents), so that kernel's launch and prologue overlap this one's work; at most two kernels of a stream are then resident at once, which the host counts in the blocks it budgets
 #define NG_ARGS_ONE_PASS 2 // ngKernelArgs.flags: a multi-rank launch of every rank of one communicator, one AllReduce work per rank (works[q] is rank q's; every work of one count, function, redOpArg and flags) and one block per rank: block v reduces the v-th of nParts slices of every rank's sendbuff, in rank order, and stores the result into that slice of every rank's recvbuff; no block waits for another (devicesrc/all_reduce.h)
+#define NG_ARGS_ONE_PASS_ENTRY 4 // ngKernelArgs.flags: with NG_ARGS_ONE_PASS, the works' function has the launched kernel's collective and type (an AllReduce function's kernel is its type's, whatever its op, algorithm and protocol), their reduction op (NG_REDOP_*) is in the bits from NG_ARGS_REDOP_SHIFT, and the kernel runs the call through its one-pass entry, straight from the arguments, instead of through the device function table (devicesrc/all_reduce.h)
+#define NG_ARGS_REDOP_SHIFT 8 // ngKernelArgs.flags: with NG_ARGS_ONE_PASS_ENTRY, bits 8-11 hold the works' reduction op (NG_REDOP_*)
 #define NG_DEV_ERR_BAD_WORK 3 // ngDevComm.errorFlag: a work descriptor was malformed (function id out of range, null table entry) or a Send and its Recv disagree on the size, or a DIRECT call across processes where some rank's buffers are in no window mapped here (the kernel then also sets the abort flag, so that the call's other parts stop waiting)
 #define NG_COLL_Broadcast 0 // collective
 #define NG_COLL_Reduce 1 // collective
@@ -51,6 +53,11 @@
 #define NG_ALGO_NVLS_TREE 5 // algorithm
 #define NG_ALGO_PAT 6 // algorithm
 #define NG_ALGO_DIRECT 7 // algorithm
+#define NG_REDOP_Sum 0 // device reduction op
+#define NG_REDOP_Prod 1 // device reduction op
+#define NG_REDOP_MinMax 2 // device reduction op
+#define NG_REDOP_PreMulSum 3 // device reduction op
+#define NG_REDOP_SumPostDiv 4 // device reduction op
 #define NG_PROTO_LL 0 // protocol
 #define NG_PROTO_LL128 1 // protocol
 #define NG_PROTO_SIMPLE 2 // protocol
