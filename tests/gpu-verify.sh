@@ -311,14 +311,13 @@ if has latency && begin latency; then
   NCCL_DEBUG=INFO timeout $(lim 30) $B/ncclperf -coll allreduce -b 8 -e 8 -g 2 -n 2 -w 0 2>&1 | grep -E 'AllReduce 8 bytes' | head -2
   echo "-- the driver's own launch cost (wall/*: timed with the GPU's work)"
   (cd runtime/cuda && timeout $(lim 120) "$T/runtime_cuda.test" -test.run XXX -test.bench GPULaunch -test.benchtime 20000x 2>&1 | grep -E 'Benchmark|FAIL')
-  echo "-- launch paths side by side (tests/ab.sh, ${LAT_ROUNDS:-5} rounds): launch graphs (the default), cuLaunchKernel, join graphs, joins through words, one pass off, a launch per rank"
+  echo "-- launch paths side by side (tests/ab.sh, ${LAT_ROUNDS:-5} rounds): launch graphs (the default), cuLaunchKernel, join graphs, one pass off, a launch per rank"
   for g in 2 8; do
-    VARIANTS="graph|$B/ncclperf"$'\n'"plain|$B/ncclperf|NCCLGO_KERNEL_GRAPH=0"$'\n'"joins|$B/ncclperf|NCCLGO_KERNEL_GRAPH=joins"$'\n'"words|$B/ncclperf|NCCLGO_MULTI_JOIN=words"$'\n'"nopass|$B/ncclperf|NCCLGO_ONE_PASS=0"$'\n'"perrank|$B/ncclperf|NCCLGO_ONE_LAUNCH=0" \
+    VARIANTS="graph|$B/ncclperf"$'\n'"plain|$B/ncclperf|NCCLGO_KERNEL_GRAPH=0"$'\n'"joins|$B/ncclperf|NCCLGO_KERNEL_GRAPH=joins"$'\n'"nopass|$B/ncclperf|NCCLGO_ONE_PASS=0"$'\n'"perrank|$B/ncclperf|NCCLGO_ONE_LAUNCH=0" \
       ARGS="-g $g -b 8 -e 8 -n 20000 -w 1000 -c 0" ROUNDS=${LAT_ROUNDS:-5} CPUS=4-11 TIMEOUT=$(lim 60) OUT="$L/ab-g$g" bash tests/ab.sh
   done
-  echo "-- join graphs and joins through words checked (-c 1)"
+  echo "-- join graphs checked (-c 1)"
   for g in 2 8; do NCCLGO_KERNEL_GRAPH=joins timeout $(lim 60) $B/ncclperf -coll allreduce -g $g -b 8 -e 1M -f 8 -n 20 -c 1 | grep -E '^ +[0-9]+ ' | awk '{w += $9 + $13} END {print "g='$g' joins: " NR " sizes, " w + 0 " wrong"}'; done
-  for g in 2 3 8; do NCCLGO_MULTI_JOIN=words timeout $(lim 60) $B/ncclperf -coll allreduce -g $g -b 8 -e 1M -f 8 -n 20 -c 1 | grep -E '^ +[0-9]+ ' | awk '{w += $9 + $13} END {print "g='$g' words: " NR " sizes, " w + 0 " wrong"}'; done
   } 2>&1 | tee "$L/latency.log"
   done_ latency INFO "diagnostics in latency.log, CPU profiles ar8-*.prof (go tool pprof -top)"
 fi

@@ -90,7 +90,6 @@ type Engine struct {
 	// joinBusy remembers the streams that a multi-rank launch's join last
 	// found busy (onelaunch.go: joinSkipsQuery), under mu.
 	joinBusy map[uintptr]uint8
-	words    joinWords      // with Settings.JoinWords, the words its streams join multi-rank launches through (joinwords.go); under mu
 	beside   besideRecords  // captured records beside their chains (capture.go)
 	grace    time.Duration  // Destroy's wait for kernels to react to an abort (0: abortGrace)
 	res      residencyState // guarded by mu (residency.go)
@@ -503,9 +502,6 @@ func (e *Engine) leak(why error) error {
 	if e.directMem != 0 {
 		left = append(left, fmt.Sprintf("DIRECT mailboxes at %#x", uint64(e.directMem)))
 	}
-	if e.words.mem != 0 {
-		left = append(left, fmt.Sprintf("the stream-join words at %#x", uint64(e.words.mem)))
-	}
 	e.flagsMu.RLock()
 	if e.flags != nil {
 		left = append(left, fmt.Sprintf("the host-mapped abort and error flags at %p", e.flags))
@@ -569,10 +565,6 @@ func (e *Engine) free() error {
 	if e.directMem != 0 {
 		errs = append(errs, e.cctx.MemFree(e.directMem))
 		e.directMem = 0
-	}
-	if e.words.mem != 0 {
-		errs = append(errs, e.cctx.MemFree(e.words.mem))
-		e.words.mem = 0
 	}
 	// Abort and ErrorCode may be reading the flags: take them away first.
 	e.flagsMu.Lock()

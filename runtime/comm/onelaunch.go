@@ -359,45 +359,23 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	// joinBefore: a failure stops everything (nothing is launched).
 	type join struct{ wait, query, rec, join int } // indexes in o, -1 for none
 	before := make([]join, 0, 8)
-	// With Settings.JoinWords (and no join graph), each other stream
-	// writes its word and the first waits for them all after the loop, in
-	// a row: one call into the driver (cuda.Ops.WaitValue32).
-	type wordWait struct {
-		rank int
-		p    cuda.DevicePtr
-		seq  uint32
-	}
-	var wordBuf [enqueue.MaxJoinRanks]wordWait
-	words := wordBuf[:0]
 	for i, r := range rs {
 		j := join{wait: -1, query: -1, rec: -1, join: -1}
 		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
 		}
 		if i > 0 && r.h != h0 {
-			var p cuda.DevicePtr
-			var seq uint32
-			ok := false
-			if g == nil {
-				p, seq, ok = ls[i].Engine.nextJoinWord(r.h)
-			}
-			if ok {
-				j.rec = o.WriteValue32(r.stream, p, seq, cuda.OpStop)
-				words = append(words, wordWait{i, p, seq})
-			} else if ls[i].Engine.joinSkipsQuery(r.h) {
+			if ls[i].Engine.joinSkipsQuery(r.h) {
 				j.rec = o.Record(r.ev, r.stream, false, cuda.OpStop)
 			} else {
 				j.query = o.Query(r.stream, cuda.OpStop)
 				j.rec = o.Record(r.ev, r.stream, false, cuda.OpStop|cuda.OpIfBusy)
 			}
-			if g == nil && !ok {
+			if g == nil {
 				j.join = o.WaitEvent(s0, r.ev, false, cuda.OpStop|cuda.OpIfPrevOK)
 			}
 		}
 		before = append(before, j)
-	}
-	for _, w := range words {
-		before[w.rank].join = o.WaitValue32(s0, w.p, w.seq, cuda.OpStop)
 	}
 	li, err := ls[0].Engine.launcher.QueueMultiVia(parts, s0, o, cuda.OpSkip, g)
 	if err != nil {

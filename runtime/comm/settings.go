@@ -61,10 +61,6 @@ type Settings struct {
 	// small AllReduce in one pass (enqueue.Launcher.OnePassAllReduce;
 	// EnvOnePass sets it).
 	OnePass bool
-	// JoinWords joins the other ranks' streams to a multi-rank launch
-	// through words of device memory instead of events (EnvMultiJoin sets
-	// it).
-	JoinWords bool
 }
 
 // Complete fills in what follows from cfg once the caller's options are
@@ -91,9 +87,6 @@ func (s *Settings) Complete(cfg config.Config) error {
 		return err
 	}
 	if s.OnePass, err = onePassFromEnv(os.LookupEnv); err != nil {
-		return err
-	}
-	if s.JoinWords, err = multiJoinWordsFromEnv(os.LookupEnv); err != nil {
 		return err
 	}
 	s.Config = cfg

@@ -310,11 +310,6 @@ func Init(ctx context.Context, net bootstrap.Network, device int, s Settings) (_
 	c.launcher.LaunchGraphs = c.s.KernelGraphs != KernelGraphsOff
 	c.launcher.JoinGraphs = c.s.KernelGraphs == KernelGraphsJoins
 	c.launcher.OnePassAllReduce = c.s.OnePass
-	if c.s.JoinWords {
-		if err := c.setupJoinWords(); err != nil {
-			return fail(err)
-		}
-	}
 	if c.launcher.Programmatic || c.launcher.CapturedProgrammatic {
 		// The GPU's co-resident blocks as the channels were sized for.
 		c.launcher.TriggerEarlyBlocks = triggerEarlyBlocks(c.s.TriggerEarly, c.nChannels, agreed.SMs*agreed.BlocksPerSM, agreed.RanksPerGPU)
