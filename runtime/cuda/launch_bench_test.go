@@ -231,63 +231,6 @@ func BenchmarkGPULaunch(b *testing.B) {
 			wall(b, func() error { return j.once(add1, small.b, false) })
 		})
 	}
-	// Stream memory operations, for joins without events: a word written
-	// by one stream that another waits for (sequence numbers, GEQ).
-	flags, err := c.MemAlloc(4 * 1024)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.MemFree(flags)
-	if err := c.MemsetD8(flags, 0, 4*1024); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("writeValue32", func(b *testing.B) {
-		run(b, func() error { return s1.WriteValue32(flags, 0) })
-	})
-	b.Run("waitValue32", func(b *testing.B) {
-		run(b, func() error { return s1.WaitValue32(flags, 0) }) // already met
-	})
-	b.Run("waitValues32x7", func(b *testing.B) {
-		var o Ops
-		run(b, func() error {
-			o.Reset()
-			for i := range 7 {
-				o.WaitValue32(s1, flags+DevicePtr(4*i), 0, OpStop)
-			}
-			return errors.Join(o.Run(), o.Err(0))
-		})
-	})
-	// The joins of join8 with memory operations instead of events: each
-	// other stream writes its word, the first waits for all of them in
-	// one call, launches, and writes the set's word, which every other
-	// stream waits for. Host time, and with the GPU's work (wall/).
-	for _, wall := range []bool{false, true} {
-		name := "memopJoin8"
-		if wall {
-			name = "wall/" + name
-		}
-		b.Run(name, func(b *testing.B) {
-			j := newJoinBench(b, c, 8)
-			defer j.close(b)
-			if err := c.MemsetD8(flags, 0, 4*1024); err != nil {
-				b.Fatal(err)
-			}
-			seq := uint32(0)
-			op := func() error { seq++; return j.memopOnce(add1, small.b, flags, seq) }
-			if wall {
-				for b.Loop() {
-					if err := op(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := c.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
-				return
-			}
-			run(b, op)
-		})
-	}
 	b.Run("twoStreams+records", func(b *testing.B) {
 		run(b, func() error {
 			for _, s := range []*Stream{s1, s2} {
@@ -308,7 +251,6 @@ type joinBench struct {
 	ss  []*Stream
 	evs []*Event
 	set *Event
-	ops Ops // memopOnce's batched waits
 }
 
 func newJoinBench(tb testing.TB, c *Context, n int) *joinBench {
@@ -359,36 +301,6 @@ func (j *joinBench) once(fn *Function, args []byte, checks bool) error {
 	}
 	for k := 1; k < len(j.ss); k++ {
 		if err := j.ss[k].WaitEvent(j.set); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// memopOnce is once's joins through the words at flags (one per stream,
-// the set's after them) and sequence number seq.
-func (j *joinBench) memopOnce(fn *Function, args []byte, flags DevicePtr, seq uint32) error {
-	n := len(j.ss)
-	s0 := j.ss[0]
-	j.ops.Reset()
-	for k := 1; k < n; k++ {
-		if err := j.ss[k].WriteValue32(flags+DevicePtr(4*k), seq); err != nil {
-			return err
-		}
-		j.ops.WaitValue32(s0, flags+DevicePtr(4*k), seq, OpStop) // in a row: one call
-	}
-	if err := errors.Join(j.ops.Run(), j.ops.Err(0)); err != nil {
-		return err
-	}
-	if err := s0.Launch(fn, Dim1(1), Dim1(64), 0, args); err != nil {
-		return err
-	}
-	set := flags + DevicePtr(4*n)
-	if err := s0.WriteValue32(set, seq); err != nil {
-		return err
-	}
-	for k := 1; k < n; k++ {
-		if err := j.ss[k].WaitValue32(set, seq); err != nil {
 			return err
 		}
 	}

@@ -338,23 +338,6 @@ func (o *Ops) Run() error {
 // Ran reports whether operation i ran.
 func (o *Ops) Ran(i int) bool { return o.ops[i].result != C.NCU_OP_NOT_RUN }
 
-// WriteValue32 adds s.WriteValue32(p, v).
-func (o *Ops) WriteValue32(s *Stream, p DevicePtr, v uint32, f OpFlag) int {
-	op, i := o.add("Ops.WriteValue32", s, C.NCU_OP_WRITE_VALUE32, f)
-	op.dst, op.n = C.CUdeviceptr(p), C.size_t(v)
-	return i
-}
-
-// WaitValue32 adds s.WaitValue32(p, v). Run makes waits added one after
-// another on one stream with the same flags (neither OpIfBusy nor
-// OpIfPrevOK) one call into the driver (cuStreamBatchMemOp); each of them
-// reports that call's result.
-func (o *Ops) WaitValue32(s *Stream, p DevicePtr, v uint32, f OpFlag) int {
-	op, i := o.add("Ops.WaitValue32", s, C.NCU_OP_WAIT_VALUE32, f)
-	op.dst, op.n = C.CUdeviceptr(p), C.size_t(v)
-	return i
-}
-
 // Err returns operation i's failure after Run: nil when it succeeded (a
 // Query that found work pending included), ErrNotRun when it did not run,
 // else the driver's error as the Stream or Event method would return it.
@@ -385,10 +368,6 @@ func (o *Ops) Err(i int) error {
 		sym, op = "cuGraphAddEventRecordNode", "Event.RecordBeside"
 	case C.NCU_OP_DTOD:
 		sym, op = copySymbol(), fmt.Sprintf("MemcpyDtoDAsync(%d bytes)", uint64(p.n))
-	case C.NCU_OP_WRITE_VALUE32:
-		sym, op = "cuStreamWriteValue32", "Stream.WriteValue32"
-	case C.NCU_OP_WAIT_VALUE32:
-		sym, op = "cuStreamBatchMemOp", "Stream.WaitValue32"
 	case C.NCU_OP_LAUNCH:
 		sym, op = "cuLaunchKernel", fmt.Sprintf("Launch(%q, grid %d, block %d, smem %d, %d arg bytes)", o.fns[i].name, uint(p.grid), uint(p.block), uint(p.smem), o.argN)
 	}

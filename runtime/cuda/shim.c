@@ -101,12 +101,6 @@
   X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", 0, (CUstream s, int mode))                 \
   X(cuStreamEndCapture, "cuStreamEndCapture", 0, (CUstream s, CUgraph* g))                      \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 0, (int* mode))     \
-  X(cuStreamWriteValue32, "cuStreamWriteValue32_v2", 0,                                         \
-    (CUstream s, CUdeviceptr p, unsigned v, unsigned flags))                                    \
-  X(cuStreamWaitValue32, "cuStreamWaitValue32_v2", 0,                                           \
-    (CUstream s, CUdeviceptr p, unsigned v, unsigned flags))                                    \
-  X(cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", 0,                                             \
-    (CUstream s, unsigned n, void* ops, unsigned flags))                                        \
   X(cuEventRecordWithFlags, "cuEventRecordWithFlags", 0, (CUevent e, CUstream s, unsigned f))   \
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0,                              \
     (CUgraphExec* e, CUgraph g, unsigned long long flags))                                      \
@@ -427,35 +421,6 @@ CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e) {
   SETCTX(c);
   return p_cuStreamWaitEvent(s, e, 0);
 }
-CUresult ncu_stream_write_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v) {
-  NEED(p_cuStreamWriteValue32);
-  SETCTX(c);
-  return p_cuStreamWriteValue32(s, p, v, 0);
-}
-CUresult ncu_stream_wait_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v) {
-  NEED(p_cuStreamWaitValue32);
-  SETCTX(c);
-  return p_cuStreamWaitValue32(s, p, v, 0 /* CU_STREAM_WAIT_VALUE_GEQ */);
-}
-/* CUstreamBatchMemOpParams (cuda.h): a union of 48 bytes; the wait's
-   operation at 0, address at 8, value at 16, flags at 24. */
-typedef struct {
-  unsigned op;
-  unsigned pad0;
-  CUdeviceptr addr;
-  unsigned long long value;
-  unsigned flags;
-  unsigned pad1;
-  unsigned long long rest[2];
-} ncu_mem_op;
-_Static_assert(sizeof(ncu_mem_op) == 48, "CUstreamBatchMemOpParams is 48 bytes");
-/* mem_op_wait makes *m a wait for the word at p to reach v (GEQ). */
-static void mem_op_wait(ncu_mem_op* m, CUdeviceptr p, unsigned v) {
-  memset(m, 0, sizeof *m);
-  m->op = 1; /* CU_STREAM_MEM_OP_WAIT_VALUE_32 */
-  m->addr = p;
-  m->value = v; /* flags 0: CU_STREAM_WAIT_VALUE_GEQ */
-}
 CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   SETCTX(c);
   return p_cuMemcpyHtoDAsync(dst, src, n, s);
@@ -719,12 +684,6 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
     return ncu_record_beside(o->e, o->s, &o->node, &o->capture);
   case NCU_OP_DTOD:
     return ncu_dtod(c, o->dst, o->src, o->n, o->s);
-  case NCU_OP_WRITE_VALUE32:
-    if (p_cuStreamWriteValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
-    return p_cuStreamWriteValue32(o->s, o->dst, (unsigned)o->n, 0);
-  case NCU_OP_WAIT_VALUE32:
-    if (p_cuStreamWaitValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
-    return p_cuStreamWaitValue32(o->s, o->dst, (unsigned)o->n, 0 /* CU_STREAM_WAIT_VALUE_GEQ */);
   case NCU_OP_LAUNCH: {
     if (*size == 0) return launch(o->f, o->grid, 1, 1, o->block, 1, 1, o->smem, o->s, NULL, o->programmatic, o->graph);
     void* extra[] = {
@@ -736,33 +695,6 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
   }
   }
   return 1; /* CUDA_ERROR_INVALID_VALUE */
-}
-
-/* wait_run is how many ops from ops[i] on are waits for words that one
-   cuStreamBatchMemOp can make (at most 64): NCU_OP_WAIT_VALUE32 on
-   ops[i]'s stream with ops[i]'s flags. */
-static int wait_run(ncu_op* ops, int i, int n) {
-  int m = 1;
-  while (i + m < n && m < 64 && ops[i + m].kind == NCU_OP_WAIT_VALUE32 && ops[i + m].s == ops[i].s &&
-         ops[i + m].flags == ops[i].flags)
-    m++;
-  return m;
-}
-
-/* wait_batch queues the m waits of ops on s in one cuStreamBatchMemOp, or,
-   without that entry point, one cuStreamWaitValue32 each. */
-static CUresult wait_batch(CUstream s, ncu_op* ops, int m) {
-  if (p_cuStreamBatchMemOp == NULL) {
-    if (p_cuStreamWaitValue32 == NULL) return NCU_ERROR_NOT_SUPPORTED;
-    for (int k = 0; k < m; k++) {
-      CUresult r = p_cuStreamWaitValue32(s, ops[k].dst, (unsigned)ops[k].n, 0);
-      if (r != NCU_SUCCESS) return r;
-    }
-    return NCU_SUCCESS;
-  }
-  ncu_mem_op mo[64];
-  for (int k = 0; k < m; k++) mem_op_wait(&mo[k], ops[k].dst, (unsigned)ops[k].n);
-  return p_cuStreamBatchMemOp(s, (unsigned)m, mo, 0);
 }
 
 /* A stream query runs in relaxed capture mode (see RELAXED): the sequence
@@ -785,17 +717,6 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
     if (o->kind == NCU_OP_QUERY && !relaxed) {
       relaxed = 1;
       ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
-    }
-    if (o->kind == NCU_OP_WAIT_VALUE32 && !(o->flags & (NCU_OP_IF_BUSY | NCU_OP_IF_PREV_OK))) {
-      int m = wait_run(ops, i, n);
-      if (m > 1) {
-        CUresult r = wait_batch(o->s, &ops[i], m);
-        for (int k = i; k < i + m; k++) ops[k].result = r;
-        i += m - 1;
-        if (r != NCU_SUCCESS && (o->flags & NCU_OP_STOP)) break;
-        if (r != NCU_SUCCESS && (o->flags & NCU_OP_SKIP)) skipping = 1;
-        continue;
-      }
     }
     CUresult r = ncu_run_op(c, o, args, &size);
     o->result = r;

@@ -176,11 +176,6 @@ CUresult ncu_stream_destroy(CUcontext c, CUstream s);
 CUresult ncu_stream_synchronize(CUcontext c, CUstream s);
 CUresult ncu_stream_query(CUcontext c, CUstream s);
 CUresult ncu_stream_wait_event(CUcontext c, CUstream s, CUevent e);
-// Stream memory operations on 32-bit words (cuStreamWriteValue32_v2,
-// cuStreamWaitValue32_v2 with CU_STREAM_WAIT_VALUE_GEQ; NCU_OP_WAIT_VALUE32
-// batches them).
-CUresult ncu_stream_write_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v);
-CUresult ncu_stream_wait_value32(CUcontext c, CUstream s, CUdeviceptr p, unsigned v);
 CUresult ncu_memcpy_htod_async(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
 CUresult ncu_memcpy_dtoh_async(CUcontext c, void* dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult ncu_memcpy_dtod_async(CUcontext c, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
@@ -221,9 +216,6 @@ enum {
   NCU_OP_DTOD,        // cuMemcpyDtoDAsync(dst, src, n, s), cuMemcpyAsync or the copy kernel (ncu_set_copy_mode)
   NCU_OP_LAUNCH,      // cuLaunchKernel(f, grid, block, smem, s) with the sequence's arguments
   NCU_OP_RECORD_BESIDE, // ncu_record_beside(e, s, node, capture)
-  NCU_OP_WRITE_VALUE32, // cuStreamWriteValue32(s, dst, n)
-  NCU_OP_WAIT_VALUE32,  // cuStreamWaitValue32(s, dst, n, GEQ); a run of them on one stream with the
-                        // same flags (none of IF_BUSY, IF_PREV_OK) is one cuStreamBatchMemOp
 };
 enum {
   NCU_OP_STOP = 1,       // on failure, run nothing more

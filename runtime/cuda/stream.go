@@ -168,28 +168,6 @@ func (s *Stream) WaitEvent(e *Event) error {
 	return s.ctx.wrap("Stream.WaitEvent", check("cuStreamWaitEvent", Result(C.ncu_stream_wait_event(c, h, eh))))
 }
 
-// WriteValue32 queues a write of v to the 32-bit device word at p
-// (cuStreamWriteValue32): a stream memory operation, which the GPU's
-// front end runs without a kernel.
-func (s *Stream) WriteValue32(p DevicePtr, v uint32) error {
-	c, h, err := s.stream("Stream.WriteValue32")
-	if err != nil {
-		return err
-	}
-	return s.ctx.wrap("Stream.WriteValue32", check("cuStreamWriteValue32", Result(C.ncu_stream_write_value32(c, h, C.CUdeviceptr(p), C.uint(v)))))
-}
-
-// WaitValue32 makes the stream's later work wait until the 32-bit device
-// word at p reaches v (cuStreamWaitValue32, CU_STREAM_WAIT_VALUE_GEQ: as
-// int32(*p-v) >= 0, so a sequence number may wrap).
-func (s *Stream) WaitValue32(p DevicePtr, v uint32) error {
-	c, h, err := s.stream("Stream.WaitValue32")
-	if err != nil {
-		return err
-	}
-	return s.ctx.wrap("Stream.WaitValue32", check("cuStreamWaitValue32", Result(C.ncu_stream_wait_value32(c, h, C.CUdeviceptr(p), C.uint(v)))))
-}
-
 // MemcpyHtoDAsync queues a copy of n bytes from host src to device dst
 // (cuMemcpyHtoDAsync_v2). src must stay valid until the copy has run; it is
 // asynchronous only for page-locked memory (MemAllocHost).
