@@ -35,6 +35,10 @@ import (
 //   - forked: one graph for every rank: rank 0's stream is captured and the
 //     other ranks' streams join the capture through events (fork/join),
 //     then one graph launch replays all ranks. One device only.
+//   - merged: forked, with a group of one AllReduce, AllGather or
+//     ReduceScatter, which the ranks of one process on one device launch
+//     as one kernel: the captured multi-rank launch (the AllReduce in one
+//     pass). One device, 2 ranks or more.
 //   - default: every rank is handed the per-thread default stream, which
 //     is captured; ranks sharing the GPU then run on their lanes, which
 //     join the capture through their events. One device, 2 ranks or more.
@@ -103,6 +107,18 @@ func graphCalls(cfg config1, n int, many bool) []call {
 	return out
 }
 
+// mergedCalls is the group of merged mode: the first of calls that every
+// rank's result depends on (an AllReduce, AllGather or ReduceScatter),
+// alone, so that its ranks' launches merge into one.
+func mergedCalls(calls []call) []call {
+	for _, c := range calls {
+		if c.kind == kindColl && (c.coll == kspace.AllReduce || c.coll == kspace.AllGather || c.coll == kspace.ReduceScatter) {
+			return []call{c}
+		}
+	}
+	return nil
+}
+
 func TestGraphReplay(t *testing.T) {
 	gpu(t)
 	seed := suiteSeed(t)
@@ -110,7 +126,7 @@ func TestGraphReplay(t *testing.T) {
 	devs := testDevices(t)
 	for _, n := range graphRankCounts(t) {
 		for _, cfg := range configs {
-			for _, mode := range []string{"streams", "forked", "default"} {
+			for _, mode := range []string{"streams", "forked", "merged", "default"} {
 				for _, many := range []bool{false, true} {
 					if many && mode != "streams" {
 						continue // the work FIFO path once per configuration
@@ -128,6 +144,8 @@ func TestGraphReplay(t *testing.T) {
 							t.Skip("forked capture needs every rank on one device")
 						case mode == "default" && (!oneDev || n < 2):
 							t.Skip("the shared default stream needs 2 ranks or more on one device")
+						case mode == "merged" && (!oneDev || n < 2):
+							t.Skip("a multi-rank launch needs 2 ranks or more on one device")
 						}
 						runGraph(t, n, cfg, mode, many, seed, batches, per)
 					})
@@ -144,6 +162,9 @@ func runGraph(t *testing.T, n int, cfg config1, mode string, many bool, seed uin
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	calls := graphCalls(cfg, n, many)
+	if mode == "merged" {
+		calls = mergedCalls(calls)
+	}
 	require.NotEmpty(t, calls, "no function of this configuration is in the kernel set")
 	reseed := func() []call {
 		cs := slices.Clone(calls)
@@ -272,7 +293,7 @@ func captureGroup(t *testing.T, w *world, g *groupRun, mode string) ([]*cuda.Gra
 	switch mode {
 	case "streams":
 		capturing = w.streams
-	case "forked", "default":
+	case "forked", "merged", "default":
 		capturing = w.streams[:1]
 	}
 	for _, s := range capturing {
@@ -300,7 +321,7 @@ func captureGroup(t *testing.T, w *world, g *groupRun, mode string) ([]*cuda.Gra
 		evs = append(evs, e)
 		return e
 	}
-	if mode == "forked" {
+	if mode == "forked" || mode == "merged" {
 		fork := event(0)
 		require.NoError(t, fork.Record(w.streams[0]))
 		for r := 1; r < n; r++ {
@@ -320,7 +341,7 @@ func captureGroup(t *testing.T, w *world, g *groupRun, mode string) ([]*cuda.Gra
 		}
 	}
 	require.NoError(t, grp.End(), "Group.End under capture")
-	if mode == "forked" {
+	if mode == "forked" || mode == "merged" {
 		for r := 1; r < n; r++ {
 			join := event(r)
 			require.NoError(t, join.Record(w.streams[r]))

@@ -17,11 +17,17 @@ import (
 // total over the N × -n replayed collectives. With -c 1, one iteration
 // captured on its own is replayed once on fresh inputs and checked first.
 // It runs the first job (-coll, -d, -o) through ncclgo, or, with
-// -ncclgo=false, through -compare's library, in one process.
+// -ncclgo=false, through -compare's library, in one process. With
+// -graph-one the first rank's stream captures alone and the others fork
+// from it (an event recorded there, waited for on each) and join back
+// before the capture ends: one graph holds every rank's collectives, as a
+// program that drives its ranks from one capturing stream builds it, and
+// it is launched on the first rank's stream.
 
 // graphFlags registers -G and --cudagraph, which set c.graphLaunches.
 func graphFlags(fs *pflag.FlagSet, c *config) {
 	fs.IntVarP(&c.graphLaunches, longNames["G"], "G", 0, "CUDA graph mode: capture the -n timed iterations into a graph per rank and launch it this many `times` (nccl-tests' -G); times are per collective")
+	fs.BoolVar(&c.graphOne, "graph-one", false, "with -G: capture every rank's stream into one graph (the others fork from the first rank's stream) instead of a graph per rank")
 }
 
 // checkGraphFlags refuses -G where it cannot run: it is checked with the
@@ -30,6 +36,8 @@ func (c *config) checkGraphFlags(launched bool) error {
 	switch {
 	case c.graphLaunches < 0:
 		return fmt.Errorf("%s %d: want a number of graph launches", flagName("G"), c.graphLaunches)
+	case c.graphLaunches == 0 && c.graphOne:
+		return fmt.Errorf("-graph-one captures for %s: give %s N", flagName("G"), flagName("G"))
 	case c.graphLaunches == 0:
 		return nil
 	case c.np > 0 || launched:
@@ -64,8 +72,12 @@ func (c *config) measureGraph(w io.Writer, local []int) (err error) {
 	jb := c.jobs()[0]
 	return c.measureAll(b, ranks, []job{jb}, func(_ int, t *table) error {
 		gc := t.c
-		fmt.Fprintf(w, "# ncclperf -G %d: %s, %s %s %s, %d ranks on devices %v, -n %d iterations per graph\n",
-			gc.graphLaunches, b.Name(), gc.coll, gc.dt, gc.op, gc.nRanks, gc.devices, gc.iters)
+		graphs := "a graph per rank"
+		if gc.graphOne {
+			graphs = "one graph for every rank"
+		}
+		fmt.Fprintf(w, "# ncclperf -G %d: %s, %s %s %s, %d ranks on devices %v, -n %d iterations per graph, %s\n",
+			gc.graphLaunches, b.Name(), gc.coll, gc.dt, gc.op, gc.nRanks, gc.devices, gc.iters, graphs)
 		fmt.Fprintf(w, "# %12s %12s %6s %10s %10s %10s %6s\n", "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong")
 		it := newIterator(gc, b, ranks)
 		for _, size := range gc.sizes() {
@@ -90,14 +102,29 @@ func (c *config) measureGraph(w io.Writer, local []int) (err error) {
 }
 
 // capture captures iters iterations of count elements (out-of-place, with
-// nccl-tests' per-iteration offsets) into one graph per rank's stream.
+// nccl-tests' per-iteration offsets) into one graph per rank's stream, or
+// with -graph-one into one graph on the first rank's stream.
 func (it *iterator) capture(count int64, iters int) (execs []*cuda.GraphExec, err error) {
 	if err := it.b.Begin(); err != nil {
 		return nil, err
 	}
-	for r, s := range it.streams {
+	capturing := it.streams
+	var fork *cuda.Event
+	if it.c.graphOne && len(it.streams) > 1 {
+		capturing = it.streams[:1]
+		if fork, err = it.streams[0].Context().NewEvent(true); err != nil {
+			return nil, fmt.Errorf("-graph-one: the fork event: %w", err)
+		}
+		defer func() {
+			if derr := fork.Destroy(); err == nil && derr != nil {
+				destroyExecs(execs)
+				execs, err = nil, derr
+			}
+		}()
+	}
+	for r, s := range capturing {
 		if err := s.BeginCapture(cuda.CaptureModeGlobal); err != nil {
-			for _, s := range it.streams[:r] {
+			for _, s := range capturing[:r] {
 				if g, err := s.EndCapture(); err == nil {
 					_ = g.Destroy()
 				}
@@ -106,17 +133,27 @@ func (it *iterator) capture(count int64, iters int) (execs []*cuda.GraphExec, er
 		}
 	}
 	var errs []error
+	if fork != nil {
+		errs = append(errs, joinStreams(fork, it.streams[0], it.streams[1:]))
+	}
 	for i := range iters {
+		if errors.Join(errs...) != nil {
+			break
+		}
 		if err := it.start(count, false, i); err != nil {
 			errs = append(errs, fmt.Errorf("iteration %d under capture: %w", i, err))
-			break
+		}
+	}
+	if fork != nil {
+		for _, s := range it.streams[1:] {
+			errs = append(errs, joinStreams(fork, s, it.streams[:1]))
 		}
 	}
 	// End every capture, whatever failed, before instantiating any graph:
 	// in global capture mode cuGraphInstantiate is refused while another
 	// stream of the process is still capturing.
 	var graphs []*cuda.Graph
-	for _, s := range it.streams {
+	for _, s := range capturing {
 		g, err := s.EndCapture()
 		if err != nil {
 			errs = append(errs, err)
@@ -143,6 +180,21 @@ func (it *iterator) capture(count int64, iters int) (execs []*cuda.GraphExec, er
 		return nil, err
 	}
 	return execs, nil
+}
+
+// joinStreams makes each of to wait for what from has queued (through ev,
+// recorded on from): under capture, the edges that fork streams into the
+// capture and join them back.
+func joinStreams(ev *cuda.Event, from *cuda.Stream, to []*cuda.Stream) error {
+	if err := ev.Record(from); err != nil {
+		return fmt.Errorf("-graph-one: recording stream %#x: %w", from.Handle(), err)
+	}
+	for _, s := range to {
+		if err := s.WaitEvent(ev); err != nil {
+			return fmt.Errorf("-graph-one: stream %#x waiting for stream %#x: %w", s.Handle(), from.Handle(), err)
+		}
+	}
+	return nil
 }
 
 func destroyExecs(execs []*cuda.GraphExec) {

@@ -34,11 +34,15 @@ func TestGraphRefused(t *testing.T) {
 		{[]string{"-G", "10", "-np", "2"}, nil, "leave out -np"},
 		{[]string{"-G", "10"}, mpi, "leave out -np and the launcher"},
 		{[]string{"-G", "10", "-compare", "libnccl.so.2"}, nil, "-ncclgo=false"},
+		{[]string{"-graph-one"}, nil, "-graph-one captures for -G/--cudagraph: give -G/--cudagraph N"},
 	} {
 		_, err := parseArgs(tc.args, io.Discard, tc.place)
 		require.Error(t, err, "%q", tc.args)
 		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
 	}
-	_, err := parseArgs([]string{"-G", "10"}, io.Discard, nil)
-	require.NoError(t, err)
+	for _, args := range [][]string{{"-G", "10"}, {"-G", "10", "-graph-one"}} {
+		c, err := parseArgs(args, io.Discard, nil)
+		require.NoError(t, err, "%q", args)
+		assert.Equal(t, len(args) == 3, c.graphOne, "%q", args)
+	}
 }

@@ -201,6 +201,7 @@ type config struct {
 	iters, warmup   int
 	cycles          int           // -N: sweeps after the warm-up
 	graphLaunches   int           // -G: CUDA graph mode (graph.go)
+	graphOne        bool          // -graph-one: -G captures every rank into one graph (graph.go)
 	timeout         time.Duration // -T: how long drain waits for busy streams (0: for ever)
 	check           bool
 	op              redOp

@@ -266,6 +266,8 @@ func (d *Driver) Counts() Counts {
 // (a PTX module such as runtime/cuda's copy kernel); "capture_id"
 // non-zero is the id cuStreamGetCaptureInfo_v2 reports for a capturing
 // stream's capture (42 when 0; each id has a graph of its own);
+// "capture_id_per_stream" non-zero adds each stream's handle to that id,
+// so that every stream captures into a capture of its own;
 // "user_object_result" and "graph_retain_result" non-zero are what
 // cuUserObjectCreate and cuGraphRetainUserObject return (801,
 // CUDA_ERROR_NOT_SUPPORTED, plays a driver without user objects);

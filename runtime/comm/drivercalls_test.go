@@ -339,25 +339,32 @@ func driverCallsChild(t *testing.T, lib string) {
 		assert.Equal(t, 2*joinQueryEvery*2*(n-1), c["cuStreamWaitEvent"], "%d ranks busy: every launch joins every other stream before and after", n)
 	}
 	d.Set("stream_busy", 0)
-	// Under CUDA graph capture every launch takes the general path: the
-	// ordering events become external nodes.
+	// Under CUDA graph capture the ordering events become external nodes.
+	// Streams of one capture share one captured multi-rank launch
+	// (runMultiCaptured); streams captured apart launch each rank alone.
 	d.Set("capture_status", 1)
-	{
+	for _, apart := range []bool{false, true} {
 		es := countEngines(t, ctx, fn, 2, 2)
 		ss := []*cuda.Stream{stream(), stream()}
-		got["2 ranks captured"] = measure(t, d, func() error {
+		k, want := "2 ranks captured", uint64(1)
+		if apart {
+			d.Set("capture_id_per_stream", 1)
+			k, want = "2 ranks captured apart", 0
+		}
+		got[k] = measure(t, d, func() error {
 			ls, err := groupOf(es, ss)
 			if err != nil {
 				return err
 			}
 			before := es[0].MultiLaunches()
 			err = AdmitAndRun(ls)
-			require.Equal(t, before, es[0].MultiLaunches(), "captured ranks launch alone")
+			require.Equal(t, before+want, es[0].MultiLaunches(), "%s: multi-rank launches", k)
 			return err
 		})
+		d.Set("capture_id_per_stream", 0)
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured", "2 ranks captured apart"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -384,8 +391,16 @@ func driverCallsChild(t *testing.T, lib string) {
 		// after that (8 in 4; 2 ranks 20 in 9: each stream asked up to 3
 		// times, and the capture mode switched for queries that never
 		// ran).
-		"1 rank captured":  {5, 2},
-		"2 ranks captured": {9, 3},
+		"1 rank captured": {5, 2},
+		// Branch capturemulti: each stream's capture id is asked too, at
+		// capture time (the two cuStreamGetCaptureInfo_v2 calls and their
+		// context checks; was 9 in 3).
+		"2 ranks captured apart": {13, 5},
+		// One capture: two checks and two capture ids, the fork's
+		// record and wait before the launch, the launch, the external
+		// completion record, the fork's record and wait after it, each a
+		// cgo call of its own with its context check.
+		"2 ranks captured": {19, 9},
 	}
 	for k, w := range want {
 		assert.Equal(t, w.calls, got[k].calls.Total(), "%s: %v", k, got[k])
@@ -397,13 +412,16 @@ func driverCallsChild(t *testing.T, lib string) {
 	for _, k := range []string{"1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy"} {
 		assert.Equal(t, 1, got[k].calls["cuLaunchKernel"], k)
 	}
-	for _, k := range []string{"1 rank captured", "2 ranks captured"} {
+	for _, k := range []string{"1 rank captured", "2 ranks captured", "2 ranks captured apart"} {
 		assert.Equal(t, got[k].cgo, got[k].calls["cuCtxGetCurrent"], "%s: one check of the current context per cgo call", k)
 	}
 	assert.Equal(t, 1, got["1 rank captured"].calls["cuStreamIsCapturing"], "captured: asked once")
 	assert.Equal(t, 1, got["1 rank captured"].calls["cuEventRecordWithFlags"], "captured: the external completion record")
-	assert.Equal(t, 2, got["2 ranks captured"].calls["cuStreamIsCapturing"], "captured: each stream asked once")
-	assert.Zero(t, got["2 ranks captured"].calls["cuThreadExchangeStreamCaptureMode"], "captured: no query ran, so no mode switch")
+	for _, k := range []string{"2 ranks captured", "2 ranks captured apart"} {
+		assert.Equal(t, 2, got[k].calls["cuStreamIsCapturing"], "%s: each stream asked once", k)
+		assert.Equal(t, 2, got[k].calls["cuStreamGetCaptureInfo_v2"], "%s: each stream's capture id", k)
+		assert.Zero(t, got[k].calls["cuThreadExchangeStreamCaptureMode"], "%s: no query ran, so no mode switch", k)
+	}
 	assert.Equal(t, 1, got["2 ranks 1 stream"].calls["cuStreamIsCapturing"], "one stream: asked once")
 	assert.Zero(t, got["2 ranks 1 stream"].calls["cuStreamWaitEvent"], "one stream: no join")
 	assert.Equal(t, 1, got["1 rank copy"].calls["cuMemcpyAsync"])
@@ -416,8 +434,13 @@ func driverCallsChild(t *testing.T, lib string) {
 	}
 	assert.Equal(t, 7, got["8 ranks merged"].calls["cuStreamWaitEvent"], "every other stream waits for the launch")
 	assert.Equal(t, 7, got["8 ranks merged"].calls["cuStreamQuery"])
-	c := got["2 ranks captured"].calls
-	assert.Equal(t, 2, c["cuLaunchKernel"], "one launch per rank")
-	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "external completion records")
-	assert.Zero(t, c["cuEventRecord"], "no eager record in a capture")
+	c := got["2 ranks captured apart"].calls
+	assert.Equal(t, 2, c["cuLaunchKernel"], "apart: one launch per rank")
+	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "apart: external completion records")
+	assert.Zero(t, c["cuEventRecord"], "apart: no eager record in a capture")
+	c = got["2 ranks captured"].calls
+	assert.Equal(t, 1, c["cuLaunchKernel"], "one capture: one launch for both ranks")
+	assert.Equal(t, 1, c["cuEventRecordWithFlags"], "one capture: the set's external completion record")
+	assert.Equal(t, 2, c["cuEventRecord"], "one capture: the fork's records, before and after the launch")
+	assert.Equal(t, 2, c["cuStreamWaitEvent"], "one capture: the fork's waits, before and after the launch")
 }

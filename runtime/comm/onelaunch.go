@@ -197,9 +197,11 @@ var mergePool = sync.Pool{New: func() any { return new(mergeScratch) }}
 // multi-rank launch, on the first launch's stream s0, joined to the other
 // ranks' streams (joinBefore, joinAfter). It stores each launch's
 // completion event in evs: the set's (setEvent), recorded once after the
-// launch, or nil where nothing was queued or the record failed. When a stream is being captured into a CUDA graph, or a
-// rank was destroyed, it runs each plan on its own (run) instead. rs is
-// scratch as long as ls.
+// launch, or nil where nothing was queued or the record failed. When
+// every stream is being captured into one CUDA graph the launch is
+// captured (runMultiCaptured); when only some are, or into several
+// graphs, or a rank was destroyed, it runs each plan on its own (run)
+// instead. rs is scratch as long as ls.
 func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSync) error {
 	for _, l := range ls { // in rank order: two groups never lock the other way round
 		l.Engine.mu.Lock()
@@ -225,13 +227,17 @@ func runMulti(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rankSyn
 		// No lane to enter: the capture checks, the joins and the launch
 		// go to the driver in one call (runMultiOps).
 		done, err := runMultiOps(ls, parts, evs, rs)
+		if !done {
+			// Every stream in one capture: one captured launch for all.
+			done, err = runMultiCaptured(ls, parts, evs, rs)
+		}
 		if done {
 			for _, l := range ls {
 				l.Engine.mu.Unlock()
 			}
 			return err
 		}
-		alone = true // a stream is being captured, or its check failed: run reports it
+		alone = true // streams of several captures, or a failed check: run reports it
 	}
 	for i, l := range ls {
 		if alone {

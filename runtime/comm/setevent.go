@@ -37,6 +37,12 @@ type setEvent struct {
 	// under every member's mu, read under the member's own.
 	joined []bool
 	refs   atomic.Int32 // members that have not let go (release)
+	// fork joins the streams of a captured launch of the set inside
+	// their capture (runMultiCaptured): it is only ever recorded on
+	// capturing streams, so nothing may query or wait for it outside a
+	// capture, and it is in no completion list. Made at the set's first
+	// captured launch, under every member's mu.
+	fork *cuda.Event
 }
 
 // matches reports whether s is the set of the launches ls on the streams
@@ -92,7 +98,11 @@ func (s *setEvent) release() error {
 	if s.refs.Add(-1) != 0 {
 		return nil
 	}
-	return s.ev.Destroy()
+	var err error
+	if s.fork != nil {
+		err = s.fork.Destroy()
+	}
+	return errors.Join(s.ev.Destroy(), err)
 }
 
 // label names s in Destroy's errors: the stream it is recorded on and

@@ -298,7 +298,7 @@ func (l *Launcher) QueueMultiVia(parts []Part, s *cuda.Stream, o *cuda.Ops, f cu
 	}
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
 	size, nBlocks := PutMultiArgs(a, parts)
-	l.setMultiTrigger(a, parts)
+	l.setMultiTrigger(a, parts, false)
 	l.setOnePass(a, parts)
 	o.Args(size)
 	if g != nil {
@@ -333,12 +333,12 @@ func (l *Launcher) setTrigger(a *generated.KernelArgs, nBlocks int, c Capture) {
 	}
 }
 
-// setMultiTrigger marks a's multi-rank launch of parts when every part's
-// kernel would trigger early on its own (TriggersEarly). Multi-rank
-// launches are eager: under capture every rank launches alone.
-func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part) {
+// setMultiTrigger marks a's multi-rank launch of parts, queued on a
+// stream of capture state c, when every part's kernel would trigger early
+// on its own there (triggersEarly).
+func (l *Launcher) setMultiTrigger(a *generated.KernelArgs, parts []Part, c Capture) {
 	for _, p := range parts {
-		if !l.TriggersEarly(p.Launch.NBlocks()) {
+		if !l.triggersEarly(p.Launch.NBlocks(), c) {
 			return
 		}
 	}

@@ -137,7 +137,13 @@ func (l *Launcher) Comm() uint64 { return l.comm }
 // RunMulti queues the multi-rank launch of parts (which CheckMulti
 // accepted) on s, with the kernel of the first part's function. It queues
 // no copy: the parts' plans must have none.
-func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
+func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error { return l.RunMultiIn(parts, s, false) }
+
+// RunMultiIn is RunMulti on a stream of capture state c. Every work of a
+// multi-rank launch is in its kernel arguments, which a captured launch
+// keeps in its graph node: a replay reads no memory that a later launch
+// reuses.
+func (l *Launcher) RunMultiIn(parts []Part, s *cuda.Stream, c Capture) error {
 	first := parts[0].Launch
 	fn, err := l.kernels(first.Func)
 	if err != nil {
@@ -149,11 +155,11 @@ func (l *Launcher) RunMulti(parts []Part, s *cuda.Stream) error {
 		l.args = new(generated.KernelArgs)
 	}
 	size, nBlocks := PutMultiArgs(l.args, parts)
-	l.setMultiTrigger(l.args, parts)
+	l.setMultiTrigger(l.args, parts, c)
 	l.setOnePass(l.args, parts)
-	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size), false); err != nil {
-		return fmt.Errorf("enqueue: multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
-			first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)
+	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size), c); err != nil {
+		return fmt.Errorf("enqueue: %s multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
+			c, first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)
 	}
 	return nil
 }
