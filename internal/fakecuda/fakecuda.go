@@ -268,6 +268,8 @@ func (d *Driver) Counts() Counts {
 // stream's capture (42 when 0; each id has a graph of its own);
 // "capture_id_per_stream" non-zero adds each stream's handle to that id,
 // so that every stream captures into a capture of its own;
+// "update_deps_result" is what cuStreamUpdateCaptureDependencies returns
+// (801, CUDA_ERROR_NOT_SUPPORTED, plays a driver without it);
 // "user_object_result" and "graph_retain_result" non-zero are what
 // cuUserObjectCreate and cuGraphRetainUserObject return (801,
 // CUDA_ERROR_NOT_SUPPORTED, plays a driver without user objects);

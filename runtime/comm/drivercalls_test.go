@@ -343,13 +343,16 @@ func driverCallsChild(t *testing.T, lib string) {
 	// Streams of one capture share one captured multi-rank launch
 	// (runMultiCaptured); streams captured apart launch each rank alone.
 	d.Set("capture_status", 1)
-	for _, apart := range []bool{false, true} {
+	for _, k := range []string{"2 ranks captured", "2 ranks captured apart", "2 ranks captured, no follow"} {
 		es := countEngines(t, ctx, fn, 2, 2)
 		ss := []*cuda.Stream{stream(), stream()}
-		k, want := "2 ranks captured", uint64(1)
-		if apart {
+		want := uint64(1)
+		switch k {
+		case "2 ranks captured apart":
 			d.Set("capture_id_per_stream", 1)
-			k, want = "2 ranks captured apart", 0
+			want = 0
+		case "2 ranks captured, no follow":
+			d.Set("update_deps_result", int(cuda.ResultNotSupported))
 		}
 		got[k] = measure(t, d, func() error {
 			ls, err := groupOf(es, ss)
@@ -362,9 +365,10 @@ func driverCallsChild(t *testing.T, lib string) {
 			return err
 		})
 		d.Set("capture_id_per_stream", 0)
+		d.Set("update_deps_result", 0)
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured", "2 ranks captured apart"} {
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured", "2 ranks captured apart", "2 ranks captured, no follow"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -398,9 +402,14 @@ func driverCallsChild(t *testing.T, lib string) {
 		"2 ranks captured apart": {13, 5},
 		// One capture: two checks and two capture ids, the fork's
 		// record and wait before the launch, the launch, the external
-		// completion record, the fork's record and wait after it, each a
-		// cgo call of its own with its context check.
-		"2 ranks captured": {19, 9},
+		// completion record, and the other stream following the first
+		// (its capture info, the update), each a cgo call of its own
+		// with its context check.
+		"2 ranks captured": {18, 8},
+		// A driver that cannot follow: the fork's record and wait
+		// after the launch instead (the update tried first, its error
+		// named through cuGetErrorName and cuGetErrorString).
+		"2 ranks captured, no follow": {26, 14},
 	}
 	for k, w := range want {
 		assert.Equal(t, w.calls, got[k].calls.Total(), "%s: %v", k, got[k])
@@ -417,9 +426,8 @@ func driverCallsChild(t *testing.T, lib string) {
 	}
 	assert.Equal(t, 1, got["1 rank captured"].calls["cuStreamIsCapturing"], "captured: asked once")
 	assert.Equal(t, 1, got["1 rank captured"].calls["cuEventRecordWithFlags"], "captured: the external completion record")
-	for _, k := range []string{"2 ranks captured", "2 ranks captured apart"} {
+	for _, k := range []string{"2 ranks captured", "2 ranks captured apart", "2 ranks captured, no follow"} {
 		assert.Equal(t, 2, got[k].calls["cuStreamIsCapturing"], "%s: each stream asked once", k)
-		assert.Equal(t, 2, got[k].calls["cuStreamGetCaptureInfo_v2"], "%s: each stream's capture id", k)
 		assert.Zero(t, got[k].calls["cuThreadExchangeStreamCaptureMode"], "%s: no query ran, so no mode switch", k)
 	}
 	assert.Equal(t, 1, got["2 ranks 1 stream"].calls["cuStreamIsCapturing"], "one stream: asked once")
@@ -438,9 +446,18 @@ func driverCallsChild(t *testing.T, lib string) {
 	assert.Equal(t, 2, c["cuLaunchKernel"], "apart: one launch per rank")
 	assert.Equal(t, 2, c["cuEventRecordWithFlags"], "apart: external completion records")
 	assert.Zero(t, c["cuEventRecord"], "apart: no eager record in a capture")
+	assert.Equal(t, 2, c["cuStreamGetCaptureInfo_v2"], "apart: each stream's capture id")
+	for _, k := range []string{"2 ranks captured", "2 ranks captured, no follow"} {
+		c = got[k].calls
+		assert.Equal(t, 1, c["cuLaunchKernel"], "%s: one launch for both ranks", k)
+		assert.Equal(t, 1, c["cuEventRecordWithFlags"], "%s: the set's external completion record", k)
+		assert.Equal(t, 1, c["cuStreamUpdateCaptureDependencies"], "%s: the other stream follows the first", k)
+		assert.Equal(t, 3, c["cuStreamGetCaptureInfo_v2"], "%s: each stream's capture id, the first's dependencies", k)
+	}
 	c = got["2 ranks captured"].calls
-	assert.Equal(t, 1, c["cuLaunchKernel"], "one capture: one launch for both ranks")
-	assert.Equal(t, 1, c["cuEventRecordWithFlags"], "one capture: the set's external completion record")
-	assert.Equal(t, 2, c["cuEventRecord"], "one capture: the fork's records, before and after the launch")
-	assert.Equal(t, 2, c["cuStreamWaitEvent"], "one capture: the fork's waits, before and after the launch")
+	assert.Equal(t, 1, c["cuEventRecord"], "one capture: the fork's record before the launch")
+	assert.Equal(t, 1, c["cuStreamWaitEvent"], "one capture: the fork's wait before the launch")
+	c = got["2 ranks captured, no follow"].calls
+	assert.Equal(t, 2, c["cuEventRecord"], "no follow: the fork's records, before and after the launch")
+	assert.Equal(t, 2, c["cuStreamWaitEvent"], "no follow: the fork's waits, before and after the launch")
 }

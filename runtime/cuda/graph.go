@@ -156,6 +156,28 @@ func (e *Event) RecordExternal(s *Stream) error {
 	return e.ctx.wrap("Event.RecordExternal", check("cuEventRecordWithFlags", Result(C.ncu_event_record_external(c, h, sh))))
 }
 
+// FollowCapture makes what s captures from now on follow exactly what
+// from has captured so far: s's capture dependencies become from's
+// (cuStreamGetCaptureInfo_v2, cuStreamUpdateCaptureDependencies). Both
+// streams must be capturing into one graph. It is the join of a stream
+// back into a capture after a fork: an event recorded on from and waited
+// for on s would add from's dependencies to those s already has, so a
+// stream joined that way after each of many launches makes every later
+// node depend on every earlier one. A driver without the calls (before
+// CUDA 11.3), or a from with more than 64 dependencies, gets an error
+// matching ErrNotSupported, with nothing changed.
+func (s *Stream) FollowCapture(from *Stream) error {
+	c, h, err := s.stream("Stream.FollowCapture")
+	if err != nil {
+		return err
+	}
+	_, fh, err := from.stream("Stream.FollowCapture")
+	if err != nil {
+		return err
+	}
+	return s.ctx.wrap("Stream.FollowCapture", check("cuStreamUpdateCaptureDependencies", Result(C.ncu_stream_follow_capture(c, h, fh))))
+}
+
 // GraphRecord is an event record node that RecordBeside added to a
 // stream's capture, with that capture's id: what a later RecordBeside on
 // the same capture orders its record after. The zero GraphRecord is none

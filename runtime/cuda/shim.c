@@ -121,6 +121,8 @@
      size_t* n))                                                                                \
   X(cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode", 0,                                  \
     (CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e))               \
+  X(cuStreamUpdateCaptureDependencies, "cuStreamUpdateCaptureDependencies", 0,                  \
+    (CUstream s, CUgraphNode* deps, size_t n, unsigned flags))                                  \
   X(cuUserObjectCreate, "cuUserObjectCreate", 0,                                                \
     (CUuserObject* o, void* p, void (*destroy)(void*), unsigned refs, unsigned flags))          \
   X(cuUserObjectRelease, "cuUserObjectRelease", 0, (CUuserObject o, unsigned refs))            \
@@ -916,6 +918,31 @@ CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s) {
 CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture) {
   SETCTX(c);
   return ncu_record_beside(e, s, node, capture);
+}
+/* The most capture dependencies ncu_stream_follow_capture copies. */
+#define NCU_FOLLOW_MAX_DEPS 64
+
+/* ncu_stream_follow_capture sets s's capture dependencies to from's
+   (cuStreamGetCaptureInfo_v2, then cuStreamUpdateCaptureDependencies with
+   CU_STREAM_SET_CAPTURE_DEPENDENCIES): what s captures next follows
+   exactly what from captured so far. A captured event wait would add
+   from's dependencies to s's own instead, and a stream joined that way
+   after every launch keeps every earlier node among its dependencies. */
+CUresult ncu_stream_follow_capture(CUcontext c, CUstream s, CUstream from) {
+  NEED(p_cuStreamGetCaptureInfo_v2);
+  NEED(p_cuStreamUpdateCaptureDependencies);
+  SETCTX(c);
+  int status = 0;
+  unsigned long long id = 0;
+  CUgraph g = NULL;
+  const CUgraphNode* deps = NULL;
+  size_t n = 0;
+  CUresult r = p_cuStreamGetCaptureInfo_v2(from, &status, &id, &g, &deps, &n);
+  if (r != NCU_SUCCESS) return r;
+  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || n > NCU_FOLLOW_MAX_DEPS) return NCU_ERROR_NOT_SUPPORTED;
+  CUgraphNode all[NCU_FOLLOW_MAX_DEPS];
+  for (size_t i = 0; i < n; i++) all[i] = deps[i];
+  return p_cuStreamUpdateCaptureDependencies(s, all, n, 0x1 /* CU_STREAM_SET_CAPTURE_DEPENDENCIES */);
 }
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e) {
   SETCTX(c);

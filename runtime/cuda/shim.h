@@ -302,6 +302,7 @@ CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s);
 // or with more dependencies than it handles, it records e in the stream
 // (CU_EVENT_RECORD_EXTERNAL) and returns *node NULL.
 CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture);
+CUresult ncu_stream_follow_capture(CUcontext c, CUstream s, CUstream from);
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e);
 CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
 // ncu_capture_id returns the id of the capture s is in (0 when s is not
