@@ -368,7 +368,34 @@ func driverCallsChild(t *testing.T, lib string) {
 		d.Set("update_deps_result", 0)
 	}
 	d.Set("capture_status", 0)
-	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured", "2 ranks captured apart", "2 ranks captured, no follow"} {
+	// Two ranks sharing the GPU, handed the per-thread default stream:
+	// each launches on its lane. Under capture the first lane to leave
+	// sets the stream's capture dependencies (so they do not gather every
+	// earlier launch), the second adds its own.
+	for _, captured := range []bool{false, true} {
+		es := countEngines(t, ctx, fn, 2, 2)
+		for _, e := range es {
+			e.lanes.shared = true
+		}
+		def := cuda.WrapStream(ctx, cuda.StreamPerThread)
+		k := "2 ranks default stream"
+		if captured {
+			d.Set("capture_status", 1)
+			k += " captured"
+		}
+		got[k] = measure(t, d, func() error {
+			ls, err := groupOf(es, []*cuda.Stream{def, def})
+			if err != nil {
+				return err
+			}
+			return AdmitAndRun(ls)
+		})
+		d.Set("capture_status", 0)
+		for _, e := range es {
+			require.NoError(t, e.closeLane())
+		}
+	}
+	for _, k := range []string{"nothing", "1 rank copy", "1 rank copy untracked", "1 rank unplanned", "1 rank kernel", "1 rank captured", "2 processes", "2 ranks 1 stream", "2 ranks merged", "8 ranks merged", "2 ranks busy", "8 ranks busy", "2 ranks captured", "2 ranks captured apart", "2 ranks captured, no follow", "2 ranks default stream", "2 ranks default stream captured"} {
 		t.Logf("%-16s %v", k, got[k])
 	}
 	// The counts of branch launchbatch; before it (one cgo call per driver
@@ -454,6 +481,10 @@ func driverCallsChild(t *testing.T, lib string) {
 		assert.Equal(t, 1, c["cuStreamUpdateCaptureDependencies"], "%s: the other stream follows the first", k)
 		assert.Equal(t, 3, c["cuStreamGetCaptureInfo_v2"], "%s: each stream's capture id, the first's dependencies", k)
 	}
+	assert.Zero(t, got["2 ranks default stream"].calls["cuStreamUpdateCaptureDependencies"], "eager lanes: no capture to follow")
+	c = got["2 ranks default stream captured"].calls
+	assert.Equal(t, 1, c["cuStreamUpdateCaptureDependencies"], "captured lanes: the first to leave follows")
+	assert.Equal(t, 2, c["cuLaunchKernel"], "captured lanes: a launch per rank")
 	c = got["2 ranks captured"].calls
 	assert.Equal(t, 1, c["cuEventRecord"], "one capture: the fork's record before the launch")
 	assert.Equal(t, 1, c["cuStreamWaitEvent"], "one capture: the fork's wait before the launch")

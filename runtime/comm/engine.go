@@ -695,6 +695,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 		}
 	}
 	if known == captureActive {
+		e.noteLaneCapture(stream, true)
 		if ev, done, err := e.runSequence(p, stream, ev, true); done {
 			return ev, err
 		}
@@ -707,6 +708,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 	} else if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
+	e.noteLaneCapture(stream, capture)
 	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		if err := capture.Wait(stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)

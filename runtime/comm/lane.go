@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/runtime/cuda"
@@ -16,6 +17,9 @@ type laneState struct {
 	shared  bool          // another rank of this process runs on this GPU
 	lane    *enqueue.Lane // made at the first launch that needs it
 	entered *cuda.Stream  // the caller's stream of an Enter not yet left
+	// captured says that a launch on the entered lane was captured into
+	// a CUDA graph (runLocked): its Leave then follows (leaveLaneLocked).
+	captured bool
 	// in mirrors entered != nil, for leaveLane to skip e.mu when no lane
 	// is entered (the common case); written under mu.
 	in atomic.Bool
@@ -40,9 +44,18 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
-	e.lanes.entered = stream
+	e.lanes.entered, e.lanes.captured = stream, false
 	e.lanes.in.Store(true)
 	return s, nil
+}
+
+// noteLaneCapture records, for the launch run queued on stream under
+// capture state c, that the entered lane's work was captured. e.mu is
+// held.
+func (e *Engine) noteLaneCapture(stream *cuda.Stream, c enqueue.Capture) {
+	if c && e.lanes.entered != nil && e.lanes.lane.Stream() == stream {
+		e.lanes.captured = true
+	}
 }
 
 // leaveLanes joins each launch's lane back to the caller's stream: after
@@ -50,8 +63,9 @@ func (e *Engine) laneFor(stream *cuda.Stream) (*cuda.Stream, error) {
 // on a shared stream comes after another's Leave.
 func leaveLanes(ls []Launch) error {
 	var errs []error
+	var followed []uintptr // callers a captured lane left this group (leaveLaneLocked)
 	for _, l := range ls {
-		if err := l.Engine.leaveLane(); err != nil {
+		if err := l.Engine.leaveLane(&followed); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -60,23 +74,38 @@ func leaveLanes(ls []Launch) error {
 
 // leaveLane joins e's lane back to the stream it was entered from, if a
 // launch entered it.
-func (e *Engine) leaveLane() error {
+func (e *Engine) leaveLane(followed *[]uintptr) error {
 	if !e.lanes.in.Load() {
 		return nil // as leaveLaneLocked finds it
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.leaveLaneLocked()
+	return e.leaveLaneLocked(followed)
 }
 
-// leaveLaneLocked is leaveLane with e.mu held.
-func (e *Engine) leaveLaneLocked() error {
-	if s := e.lanes.entered; s != nil {
-		e.lanes.entered = nil
-		e.lanes.in.Store(false)
-		if err := e.lanes.lane.Leave(s); err != nil {
-			return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
+// leaveLaneLocked is leaveLane with e.mu held. followed lists the callers
+// whose captured lanes left in this group: the first captured lane to
+// leave a caller sets the caller's capture dependencies
+// (enqueue.Lane.LeaveFollowing), the others add theirs (Leave). nil is a
+// group of one launch.
+func (e *Engine) leaveLaneLocked(followed *[]uintptr) error {
+	s := e.lanes.entered
+	if s == nil {
+		return nil
+	}
+	e.lanes.entered = nil
+	e.lanes.in.Store(false)
+	var err error
+	if h := s.Handle(); e.lanes.captured && (followed == nil || !slices.Contains(*followed, h)) {
+		err = e.lanes.lane.LeaveFollowing(s)
+		if followed != nil {
+			*followed = append(*followed, h)
 		}
+	} else {
+		err = e.lanes.lane.Leave(s)
+	}
+	if err != nil {
+		return fmt.Errorf("ncclgo: rank %d: %w", e.rank, err)
 	}
 	return nil
 }

@@ -316,7 +316,7 @@ func AdmitAndRunOne(e *Engine, p *enqueue.Plan, tasks []enqueue.Task, stream *cu
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_, err := e.runLocked(p, stream, captureUnknown)
-	return errors.Join(err, e.leaveLaneLocked())
+	return errors.Join(err, e.leaveLaneLocked(nil))
 }
 
 // perThread reports whether a launch of ls is on the per-thread default

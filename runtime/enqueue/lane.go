@@ -80,6 +80,27 @@ func (l *Lane) Leave(caller *cuda.Stream) error {
 	return nil
 }
 
+// LeaveFollowing is Leave for a lane whose work was captured into a CUDA
+// graph, the first of a group's lanes to leave caller: caller's capture
+// dependencies become the lane's (cuda.Stream.FollowCapture) instead of
+// gaining them, as a captured event wait would. The lane entered from
+// caller in this group, so everything caller depended on is before the
+// lane's work already; without it the default stream of ranks that
+// share their GPU would keep every earlier launch among its
+// dependencies, and each launch captured after it would depend on all of
+// them. The group's other lanes leave with Leave, which adds theirs.
+// A driver that cannot follow gets Leave.
+func (l *Lane) LeaveFollowing(caller *cuda.Stream) error {
+	err := caller.FollowCapture(l.s)
+	if errors.Is(err, cuda.ErrNotSupported) {
+		return l.Leave(caller)
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue: lane: joining the caller's captured stream %#x: %w", caller.Handle(), err)
+	}
+	return nil
+}
+
 // Close destroys the lane's stream and events; work already queued on the
 // lane still runs. The lane must not be used afterwards.
 func (l *Lane) Close() error {
