@@ -127,20 +127,22 @@ __device__ __forceinline__ void ngAllReduceTree(struct ngShmem* sh) {
   dnP.finish();
 }
 
-// ngAllReduceOnePassSlice runs slice `slice` of a one-pass AllReduce
-// (NG_ARGS_ONE_PASS): a multi-rank launch that holds every rank of its
-// communicator, rank p's buffers given by bufs.send(p) and bufs.recv(p).
-// The buffers' 8-byte lines are cut into n slices, one per block; the
-// block's threads tid of nThreads reduce their lines of every rank's
-// sendbuff, in rank order, and store the result into every rank's
-// recvbuff. Slices are disjoint, so no block waits for another, in place
-// or not. The line arithmetic is 32-bit: a one-pass call has at most
-// OnePassMaxBytes (1 MiB) per rank, so lines * n stays below 2^24.
+// ngAllReduceOnePassSlice runs slice `slice` of nSlices of a one-pass
+// AllReduce (NG_ARGS_ONE_PASS): a multi-rank launch that holds every rank
+// of its communicator, n ranks, rank p's buffers given by bufs.send(p) and
+// bufs.recv(p). The buffers' 8-byte lines are cut into nSlices slices,
+// one per block; the block's threads tid of nThreads reduce their lines
+// of every rank's sendbuff, in rank order, and store the result into
+// every rank's recvbuff. Slices are disjoint, so no block waits for
+// another, in place or not. The line arithmetic is 32-bit: a one-pass
+// call has at most OnePassMaxBytes (1 MiB) per rank and at most
+// NG_MAX_CHANNELS slices, so lines * nSlices stays below 2^24.
 template <typename T, typename Op, typename Bufs>
-__device__ __forceinline__ void ngAllReduceOnePassSlice(const Op& op, const Bufs& bufs, int nbytes, int n, int slice,
-                                                        int tid, int nThreads) {
+__device__ __forceinline__ void ngAllReduceOnePassSlice(const Op& op, const Bufs& bufs, int nbytes, int n, int nSlices,
+                                                        int slice, int tid, int nThreads) {
   const unsigned nLines = ((unsigned)nbytes + 7) / 8;
-  const unsigned lo = nLines * (unsigned)slice / (unsigned)n, hi = nLines * (unsigned)(slice + 1) / (unsigned)n;
+  const unsigned lo = nLines * (unsigned)slice / (unsigned)nSlices;
+  const unsigned hi = nLines * (unsigned)(slice + 1) / (unsigned)nSlices;
   for (unsigned line = lo + tid; line < hi; line += nThreads) {
     // Every rank's line is loaded before any is reduced, so that the loads
     // are in flight together (one memory latency, not nParts).
@@ -184,11 +186,13 @@ __device__ __forceinline__ void ngAllReduceOnePass(struct ngShmem* sh) {
   if (g.tid >= g.nThreads) return;
   const Op op(sh->work);
   ngAllReduceOnePassSlice<T>(op, ngOnePassShBufs{sh}, (int)(sh->work.count * sizeof(T)), sh->onePassRanks,
-                             sh->onePassSlice, g.tid, g.nThreads);
+                             sh->onePassRanks, sh->onePassSlice, g.tid, g.nThreads);
 }
 
 // ngAllReduceOnePassArgs runs slice v of a one-pass AllReduce with op Op
-// straight from the kernel arguments, with every thread of the block.
+// straight from the kernel arguments, with every thread of the block: one
+// slice per slot of the launch (channelMask), which the host sizes to the
+// call (enqueue's onePassWide), not to the ranks.
 template <typename T, typename Op>
 __device__ __forceinline__ void ngAllReduceOnePassArgs(const struct ngKernelArgs& args, int v) {
   // What the launch's earlier grids write (user buffers, a PreMulSum
@@ -197,8 +201,8 @@ __device__ __forceinline__ void ngAllReduceOnePassArgs(const struct ngKernelArgs
   if (args.flags & NG_ARGS_TRIGGER_EARLY) ngTriggerDependents();
   const struct ngDevWork& w = args.works[0];
   const Op op(w);
-  ngAllReduceOnePassSlice<T>(op, ngOnePassArgBufs{args.works}, (int)(w.count * sizeof(T)), (int)args.nParts, v,
-                             (int)threadIdx.x, (int)blockDim.x);
+  ngAllReduceOnePassSlice<T>(op, ngOnePassArgBufs{args.works}, (int)(w.count * sizeof(T)), (int)args.nParts,
+                             __popcll(args.channelMask), v, (int)threadIdx.x, (int)blockDim.x);
 }
 
 // ngAllReduceOnePassEntry is the one-pass entry of the kernels of type T's

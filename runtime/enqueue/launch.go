@@ -297,9 +297,7 @@ func (l *Launcher) QueueMultiVia(parts []Part, s *cuda.Stream, o *cuda.Ops, f cu
 		return 0, fmt.Errorf("enqueue: kernel for %s: %w", first.Func, err)
 	}
 	a := (*generated.KernelArgs)(o.Args(int(unsafe.Sizeof(generated.KernelArgs{}))))
-	size, nBlocks := PutMultiArgs(a, parts)
-	l.setMultiTrigger(a, parts, false)
-	l.setOnePass(a, parts)
+	size, nBlocks := l.putMulti(a, parts, false)
 	o.Args(size)
 	if g != nil {
 		i := o.Launch(s, fn, uint32(nBlocks), uint32(first.NThreads), 0, f)

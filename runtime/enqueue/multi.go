@@ -54,6 +54,96 @@ func OnePass(parts []Part) bool {
 	return bytes > 0 && bytes <= OnePassMaxBytes
 }
 
+// onePassSliceBytes is how much of each rank's buffer a block of a wide
+// one-pass launch (onePassWide) reduces at most: a 512-thread block moves
+// it in one 8-byte line a thread.
+const onePassSliceBytes = 4 << 10
+
+// onePassWide returns the grid of a one-pass launch of parts through the
+// kernel's one-pass entry (generated.ArgsOnePassEntry), and whether parts
+// can run so: every rank of their communicator, each part one AllReduce
+// call of one function, count, operation argument and flags on every
+// rank, at most OnePassMaxBytes, whatever channels the tuner split it
+// into (one work per channel, the shares covering the call once), through
+// a kernel whose entry runs its op (onePassEntry; SumPostDiv on unsigned
+// integers only). The entry reads nothing but the arguments and no block
+// waits for another, so the grid is sized to the call, not to the parts'
+// channels: one block per onePassSliceBytes of a rank's buffer, at least
+// one per rank and at most generated.MaxChannels. Works whose buffers are
+// window indices (generated.WorkDirectWin) do not qualify.
+func onePassWide(parts []Part) (nBlocks int, ok bool) {
+	if len(parts) < 2 || len(parts) != parts[0].NRanks {
+		return 0, false
+	}
+	f := parts[0].Launch.Func
+	if f.Coll != kspace.AllReduce || !onePassEntry(f) || (f.RedOp == kspace.SumPostDiv && !f.Type.IsInteger()) {
+		return 0, false
+	}
+	w0 := &parts[0].Launch.Works[0]
+	for _, p := range parts {
+		l := p.Launch
+		if p.NRanks != len(parts) || l.Func != f || len(l.Works) == 0 || len(l.Works) != l.NBlocks() {
+			return 0, false
+		}
+		first := &l.Works[0]
+		var covered uint64
+		for i := range l.Works {
+			w := &l.Works[i]
+			if w.Count != w0.Count || w.FuncId != w0.FuncId || w.RedOpArg != w0.RedOpArg || w.Flags != w0.Flags ||
+				w.Sendbuff != first.Sendbuff || w.Recvbuff != first.Recvbuff || w.Sendbuff == 0 || w.Recvbuff == 0 {
+				return 0, false
+			}
+			covered += w.ChanCount
+		}
+		if covered != w0.Count {
+			return 0, false
+		}
+	}
+	if w0.Flags&generated.WorkDirectWin != 0 {
+		return 0, false
+	}
+	bytes := w0.Count * uint64(f.Type.Size())
+	if bytes == 0 || bytes > OnePassMaxBytes {
+		return 0, false
+	}
+	slices := int((bytes + onePassSliceBytes - 1) / onePassSliceBytes)
+	return min(generated.MaxChannels, max(len(parts), slices)), true
+}
+
+// putOnePassArgs writes the kernel arguments of the wide one-pass launch
+// of parts (onePassWide) on nBlocks blocks into a and returns how many
+// leading bytes of them the launch passes: works[p] is rank p's whole
+// call, the flags ask for the one-pass entry with the call's op, and every
+// block's slot is its own slice. The ngLaunchParts table follows the
+// works as in any multi-rank launch, though the entry never reads it.
+func putOnePassArgs(a *generated.KernelArgs, parts []Part, nBlocks int) int {
+	var t generated.LaunchParts
+	n := len(parts)
+	for p, pt := range parts {
+		t.Comms[p] = pt.Comm
+		w := pt.Launch.Works[0]
+		w.ChanOffset, w.ChanCount = 0, w.Count
+		a.Works[p] = w
+	}
+	for v := range nBlocks {
+		t.Chans[v] = uint16(v % n << 6)
+	}
+	for v := range a.ChanWorkStart {
+		a.ChanWorkStart[v] = 0 // the entry runs no work loop
+	}
+	f := parts[0].Launch.Func
+	a.Comm = 0
+	a.ChannelMask = ^uint64(0) >> (64 - nBlocks)
+	a.WorkBuf = 0
+	a.NWork = uint32(n)
+	a.NParts = uint32(n)
+	a.Flags = generated.ArgsOnePass | generated.ArgsOnePassEntry | uint16(f.RedOp)<<generated.ArgsRedopShift
+	a.Pad2 = [len(a.Pad2)]uint16{}
+	*(*generated.LaunchParts)(unsafe.Pointer(&a.Works[n])) = t
+	size := argsHeaderSize + (n+partsSlots)*int(unsafe.Sizeof(generated.DevWork{}))
+	return min(KernelArgsSize, (size+15)&^15)
+}
+
 // partsSlots is how many inline work slots the ngLaunchParts table of a
 // multi-rank launch takes.
 const partsSlots = (int(unsafe.Sizeof(generated.LaunchParts{})) + int(unsafe.Sizeof(generated.DevWork{})) - 1) /
@@ -130,6 +220,34 @@ func PutMultiArgs(a *generated.KernelArgs, parts []Part) (size, nBlocks int) {
 	return min(KernelArgsSize, (n+15)&^15), nBlocks
 }
 
+// putMulti writes the kernel arguments of the multi-rank launch of parts
+// (which CheckMulti accepted), queued on a stream of capture state c, into
+// a and returns how many leading bytes the launch passes and its grid:
+// a wide one-pass launch where OnePassAllReduce is on and onePassWide
+// accepts parts, else PutMultiArgs' with the one-pass flags setOnePass
+// adds; either marked to start the next kernel early as setMultiTrigger
+// says, a wide grid only when it has no more blocks than the parts
+// together (the residency budget the early start counts on).
+func (l *Launcher) putMulti(a *generated.KernelArgs, parts []Part, c Capture) (size, nBlocks int) {
+	if l.OnePassAllReduce {
+		if k, ok := onePassWide(parts); ok {
+			size = putOnePassArgs(a, parts, k)
+			blocks := 0
+			for _, p := range parts {
+				blocks += p.Launch.NBlocks()
+			}
+			if k <= blocks {
+				l.setMultiTrigger(a, parts, c)
+			}
+			return size, k
+		}
+	}
+	size, nBlocks = PutMultiArgs(a, parts)
+	l.setMultiTrigger(a, parts, c)
+	l.setOnePass(a, parts)
+	return size, nBlocks
+}
+
 // Comm returns the address of the device communicator the launcher's
 // launches serve.
 func (l *Launcher) Comm() uint64 { return l.comm }
@@ -154,9 +272,7 @@ func (l *Launcher) RunMultiIn(parts []Part, s *cuda.Stream, c Capture) error {
 	if l.args == nil {
 		l.args = new(generated.KernelArgs)
 	}
-	size, nBlocks := PutMultiArgs(l.args, parts)
-	l.setMultiTrigger(l.args, parts, c)
-	l.setOnePass(l.args, parts)
+	size, nBlocks := l.putMulti(l.args, parts, c)
 	if err := l.streamLaunch(s, fn, cuda.Dim1(uint32(nBlocks)), cuda.Dim1(uint32(first.NThreads)), argBytes(l.args, size), c); err != nil {
 		return fmt.Errorf("enqueue: %s multi-rank launch of %s for %d ranks (%d blocks × %d threads, %d works): %w",
 			c, first.Func, len(parts), nBlocks, first.NThreads, l.args.NWork, err)

@@ -110,3 +110,90 @@ func TestOnePassEntryKernels(t *testing.T) {
 	assert.NotZero(t, n, "no AllReduce function on a kernel of its own")
 	assert.False(t, onePassEntry(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.MinMax, Type: kspace.I32, Algo: kspace.NVLS, Proto: kspace.Simple}))
 }
+
+// TestOnePassWide: a multi-rank launch of every rank's one AllReduce runs
+// through the one-pass entry on a grid sized to the call, whatever
+// channels the tuner split it into; putMulti writes such arguments, each
+// rank's whole call in works[rank].
+func TestOnePassWide(t *testing.T) {
+	for _, tc := range []struct {
+		ranks, nc int
+		bytes     uint64
+		want      int
+	}{
+		{2, 1, 8, 2},
+		{8, 1, 8, 8},
+		{2, 4, 32 << 10, 8},
+		{2, 32, 256 << 10, 64},
+		{8, 4, 256 << 10, 64},
+		{2, 1, 12 << 10, 3},
+		{8, 1, OnePassMaxBytes, 64},
+	} {
+		parts := onePassParts(t, tc.ranks, tc.ranks, tc.nc, tc.bytes, nil)
+		k, ok := onePassWide(parts)
+		require.True(t, ok, "%+v", tc)
+		assert.Equal(t, tc.want, k, "%+v", tc)
+		if CheckMulti(parts) != nil {
+			continue // no multi-rank launch: planMerges leaves the ranks apart
+		}
+		l := &Launcher{OnePassAllReduce: true}
+		a := new(generated.KernelArgs)
+		size, nBlocks := l.putMulti(a, parts, false)
+		assert.Equal(t, tc.want, nBlocks, "%+v", tc)
+		assert.Equal(t, uint64(1)<<tc.want-1|boolMask(tc.want == 64), a.ChannelMask, "%+v: a slot per block", tc)
+		assert.Equal(t, uint32(tc.ranks), a.NParts)
+		assert.NotZero(t, a.Flags&generated.ArgsOnePassEntry)
+		assert.Equal(t, uint16(kspace.Sum), a.Flags>>generated.ArgsRedopShift&15)
+		assert.LessOrEqual(t, size, KernelArgsSize)
+		for q := range parts {
+			w := a.Works[q]
+			src := parts[q].Launch.Works[0]
+			assert.Equal(t, src.Sendbuff, w.Sendbuff, "%+v rank %d", tc, q)
+			assert.Equal(t, src.Recvbuff, w.Recvbuff, "%+v rank %d", tc, q)
+			assert.Equal(t, src.Count, w.Count)
+			assert.Equal(t, uint64(0), w.ChanOffset, "the whole call")
+			assert.Equal(t, src.Count, w.ChanCount, "the whole call")
+		}
+	}
+	for name, parts := range map[string][]Part{
+		"not every rank": onePassParts(t, 2, 4, 1, 8, nil),
+		"too large":      onePassParts(t, 2, 2, 1, OnePassMaxBytes+4, nil),
+		"signed type": onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) {
+			p.Launches[0].Func.Type = kspace.I32
+		}),
+		"SumPostDiv on floats": onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) {
+			p.Launches[0].Func.RedOp = kspace.SumPostDiv
+		}),
+		"buffers in windows": onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) {
+			p.Launches[0].Works[0].Flags |= generated.WorkDirectWin
+		}),
+		"a channel's buffer differs": onePassParts(t, 2, 2, 4, 32<<10, func(r int, p *Plan) {
+			p.Launches[0].Works[2].Sendbuff += 64
+		}),
+		"shares do not cover the call": onePassParts(t, 2, 2, 4, 32<<10, func(r int, p *Plan) {
+			p.Launches[0].Works[3].ChanCount--
+		}),
+		"two calls": onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) { l := &p.Launches[0]; l.Works = append(l.Works, l.Works[0]) }),
+		"functions differ": onePassParts(t, 2, 2, 1, 8, func(r int, p *Plan) {
+			if r == 1 {
+				p.Launches[0].Func.Proto = (p.Launches[0].Func.Proto + 1) % kspace.NumProtos
+			}
+		}),
+	} {
+		_, ok := onePassWide(parts)
+		assert.False(t, ok, name)
+	}
+	// Off, putMulti writes PutMultiArgs' launch: a block per channel.
+	parts := onePassParts(t, 2, 2, 4, 32<<10, nil)
+	a := new(generated.KernelArgs)
+	_, nBlocks := (&Launcher{}).putMulti(a, parts, false)
+	assert.Equal(t, 8, nBlocks)
+	assert.Zero(t, a.Flags&generated.ArgsOnePass)
+}
+
+func boolMask(all bool) uint64 {
+	if all {
+		return ^uint64(0)
+	}
+	return 0
+}
