@@ -14,7 +14,8 @@
 #   graph           CUDA graph capture (issue 26.1): runtime_cuda.test TestGPUGraphCapture;
 #                   tests.test -run TestGraph (NCCLGO_GRAPH_RANKS=${GRAPH_RANKS:-1,2,4},
 #                   ${GRAPH_REPLAYS:-1000} replays, GRAPH_DEVICES); ncclperf -G 100 -b 8 -e 8
-#                   -n 100 -c 1 with -g 1 and (2 GPUs) -g 2; nccl-tests all_reduce_perf -G 100
+#                   -n 100 -c 1 with -g 1 and (2 GPUs) -g 2, and -g 2 -graph-one (one graph
+#                   for both ranks); nccl-tests all_reduce_perf -G 100
 #                   on libnccl.so.2 (threads, -g ${GRAPH_NT_G:-2}; GRAPH_MPI=1 adds 2 processes
 #                   under mpirun); torch.cuda.graph (tests/torch/run.sh STEPS=graph,
 #                   LIBS=ncclgo, NPROC=${GRAPH_TORCH_NPROC:-2}). Target: at most 3 µs per
@@ -368,6 +369,14 @@ if has graph && begin graph; then
     [[ $row == *"#wrong 0" ]] || st=FAIL
     res="$res; ncclperf -G 100 -g $g: ${row:-no row} (rc=$rc)"
   done
+  # The ranks of one process captured into one graph (-graph-one: one
+  # captured multi-rank launch per call), 2 ranks on GPU 0 or one each.
+  bt graph/ncclperf-one 90 $B/ncclperf -G 100 -b 8 -e 8 -n 100 -c 1 -g 2 -graph-one; rc=$?
+  cat "$L/graph/ncclperf-one.log"
+  row=$(awk '$1 == 8 {print "time " $4 " us, #wrong " $7}' "$L/graph/ncclperf-one.log")
+  ((rc)) && st=FAIL
+  [[ $row == *"#wrong 0" ]] || st=FAIL
+  res="$res; ncclperf -G 100 -g 2 -graph-one: ${row:-no row} (rc=$rc)"
   SRC=${NCCL_TESTS_SRC:-third_party/nccl-tests}
   if [[ ! -f $SRC/src/common.cu ]]; then
     res="$res; nccl-tests: skipped (no $SRC/src/common.cu: carry third_party/nccl-tests)"
