@@ -46,16 +46,7 @@ func runMultiCaptured(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs [
 			return false, nil
 		}
 	}
-	for i, l := range ls {
-		e := l.Engine
-		e.logDecisions(l.Plan)
-		ev, err := e.eventOn(rs[i].stream, rs[i].h)
-		if err != nil {
-			return true, err // nothing queued
-		}
-		rs[i].ev, rs[i].last = ev, e.res.last
-	}
-	set, err := setEventFor(ls, rs)
+	set, err := prepareSet(ls, rs)
 	if err != nil {
 		return true, err // nothing queued
 	}

@@ -334,16 +334,7 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		}
 	}
 	checks := o.Len()
-	for i, l := range ls {
-		e := l.Engine
-		e.logDecisions(l.Plan)
-		ev, err := e.eventOn(rs[i].stream, rs[i].h)
-		if err != nil {
-			return true, err // nothing queued
-		}
-		rs[i].ev, rs[i].last = ev, e.res.last
-	}
-	set, err := setEventFor(ls, rs)
+	set, err := prepareSet(ls, rs)
 	if err != nil {
 		return true, err // nothing queued
 	}
@@ -472,6 +463,24 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	}
 	noteMultiLaunch(ls, evs)
 	return true, errors.Join(errs...)
+}
+
+// prepareSet logs each launch's decisions, fills in each rank's own
+// completion event on its stream and its previous launch's (rs[i].ev,
+// rs[i].last), and returns the set's completion event (setEventFor), for
+// a multi-rank launch that enters no lane. Every engine's mu is held;
+// nothing is queued.
+func prepareSet(ls []Launch, rs []rankSync) (*setEvent, error) {
+	for i, l := range ls {
+		e := l.Engine
+		e.logDecisions(l.Plan)
+		ev, err := e.eventOn(rs[i].stream, rs[i].h)
+		if err != nil {
+			return nil, err
+		}
+		rs[i].ev, rs[i].last = ev, e.res.last
+	}
+	return setEventFor(ls, rs)
 }
 
 // eventOn is eventFor(stream) for a stream whose handle h the caller has
