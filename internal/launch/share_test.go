@@ -140,7 +140,10 @@ func TestShareIDByTCPBoundsTheLine(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port-1))
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Long enough for one whole attempt on a loaded machine (CI's 2 cores
+	// running other packages' tests: at 300 ms the first dial once did
+	// not finish, and only the deadline's error was left to report).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	id, err := ShareID(ctx, Place{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Launcher: "torchrun", MasterAddr: master}, envOf(), nil)
 	require.Error(t, err, "got an id of %d bytes", len(id))
