@@ -35,23 +35,49 @@ const OnePassMaxBytes = 1 << 20
 // output, where RING and DIRECT move the data through connection FIFOs or
 // mailboxes and wait for each other.
 func OnePass(parts []Part) bool {
-	if len(parts) < 2 || len(parts) != parts[0].NRanks {
+	if _, ok := oneCallEach(parts); !ok {
 		return false
 	}
-	w0 := &parts[0].Launch.Works[0]
 	for _, p := range parts {
-		l := p.Launch
-		if p.NRanks != len(parts) || l.Func.Coll != kspace.AllReduce || l.NBlocks() != 1 || len(l.Works) != 1 {
+		if len(p.Launch.Works) != 1 || p.Launch.Works[0].ChanOffset != 0 {
 			return false
 		}
-		w := &l.Works[0]
-		if w.Count != w0.Count || w.FuncId != w0.FuncId || w.RedOpArg != w0.RedOpArg || w.Flags != w0.Flags ||
-			w.ChanOffset != 0 || w.ChanCount != w.Count || w.Sendbuff == 0 || w.Recvbuff == 0 {
-			return false
+	}
+	return true
+}
+
+// oneCallEach reports whether parts are every rank of their communicator,
+// each carrying one AllReduce call of one count (at most
+// OnePassMaxBytes), function, operation argument and flags on every rank,
+// split over its channels as one work per channel whose shares cover the
+// call once, with both buffers given; w0 is part 0's first work. OnePass
+// and onePassWide ask it first.
+func oneCallEach(parts []Part) (w0 *generated.DevWork, ok bool) {
+	if len(parts) < 2 || len(parts) != parts[0].NRanks {
+		return nil, false
+	}
+	w0 = &parts[0].Launch.Works[0]
+	for _, p := range parts {
+		l := p.Launch
+		if p.NRanks != len(parts) || l.Func.Coll != kspace.AllReduce || len(l.Works) == 0 || len(l.Works) != l.NBlocks() {
+			return nil, false
+		}
+		first := &l.Works[0]
+		var covered uint64
+		for i := range l.Works {
+			w := &l.Works[i]
+			if w.Count != w0.Count || w.FuncId != w0.FuncId || w.RedOpArg != w0.RedOpArg || w.Flags != w0.Flags ||
+				w.Sendbuff != first.Sendbuff || w.Recvbuff != first.Recvbuff || w.Sendbuff == 0 || w.Recvbuff == 0 {
+				return nil, false
+			}
+			covered += w.ChanCount
+		}
+		if covered != w0.Count {
+			return nil, false
 		}
 	}
 	bytes := w0.Count * uint64(parts[0].Launch.Func.Type.Size())
-	return bytes > 0 && bytes <= OnePassMaxBytes
+	return w0, bytes > 0 && bytes <= OnePassMaxBytes
 }
 
 // onePassSliceBytes is how much of each rank's buffer a block of a wide
@@ -72,40 +98,20 @@ const onePassSliceBytes = 4 << 10
 // one per rank and at most generated.MaxChannels. Works whose buffers are
 // window indices (generated.WorkDirectWin) do not qualify.
 func onePassWide(parts []Part) (nBlocks int, ok bool) {
-	if len(parts) < 2 || len(parts) != parts[0].NRanks {
+	w0, ok := oneCallEach(parts)
+	if !ok || len(parts) > generated.LaunchMaxParts || w0.Flags&generated.WorkDirectWin != 0 {
 		return 0, false
 	}
 	f := parts[0].Launch.Func
-	if f.Coll != kspace.AllReduce || !onePassEntry(f) || (f.RedOp == kspace.SumPostDiv && !f.Type.IsInteger()) {
+	if !onePassEntry(f) || (f.RedOp == kspace.SumPostDiv && !f.Type.IsInteger()) {
 		return 0, false
 	}
-	w0 := &parts[0].Launch.Works[0]
 	for _, p := range parts {
-		l := p.Launch
-		if p.NRanks != len(parts) || l.Func != f || len(l.Works) == 0 || len(l.Works) != l.NBlocks() {
+		if p.Launch.Func != f {
 			return 0, false
 		}
-		first := &l.Works[0]
-		var covered uint64
-		for i := range l.Works {
-			w := &l.Works[i]
-			if w.Count != w0.Count || w.FuncId != w0.FuncId || w.RedOpArg != w0.RedOpArg || w.Flags != w0.Flags ||
-				w.Sendbuff != first.Sendbuff || w.Recvbuff != first.Recvbuff || w.Sendbuff == 0 || w.Recvbuff == 0 {
-				return 0, false
-			}
-			covered += w.ChanCount
-		}
-		if covered != w0.Count {
-			return 0, false
-		}
-	}
-	if w0.Flags&generated.WorkDirectWin != 0 {
-		return 0, false
 	}
 	bytes := w0.Count * uint64(f.Type.Size())
-	if bytes == 0 || bytes > OnePassMaxBytes {
-		return 0, false
-	}
 	slices := int((bytes + onePassSliceBytes - 1) / onePassSliceBytes)
 	return min(generated.MaxChannels, max(len(parts), slices)), true
 }
