@@ -640,18 +640,31 @@ CUresult ncu_launch_graph_destroy(CUcontext c, ncu_launch_graph* g) { RELAXED(la
    stream with more (a join of many forks) gets its record in the chain. */
 #define NCU_BESIDE_MAX_DEPS 32
 
-static CUresult ncu_record_beside(CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture) {
-  if (p_cuStreamGetCaptureInfo_v2 == NULL || p_cuGraphAddEventRecordNode == NULL) goto chain;
+/* capture_deps copies the capture dependencies of s, which is capturing,
+   into out (room for max), with its capture's id and graph
+   (cuStreamGetCaptureInfo_v2). It returns NCU_ERROR_NOT_SUPPORTED, with
+   nothing copied, when the driver lacks the call, s is not capturing or
+   it has more than max; else the driver's answer. */
+static CUresult capture_deps(CUstream s, CUgraphNode* out, size_t max, size_t* n, unsigned long long* id, CUgraph* g) {
+  if (p_cuStreamGetCaptureInfo_v2 == NULL) return NCU_ERROR_NOT_SUPPORTED;
   int status = 0;
+  const CUgraphNode* deps = NULL;
+  CUresult r = p_cuStreamGetCaptureInfo_v2(s, &status, id, g, &deps, n);
+  if (r != NCU_SUCCESS) return r;
+  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || *g == NULL || *n > max) return NCU_ERROR_NOT_SUPPORTED;
+  for (size_t i = 0; i < *n; i++) out[i] = deps[i];
+  return NCU_SUCCESS;
+}
+
+static CUresult ncu_record_beside(CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture) {
+  if (p_cuGraphAddEventRecordNode == NULL) goto chain;
   unsigned long long id = 0;
   CUgraph g = NULL;
-  const CUgraphNode* deps = NULL;
   size_t n = 0;
-  CUresult r = p_cuStreamGetCaptureInfo_v2(s, &status, &id, &g, &deps, &n);
-  if (r != NCU_SUCCESS) return r;
-  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || g == NULL || n + 1 > NCU_BESIDE_MAX_DEPS) goto chain;
   CUgraphNode all[NCU_BESIDE_MAX_DEPS];
-  for (size_t i = 0; i < n; i++) all[i] = deps[i];
+  CUresult r = capture_deps(s, all, NCU_BESIDE_MAX_DEPS - 1, &n, &id, &g); /* room for *node */
+  if (r == NCU_ERROR_NOT_SUPPORTED) goto chain;
+  if (r != NCU_SUCCESS) return r;
   if (*node != NULL && *capture == id) all[n++] = *node;
   CUgraphNode added = NULL;
   r = p_cuGraphAddEventRecordNode(&added, g, all, n, e);
@@ -929,19 +942,14 @@ CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode
    from's dependencies to s's own instead, and a stream joined that way
    after every launch keeps every earlier node among its dependencies. */
 CUresult ncu_stream_follow_capture(CUcontext c, CUstream s, CUstream from) {
-  NEED(p_cuStreamGetCaptureInfo_v2);
   NEED(p_cuStreamUpdateCaptureDependencies);
   SETCTX(c);
-  int status = 0;
   unsigned long long id = 0;
   CUgraph g = NULL;
-  const CUgraphNode* deps = NULL;
   size_t n = 0;
-  CUresult r = p_cuStreamGetCaptureInfo_v2(from, &status, &id, &g, &deps, &n);
-  if (r != NCU_SUCCESS) return r;
-  if (status != 1 /* CU_STREAM_CAPTURE_STATUS_ACTIVE */ || n > NCU_FOLLOW_MAX_DEPS) return NCU_ERROR_NOT_SUPPORTED;
   CUgraphNode all[NCU_FOLLOW_MAX_DEPS];
-  for (size_t i = 0; i < n; i++) all[i] = deps[i];
+  CUresult r = capture_deps(from, all, NCU_FOLLOW_MAX_DEPS, &n, &id, &g);
+  if (r != NCU_SUCCESS) return r;
   return p_cuStreamUpdateCaptureDependencies(s, all, n, 0x1 /* CU_STREAM_SET_CAPTURE_DEPENDENCIES */);
 }
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e) {
