@@ -49,6 +49,18 @@ struct ngShmem {
   // block's slice; every rank's buffers are in directSend and directRecv.
   int32_t onePassRanks;
   int32_t onePassSlice;
+  // The ring's two connections on this channel (receive from ring.prev,
+  // send to ring.next), copied before the kernel waits for the grids
+  // ahead of it (ngKernelMain, RING kernels), so that a step's first
+  // loads after the wait are the counters alone; ringConns says they are
+  // there (ngRecvConnInfo and ngSendConnInfo hand them out).
+  struct ngConnInfo ringRecv;
+  struct ngConnInfo ringSend;
+  int32_t ringConns;
+#ifdef NG_TRACE
+  uint64_t traceClock[8]; // NG_TRACE: clock64 at the kernel's marks (ngTraceMark)
+  uint64_t traceWaited;    // NG_TRACE: %globaltimer when the wait for the prior grids returned
+#endif
 };
 
 typedef void (*ngDevFuncPtr_t)(struct ngShmem*);
@@ -89,6 +101,79 @@ static __device__ __noinline__ bool ngCheckAbort(struct ngShmem* sh) {
 // Spins between abort polls.
 #ifndef NG_SPINS_BEFORE_ABORT_CHECK
 #define NG_SPINS_BEFORE_ABORT_CHECK 4096
+#endif
+
+// ---- NG_TRACE: a diagnostic build's timeline ---------------------------------------
+//
+// A kernel set built with --Xnvcc=-DNG_TRACE=N (ncclgen build) times every
+// kernel's first block: thread 0 reads clock64 at fixed marks (entry, the
+// communicator loaded, the prior grids waited for, a step's state loaded,
+// its data exchanged, the work done, the first work's function entered,
+// the connections' step counters loaded) and %globaltimer at entry, after
+// the wait and at exit,
+// and appends a row to a ring of NG_TRACE_ROWS per translation unit. The
+// kernel that appends row N prints the NG_TRACE_DUMP rows before row
+// N - NG_TRACE_LAG with device printf (flushed to the process's stdout at
+// its next synchronisation), one line per row:
+//   NGTRACE idx rank nRanks smid comm gt0 gtEnd c1 c2 c3 c4 c5 c6 c7 gtWaited
+// (c1..c7: clock64 cycles since entry at each mark, 0 where not reached).
+// Without NG_TRACE the marks compile to nothing.
+#ifdef NG_TRACE
+#ifndef NG_TRACE_ROWS
+#define NG_TRACE_ROWS 4096
+#endif
+#ifndef NG_TRACE_DUMP
+#define NG_TRACE_DUMP 3000
+#endif
+#ifndef NG_TRACE_LAG
+#define NG_TRACE_LAG 200
+#endif
+struct ngTraceRow {
+  uint64_t gt0, gtEnd, comm, gtWaited;
+  uint64_t clk[8];
+  int32_t rank, nRanks, smid, pad;
+};
+static __device__ struct ngTraceRow ngTraceRing[NG_TRACE_ROWS];
+static __device__ unsigned int ngTraceNext;
+static __device__ __forceinline__ uint64_t ngGlobalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define ngTraceMark(sh, k)                                       \
+  do {                                                           \
+    if (threadIdx.x == 0) (sh)->traceClock[k] = clock64();       \
+  } while (0)
+static __device__ __noinline__ void ngTraceEnd(struct ngShmem* sh, uint64_t gt0) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const unsigned int i = atomicAdd(&ngTraceNext, 1u);
+  struct ngTraceRow& r = ngTraceRing[i % NG_TRACE_ROWS];
+  r.gt0 = gt0;
+  r.gtEnd = ngGlobalTimer();
+  r.comm = sh->comm.channels;
+  r.gtWaited = sh->traceWaited;
+  for (int k = 1; k < 8; k++) r.clk[k] = sh->traceClock[k] ? sh->traceClock[k] - sh->traceClock[0] : 0;
+  r.rank = sh->comm.rank;
+  r.nRanks = sh->comm.nRanks;
+  unsigned int smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  r.smid = (int32_t)smid;
+  __threadfence();
+  if (i == (unsigned int)NG_TRACE) {
+    for (unsigned int j = i - NG_TRACE_LAG - NG_TRACE_DUMP; j < i - NG_TRACE_LAG; j++) {
+      const struct ngTraceRow& q = ngTraceRing[j % NG_TRACE_ROWS];
+      printf("NGTRACE %u %d %d %d %llx %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", j, q.rank, q.nRanks,
+             q.smid, (unsigned long long)q.comm, (unsigned long long)q.gt0, (unsigned long long)q.gtEnd,
+             (unsigned long long)q.clk[1], (unsigned long long)q.clk[2], (unsigned long long)q.clk[3],
+             (unsigned long long)q.clk[4], (unsigned long long)q.clk[5], (unsigned long long)q.clk[6],
+             (unsigned long long)q.clk[7], (unsigned long long)q.gtWaited);
+    }
+  }
+}
+#else
+#define ngTraceMark(sh, k) \
+  do {                     \
+  } while (0)
 #endif
 
 // ---- thread groups and barriers ----------------------------------------------
@@ -214,10 +299,20 @@ struct ngOnePassOf {
 // OnePassF: the one-pass entry of F's collective and type (ngOnePassOf),
 // which runs a one-pass launch (NG_ARGS_ONE_PASS_ENTRY) straight from the
 // arguments, without the work loop's shared state, barriers and table call.
-template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc, typename OnePassF = ngNoOnePass>
+// RingConns: copy the channel's ring connections into shared memory before
+// the wait (a RING kernel's works start with them).
+template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc, typename OnePassF = ngNoOnePass,
+          bool RingConns = false>
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
+#ifdef NG_TRACE
+  const uint64_t traceGt0 = ngGlobalTimer();
+  if (tid == 0) {
+    for (int k = 1; k < 8; k++) sh.traceClock[k] = 0;
+    sh.traceClock[0] = clock64();
+  }
+#endif
   // This block's slot: one rank's channel. A one-rank launch's slot is its
   // channel; a multi-rank launch (nParts > 0) maps it to a rank and a channel
   // through the ngLaunchParts table after its inline works.
@@ -237,8 +332,16 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     c = e & (NG_MAX_CHANNELS - 1);
     comm = reinterpret_cast<const struct ngDevComm*>(parts->comms[e >> 6]);
   }
-  // Copy the communicator (8 words) and the channel (8 words) into shared memory.
-  static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8, "ngKernelMain copies 8 words of each");
+  // Copy the communicator (8 words), the channel (8 words) and the slot's
+  // first work (8 words) into shared memory: the host wrote them all before
+  // the launch.
+  static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8 && sizeof(struct ngDevWork) == 8 * 8,
+                "ngKernelMain copies 8 words of each");
+  const struct ngDevWork* works =
+      args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
+  const int wBegin = args.chanWorkStart[v], wEnd = args.chanWorkStart[v + 1];
+  if (tid >= 96 && tid < 104 && wBegin < wEnd)
+    reinterpret_cast<uint64_t*>(&sh.work)[tid - 96] = reinterpret_cast<const uint64_t*>(works + wBegin)[tid - 96];
   if (args.flags & NG_ARGS_ONE_PASS) {
     // Every rank's buffers are in the arguments (works[q] is rank q's) and
     // no block talks to another: the communicator and the channel stay
@@ -264,7 +367,27 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     sh.channelId = c;
     sh.onePassRanks = 0;
   }
+  if (tid == 65) sh.ringConns = 0;
   __syncthreads();
+  if constexpr (RingConns) {
+    // Uniform over the block: the arguments and the shared copies.
+    const int prev = sh.channel.ring.prev, next = sh.channel.ring.next, n = sh.comm.nRanks;
+    if (!(args.flags & NG_ARGS_ONE_PASS) && sh.channel.peers != 0 && n > 1 && prev >= 0 && prev < n && next >= 0 &&
+        next < n) {
+      constexpr int kWords = (int)(sizeof(struct ngConnInfo) / 8);
+      static_assert(sizeof(struct ngConnInfo) % 8 == 0 && kWords <= 32, "ngKernelMain copies a connection by words");
+      const struct ngDevPeer* peers = reinterpret_cast<const struct ngDevPeer*>(sh.channel.peers);
+      if (tid < kWords) {
+        reinterpret_cast<uint64_t*>(&sh.ringRecv)[tid] = reinterpret_cast<const uint64_t*>(&peers[prev].recv)[tid];
+      } else if (tid >= 32 && tid < 32 + kWords) {
+        reinterpret_cast<uint64_t*>(&sh.ringSend)[tid - 32] = reinterpret_cast<const uint64_t*>(&peers[next].send)[tid - 32];
+      } else if (tid == 64) {
+        sh.ringConns = 1;
+      }
+      __syncthreads();
+    }
+  }
+  ngTraceMark(&sh, 1);
   // NG_KERNEL_PROGRAMMATIC: the host may have launched this kernel before
   // the grids ahead of it on its stream finished (programmatic dependent
   // launch). What was read so far the host wrote before the launch; from
@@ -272,16 +395,20 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   // buffers, step counters, FIFOs), so it waits for those grids and their
   // memory first. Without a programmatic launch the wait returns at once.
   ngWaitPriorGrids();
+  ngTraceMark(&sh, 2);
+#ifdef NG_TRACE
+  if (tid == 0) sh.traceWaited = ngGlobalTimer();
+#endif
   // NG_ARGS_TRIGGER_EARLY: only after the wait, so that the next kernel,
   // which waits in its turn, is the only one queued behind this one that
   // can be resident beside it (the host budgets two kernels per stream).
   if (args.flags & NG_ARGS_TRIGGER_EARLY) ngTriggerDependents();
-  const struct ngDevWork* works =
-      args.workBuf ? reinterpret_cast<const struct ngDevWork*>(args.workBuf) : args.works;
-  const int wEnd = args.chanWorkStart[v + 1];
-  for (int w = args.chanWorkStart[v]; w < wEnd; w++) {
-    if (tid < 8) reinterpret_cast<uint64_t*>(&sh.work)[tid] = reinterpret_cast<const uint64_t*>(works + w)[tid];
+  for (int w = wBegin; w < wEnd; w++) {
+    if (w != wBegin && tid < 8) reinterpret_cast<uint64_t*>(&sh.work)[tid] = reinterpret_cast<const uint64_t*>(works + w)[tid];
     __syncthreads();
+#ifdef NG_TRACE
+    if (w == wBegin) ngTraceMark(&sh, 6);
+#endif
     const int fid = sh.work.funcId;
     if (FnId == -2) {
       ngDevFuncUnsupported(&sh);
@@ -294,6 +421,10 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     __syncthreads();
     if (ngAborted(&sh)) break;
   }
+#ifdef NG_TRACE
+  ngTraceMark(&sh, 5);
+  ngTraceEnd(&sh, traceGt0);
+#endif
 }
 
 // ---- the generated code's contract -------------------------------------------
@@ -338,7 +469,8 @@ struct ngCollFunc;
   NG_KERNEL_SIGNATURE(sym) {                                                                \
     ngKernelMain<fnId, &ngDevFunc_##sym, NG_INLINE_SIMPLE_ID(simpleId),                     \
                  ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>, \
-                 typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type>(args);       \
+                 typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type,              \
+                 NG_ALGO_##Algo == NG_ALGO_RING>(args);                                       \
   }
 #else
 #define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId) \

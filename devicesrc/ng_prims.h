@@ -160,10 +160,15 @@ __device__ __forceinline__ void ngConnLoad(ngConn& c, const struct ngConnInfo* c
   c.step = ngLdVolatile(c.stepPtr());
 }
 
+// The connection to or from peer on this channel: the ring's from the
+// kernel's shared copy where it made one (ngShmem.ringConns), else from
+// the channel's peer table. Either is read only.
 __device__ __forceinline__ const struct ngConnInfo* ngSendConnInfo(struct ngShmem* sh, int peer) {
+  if (sh->ringConns && peer == sh->channel.ring.next) return &sh->ringSend;
   return &reinterpret_cast<const struct ngDevPeer*>(sh->channel.peers)[peer].send;
 }
 __device__ __forceinline__ const struct ngConnInfo* ngRecvConnInfo(struct ngShmem* sh, int peer) {
+  if (sh->ringConns && peer == sh->channel.ring.prev) return &sh->ringRecv;
   return &reinterpret_cast<const struct ngDevPeer*>(sh->channel.peers)[peer].recv;
 }
 
@@ -218,6 +223,11 @@ struct ngPrims {
 #pragma unroll
     for (int k = 0; k < MaxSend; k++)
       if (k < nSend) ngConnLoad(send[k], ngSendConnInfo(sh, sendPeers[k]), Proto);
+#ifdef NG_TRACE
+    // The step counters' loads done (the mark depends on their values).
+    if (sh->traceClock[7] == 0 && (nRecv == 0 || recv[0].step != ~0ull) && (nSend == 0 || send[0].step != ~0ull))
+      ngTraceMark(sh, 7);
+#endif
   }
 
   // Stores the step counters back; call once when the work is done (all threads).
@@ -241,6 +251,14 @@ struct ngPrims {
                                        int xchg = 0) {
     const int nr = doRecv ? nRecv : 0;
     const int ns = doSend ? nSend : 0;
+    // LL one hop: this thread's first line of src goes out now, so that
+    // its load overlaps the credit check's (and the constructor's step
+    // load) instead of following them.
+    uint64_t early = 0;
+    if constexpr (Proto == NG_PROTO_LL) {
+      const int nbytes = nelem * (int)sizeof(T);
+      if (xchg != 0 && g.tid < (nbytes + 7) / 8) early = ngLoadPack8(src, g.tid, nbytes);
+    }
     // Wait for credit (thread k waits on send connection k) and, SIMPLE, for
     // data (thread 4+k waits on receive connection k).
     {
@@ -281,16 +299,20 @@ struct ngPrims {
     }
     ngBarrier(g);
     if (ngAborted(sh)) return false;
+#ifdef NG_TRACE
+    if (sh->traceClock[3] == 0) ngTraceMark(sh, 3); // the first step's state and credit
+#endif
 
     if (Proto == NG_PROTO_SIMPLE) simpleData(src, dst, nelem, nr, ns, post);
     else if (Proto == NG_PROTO_LL) {
-      if (xchg != 0) llExchange(src, dst, nelem, xchg == 1, post);
+      if (xchg != 0) llExchange(src, dst, nelem, xchg == 1, post, early);
       else llData(src, dst, nelem, nr, ns, post);
     }
     else ll128Data(src, dst, nelem, nr, ns, post);
 
     ngBarrier(g);
     if (ngAborted(sh)) return false;
+    ngTraceMark(sh, 4); // the last step's data exchanged
     if (Proto == NG_PROTO_SIMPLE && ns > 0 && g.tid == 0) {
       bool sys = false;
 #pragma unroll
@@ -453,7 +475,8 @@ struct ngPrims {
   // the same never wait on each other. The reduction takes the operands in an order
   // both ranks agree on, so that both write the same bits whatever the op
   // (PreMulSum's pre does not contract into the add: ngMulRn).
-  __device__ __forceinline__ void llExchange(const T* src, T* dst, int nelem, bool ownFirst, bool post) {
+  // early: src's line g.tid, loaded by step.
+  __device__ __forceinline__ void llExchange(const T* src, T* dst, int nelem, bool ownFirst, bool post, uint64_t early) {
     const int nbytes = nelem * (int)sizeof(T);
     const int nLines = (nbytes + 7) / 8;
     uint4* out = reinterpret_cast<uint4*>(slot(send[0]));
@@ -464,7 +487,7 @@ struct ngPrims {
     // that waited between its sends would wait on itself.
     uint64_t first = 0;
     for (int line = g.tid; line < nLines; line += g.nThreads) {
-      const uint64_t a = ngPackPre<T>(op, ngLoadPack8(src, line, nbytes));
+      const uint64_t a = ngPackPre<T>(op, line == g.tid ? early : ngLoadPack8(src, line, nbytes));
       if (line == g.tid) first = a;
       llSendLine(out + line, outFlag, a);
     }
