@@ -17,7 +17,7 @@ export CGO_CFLAGS
 
 BUILD_FLAGS = $(if $(ARCH),--arch $(ARCH)) $(if $(ONLY),--only "$(ONLY)") $(if $(JOBS),-j $(JOBS)) --out $(FATBIN)
 
-.PHONY: hooks all generate kernels test vet lint gofmt staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
+.PHONY: hooks all generate kernels test devsyntax vet lint gofmt staticcheck enumswitch unit check-generated fuzz bench bundle gpu-test gpu-verify embed libnccl clean
 
 ## all: generate the kernel space and, where nvcc exists, build the fatbin.
 all: generate kernels
@@ -42,7 +42,15 @@ hooks:
 
 ## test: what CI runs: vet, the linters, every test, and a check that
 ## generated/ matches its generator.
-test: vet lint unit check-generated
+test: vet lint unit check-generated devsyntax
+
+## devsyntax: the device library's C++ through g++ (tests/gxxcheck.sh), for
+## sm_90 and for the NG_TRACE build's marks, where a C++ compiler exists.
+devsyntax:
+	@if command -v $${CXX:-g++} >/dev/null 2>&1; then \
+		bash tests/gxxcheck.sh 900 && \
+		bash tests/gxxcheck.sh --only all_reduce_sum_f32 --define NG_TRACE=1 900; \
+	else echo "devsyntax: skipped, no C++ compiler ($${CXX:-g++})"; fi
 
 # HOSTCOMM_TAG builds the one hook that lets capi's host-cost benchmark wrap
 # a device-less engine (hostcomm.go); libraries and programs never carry it.

@@ -8,8 +8,9 @@
 # catch what only nvcc knows (device/host calls, PTX, registers): that is
 # tests/devcheck.sh, on a machine with nvcc.
 #
-# Usage: bash tests/gxxcheck.sh [--only GLOB] [arch ...]
+# Usage: bash tests/gxxcheck.sh [--only GLOB] [--define NAME=VALUE ...] [arch ...]
 #   --only GLOB   only the units whose file name (without .cu) matches
+#   --define D    also pass -DD, e.g. --define NG_TRACE=1 (repeatable)
 #   arch ...      __CUDA_ARCH__ values (default: 800 900 1000)
 # Environment: GENDIR (default: <repo>/generated), CXX (default: g++).
 # Exit status: 0 clean; 1 on any warning or error.
@@ -17,10 +18,11 @@ set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GENDIR="${GENDIR:-$HERE/../generated}"
 CXX="${CXX:-g++}"
-ONLY="*" ARCHS=()
+ONLY="*" ARCHS=() DEFS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) ONLY="$2"; shift 2 ;;
+    --define) DEFS+=("-D$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) ARCHS+=("$1"); shift ;;
   esac
@@ -33,8 +35,8 @@ for u in cuda/*.cu; do
   # shellcheck disable=SC2053
   [[ "$b" == $ONLY ]] || continue
   for a in host "${ARCHS[@]}"; do
-    def=()
-    [ "$a" = host ] || def=("-D__CUDA_ARCH__=$a")
+    def=("${DEFS[@]}")
+    [ "$a" = host ] || def+=("-D__CUDA_ARCH__=$a")
     out="$("$CXX" -std=c++17 -fsyntax-only -x c++ -Wall -Wextra -Wno-unknown-pragmas "${def[@]}" \
       -I"$HERE/gxxstub" -Iinclude -I../devicesrc "$u" 2>&1)"
     rc=$?
