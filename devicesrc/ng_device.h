@@ -333,8 +333,9 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     comm = reinterpret_cast<const struct ngDevComm*>(parts->comms[e >> 6]);
   }
   // Copy the communicator (8 words), the channel (8 words) and the slot's
-  // first work (8 words) into shared memory: the host wrote them all before
-  // the launch.
+  // first work (8 words, threads 96..103: a block has at least 128,
+  // enqueue.MinBlockThreads) into shared memory: the host wrote them all
+  // before the launch.
   static_assert(sizeof(struct ngDevComm) == 8 * 8 && sizeof(struct ngDevChannel) == 8 * 8 && sizeof(struct ngDevWork) == 8 * 8,
                 "ngKernelMain copies 8 words of each");
   const struct ngDevWork* works =

@@ -20,8 +20,9 @@ const Granule = 512
 const P2PGranule = 256
 
 // MinBlockThreads is the smallest block a launch uses: the kernel's
-// prologue (ngKernelMain) copies the communicator and channel with threads
-// 0..64. Works that want fewer threads say so in nWarps.
+// prologue (ngKernelMain) copies the communicator, the channel, the ring's
+// connections and the first work with threads 0..103. Works that want
+// fewer threads say so in nWarps.
 const MinBlockThreads = 128
 
 // MaxWorksPerLaunch bounds the works of one launch (chanWorkStart holds
