@@ -356,7 +356,8 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 	// joinBefore: a failure stops everything (nothing is launched).
 	type join struct{ wait, query, rec, join int } // indexes in o, -1 for none
 	before := make([]join, 0, 8)
-	for i, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		j := join{wait: -1, query: -1, rec: -1, join: -1}
 		if r.last != nil && r.last != r.ev && r.last != set.ev {
 			j.wait = o.WaitEvent(s0, r.last, false, cuda.OpStop)
@@ -384,7 +385,8 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		after = o.Record(set.ev, s0, false, cuda.OpAlways)
 	}
 	firstWait := o.Len()
-	for _, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		if r.h != h0 {
 			o.WaitEvent(r.stream, set.ev, false, cuda.OpAlways)
 		}
@@ -409,7 +411,7 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		}
 	}
 	for i, j := range before {
-		r := rs[i]
+		r := &rs[i]
 		if j.wait >= 0 {
 			if err := o.Err(j.wait); err != nil {
 				return true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
@@ -448,12 +450,13 @@ func runMultiOps(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs []rank
 		}
 	}
 	k := firstWait
-	for i, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		set.joined[i] = r.h == h0
 		if r.h != h0 {
 			if err := o.Err(k); err != nil {
 				if !errors.Is(err, cuda.ErrNotRun) { // else what stopped it failed
-					errs = append(errs, waitErr(r, err))
+					errs = append(errs, waitErr(*r, err))
 				}
 			} else {
 				set.joined[i] = true
