@@ -45,12 +45,14 @@ hooks:
 test: vet lint unit check-generated devsyntax
 
 ## devsyntax: the device library's C++ through g++ (tests/gxxcheck.sh), for
-## sm_90 and for the NG_TRACE build's marks, where a C++ compiler exists.
+## sm_90 and for the NG_TRACE build's marks, where a C++ compiler exists;
+## and runtime/cuda's shim with its NCU_OPSTATS timers compiled in.
 devsyntax:
 	@if command -v $${CXX:-g++} >/dev/null 2>&1; then \
 		bash tests/gxxcheck.sh 900 && \
 		bash tests/gxxcheck.sh --only all_reduce_sum_f32 --define NG_TRACE=1 900; \
 	else echo "devsyntax: skipped, no C++ compiler ($${CXX:-g++})"; fi
+	CGO_CFLAGS="$${CGO_CFLAGS:--O2} -DNCU_OPSTATS=1" $(GO) build -o /dev/null ./runtime/cuda
 
 # HOSTCOMM_TAG builds the one hook that lets capi's host-cost benchmark wrap
 # a device-less engine (hostcomm.go); libraries and programs never carry it.

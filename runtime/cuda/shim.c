@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shim.h"
 
@@ -520,6 +521,42 @@ CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t
   return p_cuMemsetD32Async(p, v, n, s);
 }
 
+/* A diagnostic build (cgo's CFLAGS with -DNCU_OPSTATS=N, N > 0) times
+   every operation of ncu_run_ops by kind, the launch graph's two calls
+   and each whole sequence, and prints their counts and mean times to
+   stderr after every N sequences (then starts again): the host's cost of
+   each driver call where the library makes it. docs/DEVELOPING.md says
+   how to build and read it. Without the flag it compiles to nothing. */
+#ifdef NCU_OPSTATS
+_Static_assert(NCU_OP_RECORD_BESIDE == 9, "st_names follows the NCU_OP_ kinds");
+enum { ST_SETPARAMS = 10, ST_GRAPHLAUNCH, ST_SEQUENCE, ST_KINDS };
+static const char* st_names[ST_KINDS] = {"", "capture", "query", "wait", "wait-external", "record", "record-external",
+                                          "dtod", "launch", "record-beside", "graph-setparams", "graph-launch", "sequence"};
+static unsigned long long st_ns[ST_KINDS], st_n[ST_KINDS];
+static unsigned long long st_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+static void st_add(int k, unsigned long long t0) {
+  st_ns[k] += st_now() - t0;
+  st_n[k]++;
+}
+static void st_sequence_done(unsigned long long t0) {
+  st_add(ST_SEQUENCE, t0);
+  if (st_n[ST_SEQUENCE] % (NCU_OPSTATS) != 0) return;
+  for (int k = 1; k < ST_KINDS; k++)
+    if (st_n[k]) fprintf(stderr, "ncu-opstats %-16s n=%llu mean=%llu ns\n", st_names[k], st_n[k], st_ns[k] / st_n[k]);
+  memset(st_ns, 0, sizeof st_ns);
+  memset(st_n, 0, sizeof st_n);
+}
+#define ST_BEGIN(v) unsigned long long v = st_now()
+#define ST_ADD(k, v) st_add(k, v)
+#else
+#define ST_BEGIN(v)
+#define ST_ADD(k, v)
+#endif
+
 // launch launches f through cuLaunchKernel or, for a programmatic
 // dependent launch where the driver has it, cuLaunchKernelEx; extra
 // carries the packed parameters (NULL: none).
@@ -532,9 +569,14 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
        cuLaunchKernel. A launch the node cannot take (the driver refuses
        the update) goes the ordinary way. */
     ncu_kernel_node_params p = {f, gx, gy, gz, bx, by, bz, smem, NULL, extra};
+    ST_BEGIN(t0);
     if (p_cuGraphExecKernelNodeSetParams(g->exec, g->node, &p) == NCU_SUCCESS) {
+      ST_ADD(ST_SETPARAMS, t0);
       g->launches++;
-      return p_cuGraphLaunch(g->exec, s);
+      ST_BEGIN(t1);
+      CUresult r = p_cuGraphLaunch(g->exec, s);
+      ST_ADD(ST_GRAPHLAUNCH, t1);
+      return r;
     }
     g->refused++;
   }
@@ -718,6 +760,7 @@ static CUresult ncu_run_op(CUcontext c, ncu_op* o, void* args, size_t* size) {
    learns every stream's state; when one found a capture (or failed), the
    sequence stops after the last of them. */
 CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
+  ST_BEGIN(seq);
   SETCTX(c);
   for (int i = 0; i < n; i++) ops[i].result = NCU_OP_NOT_RUN;
   int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
@@ -733,7 +776,9 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
       relaxed = 1;
       ex = p_cuThreadExchangeStreamCaptureMode != NULL && p_cuThreadExchangeStreamCaptureMode(&mode) == NCU_SUCCESS;
     }
+    ST_BEGIN(t0);
     CUresult r = ncu_run_op(c, o, args, &size);
+    ST_ADD(o->kind, t0);
     o->result = r;
     int failed = r != NCU_SUCCESS && !(o->kind == NCU_OP_QUERY && r == NCU_ERROR_NOT_READY);
     if (o->kind == NCU_OP_CAPTURE && (failed || o->status != 0)) {
@@ -744,6 +789,9 @@ CUresult ncu_run_ops(CUcontext c, ncu_op* ops, int n, void* args, size_t size) {
     if (failed && (o->flags & NCU_OP_SKIP)) skipping = 1;
   }
   if (ex) p_cuThreadExchangeStreamCaptureMode(&mode);
+#ifdef NCU_OPSTATS
+  st_sequence_done(seq);
+#endif
   return NCU_SUCCESS;
 }
 
