@@ -18,7 +18,9 @@ import (
 // set to it (cuGraphExecKernelNodeSetParams: function, shape and
 // arguments), then the graph is launched (cuGraphLaunch). On the H200
 // that costs the host about half a cuLaunchKernel (BenchmarkGPULaunch's
-// params=12B against graphVia). A launch whose update the driver refuses
+// params=12B against graphVia). A launch the node holds already (the same
+// kernel, grid, block and parameter bytes as the launch before) skips the
+// update (Same counts those). A launch whose update the driver refuses
 // goes through cuLaunchKernel instead; Launches counts both.
 //
 // CUDA orders every launch of one executable graph after the one before
@@ -118,6 +120,18 @@ func (g *LaunchGraph) Launches() (through, refused uint64) {
 		return 0, 0
 	}
 	return uint64(g.g.launches), uint64(g.g.refused)
+}
+
+// Same returns how many launches through the graph found its node as
+// they wanted it (kernel, grid, block and parameters those of the launch
+// before), and so launched the graph without updating the node.
+func (g *LaunchGraph) Same() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.g == nil {
+		return 0
+	}
+	return uint64(g.g.same)
 }
 
 // Destroy destroys the graph. Launches already queued run; g must not be

@@ -97,6 +97,20 @@ func TestGPULaunchGraph(t *testing.T) {
 			t.Fatalf("add1 through the graph: out[%d] = %d, want %d", i, v, before[i]+1)
 		}
 	}
+	assert.Zero(t, g.Same(), "every launch so far wanted another node")
+	// The same launch twice more: the node holds it already, so the graph
+	// is launched without an update, and the kernel runs each time.
+	for range 2 {
+		require.NoError(t, s1.LaunchVia(g, add1, Dim1((nVals+255)/256), Dim1(256), 0, a.b))
+		launches++
+	}
+	require.NoError(t, s1.Synchronize())
+	for i, v := range read() {
+		if v != before[i]+3 {
+			t.Fatalf("add1 twice more through the graph: out[%d] = %d, want %d", i, v, before[i]+3)
+		}
+	}
+	assert.Equal(t, uint64(2), g.Same(), "launches without an update")
 	through, refused := g.Launches()
 	assert.Equal(t, uint64(launches), through, "launches through the graph")
 	assert.Zero(t, refused, "updates the driver refused")

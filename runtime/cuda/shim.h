@@ -153,12 +153,23 @@ typedef struct {
 // through (ncu_launch, NCU_OP_LAUNCH): the node is updated to the launch
 // (cuGraphExecKernelNodeSetParams), then the graph launched. Its user
 // keeps one launch through it at a time.
+// A launch whose kernel, grid, block, shared memory and parameters are
+// those the node holds already (the previous launch's, or the graph's
+// first) launches the graph without updating the node.
+#define NCU_LAUNCH_GRAPH_ARGS 4096
 typedef struct {
   CUgraph graph;
   CUgraphExec exec;
   CUgraphNode node;
   unsigned long long launches; // out: launches that went through the graph
   unsigned long long refused;  // out: updates the driver refused (those launched the ordinary way)
+  unsigned long long same;     // out: launches through the graph that needed no update
+  // What the node holds (unknown: known == 0).
+  int known;
+  CUfunction f;
+  unsigned dims[7]; // grid x, y, z, block x, y, z, shared memory bytes
+  size_t size;
+  unsigned char args[NCU_LAUNCH_GRAPH_ARGS];
 } ncu_launch_graph;
 // ncu_launch_graph_new makes g a graph of nWaits event wait nodes (at most
 // NCU_LAUNCH_GRAPH_MAX_WAITS), then the kernel node, f's launch with args,
