@@ -526,7 +526,9 @@ CUresult ncu_memset_d32_async(CUcontext c, CUdeviceptr p, unsigned int v, size_t
    and each whole sequence, and prints their counts and mean times to
    stderr after every N sequences (then starts again): the host's cost of
    each driver call where the library makes it. docs/DEVELOPING.md says
-   how to build and read it. Without the flag it compiles to nothing. */
+   how to build and read it. The counters are not synchronised: the
+   figures are for a loop on one thread (one per process is fine).
+   Without the flag it compiles to nothing. */
 #ifdef NCU_OPSTATS
 _Static_assert(NCU_OP_RECORD_BESIDE == 9, "st_names follows the NCU_OP_ kinds");
 enum { ST_SETPARAMS = 10, ST_GRAPHLAUNCH, ST_SEQUENCE, ST_KINDS };
