@@ -21,7 +21,8 @@ import sys
 
 # The marks in the order a kernel passes them (see ngTraceMark's callers).
 PHASES = [(0, 1, "entry->comm"), (1, 2, "comm->waited"), (2, 6, "waited->F"), (6, 7, "F->steps loaded"),
-          (7, 3, "steps->credit"), (3, 4, "exchange"), (4, 5, "tail")]
+          (7, 3, "steps->credit"), (3, 4, "exchange"), (4, 5, "tail"),
+          (6, 5, "F->end")]
 
 
 def quantiles(v):
