@@ -11,7 +11,8 @@ This script reads such output (plain or gzip; lines may carry a prefix
 such as "run3 ", which groups them) and prints per group and rank the
 10th, 50th and 90th percentiles of the period between kernel starts, of
 the time from the previous kernel's end to this one's wait returning, and
-of the clock64 cycles between marks.
+of the clock64 cycles between marks, and the SMs its first blocks ran on
+(the three most frequent, as SM:count).
 
 Usage: tests/ngtrace.py FILE...
 """
@@ -48,7 +49,7 @@ def read(paths):
                     continue
                 rank, gt0, gt_end = int(fields[1]), int(fields[5]), int(fields[6])
                 marks = [0] + [int(x) for x in fields[7:14]]
-                groups[prefix][(fields[4], rank)].append((gt0, gt_end, marks, int(fields[14])))
+                groups[prefix][(fields[4], rank)].append((gt0, gt_end, marks, int(fields[14]), int(fields[3])))
     return groups
 
 
@@ -62,7 +63,9 @@ def main(paths):
             rows.sort(key=lambda r: r[0])
             period = [b[0] - a[0] for a, b in zip(rows, rows[1:])]
             release = [b[3] - a[1] for a, b in zip(rows, rows[1:]) if b[3]]
-            print(" rank %d (comm %s), %d kernels" % (rank, comm, len(rows)))
+            sms = collections.Counter(r[4] for r in rows).most_common(3)
+            print(" rank %d (comm %s), %d kernels, SMs %s" % (rank, comm, len(rows),
+                                                          " ".join("%d:%d" % sm for sm in sms)))
             print("   %-18s ns   %s" % ("period", quantiles(period)))
             print("   %-18s ns   %s" % ("prev end->waited", quantiles(release)))
             for a, b, name in PHASES:
