@@ -54,9 +54,15 @@
 #ifndef NG_DIRECT_H_
 #define NG_DIRECT_H_
 
+// ngDirectAreaOf is rank's mailbox area: the copy ngKernelMain made before
+// the wait where there is one, else the table's entry.
+__device__ __forceinline__ uint64_t ngDirectAreaOf(struct ngShmem* sh, int rank) {
+  if (sh->directAreas) return sh->directArea[rank];
+  return reinterpret_cast<const uint64_t*>(sh->comm.direct)[rank];
+}
+
 __device__ __forceinline__ struct ngDirectSlot* ngDirectSlotOf(struct ngShmem* sh, int rank) {
-  const uint64_t* table = reinterpret_cast<const uint64_t*>(sh->comm.direct);
-  return reinterpret_cast<struct ngDirectSlot*>(table[rank]) + sh->channelId;
+  return reinterpret_cast<struct ngDirectSlot*>(ngDirectAreaOf(sh, rank)) + sh->channelId;
 }
 
 __device__ __forceinline__ void ngDirectFence(struct ngShmem* sh) {
@@ -340,8 +346,7 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
 
 // Line buffer `parity` of rank r's channel (this block's).
 __device__ __forceinline__ uint4* ngDirectLLBuf(struct ngShmem* sh, int rank, int parity) {
-  const uint64_t* table = reinterpret_cast<const uint64_t*>(sh->comm.direct);
-  char* area = reinterpret_cast<char*>(table[rank]) + NG_MAX_CHANNELS * sizeof(struct ngDirectSlot);
+  char* area = reinterpret_cast<char*>(ngDirectAreaOf(sh, rank)) + NG_MAX_CHANNELS * sizeof(struct ngDirectSlot);
   return reinterpret_cast<uint4*>(area) + ((size_t)sh->channelId * 2 + parity) * NG_DIRECT_LL_LINES;
 }
 
@@ -384,6 +389,9 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   const int n = sh->comm.nRanks, me = sh->comm.rank;
   struct ngDirectSlot* mine = ngDirectSlotOf(sh, me);
   const uint64_t seq = ngLdVolatile(&mine->llSeq);
+#ifdef NG_TRACE
+  if (seq != ~0ull) ngTraceMark(sh, 7); // the call count loaded (the mark depends on it)
+#endif
   const int parity = (int)(seq & 1);
   const uint32_t flag = ngLLFlag(seq);
   const int nLines = (nbytes + 7) / 8;
@@ -395,6 +403,7 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   for (int line = g.tid; line < nWrite; line += g.nThreads)
     ngDirectLLStore(own + line, line < nLines ? ngLoadPack8(src, line, nbytes) : 0, flag);
   ngBarrier(g);
+  ngTraceMark(sh, 3); // the rank's lines stored
   if (g.tid == 0) ngStVolatile(&mine->llSeq, seq + 1);
   for (int line = g.tid; line < nLines; line += g.nThreads) {
     uint64_t acc = 0;
@@ -424,6 +433,7 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
     }
     ngStorePack8(dst, line, nbytes, ngPackPost<T>(op, acc));
   }
+  ngTraceMark(sh, 4); // thread 0's line reduced
 }
 
 // Packs of 8 bytes one thread holds in the one-shot: enough for

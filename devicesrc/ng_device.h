@@ -57,6 +57,11 @@ struct ngShmem {
   struct ngConnInfo ringRecv;
   struct ngConnInfo ringSend;
   int32_t ringConns;
+  // DIRECT: every rank's mailbox area (the first nRanks entries of
+  // comm.direct), copied before the wait by RING kernels on communicators
+  // with DIRECT; directAreas says they are there (ngDirectAreaOf).
+  uint64_t directArea[NG_DIRECT_MAX_RANKS];
+  int32_t directAreas;
 #ifdef NG_TRACE
   uint64_t traceClock[8]; // NG_TRACE: clock64 at the kernel's marks (ngTraceMark)
   uint64_t traceWaited;    // NG_TRACE: %globaltimer when the wait for the prior grids returned
@@ -369,12 +374,17 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     sh.onePassRanks = 0;
   }
   if (tid == 65) sh.ringConns = 0;
+  if (tid == 66) sh.directAreas = 0;
   __syncthreads();
   if constexpr (RingConns) {
     // Uniform over the block: the arguments and the shared copies.
     const int prev = sh.channel.ring.prev, next = sh.channel.ring.next, n = sh.comm.nRanks;
-    if (!(args.flags & NG_ARGS_ONE_PASS) && sh.channel.peers != 0 && n > 1 && prev >= 0 && prev < n && next >= 0 &&
-        next < n) {
+    const bool onePass = (args.flags & NG_ARGS_ONE_PASS) != 0;
+    const bool ring = !onePass && sh.channel.peers != 0 && n > 1 && prev >= 0 && prev < n && next >= 0 && next < n;
+    // The mailbox table's first nRanks entries are written at setup, like
+    // the connections (threads 96..127: a block has at least 128).
+    const bool direct = !onePass && sh.comm.direct != 0 && n > 1 && n <= NG_DIRECT_MAX_RANKS;
+    if (ring) {
       constexpr int kWords = (int)(sizeof(struct ngConnInfo) / 8);
       static_assert(sizeof(struct ngConnInfo) % 8 == 0 && kWords <= 32, "ngKernelMain copies a connection by words");
       const struct ngDevPeer* peers = reinterpret_cast<const struct ngDevPeer*>(sh.channel.peers);
@@ -385,8 +395,16 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
       } else if (tid == 64) {
         sh.ringConns = 1;
       }
-      __syncthreads();
     }
+    if (direct) {
+      static_assert(NG_DIRECT_MAX_RANKS <= 32, "ngKernelMain copies the mailbox table with threads 96..127");
+      if (tid >= 96 && tid < 96 + n) {
+        sh.directArea[tid - 96] = reinterpret_cast<const uint64_t*>(sh.comm.direct)[tid - 96];
+      } else if (tid == 66) {
+        sh.directAreas = 1;
+      }
+    }
+    if (ring || direct) __syncthreads();
   }
   ngTraceMark(&sh, 1);
   // NG_KERNEL_PROGRAMMATIC: the host may have launched this kernel before
