@@ -236,6 +236,11 @@ struct ngOnePassOf<NG_COLL_AllReduce, T, Op> {
   typedef ngAllReduceOnePassEntry<T> type;
 };
 
+template <typename T, typename Op>
+struct ngDirectLLOf<NG_COLL_AllReduce, T, Op> {
+  typedef ngAllReduceDirectLLEntry<T, Op> type;
+};
+
 template <typename T, typename Op, int Algo, int Proto>
 struct ngCollFunc<NG_COLL_AllReduce, T, Op, Algo, Proto> {
   static __device__ __forceinline__ void run(struct ngShmem* sh) {

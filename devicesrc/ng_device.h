@@ -297,6 +297,30 @@ struct ngOnePassOf {
   typedef ngNoOnePass type;
 };
 
+// ngNoDirectLL stands for "no inline DIRECT LL one-shot": the kernel's
+// collective has none (DIRECT's LL one-shot is AllReduce's).
+struct ngNoDirectLL {
+  static __device__ __forceinline__ bool run(struct ngShmem*) { return false; }
+};
+
+// ngDirectLLOf<Coll, T, Op>::type runs a DIRECT work's LL one-shot inline
+// when the work takes it, and reports whether it did: ngNoDirectLL but
+// where a collective's header specializes it (all_reduce.h).
+template <int Coll, typename T, typename Op>
+struct ngDirectLLOf {
+  typedef ngNoDirectLL type;
+};
+
+// ngRunInlineDirectLL runs DirectLLF inline when fid is DirectId and the
+// work takes the LL one-shot; otherwise (or without a sibling) false.
+template <int DirectId, typename DirectLLF>
+__device__ __forceinline__ bool ngRunInlineDirectLL(struct ngShmem* sh, int fid) {
+  if constexpr (DirectId >= 0) {
+    if (fid == DirectId) return DirectLLF::run(sh);
+  }
+  return false;
+}
+
 // FnId: the function this kernel inlines (-1: none; -2: report every work
 // unsupported); F: that function. SimpleId and SimpleF: a second function
 // inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
@@ -305,9 +329,11 @@ struct ngOnePassOf {
 // which runs a one-pass launch (NG_ARGS_ONE_PASS_ENTRY) straight from the
 // arguments, without the work loop's shared state, barriers and table call.
 // RingConns: copy the channel's ring connections into shared memory before
-// the wait (a RING kernel's works start with them).
+// the wait (a RING kernel's works start with them). DirectId and
+// DirectLLF: the DIRECT sibling of a RING LL kernel's function, whose LL
+// one-shot (small AllReduces) runs inline (ngDirectLLOf), or -1.
 template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc, typename OnePassF = ngNoOnePass,
-          bool RingConns = false>
+          bool RingConns = false, int DirectId = -1, typename DirectLLF = ngNoDirectLL>
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
@@ -434,6 +460,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     } else if (FnId >= 0 && fid == FnId) {
       F(&sh);
     } else if (ngRunInlineSimple<SimpleId, SimpleF>(&sh, fid)) {
+    } else if (ngRunInlineDirectLL<DirectId, DirectLLF>(&sh, fid)) {
     } else {
       ngRunWorkDispatch(&sh, fid);
     }
@@ -478,21 +505,26 @@ struct ngCollFunc;
 // Before sm_90, ptxas cannot fit the SIMPLE engine next to LL within the
 // kernels' 96 registers without spilling (measured with nvcc 13: 152 bytes on
 // sm_80), so there the sibling stays behind the table call.
+// directId, the table id of a RING LL kernel's DIRECT sibling (or -1),
+// is inlined on the same arches.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define NG_INLINE_SIMPLE_ID(id) (-1)
+#define NG_INLINE_DIRECT_ID(id) (-1)
 #else
 #define NG_INLINE_SIMPLE_ID(id) (id)
+#define NG_INLINE_DIRECT_ID(id) (id)
 #endif
 #if defined(__CUDA_ARCH__)
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId)                   \
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId, directId)               \
   NG_KERNEL_SIGNATURE(sym) {                                                                \
     ngKernelMain<fnId, &ngDevFunc_##sym, NG_INLINE_SIMPLE_ID(simpleId),                     \
                  ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>, \
                  typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type,              \
-                 NG_ALGO_##Algo == NG_ALGO_RING>(args);                                       \
+                 NG_ALGO_##Algo == NG_ALGO_RING, NG_INLINE_DIRECT_ID(directId),             \
+                 typename ngDirectLLOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type>(args);       \
   }
 #else
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId) \
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId, directId) \
   NG_KERNEL_SIGNATURE(sym) { (void)args; }
 #endif
 

@@ -134,6 +134,10 @@ type cFunc struct {
 	// SimpleID is, for a RING LL kernel, the table id of its function's
 	// SIMPLE sibling, which the kernel runs inline too; -1 otherwise.
 	SimpleID int
+	// DirectID is, for a RING LL AllReduce kernel, the table id of its
+	// function's DIRECT sibling, whose LL one-shot the kernel runs inline
+	// too; -1 otherwise.
+	DirectID int
 }
 
 func newCFunc(s *kspace.Space, f kspace.Func) cFunc {
@@ -175,6 +179,7 @@ func emitUnit(s *kspace.Space, u kspace.Unit) ([]byte, error) {
 	for _, k := range u.Kernels {
 		c := newCFunc(s, k)
 		c.SimpleID = simpleSibling(s, k)
+		c.DirectID = directSibling(s, k)
 		data.Kernels = append(data.Kernels, c)
 	}
 	return execTemplate("unit.cu.tmpl", data)
@@ -192,6 +197,23 @@ func simpleSibling(s *kspace.Space, k kspace.Func) int {
 	}
 	sib := k
 	sib.Proto = kspace.Simple
+	if !kspace.Implemented(sib.Coll, sib.Algo) {
+		return -1
+	}
+	return s.FuncID(sib)
+}
+
+// directSibling is the table id of the DIRECT variant of a RING LL
+// AllReduce kernel's function when the space has it and ncclgo implements
+// it, else -1: DIRECT's LL one-shot, the smallest AllReduces' path, then
+// runs without the table call. Not for the fp8 types, as simpleSibling.
+func directSibling(s *kspace.Space, k kspace.Func) int {
+	if k.Kind != kspace.Ordinary || k.Coll != kspace.AllReduce || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
+		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
+		return -1
+	}
+	sib := k
+	sib.Algo, sib.Proto = kspace.Direct, kspace.Simple
 	if !kspace.Implemented(sib.Coll, sib.Algo) {
 		return -1
 	}

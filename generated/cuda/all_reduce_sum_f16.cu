@@ -19,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL128, AllReduce, Sum, half, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_SIMPLE, AllReduce, Sum, half, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 272, 274)
-NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 275, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 272, 274, 269)
+NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 275, -1, -1)

@@ -19,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL128, AllReduce, Sum, double, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_SIMPLE, AllReduce, Sum, double, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 294, 296)
-NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 297, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 294, 296, 291)
+NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 297, -1, -1)

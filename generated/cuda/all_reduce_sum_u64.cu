@@ -19,5 +19,5 @@ NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL128, AllReduce, Sum, uint64_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_SIMPLE, AllReduce, Sum, uint64_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 334, 336)
-NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 337, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 334, 336, 331)
+NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 337, -1, -1)

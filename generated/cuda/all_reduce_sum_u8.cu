@@ -13,5 +13,5 @@ NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL128, AllReduce, Sum, uint8_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_SIMPLE, AllReduce, Sum, uint8_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 343, 345)
-NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 346, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 343, 345, 342)
+NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 346, -1, -1)

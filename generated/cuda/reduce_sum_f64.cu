@@ -7,4 +7,4 @@ NG_DEV_FUNC(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_f64_RING_LL128, Reduce, Sum, double, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_f64_RING_SIMPLE, Reduce, Sum, double, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL, 470, 472)
+NG_DEV_KERNEL(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL, 470, 472, -1)
