@@ -167,25 +167,33 @@ func BenchmarkGenerateFull(b *testing.B) {
 }
 
 // TestKernelSimpleSibling: a RING LL kernel names its SIMPLE sibling's table
-// id (which it runs inline), and nothing when the filter leaves it out; TREE
-// kernels never do.
+// id and, for AllReduce, its DIRECT sibling's (both run inline), and
+// nothing when the filter leaves one out; TREE kernels never do.
 func TestKernelSimpleSibling(t *testing.T) {
 	s, err := kspace.NewSpace(kspace.MustParseFilter("AllReduce Sum f32 * *"))
 	require.NoError(t, err)
-	simple := s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.Ring, Proto: kspace.Simple})
+	fn := func(a kspace.Algo, p kspace.Proto) int {
+		return s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: a, Proto: p})
+	}
+	simple, direct := fn(kspace.Ring, kspace.Simple), fn(kspace.Direct, kspace.Simple)
 	require.GreaterOrEqual(t, simple, 0)
+	require.GreaterOrEqual(t, direct, 0)
 	files, err := Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 * *")})
 	require.NoError(t, err)
 	unit := string(files["cuda/all_reduce_sum_f32.cu"])
-	assert.Contains(t, unit, fmt.Sprintf("NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, %d, %d)",
-		s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: kspace.Ring, Proto: kspace.LL}), simple))
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_TREE_LL, .*, -1\)`, unit)
+	assert.Contains(t, unit, fmt.Sprintf("NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, %d, %d, %d)",
+		fn(kspace.Ring, kspace.LL), simple, direct))
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_TREE_LL, .*, -1, -1\)`, unit)
 
 	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f8e4m3 RING *")})
 	require.NoError(t, err)
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f8e4m3_RING_LL, .*, -1\)`, string(files["cuda/all_reduce_sum_f8e4m3.cu"]), "fp8 keeps SIMPLE behind the table")
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f8e4m3_RING_LL, .*, -1, -1\)`, string(files["cuda/all_reduce_sum_f8e4m3.cu"]), "fp8 keeps its siblings behind the table")
+
+	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllGather * *")})
+	require.NoError(t, err)
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllGather_RING_LL, .*, -1\)`, string(files["cuda/all_gather.cu"]), "only AllReduce's DIRECT has an LL one-shot")
 
 	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 RING LL")})
 	require.NoError(t, err)
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_RING_LL, .*, -1\)`, string(files["cuda/all_reduce_sum_f32.cu"]))
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_RING_LL, .*, -1, -1\)`, string(files["cuda/all_reduce_sum_f32.cu"]))
 }
