@@ -311,7 +311,8 @@ __device__ __forceinline__ void ngDirectCopy(const ngGroup& g, const T* src, T* 
 // LL line: the flag travels in the same 8 bytes as each data word, so a
 // reader that sees the flag sees the data). The rank's slot counts its LL
 // one-shots on the channel (llSeq, zero at setup). Call s:
-//   1. every thread reads s; threads < nRanks put every rank's buffer s&1
+//   1. every thread loads its first line of src and reads s (the two
+//      loads overlap); threads < nRanks put every rank's buffer s&1
 //      address in sh->directSend; threads store the rank's share as LL
 //      lines with flag ngLLFlag(s) (never 0, so zeroed memory never
 //      matches) into the rank's own buffer s&1;
@@ -387,6 +388,11 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   // without lines would let a rank run ahead of its peers unchecked.
   if (nbytes <= 0) return;
   const int n = sh->comm.nRanks, me = sh->comm.rank;
+  const int nLines = (nbytes + 7) / 8;
+  // The thread's first line of its share, loaded before the call count so
+  // that the two loads overlap (the count's volatile load, a "memory"
+  // clobber, would keep this one after it).
+  const uint64_t first = g.tid < nLines ? ngLoadPack8(src, g.tid, nbytes) : 0;
   struct ngDirectSlot* mine = ngDirectSlotOf(sh, me);
   const uint64_t seq = ngLdVolatile(&mine->llSeq);
 #ifdef NG_TRACE
@@ -394,14 +400,13 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
 #endif
   const int parity = (int)(seq & 1);
   const uint32_t flag = ngLLFlag(seq);
-  const int nLines = (nbytes + 7) / 8;
   const int nWrite = (seq & (NG_DIRECT_LL_FULL_PERIOD - 1)) < 2 ? NG_DIRECT_LL_LINES : nLines;
   uint4* own = ngDirectLLBuf(sh, me, parity);
   // The peers' addresses first: their loads overlap the ones above (the
   // stores' "memory" clobber would keep them after the stores).
   for (int p = g.tid; p < n; p += g.nThreads) sh->directSend[p] = (uint64_t)(uintptr_t)ngDirectLLBuf(sh, p, parity);
   for (int line = g.tid; line < nWrite; line += g.nThreads)
-    ngDirectLLStore(own + line, line < nLines ? ngLoadPack8(src, line, nbytes) : 0, flag);
+    ngDirectLLStore(own + line, line == g.tid ? first : line < nLines ? ngLoadPack8(src, line, nbytes) : 0, flag);
   ngBarrier(g);
   ngTraceMark(sh, 3); // the rank's lines stored
   if (g.tid == 0) ngStVolatile(&mine->llSeq, seq + 1);
@@ -421,7 +426,7 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
         if (p < n) {
           uint64_t r;
           if (p == me) {
-            r = ngLoadPack8(src, line, nbytes);
+            r = line == g.tid ? first : ngLoadPack8(src, line, nbytes);
           } else {
             if (!ngDirectLLWait(sh, reinterpret_cast<const uint4*>(sh->directSend[p]) + line, v[j], flag)) return;
             r = (uint64_t)v[j].x | ((uint64_t)v[j].z << 32);
