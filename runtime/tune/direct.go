@@ -54,11 +54,13 @@ const (
 	directLLPerPeer      = 0.05 // µs: a thread loads 8 peers' lines at once
 	// directLLOneGPUSaving is what the LL one-shot saves against RING/LL's
 	// one hop (2 ranks) when every rank is on one GPU. Measured on one
-	// H200, 2 processes under MPS, 8 B (session 12): nccl-tests eager 6.27
-	// µs (DIRECT) against 6.30 (RING), under graph replay (-G 100) 4.57
-	// against 3.50. No saving, then: on 2 ranks the two tie at the
-	// smallest sizes and the ring, considered first, keeps them.
-	directLLOneGPUSaving = 0.0  // µs
+	// H200 (session 24, after RING LL kernels ran the one-shot inline
+	// instead of through the table call, which had cost it 1.4 µs a
+	// call), per 8 B AllReduce replayed in a graph per rank (ncclperf -g 2
+	// -G 100): 2.36-2.69 µs DIRECT against 2.33-3.55 RING/LL, and from
+	// 128 B to 8 KiB 2.23-2.59 against 2.56-3.19; 2 processes under MPS
+	// (nccl-tests -G 100 over MPI): 2.21-2.22 against 2.28.
+	directLLOneGPUSaving = 0.3  // µs
 	directHBMBW          = 3600 // GB/s: ~75% of the H200's 4.8 TB/s
 	// directLLBytes is the largest channel share that the device runs as
 	// the LL one-shot, directOneShotBytes the largest it runs one-shot.

@@ -255,9 +255,9 @@ func h200Across(nRanks int) Topology {
 // one-shot only: the tuner takes it from 8 B up to directLLBytes on 3-8
 // ranks of one GPU (one LL exchange, where RING/LL takes 2(n-1) hops),
 // never above DirectLLLimit, and never for the other collectives. On 2
-// ranks RING/LL is one hop too (ringOneHop) and measured no slower at 8 B
-// (directLLOneGPUSaving is 0): the ring keeps the smallest calls, and
-// DIRECT takes a size only where its model is strictly below the ring's.
+// ranks RING/LL is one hop too (ringOneHop); the one-shot measured faster
+// all the same (directLLOneGPUSaving), and takes the smallest calls too,
+// only where its model is strictly below the ring's.
 func TestDirectLLAcrossProcesses(t *testing.T) {
 	two := newTuner(t, h200Across(2), nil, nil)
 	twoRing := newTuner(t, h200(2), map[string]string{"NCCL_ALGO": "ring", "NCCL_PROTO": "LL"}, nil)
@@ -265,7 +265,7 @@ func TestDirectLLAcrossProcesses(t *testing.T) {
 		ch, err := two.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
 		require.NoError(t, err)
 		if b <= 8 {
-			assert.Equal(t, kspace.Ring, ch.Algo, "2 ranks, %d bytes: %v", b, ch)
+			assert.Equal(t, kspace.Direct, ch.Algo, "2 ranks, %d bytes: %v", b, ch)
 		}
 		if ch.Algo == kspace.Direct {
 			r, err := twoRing.Choose(kspace.AllReduce, kspace.Sum, kspace.F32, b)
