@@ -62,6 +62,9 @@ struct ngShmem {
   // with DIRECT; directAreas says they are there (ngDirectAreaOf).
   uint64_t directArea[NG_DIRECT_MAX_RANKS];
   int32_t directAreas;
+  // The table entry of the slot's first work, loaded before the wait
+  // (the table is written at module load), or null.
+  void (*firstFn)(struct ngShmem*);
 #ifdef NG_TRACE
   uint64_t traceClock[8]; // NG_TRACE: clock64 at the kernel's marks (ngTraceMark)
   uint64_t traceWaited;    // NG_TRACE: %globaltimer when the wait for the prior grids returned
@@ -231,7 +234,11 @@ __device__ __forceinline__ int ngNthSetBit(uint64_t mask, int n) {
   return mask ? __ffsll((long long)mask) - 1 : -1;
 }
 
-__device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid) {
+__device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid, ngDevFuncPtr_t pre) {
+  if (pre != nullptr) {
+    pre(sh);
+    return;
+  }
   if (fid >= 0 && fid < ngDevFuncCount) {
     ngDevFuncPtr_t f = ngDevFuncTable[fid];
     if (f != nullptr) {
@@ -402,6 +409,13 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   if (tid == 65) sh.ringConns = 0;
   if (tid == 66) sh.directAreas = 0;
   __syncthreads();
+  if (tid == 67) {
+    // The first work's table entry, where the work loop will call through
+    // the table (the entry's global load overlaps the wait below).
+    const int fid = wBegin < wEnd ? sh.work.funcId : -1;
+    const bool inlined = fid == FnId || fid == SimpleId || fid == DirectId;
+    sh.firstFn = (fid >= 0 && fid < ngDevFuncCount && !inlined) ? ngDevFuncTable[fid] : nullptr;
+  }
   if constexpr (RingConns) {
     // Uniform over the block: the arguments and the shared copies.
     const int prev = sh.channel.ring.prev, next = sh.channel.ring.next, n = sh.comm.nRanks;
@@ -462,7 +476,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     } else if (ngRunInlineSimple<SimpleId, SimpleF>(&sh, fid)) {
     } else if (ngRunInlineDirectLL<DirectId, DirectLLF>(&sh, fid)) {
     } else {
-      ngRunWorkDispatch(&sh, fid);
+      ngRunWorkDispatch(&sh, fid, w == wBegin ? sh.firstFn : nullptr);
     }
     __syncthreads();
     if (ngAborted(&sh)) break;
