@@ -11,7 +11,10 @@
 // visibility plus the poll that sees it.
 //
 // Usage: flaglat [iterations] [pairs...] where a pair is A:B (SM ids);
-// default 20000 iterations over a spread of pairs. Build and run:
+// default 20000 iterations over a spread of pairs. First comes one SM's
+// load latency, then the first pair's volatile ping-pong with the words
+// moved through 64 KiB (does the address, hence the L2 slice, matter?),
+// then every pair by flavour and word spacing. Build and run:
 // bash tests/flaglat/run.sh.
 #include <cstdio>
 #include <cstdlib>
@@ -169,6 +172,22 @@ int main(int argc, char** argv) {
   chase<<<1, 32>>>(words, iters, out);
   CHECK(cudaDeviceSynchronize());
   printf("one SM's dependent volatile load (L2 round trip), SM %u: %.0f cycles\n", out->smA, (double)out->cycles / iters);
+
+  // Address sweep (volatile, the first pair): the L2 slice a word lands
+  // in follows its address, and a slice in the far half of the L2 costs
+  // more; two words 128 bytes apart, moved through 64 KiB in 4 KiB steps.
+  {
+    const auto [x, y] = pairs[0];
+    printf("address sweep, SMs %d:%d, volatile:", x, y);
+    for (int base = 0; base < 16 * 1024; base += 1024) {  // in words: 4 KiB steps
+      CHECK(cudaMemset(words, 0, 1 << 20));
+      out->cycles = -1;
+      kernels[kVolatile]<<<nsm, 32, smem>>>(words + base, 32, iters, (uint32_t)x, (uint32_t)y, 0, out);
+      CHECK(cudaDeviceSynchronize());
+      printf(" %.0f", out->cycles < 0 ? -1.0 : (double)out->cycles / iters / 2);
+    }
+    printf(" cycles\n");
+  }
 
   for (auto [x, y] : pairs) {
     for (int stride : {1, 32, 4096}) {  // same 128-byte line, next line, 16 KiB apart
