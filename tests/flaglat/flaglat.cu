@@ -91,6 +91,19 @@ __device__ __forceinline__ void waitFor(const uint32_t* p, uint32_t v, long long
   }
 }
 
+// waitBounded polls p for v for at most budget cycles: the handshake,
+// where the other block may not exist (an SM id that no SM has).
+__device__ __forceinline__ bool waitBounded(const uint32_t* p, uint32_t v, long long budget) {
+  const long long t = clock64();
+  while (ld<kVolatile>(p) != v) {
+    if (clock64() - t > budget) return false;
+  }
+  return true;
+}
+
+// The handshake's budget: about a second at 2 GHz.
+#define FLAGLAT_HANDSHAKE_CYCLES 2000000000ll
+
 struct Result {
   long long cycles;
   unsigned long long ns;
@@ -106,7 +119,7 @@ __global__ void pingpong(uint32_t* words, int stride, int iters, uint32_t smA, u
   uint32_t* a = words;           // the pinger's word
   uint32_t* b = words + stride;  // the ponger's word
   if (me == smA) {
-    waitFor<kVolatile>(b, 0xFFFFFFFFu, 0);  // the ponger is resident
+    if (!waitBounded(b, 0xFFFFFFFFu, FLAGLAT_HANDSHAKE_CYCLES)) return;  // no ponger: no result
     unsigned long long g0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
     const long long t0 = clock64();
@@ -123,6 +136,7 @@ __global__ void pingpong(uint32_t* words, int stride, int iters, uint32_t smA, u
     out->smB = smB;
   } else {
     st<kVolatile>(b, 0xFFFFFFFFu);
+    if (!waitBounded(a, 1u, FLAGLAT_HANDSHAKE_CYCLES)) return;  // no pinger
     for (int i = 1; i <= iters; i++) {
       waitFor<F>(a, (uint32_t)i, gap);
       st<F>(b, (uint32_t)i);
