@@ -186,35 +186,35 @@ func emitUnit(s *kspace.Space, u kspace.Unit) ([]byte, error) {
 }
 
 // simpleSibling is the table id of the SIMPLE variant of a RING LL
-// kernel's function when the space has it and ncclgo implements it, else
-// -1. Only RING, and not for the fp8 types: the TREE SIMPLE engine and the
-// fp8 conversions need more registers than a kernel has (ptxas would spill
-// in the kernel's LL path too), so those stay behind the table call.
+// kernel's function (ringLLSibling), which the kernel runs inline.
 func simpleSibling(s *kspace.Space, k kspace.Func) int {
-	if k.Kind != kspace.Ordinary || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
-		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
-		return -1
-	}
 	sib := k
 	sib.Proto = kspace.Simple
-	if !kspace.Implemented(sib.Coll, sib.Algo) {
-		return -1
-	}
-	return s.FuncID(sib)
+	return ringLLSibling(s, k, sib)
 }
 
 // directSibling is the table id of the DIRECT variant of a RING LL
-// AllReduce kernel's function when the space has it and ncclgo implements
-// it, else -1: DIRECT's LL one-shot, the smallest AllReduces' path, then
-// runs without the table call. Not for the fp8 types, as simpleSibling.
+// AllReduce kernel's function (ringLLSibling), else -1: DIRECT's LL
+// one-shot, the smallest AllReduces' path, then runs without the table
+// call.
 func directSibling(s *kspace.Space, k kspace.Func) int {
-	if k.Kind != kspace.Ordinary || k.Coll != kspace.AllReduce || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
-		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
+	if k.Coll != kspace.AllReduce {
 		return -1
 	}
 	sib := k
 	sib.Algo, sib.Proto = kspace.Direct, kspace.Simple
-	if !kspace.Implemented(sib.Coll, sib.Algo) {
+	return ringLLSibling(s, k, sib)
+}
+
+// ringLLSibling is the table id of sib, a variant of RING LL kernel k's
+// function, when the space has it and ncclgo implements it, else -1; -1
+// for any other kernel too, and for the fp8 types: the TREE SIMPLE engine
+// and the fp8 conversions need more registers than a kernel has (ptxas
+// would spill in the kernel's LL path too), so those stay behind the
+// table call.
+func ringLLSibling(s *kspace.Space, k, sib kspace.Func) int {
+	if k.Kind != kspace.Ordinary || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
+		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 || !kspace.Implemented(sib.Coll, sib.Algo) {
 		return -1
 	}
 	return s.FuncID(sib)
