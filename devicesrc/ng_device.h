@@ -5,7 +5,8 @@
 //
 //   * the macros the generated code expands (NG_DEV_FUNC, NG_DEV_FUNC_UNSUPPORTED,
 //     NG_DEV_FUNC_DECL, NG_DEV_FUNC_PTR, NG_DEV_FUNC_NOP, NG_DEV_KERNEL,
-//     NG_DEV_KERNEL_NOP, NG_DEV_KERNEL_GENERIC) and ngDevFuncPtr_t;
+//     NG_INLINE_FUNC, NG_INLINE_DIRECT_LL, NG_DEV_KERNEL_NOP,
+//     NG_DEV_KERNEL_GENERIC) and ngDevFuncPtr_t;
 //   * the block-shared state (struct ngShmem) every device function receives;
 //   * the kernel work loop (ngKernelMain).
 //
@@ -252,23 +253,63 @@ __device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid, n
   }
 }
 
-// ngNoFunc stands for "no second inlined function".
-struct ngNoFunc {
-  static __device__ __forceinline__ void run(struct ngShmem*) {}
+// ---- functions a kernel runs without the table call ----------------------------
+//
+// Besides its own function, a kernel may run some of its siblings inline
+// (the generator lists them, gen.inlineSiblings): each is an ngInlineFunc
+// (runs every work of its id) or an ngInlineEntry (runs the works of its
+// id it can, reporting which; the others go through the table), gathered
+// in an ngInlineSet that the work loop asks before the table call. Before
+// sm_90 the set is empty (NG_INLINE_SIBLINGS): ptxas cannot fit the SIMPLE
+// engine next to LL within the kernels' 96 registers there without
+// spilling (measured with nvcc 13: 152 bytes on sm_80).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define NG_INLINE_SIBLINGS 0
+#else
+#define NG_INLINE_SIBLINGS 1
+#endif
+
+// ngInlineFunc runs F (an ngCollFunc) for the works of function Id.
+template <int Id, typename F>
+struct ngInlineFunc {
+  static constexpr int kId = Id;
+  static constexpr bool kAlways = true;
+  static __device__ __forceinline__ bool run(struct ngShmem* sh) {
+    F::run(sh);
+    return true;
+  }
 };
 
-// ngRunInlineSimple runs SimpleF inline when fid is SimpleId; without a
-// sibling (SimpleId < 0) it compiles to nothing.
-template <int SimpleId, typename SimpleF>
-__device__ __forceinline__ bool ngRunInlineSimple(struct ngShmem* sh, int fid) {
-  if constexpr (SimpleId >= 0) {
-    if (fid == SimpleId) {
-      SimpleF::run(sh);
-      return true;
+// ngInlineEntry runs the works of function Id that E::run takes, and
+// reports whether it took the work.
+template <int Id, typename E>
+struct ngInlineEntry {
+  static constexpr int kId = Id;
+  static constexpr bool kAlways = false;
+  static __device__ __forceinline__ bool run(struct ngShmem* sh) { return E::run(sh); }
+};
+
+// ngInlineSet runs a work inline when one of its members takes it.
+template <typename... S>
+struct ngInlineSet {
+  // run reports whether a member ran the work of function fid.
+  static __device__ __forceinline__ bool run(struct ngShmem* sh, int fid) {
+    if constexpr (NG_INLINE_SIBLINGS && sizeof...(S) > 0) {
+      return ((fid == S::kId && S::run(sh)) || ...);
     }
+    (void)sh;
+    (void)fid;
+    return false;
   }
-  return false;
-}
+  // always reports whether every work of function fid runs inline.
+  static __device__ __forceinline__ bool always(int fid) {
+    if constexpr (NG_INLINE_SIBLINGS && sizeof...(S) > 0) {
+      return ((fid == S::kId && S::kAlways) || ...);
+    }
+    (void)fid;
+    return false;
+  }
+};
 
 // ngWaitPriorGrids waits until the grids this kernel depends on have
 // completed and their memory operations are visible (PTX
@@ -304,43 +345,33 @@ struct ngOnePassOf {
   typedef ngNoOnePass type;
 };
 
-// ngNoDirectLL stands for "no inline DIRECT LL one-shot": the kernel's
+// ngNoDirectLL stands for "no DIRECT LL one-shot": the kernel's
 // collective has none (DIRECT's LL one-shot is AllReduce's).
 struct ngNoDirectLL {
   static __device__ __forceinline__ bool run(struct ngShmem*) { return false; }
 };
 
-// ngDirectLLOf<Coll, T, Op>::type runs a DIRECT work's LL one-shot inline
-// when the work takes it, and reports whether it did: ngNoDirectLL but
-// where a collective's header specializes it (all_reduce.h).
+// ngDirectLLOf<Coll, T, Op>::type runs a DIRECT work's LL one-shot and
+// reports whether it did (not when the work's share is larger):
+// ngNoDirectLL but where a collective's header specializes it
+// (all_reduce.h). A RING LL kernel runs it inline as an ngInlineEntry.
 template <int Coll, typename T, typename Op>
 struct ngDirectLLOf {
   typedef ngNoDirectLL type;
 };
 
-// ngRunInlineDirectLL runs DirectLLF inline when fid is DirectId and the
-// work takes the LL one-shot; otherwise (or without a sibling) false.
-template <int DirectId, typename DirectLLF>
-__device__ __forceinline__ bool ngRunInlineDirectLL(struct ngShmem* sh, int fid) {
-  if constexpr (DirectId >= 0) {
-    if (fid == DirectId) return DirectLLF::run(sh);
-  }
-  return false;
-}
-
 // FnId: the function this kernel inlines (-1: none; -2: report every work
-// unsupported); F: that function. SimpleId and SimpleF: a second function
-// inlined too (the SIMPLE sibling of a RING LL kernel's function, so that
-// large calls run without the table call's register saves), or -1.
+// unsupported); F: that function. Inline: its siblings that run without
+// the table call too (an ngInlineSet; the SIMPLE sibling of a RING LL
+// kernel's function, so that large calls skip the table call's register
+// saves, and its type's DIRECT LL one-shots, the smallest AllReduces).
 // OnePassF: the one-pass entry of F's collective and type (ngOnePassOf),
 // which runs a one-pass launch (NG_ARGS_ONE_PASS_ENTRY) straight from the
 // arguments, without the work loop's shared state, barriers and table call.
 // RingConns: copy the channel's ring connections into shared memory before
-// the wait (a RING kernel's works start with them). DirectId and
-// DirectLLF: the DIRECT sibling of a RING LL kernel's function, whose LL
-// one-shot (small AllReduces) runs inline (ngDirectLLOf), or -1.
-template <int FnId, ngDevFuncPtr_t F, int SimpleId = -1, typename SimpleF = ngNoFunc, typename OnePassF = ngNoOnePass,
-          bool RingConns = false, int DirectId = -1, typename DirectLLF = ngNoDirectLL>
+// the wait (a RING kernel's works start with them).
+template <int FnId, ngDevFuncPtr_t F, typename Inline = ngInlineSet<>, typename OnePassF = ngNoOnePass,
+          bool RingConns = false>
 __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
   __shared__ struct ngShmem sh;
   const int tid = threadIdx.x;
@@ -413,7 +444,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
     // The first work's table entry, where the work loop will call through
     // the table (the entry's global load overlaps the wait below).
     const int fid = wBegin < wEnd ? sh.work.funcId : -1;
-    const bool inlined = fid == FnId || fid == SimpleId || fid == DirectId;
+    const bool inlined = fid == FnId || Inline::always(fid);
     sh.firstFn = (fid >= 0 && fid < ngDevFuncCount && !inlined) ? ngDevFuncTable[fid] : nullptr;
   }
   if constexpr (RingConns) {
@@ -473,8 +504,7 @@ __device__ __forceinline__ void ngKernelMain(const struct ngKernelArgs& args) {
       ngDevFuncUnsupported(&sh);
     } else if (FnId >= 0 && fid == FnId) {
       F(&sh);
-    } else if (ngRunInlineSimple<SimpleId, SimpleF>(&sh, fid)) {
-    } else if (ngRunInlineDirectLL<DirectId, DirectLLF>(&sh, fid)) {
+    } else if (Inline::run(&sh, fid)) {
     } else {
       ngRunWorkDispatch(&sh, fid, w == wBegin ? sh.firstFn : nullptr);
     }
@@ -513,32 +543,22 @@ struct ngCollFunc;
   ngDevKernel_##sym(__grid_constant__ struct ngKernelArgs const args)
 
 // The host pass only needs the kernel's stub; the device function it inlines
-// may be defined for some device architectures only. simpleId is the table
-// id of the kernel's SIMPLE sibling (same collective, op, type and
-// algorithm), which runs inline as well, or -1.
-// Before sm_90, ptxas cannot fit the SIMPLE engine next to LL within the
-// kernels' 96 registers without spilling (measured with nvcc 13: 152 bytes on
-// sm_80), so there the sibling stays behind the table call.
-// directId, the table id of a RING LL kernel's DIRECT sibling (or -1),
-// is inlined on the same arches.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define NG_INLINE_SIMPLE_ID(id) (-1)
-#define NG_INLINE_DIRECT_ID(id) (-1)
-#else
-#define NG_INLINE_SIMPLE_ID(id) (id)
-#define NG_INLINE_DIRECT_ID(id) (id)
-#endif
+// may be defined for some device architectures only. After fnId come the
+// siblings the kernel runs inline too (NG_INLINE_FUNC, NG_INLINE_DIRECT_LL;
+// none for most kernels): see ngInlineSet.
+#define NG_INLINE_FUNC(id, Coll, RedOp, T, Algo, Proto) \
+  ngInlineFunc<id, ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_##Proto>>
+#define NG_INLINE_DIRECT_LL(id, Coll, RedOp, T) \
+  ngInlineEntry<id, typename ngDirectLLOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type>
 #if defined(__CUDA_ARCH__)
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId, directId)               \
-  NG_KERNEL_SIGNATURE(sym) {                                                                \
-    ngKernelMain<fnId, &ngDevFunc_##sym, NG_INLINE_SIMPLE_ID(simpleId),                     \
-                 ngCollFunc<NG_COLL_##Coll, T, ngOp##RedOp<T>, NG_ALGO_##Algo, NG_PROTO_SIMPLE>, \
-                 typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type,              \
-                 NG_ALGO_##Algo == NG_ALGO_RING, NG_INLINE_DIRECT_ID(directId),             \
-                 typename ngDirectLLOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type>(args);       \
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, ...)                              \
+  NG_KERNEL_SIGNATURE(sym) {                                                                 \
+    ngKernelMain<fnId, &ngDevFunc_##sym, ngInlineSet<__VA_ARGS__>,                           \
+                 typename ngOnePassOf<NG_COLL_##Coll, T, ngOp##RedOp<T>>::type,               \
+                 NG_ALGO_##Algo == NG_ALGO_RING>(args);                                        \
   }
 #else
-#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, simpleId, directId) \
+#define NG_DEV_KERNEL(sym, Coll, RedOp, T, Algo, Proto, fnId, ...) \
   NG_KERNEL_SIGNATURE(sym) { (void)args; }
 #endif
 

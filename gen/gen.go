@@ -131,13 +131,9 @@ type cFunc struct {
 	CUDART, Arch                            int
 	Implemented                             bool
 	FuncID                                  int
-	// SimpleID is, for a RING LL kernel, the table id of its function's
-	// SIMPLE sibling, which the kernel runs inline too; -1 otherwise.
-	SimpleID int
-	// DirectID is, for a RING LL AllReduce kernel, the table id of its
-	// function's DIRECT sibling, whose LL one-shot the kernel runs inline
-	// too; -1 otherwise.
-	DirectID int
+	// Inline lists, for a kernel, the sibling functions it runs without
+	// the table call (inlineSiblings).
+	Inline []cInline
 }
 
 func newCFunc(s *kspace.Space, f kspace.Func) cFunc {
@@ -178,46 +174,57 @@ func emitUnit(s *kspace.Space, u kspace.Unit) ([]byte, error) {
 	}
 	for _, k := range u.Kernels {
 		c := newCFunc(s, k)
-		c.SimpleID = simpleSibling(s, k)
-		c.DirectID = directSibling(s, k)
+		c.Inline = inlineSiblings(s, k)
 		data.Kernels = append(data.Kernels, c)
 	}
 	return execTemplate("unit.cu.tmpl", data)
 }
 
-// simpleSibling is the table id of the SIMPLE variant of a RING LL
-// kernel's function (ringLLSibling), which the kernel runs inline.
-func simpleSibling(s *kspace.Space, k kspace.Func) int {
-	sib := k
-	sib.Proto = kspace.Simple
-	return ringLLSibling(s, k, sib)
+// cInline is a sibling function a kernel runs inline: the whole function
+// (NG_INLINE_FUNC) or, Direct, its DIRECT LL one-shot
+// (NG_INLINE_DIRECT_LL).
+type cInline struct {
+	ID                              int
+	Direct                          bool
+	Coll, RedOp, CType, Algo, Proto string
 }
 
-// directSibling is the table id of the DIRECT variant of a RING LL
-// AllReduce kernel's function (ringLLSibling), else -1: DIRECT's LL
-// one-shot, the smallest AllReduces' path, then runs without the table
-// call.
-func directSibling(s *kspace.Space, k kspace.Func) int {
-	if k.Coll != kspace.AllReduce {
-		return -1
-	}
-	sib := k
-	sib.Algo, sib.Proto = kspace.Direct, kspace.Simple
-	return ringLLSibling(s, k, sib)
-}
-
-// ringLLSibling is the table id of sib, a variant of RING LL kernel k's
-// function, when the space has it and ncclgo implements it, else -1; -1
-// for any other kernel too, and for the fp8 types: the TREE SIMPLE engine
+// inlineSiblings lists the functions a RING LL kernel runs inline besides
+// its own, each where the space has it and ncclgo implements it:
+//
+//   - its SIMPLE sibling, so that large calls skip the table call and its
+//     register saves;
+//   - for AllReduce, the DIRECT LL one-shot of every op of its type: the
+//     smallest AllReduces on ranks that share memory, where a table call
+//     cost 1.3-1.5 µs a call on the H200 (session 24).
+//
+// None for other kernels, nor for the fp8 types: the TREE SIMPLE engine
 // and the fp8 conversions need more registers than a kernel has (ptxas
-// would spill in the kernel's LL path too), so those stay behind the
-// table call.
-func ringLLSibling(s *kspace.Space, k, sib kspace.Func) int {
+// would spill in the kernel's LL path too), so those stay behind the table
+// call.
+func inlineSiblings(s *kspace.Space, k kspace.Func) []cInline {
 	if k.Kind != kspace.Ordinary || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
-		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 || !kspace.Implemented(sib.Coll, sib.Algo) {
-		return -1
+		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
+		return nil
 	}
-	return s.FuncID(sib)
+	var out []cInline
+	add := func(f kspace.Func, direct bool) {
+		if id := s.FuncID(f); id >= 0 && kspace.Implemented(f.Coll, f.Algo) {
+			c := newCFunc(s, f)
+			out = append(out, cInline{ID: id, Direct: direct, Coll: c.Coll, RedOp: c.RedOp, CType: c.CType, Algo: c.Algo, Proto: c.Proto})
+		}
+	}
+	simple := k
+	simple.Proto = kspace.Simple
+	add(simple, false)
+	if k.Coll == kspace.AllReduce {
+		for op := kspace.RedOp(0); op < kspace.NumRedOps; op++ {
+			d := k
+			d.RedOp, d.Algo, d.Proto = op, kspace.Direct, kspace.Simple
+			add(d, true)
+		}
+	}
+	return out
 }
 
 func emitDeviceTable(s *kspace.Space) ([]byte, error) {

@@ -166,34 +166,43 @@ func BenchmarkGenerateFull(b *testing.B) {
 	}
 }
 
-// TestKernelSimpleSibling: a RING LL kernel names its SIMPLE sibling's table
-// id and, for AllReduce, its DIRECT sibling's (both run inline), and
-// nothing when the filter leaves one out; TREE kernels never do.
-func TestKernelSimpleSibling(t *testing.T) {
-	s, err := kspace.NewSpace(kspace.MustParseFilter("AllReduce Sum f32 * *"))
+// TestKernelInlineSiblings: a RING LL kernel names the table ids of the
+// siblings it runs inline: its SIMPLE sibling and, for AllReduce, the
+// DIRECT function of every op of its type (no PreMulSum: DIRECT has none),
+// none that the filter leaves out; TREE kernels and fp8 kernels none.
+func TestKernelInlineSiblings(t *testing.T) {
+	filter := kspace.MustParseFilter("AllReduce * f32 * *")
+	s, err := kspace.NewSpace(filter)
 	require.NoError(t, err)
-	fn := func(a kspace.Algo, p kspace.Proto) int {
-		return s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: kspace.Sum, Type: kspace.F32, Algo: a, Proto: p})
+	fn := func(op kspace.RedOp, a kspace.Algo, p kspace.Proto) int {
+		id := s.FuncID(kspace.Func{Coll: kspace.AllReduce, RedOp: op, Type: kspace.F32, Algo: a, Proto: p})
+		require.GreaterOrEqual(t, id, 0, "%s %s %s", op, a, p)
+		return id
 	}
-	simple, direct := fn(kspace.Ring, kspace.Simple), fn(kspace.Direct, kspace.Simple)
-	require.GreaterOrEqual(t, simple, 0)
-	require.GreaterOrEqual(t, direct, 0)
-	files, err := Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 * *")})
+	files, err := Generate(Options{Filter: filter})
 	require.NoError(t, err)
 	unit := string(files["cuda/all_reduce_sum_f32.cu"])
-	assert.Contains(t, unit, fmt.Sprintf("NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, %d, %d, %d)",
-		fn(kspace.Ring, kspace.LL), simple, direct))
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_TREE_LL, .*, -1, -1\)`, unit)
+	assert.Contains(t, unit, fmt.Sprintf(`NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, %d,
+  NG_INLINE_FUNC(%d, AllReduce, Sum, float, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(%d, AllReduce, Sum, float),
+  NG_INLINE_DIRECT_LL(%d, AllReduce, Prod, float),
+  NG_INLINE_DIRECT_LL(%d, AllReduce, MinMax, float))
+`, fn(kspace.Sum, kspace.Ring, kspace.LL), fn(kspace.Sum, kspace.Ring, kspace.Simple),
+		fn(kspace.Sum, kspace.Direct, kspace.Simple), fn(kspace.Prod, kspace.Direct, kspace.Simple),
+		fn(kspace.MinMax, kspace.Direct, kspace.Simple)))
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_TREE_LL, [^\n]*, \d+\)\n`, unit)
 
-	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f8e4m3 RING *")})
+	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f8e4m3 * *")})
 	require.NoError(t, err)
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f8e4m3_RING_LL, .*, -1, -1\)`, string(files["cuda/all_reduce_sum_f8e4m3.cu"]), "fp8 keeps its siblings behind the table")
+	assert.NotContains(t, string(files["cuda/all_reduce_sum_f8e4m3.cu"]), "NG_INLINE", "fp8 keeps its siblings behind the table")
 
 	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllGather * *")})
 	require.NoError(t, err)
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllGather_RING_LL, .*, -1\)`, string(files["cuda/all_gather.cu"]), "only AllReduce's DIRECT has an LL one-shot")
+	ag := string(files["cuda/all_gather.cu"])
+	assert.Contains(t, ag, "NG_INLINE_FUNC(")
+	assert.NotContains(t, ag, "NG_INLINE_DIRECT_LL", "only AllReduce's DIRECT has an LL one-shot")
 
 	files, err = Generate(Options{Filter: kspace.MustParseFilter("AllReduce Sum f32 RING LL")})
 	require.NoError(t, err)
-	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_RING_LL, .*, -1, -1\)`, string(files["cuda/all_reduce_sum_f32.cu"]))
+	assert.Regexp(t, `NG_DEV_KERNEL\(AllReduce_Sum_f32_RING_LL, [^\n]*, \d+\)\n`, string(files["cuda/all_reduce_sum_f32.cu"]), "no sibling in the space")
 }

@@ -13,4 +13,5 @@ NG_DEV_FUNC(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(AllGather_RING_LL128, AllGather, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(AllGather_RING_SIMPLE, AllGather, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL, 4, 6, -1)
+NG_DEV_KERNEL(AllGather_RING_LL, AllGather, Copy, int8_t, RING, LL, 4,
+  NG_INLINE_FUNC(6, AllGather, Copy, int8_t, RING, SIMPLE))

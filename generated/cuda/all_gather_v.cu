@@ -7,4 +7,5 @@ NG_DEV_FUNC(AllGatherV_RING_LL, AllGatherV, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(AllGatherV_RING_LL128, AllGatherV, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(AllGatherV_RING_SIMPLE, AllGatherV, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(AllGatherV_RING_LL, AllGatherV, Copy, int8_t, RING, LL, 7, 9, -1)
+NG_DEV_KERNEL(AllGatherV_RING_LL, AllGatherV, Copy, int8_t, RING, LL, 7,
+  NG_INLINE_FUNC(9, AllGatherV, Copy, int8_t, RING, SIMPLE))

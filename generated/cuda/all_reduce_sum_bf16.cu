@@ -41,13 +41,17 @@ NG_DEV_FUNC(AllReduce_Sum_bf16_TREE_SIMPLE, AllReduce, Sum, __nv_bfloat16, TREE,
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_RING_LL, 261)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 261, 263, 258)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_RING_LL, AllReduce, Sum, __nv_bfloat16, RING, LL, 261,
+  NG_INLINE_FUNC(263, AllReduce, Sum, __nv_bfloat16, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(258, AllReduce, Sum, __nv_bfloat16),
+  NG_INLINE_DIRECT_LL(177, AllReduce, Prod, __nv_bfloat16),
+  NG_INLINE_DIRECT_LL(12, AllReduce, MinMax, __nv_bfloat16))
   #endif
 #endif
 #if CUDART_VERSION >= 11000
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(AllReduce_Sum_bf16_TREE_LL, 264)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 264, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_bf16_TREE_LL, AllReduce, Sum, __nv_bfloat16, TREE, LL, 264)
   #endif
 #endif

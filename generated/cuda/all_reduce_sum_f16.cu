@@ -19,5 +19,9 @@ NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_LL128, AllReduce, Sum, half, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f16_TREE_SIMPLE, AllReduce, Sum, half, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 272, 274, 269)
-NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 275, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f16_RING_LL, AllReduce, Sum, half, RING, LL, 272,
+  NG_INLINE_FUNC(274, AllReduce, Sum, half, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(269, AllReduce, Sum, half),
+  NG_INLINE_DIRECT_LL(186, AllReduce, Prod, half),
+  NG_INLINE_DIRECT_LL(23, AllReduce, MinMax, half))
+NG_DEV_KERNEL(AllReduce_Sum_f16_TREE_LL, AllReduce, Sum, half, TREE, LL, 275)

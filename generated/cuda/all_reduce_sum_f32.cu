@@ -19,5 +19,9 @@ NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL128, AllReduce, Sum, float, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_SIMPLE, AllReduce, Sum, float, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 283, 285, 280)
-NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 286, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 283,
+  NG_INLINE_FUNC(285, AllReduce, Sum, float, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(280, AllReduce, Sum, float),
+  NG_INLINE_DIRECT_LL(195, AllReduce, Prod, float),
+  NG_INLINE_DIRECT_LL(34, AllReduce, MinMax, float))
+NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 286)

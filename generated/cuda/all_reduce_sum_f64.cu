@@ -19,5 +19,9 @@ NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_LL128, AllReduce, Sum, double, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f64_TREE_SIMPLE, AllReduce, Sum, double, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 294, 296, 291)
-NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 297, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f64_RING_LL, AllReduce, Sum, double, RING, LL, 294,
+  NG_INLINE_FUNC(296, AllReduce, Sum, double, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(291, AllReduce, Sum, double),
+  NG_INLINE_DIRECT_LL(204, AllReduce, Prod, double),
+  NG_INLINE_DIRECT_LL(43, AllReduce, MinMax, double))
+NG_DEV_KERNEL(AllReduce_Sum_f64_TREE_LL, AllReduce, Sum, double, TREE, LL, 297)

@@ -19,5 +19,10 @@ NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL128, AllReduce, Sum, uint32_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_SIMPLE, AllReduce, Sum, uint32_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 323, 325, 320)
-NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 326, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 323,
+  NG_INLINE_FUNC(325, AllReduce, Sum, uint32_t, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(320, AllReduce, Sum, uint32_t),
+  NG_INLINE_DIRECT_LL(231, AllReduce, Prod, uint32_t),
+  NG_INLINE_DIRECT_LL(74, AllReduce, MinMax, uint32_t),
+  NG_INLINE_DIRECT_LL(351, AllReduce, SumPostDiv, uint32_t))
+NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 326)

@@ -19,5 +19,10 @@ NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_LL128, AllReduce, Sum, uint64_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u64_TREE_SIMPLE, AllReduce, Sum, uint64_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 334, 336, 331)
-NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 337, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u64_RING_LL, AllReduce, Sum, uint64_t, RING, LL, 334,
+  NG_INLINE_FUNC(336, AllReduce, Sum, uint64_t, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(331, AllReduce, Sum, uint64_t),
+  NG_INLINE_DIRECT_LL(240, AllReduce, Prod, uint64_t),
+  NG_INLINE_DIRECT_LL(85, AllReduce, MinMax, uint64_t),
+  NG_INLINE_DIRECT_LL(360, AllReduce, SumPostDiv, uint64_t))
+NG_DEV_KERNEL(AllReduce_Sum_u64_TREE_LL, AllReduce, Sum, uint64_t, TREE, LL, 337)

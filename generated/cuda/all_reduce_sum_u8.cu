@@ -13,5 +13,10 @@ NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_LL128, AllReduce, Sum, uint8_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u8_TREE_SIMPLE, AllReduce, Sum, uint8_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 343, 345, 342)
-NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 346, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u8_RING_LL, AllReduce, Sum, uint8_t, RING, LL, 343,
+  NG_INLINE_FUNC(345, AllReduce, Sum, uint8_t, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(342, AllReduce, Sum, uint8_t),
+  NG_INLINE_DIRECT_LL(249, AllReduce, Prod, uint8_t),
+  NG_INLINE_DIRECT_LL(96, AllReduce, MinMax, uint8_t),
+  NG_INLINE_DIRECT_LL(369, AllReduce, SumPostDiv, uint8_t))
+NG_DEV_KERNEL(AllReduce_Sum_u8_TREE_LL, AllReduce, Sum, uint8_t, TREE, LL, 346)

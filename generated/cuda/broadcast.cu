@@ -8,4 +8,5 @@ NG_DEV_FUNC(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL)
 NG_DEV_FUNC(Broadcast_RING_LL128, Broadcast, Copy, int8_t, RING, LL128)
 NG_DEV_FUNC(Broadcast_RING_SIMPLE, Broadcast, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL, 377, 379, -1)
+NG_DEV_KERNEL(Broadcast_RING_LL, Broadcast, Copy, int8_t, RING, LL, 377,
+  NG_INLINE_FUNC(379, Broadcast, Copy, int8_t, RING, SIMPLE))

@@ -29,6 +29,7 @@ NG_DEV_FUNC(ReduceScatter_Sum_bf16_RING_SIMPLE, ReduceScatter, Sum, __nv_bfloat1
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(ReduceScatter_Sum_bf16_RING_LL, 660)
   #else
-NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 660, 662, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_bf16_RING_LL, ReduceScatter, Sum, __nv_bfloat16, RING, LL, 660,
+  NG_INLINE_FUNC(662, ReduceScatter, Sum, __nv_bfloat16, RING, SIMPLE))
   #endif
 #endif

@@ -13,4 +13,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_LL128, ReduceScatter, Sum, half, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f16_RING_SIMPLE, ReduceScatter, Sum, half, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL, 667, 669, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f16_RING_LL, ReduceScatter, Sum, half, RING, LL, 667,
+  NG_INLINE_FUNC(669, ReduceScatter, Sum, half, RING, SIMPLE))

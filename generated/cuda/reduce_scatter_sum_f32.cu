@@ -13,4 +13,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_LL128, ReduceScatter, Sum, float, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f32_RING_SIMPLE, ReduceScatter, Sum, float, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL, 674, 676, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f32_RING_LL, ReduceScatter, Sum, float, RING, LL, 674,
+  NG_INLINE_FUNC(676, ReduceScatter, Sum, float, RING, SIMPLE))

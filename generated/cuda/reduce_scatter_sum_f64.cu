@@ -13,4 +13,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_LL128, ReduceScatter, Sum, double, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_f64_RING_SIMPLE, ReduceScatter, Sum, double, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL, 681, 683, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_f64_RING_LL, ReduceScatter, Sum, double, RING, LL, 681,
+  NG_INLINE_FUNC(683, ReduceScatter, Sum, double, RING, SIMPLE))

@@ -13,4 +13,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, L
 NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_LL128, ReduceScatter, Sum, uint32_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u32_RING_SIMPLE, ReduceScatter, Sum, uint32_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, LL, 700, 702, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_u32_RING_LL, ReduceScatter, Sum, uint32_t, RING, LL, 700,
+  NG_INLINE_FUNC(702, ReduceScatter, Sum, uint32_t, RING, SIMPLE))

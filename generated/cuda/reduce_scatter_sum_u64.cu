@@ -13,4 +13,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, L
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_LL128, ReduceScatter, Sum, uint64_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u64_RING_SIMPLE, ReduceScatter, Sum, uint64_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, LL, 707, 709, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_u64_RING_LL, ReduceScatter, Sum, uint64_t, RING, LL, 707,
+  NG_INLINE_FUNC(709, ReduceScatter, Sum, uint64_t, RING, SIMPLE))

@@ -10,4 +10,5 @@ NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_LL128, ReduceScatter, Sum, uint8_t, RING, LL128)
 NG_DEV_FUNC(ReduceScatter_Sum_u8_RING_SIMPLE, ReduceScatter, Sum, uint8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 713, 715, -1)
+NG_DEV_KERNEL(ReduceScatter_Sum_u8_RING_LL, ReduceScatter, Sum, uint8_t, RING, LL, 713,
+  NG_INLINE_FUNC(715, ReduceScatter, Sum, uint8_t, RING, SIMPLE))

@@ -17,6 +17,7 @@ NG_DEV_FUNC(Reduce_Sum_bf16_RING_SIMPLE, Reduce, Sum, __nv_bfloat16, RING, SIMPL
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 0
 NG_DEV_KERNEL_NOP(Reduce_Sum_bf16_RING_LL, 461)
   #else
-NG_DEV_KERNEL(Reduce_Sum_bf16_RING_LL, Reduce, Sum, __nv_bfloat16, RING, LL, 461, 463, -1)
+NG_DEV_KERNEL(Reduce_Sum_bf16_RING_LL, Reduce, Sum, __nv_bfloat16, RING, LL, 461,
+  NG_INLINE_FUNC(463, Reduce, Sum, __nv_bfloat16, RING, SIMPLE))
   #endif
 #endif

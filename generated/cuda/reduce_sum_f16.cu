@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_f16_RING_LL, Reduce, Sum, half, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_f16_RING_LL128, Reduce, Sum, half, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_f16_RING_SIMPLE, Reduce, Sum, half, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_f16_RING_LL, Reduce, Sum, half, RING, LL, 464, 466, -1)
+NG_DEV_KERNEL(Reduce_Sum_f16_RING_LL, Reduce, Sum, half, RING, LL, 464,
+  NG_INLINE_FUNC(466, Reduce, Sum, half, RING, SIMPLE))

@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_f32_RING_LL128, Reduce, Sum, float, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_f32_RING_SIMPLE, Reduce, Sum, float, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL, 467, 469, -1)
+NG_DEV_KERNEL(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL, 467,
+  NG_INLINE_FUNC(469, Reduce, Sum, float, RING, SIMPLE))

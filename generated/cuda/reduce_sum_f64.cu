@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_f64_RING_LL128, Reduce, Sum, double, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_f64_RING_SIMPLE, Reduce, Sum, double, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL, 470, 472, -1)
+NG_DEV_KERNEL(Reduce_Sum_f64_RING_LL, Reduce, Sum, double, RING, LL, 470,
+  NG_INLINE_FUNC(472, Reduce, Sum, double, RING, SIMPLE))

@@ -17,6 +17,6 @@ NG_DEV_FUNC(Reduce_Sum_f8e4m3_RING_SIMPLE, Reduce, Sum, __nv_fp8_e4m3, RING, SIM
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 NG_DEV_KERNEL_NOP(Reduce_Sum_f8e4m3_RING_LL, 473)
   #else
-NG_DEV_KERNEL(Reduce_Sum_f8e4m3_RING_LL, Reduce, Sum, __nv_fp8_e4m3, RING, LL, 473, -1, -1)
+NG_DEV_KERNEL(Reduce_Sum_f8e4m3_RING_LL, Reduce, Sum, __nv_fp8_e4m3, RING, LL, 473)
   #endif
 #endif

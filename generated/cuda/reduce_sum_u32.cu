@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_u32_RING_LL, Reduce, Sum, uint32_t, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_u32_RING_LL128, Reduce, Sum, uint32_t, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_u32_RING_SIMPLE, Reduce, Sum, uint32_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_u32_RING_LL, Reduce, Sum, uint32_t, RING, LL, 479, 481, -1)
+NG_DEV_KERNEL(Reduce_Sum_u32_RING_LL, Reduce, Sum, uint32_t, RING, LL, 479,
+  NG_INLINE_FUNC(481, Reduce, Sum, uint32_t, RING, SIMPLE))

@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_u64_RING_LL, Reduce, Sum, uint64_t, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_u64_RING_LL128, Reduce, Sum, uint64_t, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_u64_RING_SIMPLE, Reduce, Sum, uint64_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_u64_RING_LL, Reduce, Sum, uint64_t, RING, LL, 482, 484, -1)
+NG_DEV_KERNEL(Reduce_Sum_u64_RING_LL, Reduce, Sum, uint64_t, RING, LL, 482,
+  NG_INLINE_FUNC(484, Reduce, Sum, uint64_t, RING, SIMPLE))

@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_u8_RING_LL, Reduce, Sum, uint8_t, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_u8_RING_LL128, Reduce, Sum, uint8_t, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_u8_RING_SIMPLE, Reduce, Sum, uint8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_u8_RING_LL, Reduce, Sum, uint8_t, RING, LL, 485, 487, -1)
+NG_DEV_KERNEL(Reduce_Sum_u8_RING_LL, Reduce, Sum, uint8_t, RING, LL, 485,
+  NG_INLINE_FUNC(487, Reduce, Sum, uint8_t, RING, SIMPLE))

@@ -19,5 +19,7 @@ NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_LL128, AllReduce, Sum, float, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_f32_TREE_SIMPLE, AllReduce, Sum, float, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 40, 42, 37)
-NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 43, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f32_RING_LL, AllReduce, Sum, float, RING, LL, 40,
+  NG_INLINE_FUNC(42, AllReduce, Sum, float, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(37, AllReduce, Sum, float))
+NG_DEV_KERNEL(AllReduce_Sum_f32_TREE_LL, AllReduce, Sum, float, TREE, LL, 43)

@@ -35,13 +35,13 @@ NG_DEV_FUNC(AllReduce_Sum_f8e4m3_TREE_SIMPLE, AllReduce, Sum, __nv_fp8_e4m3, TRE
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_RING_LL, 49)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_RING_LL, AllReduce, Sum, __nv_fp8_e4m3, RING, LL, 49, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_RING_LL, AllReduce, Sum, __nv_fp8_e4m3, RING, LL, 49)
   #endif
 #endif
 #if CUDART_VERSION >= 11080
   #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 NG_DEV_KERNEL_NOP(AllReduce_Sum_f8e4m3_TREE_LL, 52)
   #else
-NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_TREE_LL, AllReduce, Sum, __nv_fp8_e4m3, TREE, LL, 52, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_f8e4m3_TREE_LL, AllReduce, Sum, __nv_fp8_e4m3, TREE, LL, 52)
   #endif
 #endif

@@ -19,5 +19,9 @@ NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_LL128, AllReduce, Sum, uint32_t, TREE, LL128)
 NG_DEV_FUNC(AllReduce_Sum_u32_TREE_SIMPLE, AllReduce, Sum, uint32_t, TREE, SIMPLE)
 
-NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 60, 62, 57)
-NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 63, -1, -1)
+NG_DEV_KERNEL(AllReduce_Sum_u32_RING_LL, AllReduce, Sum, uint32_t, RING, LL, 60,
+  NG_INLINE_FUNC(62, AllReduce, Sum, uint32_t, RING, SIMPLE),
+  NG_INLINE_DIRECT_LL(57, AllReduce, Sum, uint32_t),
+  NG_INLINE_DIRECT_LL(11, AllReduce, MinMax, uint32_t),
+  NG_INLINE_DIRECT_LL(68, AllReduce, SumPostDiv, uint32_t))
+NG_DEV_KERNEL(AllReduce_Sum_u32_TREE_LL, AllReduce, Sum, uint32_t, TREE, LL, 63)

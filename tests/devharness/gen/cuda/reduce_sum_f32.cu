@@ -7,4 +7,5 @@ NG_DEV_FUNC(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL)
 NG_DEV_FUNC(Reduce_Sum_f32_RING_LL128, Reduce, Sum, float, RING, LL128)
 NG_DEV_FUNC(Reduce_Sum_f32_RING_SIMPLE, Reduce, Sum, float, RING, SIMPLE)
 
-NG_DEV_KERNEL(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL, 80, 82, -1)
+NG_DEV_KERNEL(Reduce_Sum_f32_RING_LL, Reduce, Sum, float, RING, LL, 80,
+  NG_INLINE_FUNC(82, Reduce, Sum, float, RING, SIMPLE))

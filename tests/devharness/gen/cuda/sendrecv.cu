@@ -5,4 +5,4 @@
 
 NG_DEV_FUNC(SendRecv, SendRecv, Copy, int8_t, RING, SIMPLE)
 
-NG_DEV_KERNEL(SendRecv, SendRecv, Copy, int8_t, RING, SIMPLE, 90, -1, -1)
+NG_DEV_KERNEL(SendRecv, SendRecv, Copy, int8_t, RING, SIMPLE, 90)
