@@ -236,6 +236,34 @@ struct ngOnePassOf<NG_COLL_AllReduce, T, Op> {
   typedef ngAllReduceOnePassEntry<T> type;
 };
 
+// ngAllReduceDirectLLEntry runs a DIRECT AllReduce work that needs
+// neither DIRECT's barriers nor the table call, and reports whether it
+// did: a one-pass launch's work (as every AllReduce function runs it) and
+// a work whose channel share takes the LL one-shot (as ngAllReduceDirect
+// would). A RING LL kernel runs it inline (ngDirectLLOf, ngInlineEntry).
+// The checks are uniform over the block (work, communicator), so every
+// thread answers alike.
+template <typename T, typename Op>
+struct ngAllReduceDirectLLEntry {
+  static __device__ __forceinline__ bool run(struct ngShmem* sh) {
+    if (sh->onePassRanks != 0) {
+      ngAllReduceOnePass<T, Op>(sh);
+      return true;
+    }
+    if (sh->comm.direct == 0 || sh->comm.nRanks > NG_DIRECT_MAX_RANKS ||
+        (int64_t)sh->work.chanCount * (int64_t)sizeof(T) > NG_DIRECT_LL_BYTES)
+      return false;
+    const ngGroup g = ngWorkGroup(sh);
+    if (g.tid >= g.nThreads) return true;
+    const struct ngDevWork w = sh->work;
+    const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+    const Op op(w);
+    ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off,
+                               reinterpret_cast<T*>(w.recvbuff) + off, (int)(cnt * (int64_t)sizeof(T)));
+    return true;
+  }
+};
+
 template <typename T, typename Op>
 struct ngDirectLLOf<NG_COLL_AllReduce, T, Op> {
   typedef ngAllReduceDirectLLEntry<T, Op> type;

@@ -441,28 +441,6 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   ngTraceMark(sh, 4); // thread 0's line reduced
 }
 
-// ngAllReduceDirectLLEntry runs a DIRECT AllReduce work whose channel
-// share takes the LL one-shot, as ngAllReduceDirect would, and reports
-// whether it did. A RING LL kernel runs it inline (ngDirectLLOf), so that
-// the smallest calls skip the table call; the checks are uniform over the
-// block (work and communicator), so every thread answers alike.
-template <typename T, typename Op>
-struct ngAllReduceDirectLLEntry {
-  static __device__ __forceinline__ bool run(struct ngShmem* sh) {
-    if (sh->onePassRanks != 0 || sh->comm.direct == 0 || sh->comm.nRanks > NG_DIRECT_MAX_RANKS ||
-        (int64_t)sh->work.chanCount * (int64_t)sizeof(T) > NG_DIRECT_LL_BYTES)
-      return false;
-    const ngGroup g = ngWorkGroup(sh);
-    if (g.tid >= g.nThreads) return true;
-    const struct ngDevWork w = sh->work;
-    const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
-    const Op op(w);
-    ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off,
-                               reinterpret_cast<T*>(w.recvbuff) + off, (int)(cnt * (int64_t)sizeof(T)));
-    return true;
-  }
-};
-
 // Packs of 8 bytes one thread holds in the one-shot: enough for
 // NG_DIRECT_ONESHOT_BYTES with the smallest group the planner gives a
 // DIRECT work (128 threads; see runtime/tune).

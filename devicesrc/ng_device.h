@@ -351,10 +351,11 @@ struct ngNoDirectLL {
   static __device__ __forceinline__ bool run(struct ngShmem*) { return false; }
 };
 
-// ngDirectLLOf<Coll, T, Op>::type runs a DIRECT work's LL one-shot and
-// reports whether it did (not when the work's share is larger):
-// ngNoDirectLL but where a collective's header specializes it
-// (all_reduce.h). A RING LL kernel runs it inline as an ngInlineEntry.
+// ngDirectLLOf<Coll, T, Op>::type runs the DIRECT works that need no
+// barrier (a one-pass launch's, the LL one-shot's) and reports whether it
+// did (not when the work's share is larger): ngNoDirectLL but where a
+// collective's header specializes it (all_reduce.h). A RING LL kernel
+// runs it inline as an ngInlineEntry.
 template <int Coll, typename T, typename Op>
 struct ngDirectLLOf {
   typedef ngNoDirectLL type;
