@@ -259,11 +259,11 @@ __device__ __forceinline__ void ngRunWorkDispatch(struct ngShmem* sh, int fid, n
 // (the generator lists them, gen.inlineSiblings): each is an ngInlineFunc
 // (runs every work of its id) or an ngInlineEntry (runs the works of its
 // id it can, reporting which; the others go through the table), gathered
-// in an ngInlineSet that the work loop asks before the table call. Before
-// sm_90 the set is empty (NG_INLINE_SIBLINGS): ptxas cannot fit the SIMPLE
-// engine next to LL within the kernels' 96 registers there without
-// spilling (measured with nvcc 13: 152 bytes on sm_80).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+// in an ngInlineSet that the work loop asks before the table call. Below
+// NG_INLINE_ARCH (kspace.InlineArch, sm_90) the set is empty
+// (NG_INLINE_SIBLINGS): ptxas cannot fit the SIMPLE engine next to LL
+// within the kernels' 96 registers there without spilling.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < NG_INLINE_ARCH
 #define NG_INLINE_SIBLINGS 0
 #else
 #define NG_INLINE_SIBLINGS 1

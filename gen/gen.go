@@ -132,7 +132,7 @@ type cFunc struct {
 	Implemented                             bool
 	FuncID                                  int
 	// Inline lists, for a kernel, the sibling functions it runs without
-	// the table call (inlineSiblings).
+	// the table call (kspace.Space.InlineSiblings).
 	Inline []cInline
 }
 
@@ -180,49 +180,20 @@ func emitUnit(s *kspace.Space, u kspace.Unit) ([]byte, error) {
 	return execTemplate("unit.cu.tmpl", data)
 }
 
-// cInline is a sibling function a kernel runs inline: the whole function
-// (NG_INLINE_FUNC) or, Direct, its DIRECT LL one-shot
-// (NG_INLINE_DIRECT_LL).
+// cInline is a sibling function a kernel runs inline
+// (kspace.Space.InlineSiblings): the whole function (NG_INLINE_FUNC) or,
+// Direct, its DIRECT LL one-shot (NG_INLINE_DIRECT_LL).
 type cInline struct {
 	ID                              int
 	Direct                          bool
 	Coll, RedOp, CType, Algo, Proto string
 }
 
-// inlineSiblings lists the functions a RING LL kernel runs inline besides
-// its own, each where the space has it and ncclgo implements it:
-//
-//   - its SIMPLE sibling, so that large calls skip the table call and its
-//     register saves;
-//   - for AllReduce, the DIRECT LL one-shot of every op of its type: the
-//     smallest AllReduces on ranks that share memory, where a table call
-//     cost 1.3-1.5 µs a call on the H200 (session 24).
-//
-// None for other kernels, nor for the fp8 types: the TREE SIMPLE engine
-// and the fp8 conversions need more registers than a kernel has (ptxas
-// would spill in the kernel's LL path too), so those stay behind the table
-// call.
 func inlineSiblings(s *kspace.Space, k kspace.Func) []cInline {
-	if k.Kind != kspace.Ordinary || k.Algo != kspace.Ring || k.Proto != kspace.LL ||
-		k.Type == kspace.F8E4M3 || k.Type == kspace.F8E5M2 {
-		return nil
-	}
 	var out []cInline
-	add := func(f kspace.Func, direct bool) {
-		if id := s.FuncID(f); id >= 0 && kspace.Implemented(f.Coll, f.Algo) {
-			c := newCFunc(s, f)
-			out = append(out, cInline{ID: id, Direct: direct, Coll: c.Coll, RedOp: c.RedOp, CType: c.CType, Algo: c.Algo, Proto: c.Proto})
-		}
-	}
-	simple := k
-	simple.Proto = kspace.Simple
-	add(simple, false)
-	if k.Coll == kspace.AllReduce {
-		for op := kspace.RedOp(0); op < kspace.NumRedOps; op++ {
-			d := k
-			d.RedOp, d.Algo, d.Proto = op, kspace.Direct, kspace.Simple
-			add(d, true)
-		}
+	for _, sib := range s.InlineSiblings(k) {
+		c := newCFunc(s, sib.Func)
+		out = append(out, cInline{ID: sib.ID, Direct: sib.LLOneShot, Coll: c.Coll, RedOp: c.RedOp, CType: c.CType, Algo: c.Algo, Proto: c.Proto})
 	}
 	return out
 }
@@ -258,7 +229,8 @@ func spaceConsts() []abi.Const {
 	}
 	cs = append(cs,
 		abi.Const{Name: "NG_NUM_ALGORITHMS", Value: int64(kspace.NumAlgos), Doc: "algorithms"},
-		abi.Const{Name: "NG_NUM_PROTOCOLS", Value: int64(kspace.NumProtos), Doc: "protocols"})
+		abi.Const{Name: "NG_NUM_PROTOCOLS", Value: int64(kspace.NumProtos), Doc: "protocols"},
+		abi.Const{Name: "NG_INLINE_ARCH", Value: kspace.InlineArch, Doc: "first __CUDA_ARCH__ whose kernels run their inline siblings"})
 	return cs
 }
 

@@ -5,7 +5,7 @@ package generated
 // The host<->device ABI, declared once in gen/abi; include/ngabi.h is its C twin.
 
 // ABIVersion identifies this ABI (a hash of the declaration); a kernel set records the version it was built with.
-const ABIVersion = "a0ae2d0c4b0d4bdb"
+const ABIVersion = "194bd46584c623a9"
 
 const (
 	// MaxChannels is NG_MAX_CHANNELS: most channels (thread blocks) one kernel serves.
@@ -120,6 +120,8 @@ const (
 	NumAlgorithms = 8
 	// NumProtocols is NG_NUM_PROTOCOLS: protocols.
 	NumProtocols = 3
+	// InlineArch is NG_INLINE_ARCH: first __CUDA_ARCH__ whose kernels run their inline siblings.
+	InlineArch = 900
 )
 
 // ConnInfo is ngConnInfo: one direction of a connection on one channel, as the device sees it.

@@ -136,6 +136,60 @@ func (s *Space) Specialized(id int) bool {
 	return s.Kernels[s.KernelOf[id]] == s.Funcs[id]
 }
 
+// InlineArch is the first SM arch (major*100 + minor*10, as __CUDA_ARCH__)
+// whose kernels run their InlineSiblings: before it, ptxas cannot fit the
+// RING SIMPLE engine next to LL within a kernel's 96 registers without
+// spilling (nvcc 13: 152 bytes on sm_80), so every sibling stays behind
+// the device function table there.
+const InlineArch = 900
+
+// Sibling is a function that a kernel runs without the device function
+// table besides its own (Space.InlineSiblings).
+type Sibling struct {
+	Func Func
+	ID   int // Func's table id
+	// LLOneShot: the kernel runs only the works of Func that take DIRECT's
+	// LL one-shot (a channel share small enough, or a one-pass launch's);
+	// the others go through the table.
+	LLOneShot bool
+}
+
+// InlineSiblings lists the functions kernel k runs inline besides its
+// own, each where the space has it and ncclgo implements it, from
+// InlineArch up. A RING LL kernel runs:
+//
+//   - its SIMPLE sibling, so that large ring calls skip the table call
+//     and its register saves;
+//   - for AllReduce, the DIRECT LL one-shot of every op of its type: the
+//     smallest AllReduces on ranks that share memory, where a table call
+//     cost 1.3-1.5 µs a call on the H200 (session 24).
+//
+// Other kernels and the fp8 types run none: the TREE SIMPLE engine and the
+// fp8 conversions need more registers than a kernel has (ptxas would
+// spill in the kernel's LL path too).
+func (s *Space) InlineSiblings(k Func) []Sibling {
+	if k.Kind != Ordinary || k.Algo != Ring || k.Proto != LL || k.Type == F8E4M3 || k.Type == F8E5M2 {
+		return nil
+	}
+	var out []Sibling
+	add := func(f Func, oneShot bool) {
+		if id := s.FuncID(f); id >= 0 && Implemented(f.Coll, f.Algo) {
+			out = append(out, Sibling{Func: f, ID: id, LLOneShot: oneShot})
+		}
+	}
+	simple := k
+	simple.Proto = Simple
+	add(simple, false)
+	if k.Coll == AllReduce {
+		for op := RedOp(0); op < NumRedOps; op++ {
+			d := k
+			d.RedOp, d.Algo, d.Proto = op, Direct, Simple
+			add(d, true)
+		}
+	}
+	return out
+}
+
 // KernelReq is what a kernel needs: its function's requirements (none for the
 // generic kernel).
 func KernelReq(k Func) Req {

@@ -119,3 +119,37 @@ func TestRowOfAllocatesNothing(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// InlineSiblings: a RING LL kernel's SIMPLE sibling, and for AllReduce
+// every op's DIRECT function as an LL one-shot entry (DIRECT has no
+// PreMulSum), only those in the space; nothing for TREE, fp8 or a kernel
+// whose siblings the filter leaves out.
+func TestInlineSiblings(t *testing.T) {
+	s, err := NewSpace(MustParseFilter("AllReduce * f32 * *"))
+	require.NoError(t, err)
+	k := Func{Coll: AllReduce, RedOp: Sum, Type: F32, Algo: Ring, Proto: LL}
+	var got []string
+	for _, sib := range s.InlineSiblings(k) {
+		assert.Equal(t, s.FuncID(sib.Func), sib.ID)
+		assert.Equal(t, sib.Func.Algo == Direct, sib.LLOneShot, "%s", sib.Func)
+		got = append(got, sib.Func.String())
+	}
+	assert.Equal(t, []string{"AllReduce Sum f32 RING SIMPLE", "AllReduce Sum f32 DIRECT SIMPLE",
+		"AllReduce Prod f32 DIRECT SIMPLE", "AllReduce MinMax f32 DIRECT SIMPLE"}, got)
+
+	tree := k
+	tree.Algo = Tree
+	assert.Empty(t, s.InlineSiblings(tree))
+	full, err := NewSpace(Filter{})
+	require.NoError(t, err)
+	fp8 := Func{Coll: AllReduce, RedOp: Sum, Type: F8E4M3, Algo: Ring, Proto: LL}
+	assert.Empty(t, full.InlineSiblings(fp8))
+	u32 := Func{Coll: AllReduce, RedOp: Sum, Type: U32, Algo: Ring, Proto: LL}
+	assert.Len(t, full.InlineSiblings(u32), 5, "SIMPLE and the DIRECT of Sum, Prod, MinMax, SumPostDiv")
+	ag := Func{Coll: AllGather, RedOp: Unset, Type: Unset, Algo: Ring, Proto: LL}
+	assert.Len(t, full.InlineSiblings(ag), 1, "AllGather: its SIMPLE sibling only")
+
+	alone, err := NewSpace(MustParseFilter("AllReduce Sum f32 RING LL"))
+	require.NoError(t, err)
+	assert.Empty(t, alone.InlineSiblings(k))
+}

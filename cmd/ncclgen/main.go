@@ -296,6 +296,15 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	if s.Specialized(id) {
 		how = "inline"
 	}
+	for _, sib := range s.InlineSiblings(k) {
+		switch {
+		case sib.ID != id:
+		case sib.LLOneShot:
+			how = fmt.Sprintf("inline from sm_%d for the works that take DIRECT's LL one-shot, else through the device function table", kspace.InlineArch/10)
+		default:
+			how = fmt.Sprintf("inline from sm_%d, through the device function table before", kspace.InlineArch/10)
+		}
+	}
 	fmt.Fprintf(stdout, "kernel:       ngDevKernel_%s (%s)\n", k.Symbol(), how)
 	file := "device_table.cu"
 	if impl.Kind == kspace.Ordinary {

@@ -96,6 +96,16 @@ func TestExplain(t *testing.T) {
 	out, err = runCLI(t, "explain", "--only", "SendRecv", "AllReduce Sum f32 RING LL")
 	require.NoError(t, err)
 	assert.Contains(t, out, `by Nop: the filter "SendRecv" leaves it out`)
+	// Siblings that the type's RING LL kernel runs inline.
+	out, err = runCLI(t, "explain", "AllReduce Sum f32 RING SIMPLE")
+	require.NoError(t, err)
+	assert.Contains(t, out, "ngDevKernel_AllReduce_Sum_f32_RING_LL (inline from sm_90, through the device function table before)")
+	out, err = runCLI(t, "explain", "AllReduce MinMax f32 DIRECT SIMPLE")
+	require.NoError(t, err)
+	assert.Contains(t, out, "(inline from sm_90 for the works that take DIRECT's LL one-shot, else through the device function table)")
+	out, err = runCLI(t, "explain", "AllReduce Prod f32 RING LL")
+	require.NoError(t, err)
+	assert.Contains(t, out, "ngDevKernel_AllReduce_Sum_f32_RING_LL (through the device function table)")
 }
 
 func TestBadInput(t *testing.T) {

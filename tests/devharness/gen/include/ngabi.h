@@ -63,6 +63,7 @@
 #define NG_PROTO_SIMPLE 2 // protocol
 #define NG_NUM_ALGORITHMS 8 // algorithms
 #define NG_NUM_PROTOCOLS 3 // protocols
+#define NG_INLINE_ARCH 900 // first __CUDA_ARCH__ whose kernels run their inline siblings
 
 
 // one direction of a connection on one channel, as the device sees it
