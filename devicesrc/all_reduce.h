@@ -250,16 +250,11 @@ struct ngAllReduceDirectLLEntry {
       ngAllReduceOnePass<T, Op>(sh);
       return true;
     }
-    if (sh->comm.direct == 0 || sh->comm.nRanks > NG_DIRECT_MAX_RANKS ||
-        (int64_t)sh->work.chanCount * (int64_t)sizeof(T) > NG_DIRECT_LL_BYTES)
-      return false;
+    if (sh->comm.direct == 0 || sh->comm.nRanks > NG_DIRECT_MAX_RANKS || !ngDirectLLTakes<T>(sh->work)) return false;
     const ngGroup g = ngWorkGroup(sh);
     if (g.tid >= g.nThreads) return true;
     const struct ngDevWork w = sh->work;
-    const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
-    const Op op(w);
-    ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off,
-                               reinterpret_cast<T*>(w.recvbuff) + off, (int)(cnt * (int64_t)sizeof(T)));
+    ngAllReduceDirectLLWork<T, Op>(sh, g, w);
     return true;
   }
 };

@@ -441,6 +441,23 @@ __device__ __forceinline__ void ngAllReduceDirectLL(struct ngShmem* sh, const ng
   ngTraceMark(sh, 4); // thread 0's line reduced
 }
 
+// ngDirectLLTakes reports whether work w's channel share runs as the LL
+// one-shot (at most NG_DIRECT_LL_BYTES).
+template <typename T>
+__device__ __forceinline__ bool ngDirectLLTakes(const struct ngDevWork& w) {
+  return (int64_t)w.chanCount * (int64_t)sizeof(T) <= NG_DIRECT_LL_BYTES;
+}
+
+// ngAllReduceDirectLLWork runs work w's channel share as the LL one-shot;
+// every thread of g calls it.
+template <typename T, typename Op>
+__device__ __forceinline__ void ngAllReduceDirectLLWork(struct ngShmem* sh, const ngGroup& g, const struct ngDevWork& w) {
+  const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
+  const Op op(w);
+  ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off,
+                             reinterpret_cast<T*>(w.recvbuff) + off, (int)(cnt * (int64_t)sizeof(T)));
+}
+
 // Packs of 8 bytes one thread holds in the one-shot: enough for
 // NG_DIRECT_ONESHOT_BYTES with the smallest group the planner gives a
 // DIRECT work (128 threads; see runtime/tune).
@@ -453,15 +470,14 @@ __device__ __forceinline__ void ngAllReduceDirect(struct ngShmem* sh) {
   const struct ngDevWork w = sh->work;
   const int n = sh->comm.nRanks;
   if (!ngDirectRuns(sh)) return;
+  if (ngDirectLLTakes<T>(w)) {
+    // Every rank has the same share, so every rank takes this path.
+    ngAllReduceDirectLLWork<T, Op>(sh, g, w);
+    return;
+  }
   const int64_t off = (int64_t)w.chanOffset, cnt = (int64_t)w.chanCount;
   T* dst = reinterpret_cast<T*>(w.recvbuff);
   const Op op(w);
-  if (cnt * (int64_t)sizeof(T) <= NG_DIRECT_LL_BYTES) {
-    // Every rank has the same share, so every rank takes this path.
-    ngAllReduceDirectLL<T, Op>(sh, g, op, reinterpret_cast<const T*>(w.sendbuff) + off, dst + off,
-                               (int)(cnt * (int64_t)sizeof(T)));
-    return;
-  }
   uint64_t phase;
   if (!ngDirectOpen(sh, g, reinterpret_cast<const void*>(w.sendbuff), dst, phase)) return;
 
