@@ -270,6 +270,8 @@ func (d *Driver) Counts() Counts {
 // so that every stream captures into a capture of its own;
 // "update_deps_result" is what cuStreamUpdateCaptureDependencies returns
 // (801, CUDA_ERROR_NOT_SUPPORTED, plays a driver without it);
+// "edges_result" is what cuGraphRemoveDependencies returns (a driver that
+// refuses to move a record node's edges);
 // "user_object_result" and "graph_retain_result" non-zero are what
 // cuUserObjectCreate and cuGraphRetainUserObject return (801,
 // CUDA_ERROR_NOT_SUPPORTED, plays a driver without user objects);
@@ -284,7 +286,8 @@ func (d *Driver) Set(knob string, v int) {
 }
 
 // Peek returns what the fake noted: "record_deps" is the number of
-// dependencies the last cuGraphAddEventRecordNode was given;
+// dependencies of the record node last added (cuGraphAddEventRecordNode)
+// or moved (cuGraphAddDependencies);
 // "copy_launches" the cuLaunchKernel calls, since the last Reset, of a
 // function that cuModuleGetFunction looked up as "ngcopy" (runtime/cuda's
 // copy kernel); "programmatic_launches" the cuLaunchKernelEx calls, since

@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"sync"
+
 	"github.com/ncclgo/ncclgo/runtime/cuda"
 	"github.com/ncclgo/ncclgo/runtime/enqueue"
 )
@@ -29,26 +31,54 @@ func captureRecordFromEnv(lookup func(string) (string, bool)) (beside bool, _ er
 }
 
 // besideRecords are the record nodes that captured launches put beside
-// their streams' chains, by stream handle: the last one of each stream,
-// which the stream's next captured record follows when it is of the same
-// capture. Guarded by Engine.mu.
-type besideRecords map[uintptr]cuda.GraphRecord
+// their streams' chains, by stream handle and event: the latest of each,
+// which the event's next captured record on that stream moves, or follows
+// when it is of the same capture (cuda.Event.RecordBeside). Guarded by
+// Engine.mu.
+type besideRecords map[besideKey]cuda.GraphRecord
+
+type besideKey struct {
+	stream uintptr
+	ev     *cuda.Event
+}
+
+// capturedWaits holds the events that a capture's external event wait
+// node waits for (a rank's launch ordered after its previous one on
+// another stream) since their latest record beside a chain. The next
+// record of such an event adds a node after that record instead of moving
+// it (cuda.GraphRecord.Kept), so that no record moves past a wait that
+// counts on it. Such waits are rare and each record takes its event out,
+// so the set stays small; Destroy takes out what is left of an engine's.
+var capturedWaits sync.Map // *cuda.Event → struct{}
+
+// noteCapturedWait notes a captured wait for ev (capturedWaits).
+func noteCapturedWait(ev *cuda.Event) { capturedWaits.Store(ev, struct{}{}) }
+
+// besidePrev returns the record that ev's next record beside stream's
+// chain moves or follows. e.mu is held.
+func (e *Engine) besidePrev(ev *cuda.Event, stream *cuda.Stream) cuda.GraphRecord {
+	prev := e.beside[besideKey{stream.Handle(), ev}]
+	if _, waited := capturedWaits.LoadAndDelete(ev); waited {
+		prev = prev.Kept()
+	}
+	return prev
+}
 
 // queueRecord adds the record of ev after a launch on stream to o: in the
 // chain, or under capture with Settings.CaptureRecordBeside beside it.
 // Read its node with recorded after o ran. e.mu is held.
 func (e *Engine) queueRecord(o *cuda.Ops, ev *cuda.Event, stream *cuda.Stream, captured bool) int {
 	if captured && e.s.CaptureRecordBeside {
-		return o.RecordBeside(ev, stream, e.beside[stream.Handle()], cuda.OpAlways)
+		return o.RecordBeside(ev, stream, e.besidePrev(ev, stream), cuda.OpAlways)
 	}
 	return o.Record(ev, stream, captured, cuda.OpAlways)
 }
 
 // recorded keeps the node of queueRecord's operation i, when it made one.
 // e.mu is held.
-func (e *Engine) recorded(o *cuda.Ops, i int, stream *cuda.Stream) {
+func (e *Engine) recorded(o *cuda.Ops, i int, ev *cuda.Event, stream *cuda.Stream) {
 	if r := o.GraphRecord(i); r.Beside() {
-		e.keepBeside(stream, r)
+		e.keepBeside(ev, stream, r)
 	}
 }
 
@@ -58,16 +88,25 @@ func (e *Engine) record(c enqueue.Capture, ev *cuda.Event, stream *cuda.Stream) 
 	if !bool(c) || !e.s.CaptureRecordBeside {
 		return c.Record(ev, stream)
 	}
-	r, err := ev.RecordBeside(stream, e.beside[stream.Handle()])
+	r, err := ev.RecordBeside(stream, e.besidePrev(ev, stream))
 	if err == nil && r.Beside() {
-		e.keepBeside(stream, r)
+		e.keepBeside(ev, stream, r)
 	}
 	return err
 }
 
-func (e *Engine) keepBeside(stream *cuda.Stream, r cuda.GraphRecord) {
+// captureWait makes stream wait for ev as c says, noting a captured wait
+// (noteCapturedWait).
+func captureWait(c enqueue.Capture, stream *cuda.Stream, ev *cuda.Event) error {
+	if c {
+		noteCapturedWait(ev)
+	}
+	return c.Wait(stream, ev)
+}
+
+func (e *Engine) keepBeside(ev *cuda.Event, stream *cuda.Stream, r cuda.GraphRecord) {
 	if e.beside == nil {
 		e.beside = besideRecords{}
 	}
-	e.beside[stream.Handle()] = r
+	e.beside[besideKey{stream.Handle(), ev}] = r
 }

@@ -34,11 +34,14 @@ func TestCaptureRecordFromEnv(t *testing.T) {
 
 // TestCaptureRecordBeside runs a rank's launch on a stream being captured
 // with the fake driver (in a child process, as TestDriverCallsPerLaunch):
-// with records beside the chain, each launch adds a record node through
-// cuGraphAddEventRecordNode, the first after the stream's capture
-// dependency alone and each later one after the record before it as well;
-// with records in the chain (NCCLGO_CAPTURE_RECORD=chain), a CU_EVENT_RECORD_EXTERNAL
-// record; eager launches record as before.
+// with records beside the chain, the first launch adds a record node
+// through cuGraphAddEventRecordNode after the stream's capture dependency
+// alone, and each later one moves that node after its own launch
+// (cuGraphRemoveDependencies, cuGraphAddDependencies) instead of adding
+// one; after a captured wait for the event, or where the driver refuses
+// to move edges, the next record is a new node after the one before it.
+// With records in the chain (NCCLGO_CAPTURE_RECORD=chain), a
+// CU_EVENT_RECORD_EXTERNAL record; eager launches record as before.
 func TestCaptureRecordBeside(t *testing.T) {
 	inFakeDriver(t, "TestCaptureRecordBeside", captureBesideChild)
 }
@@ -57,18 +60,19 @@ func captureBesideChild(t *testing.T, lib string) {
 
 		d.Set("capture_status", 1)
 		d.Reset()
-		_, err = e.run(&p, s)
+		ev, err := e.run(&p, s)
 		require.NoError(t, err)
 		first, deps1 := d.Counts(), d.Peek("record_deps")
+		d.Reset()
 		_, err = e.run(&p, s)
 		require.NoError(t, err)
-		deps2 := d.Peek("record_deps")
+		second, deps2 := d.Counts(), d.Peek("record_deps")
 		d.Set("capture_status", 0)
 		d.Reset()
 		_, err = e.run(&p, s)
 		require.NoError(t, err)
 		eager := d.Counts()
-		t.Logf("beside=%v: captured %v; eager %v", beside, first, eager)
+		t.Logf("beside=%v: captured %v, then %v; eager %v", beside, first, second, eager)
 
 		assert.Equal(t, 1, first["cuLaunchKernel"], "beside=%v", beside)
 		assert.Equal(t, 1, eager["cuEventRecord"], "eager: a plain record, beside=%v", beside)
@@ -83,15 +87,20 @@ func captureBesideChild(t *testing.T, lib string) {
 		assert.Equal(t, 1, first["cuStreamGetCaptureInfo_v2"])
 		assert.Equal(t, 1, first["cuGraphAddEventRecordNode"])
 		assert.Equal(t, 1, deps1, "the first record follows the stream's capture dependency (the kernel)")
-		assert.Equal(t, 2, deps2, "a later record of the capture follows the record before it too")
-		r, ok := e.beside[s.Handle()]
+		assert.Zero(t, second["cuGraphAddEventRecordNode"], "a later record of the capture adds no node")
+		assert.Equal(t, 1, second["cuGraphRemoveDependencies"], "it moves the record")
+		assert.Equal(t, 1, second["cuGraphAddDependencies"])
+		assert.Equal(t, 1, deps2, "the moved record follows the latest launch alone")
+		r, ok := e.beside[besideKey{s.Handle(), ev}]
 		require.True(t, ok)
 		assert.True(t, r.Beside())
 	}
 
 	// The general path's record (a plan that does not fit one sequence)
-	// goes through Engine.record: beside the chain under capture, each
-	// after the one before; eagerly a plain record.
+	// goes through Engine.record: beside the chain under capture, moved
+	// by the next record; after a captured wait for the event, or where
+	// the driver refuses to move edges, a new node after the one before;
+	// eagerly a plain record.
 	e := countEngines(t, ctx, fn, 1, 2)[0]
 	e.s.CaptureRecordBeside = true
 	s, err := ctx.NewStream(true)
@@ -104,10 +113,33 @@ func captureBesideChild(t *testing.T, lib string) {
 	deps1 := d.Peek("record_deps")
 	require.NoError(t, e.record(enqueue.Capture(true), ev, s))
 	deps2, c := d.Peek("record_deps"), d.Counts()
-	d.Set("capture_status", 0)
-	assert.Equal(t, 2, c["cuGraphAddEventRecordNode"])
+	assert.Equal(t, 1, c["cuGraphAddEventRecordNode"], "the second record moves the first")
+	assert.Equal(t, 1, c["cuGraphRemoveDependencies"])
 	assert.Zero(t, c["cuEventRecordWithFlags"])
-	assert.Equal(t, [2]int{1, 2}, [2]int{deps1, deps2}, "the second record follows the first")
+	assert.Equal(t, [2]int{1, 1}, [2]int{deps1, deps2})
+
+	d.Reset()
+	other, err := ctx.NewStream(true)
+	require.NoError(t, err)
+	require.NoError(t, captureWait(enqueue.Capture(true), other, ev))
+	require.NoError(t, e.record(enqueue.Capture(true), ev, s))
+	c = d.Counts()
+	assert.Equal(t, 1, c["cuGraphAddEventRecordNode"], "after a captured wait for it, a record stays")
+	assert.Zero(t, c["cuGraphRemoveDependencies"])
+	assert.Equal(t, 2, d.Peek("record_deps"), "and the next one follows it")
+	_, waited := capturedWaits.Load(ev)
+	assert.False(t, waited, "the record took the wait's note")
+
+	d.Reset()
+	d.Set("edges_result", 1)
+	require.NoError(t, e.record(enqueue.Capture(true), ev, s))
+	d.Set("edges_result", 0)
+	c = d.Counts()
+	assert.Equal(t, 1, c["cuGraphRemoveDependencies"], "a move tried")
+	assert.Equal(t, 1, c["cuGraphAddEventRecordNode"], "refused: a new record")
+	assert.Equal(t, 2, d.Peek("record_deps"), "after the one before")
+	d.Set("capture_status", 0)
+
 	d.Reset()
 	require.NoError(t, e.record(enqueue.Capture(false), ev, s))
 	assert.Equal(t, 1, d.Counts()["cuEventRecord"])

@@ -65,7 +65,7 @@ func runMultiCaptured(ls []Launch, parts []enqueue.Part, evs []*cuda.Event, rs [
 	const c = enqueue.Capture(true)
 	for i, r := range rs {
 		if r.last != nil && r.last != r.ev && r.last != set.ev {
-			if err := c.Wait(s0, r.last); err != nil {
+			if err := captureWait(c, s0, r.last); err != nil {
 				return true, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", r.rank, err)
 			}
 		}

@@ -440,6 +440,9 @@ func (e *Engine) Destroy() error {
 	// under mu, as a Wait of another goroutine may be querying one (query).
 	e.leaveResidency()
 	e.mu.Lock()
+	for _, ev := range e.completions(nil) {
+		capturedWaits.Delete(ev)
+	}
 	for _, ev := range evs {
 		errs = append(errs, ev.Destroy())
 	}
@@ -710,7 +713,7 @@ func (e *Engine) runLocked(p *enqueue.Plan, stream *cuda.Stream, known knownCapt
 	}
 	e.noteLaneCapture(stream, capture)
 	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
-		if err := capture.Wait(stream, last); err != nil {
+		if err := captureWait(capture, stream, last); err != nil {
 			return nil, fmt.Errorf("ncclgo: rank %d: ordering after the previous launch on another stream: %w", e.rank, err)
 		}
 	}
@@ -860,6 +863,9 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	wi := -1
 	if last := e.res.last; last != nil && last != ev && !e.joinedAfter(last, stream.Handle()) {
 		wi = o.WaitEvent(stream, last, captured, cuda.OpStop)
+		if captured {
+			noteCapturedWait(last)
+		}
 	}
 	first, last, ok, err := e.launcher.QueueIn(p, stream, o, enqueue.Capture(captured))
 	if err != nil || !ok {
@@ -886,7 +892,7 @@ func (e *Engine) queueSequence(p *enqueue.Plan, stream *cuda.Stream, ev *cuda.Ev
 	if err := o.Err(ri); err != nil {
 		return nil, true, errors.Join(runErr, fmt.Errorf("ncclgo: rank %d: %w", e.rank, err))
 	}
-	e.recorded(o, ri, stream)
+	e.recorded(o, ri, ev, stream)
 	e.res.last = ev
 	if runErr != nil {
 		return ev, true, fmt.Errorf("ncclgo: rank %d: %w", e.rank, runErr)

@@ -180,27 +180,43 @@ func (s *Stream) FollowCapture(from *Stream) error {
 
 // GraphRecord is an event record node that RecordBeside added to a
 // stream's capture, with that capture's id: what a later RecordBeside on
-// the same capture orders its record after. The zero GraphRecord is none
-// (and what RecordBeside returns when it recorded in the stream's chain).
+// the same capture moves, or orders its record after. The zero
+// GraphRecord is none (and what RecordBeside returns when it recorded in
+// the stream's chain).
 type GraphRecord struct {
 	node    C.CUgraphNode
 	capture uint64
+	keep    bool
 }
 
 // Beside reports whether r is a record node beside a stream's chain.
 func (r GraphRecord) Beside() bool { return r.node != nil }
 
+// Kept returns r marked to stay where it is: a RecordBeside after it adds
+// a node that follows it instead of moving it. Something in the capture
+// may wait for that record (an external event wait node), which must not
+// move past what it waits for.
+func (r GraphRecord) Kept() GraphRecord {
+	r.keep = true
+	return r
+}
+
 // RecordBeside is RecordExternal with the record node beside the stream's
 // chain instead of in it: the node follows what s captured so far (its
-// capture dependencies, cuStreamGetCaptureInfo) and prev when prev is a
-// record of the same capture, and what s captures next does not wait for
-// it (cuGraphAddEventRecordNode). At each replay the event is then
-// recorded when the work before it is done, without the stream's next node
-// waiting for the record; chaining each record after the one before keeps
-// the event's records in order. It returns the node; a driver without
-// those calls, or a stream joined from too many others, gets the record in
-// the chain (RecordExternal) and the zero GraphRecord. It fails on a
-// stream that is not capturing.
+// capture dependencies, cuStreamGetCaptureInfo), and what s captures next
+// does not wait for it (cuGraphAddEventRecordNode). At each replay the
+// event is then recorded when the work before it is done, without the
+// stream's next node waiting for the record. When prev is a record of the
+// same capture, prev itself moves after what s captured so far (its edges
+// re-pointed: cuGraphRemoveDependencies, cuGraphAddDependencies), so that
+// a capture of many launches holds one record, after the latest: each
+// record node beside a chain of kernels costs a replay more than the
+// kernel itself (tests/gxlat). A prev marked Kept, or a driver that cannot
+// re-point edges, gets a new node after prev instead, which keeps the
+// event's records in order. It returns the node; a driver without those
+// calls, or a stream joined from too many others, gets the record in the
+// chain (RecordExternal) and the zero GraphRecord. It fails on a stream
+// that is not capturing.
 func (e *Event) RecordBeside(s *Stream, prev GraphRecord) (GraphRecord, error) {
 	c, h, err := e.event("Event.RecordBeside")
 	if err != nil {
@@ -211,10 +227,18 @@ func (e *Event) RecordBeside(s *Stream, prev GraphRecord) (GraphRecord, error) {
 		return GraphRecord{}, err
 	}
 	node, capture := prev.node, C.ulonglong(prev.capture)
-	if err := check("cuGraphAddEventRecordNode", Result(C.ncu_event_record_beside(c, h, sh, &node, &capture))); err != nil {
+	if err := check("cuGraphAddEventRecordNode", Result(C.ncu_event_record_beside(c, h, sh, &node, &capture, moveFlag(prev)))); err != nil {
 		return GraphRecord{}, e.ctx.wrap("Event.RecordBeside", err)
 	}
 	return GraphRecord{node: node, capture: uint64(capture)}, nil
+}
+
+// moveFlag is ncu_event_record_beside's move argument for prev.
+func moveFlag(prev GraphRecord) C.int {
+	if prev.keep {
+		return 0
+	}
+	return 1
 }
 
 // Graph is a CUDA graph (CUgraph), as EndCapture returns it.

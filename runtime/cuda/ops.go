@@ -173,7 +173,7 @@ func (o *Ops) RecordBeside(e *Event, s *Stream, prev GraphRecord, f OpFlag) int 
 	i := o.Record(e, s, false, f)
 	p := &o.ops[i]
 	p.kind = C.NCU_OP_RECORD_BESIDE
-	p.node, p.capture = prev.node, C.ulonglong(prev.capture)
+	p.node, p.capture, p.move = prev.node, C.ulonglong(prev.capture), moveFlag(prev)
 	return i
 }
 

@@ -251,6 +251,7 @@ typedef struct {
   ncu_launch_graph* graph;    // NCU_OP_LAUNCH: the graph a plain launch goes through, or NULL
   CUgraphNode node;           // NCU_OP_RECORD_BESIDE: in, the record to follow; out, the new one (NULL: in the stream)
   unsigned long long capture; // NCU_OP_RECORD_BESIDE: in, node's capture id; out, the stream's
+  int move;                   // NCU_OP_RECORD_BESIDE: move node instead of following it (ncu_event_record_beside)
 } ncu_op;
 // ncu_run_ops makes c current and runs ops in order; args (size bytes) are
 // the parameters of every NCU_OP_LAUNCH. It returns the failure to make c
@@ -307,12 +308,14 @@ CUresult ncu_event_record_external(CUcontext c, CUevent e, CUstream s);
 // ncu_event_record_beside adds an event record node for e to the graph that
 // s is capturing into, after s's capture dependencies and after *node when
 // *capture is the capture's id, without making it a dependency of what s
-// captures next: the record is a branch beside the stream's chain. It
+// captures next: the record is a branch beside the stream's chain. With
+// move set, *node of the same capture is itself moved after s's capture
+// dependencies instead (where the driver can re-point its edges). It
 // returns the node and the capture id in *node and *capture. Without the
 // driver calls it needs (cuStreamGetCaptureInfo, cuGraphAddEventRecordNode)
 // or with more dependencies than it handles, it records e in the stream
 // (CU_EVENT_RECORD_EXTERNAL) and returns *node NULL.
-CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture);
+CUresult ncu_event_record_beside(CUcontext c, CUevent e, CUstream s, CUgraphNode* node, unsigned long long* capture, int move);
 CUresult ncu_stream_follow_capture(CUcontext c, CUstream s, CUstream from);
 CUresult ncu_stream_wait_event_external(CUcontext c, CUstream s, CUevent e);
 CUresult ncu_memcpy_htod_wait(CUcontext c, CUdeviceptr dst, const void* src, size_t n, CUstream s);
