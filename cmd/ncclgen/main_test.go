@@ -82,30 +82,25 @@ func TestList(t *testing.T) {
 }
 
 func TestExplain(t *testing.T) {
-	out, err := runCLI(t, "explain", "AllReduce Sum bf16 RING LL128")
-	require.NoError(t, err)
-	for _, want := range []string{"row:", "function id:", "ngDevKernel_AllReduce_Sum_bf16_RING_LL", "all_reduce_sum_bf16.cu", "CUDA >= 11.0"} {
-		assert.Contains(t, out, want)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"AllReduce Sum bf16 RING LL128"}, []string{"row:", "function id:", "ngDevKernel_AllReduce_Sum_bf16_RING_LL", "all_reduce_sum_bf16.cu", "CUDA >= 11.0"}},
+		{[]string{"AllReduce Sum i32 RING SIMPLE"}, []string{"by AllReduce Sum u32 RING SIMPLE (same code as its equivalence class)"}},
+		{[]string{"AllReduce Prod f32 NVLS SIMPLE"}, []string{"valid:        no: NVLS does not support Prod on f32"}},
+		{[]string{"--only", "SendRecv", "AllReduce Sum f32 RING LL"}, []string{`by Nop: the filter "SendRecv" leaves it out`}},
+		// Siblings that the type's RING LL kernel runs inline.
+		{[]string{"AllReduce Sum f32 RING SIMPLE"}, []string{"ngDevKernel_AllReduce_Sum_f32_RING_LL (inline from sm_90, through the device function table before)"}},
+		{[]string{"AllReduce MinMax f32 DIRECT SIMPLE"}, []string{"(inline from sm_90 for the works that take DIRECT's LL one-shot, else through the device function table)"}},
+		{[]string{"AllReduce Prod f32 RING LL"}, []string{"ngDevKernel_AllReduce_Sum_f32_RING_LL (through the device function table)"}},
+	} {
+		out, err := runCLI(t, append([]string{"explain"}, c.args...)...)
+		require.NoError(t, err, "%q", c.args)
+		for _, want := range c.want {
+			assert.Contains(t, out, want, "%q", c.args)
+		}
 	}
-	out, err = runCLI(t, "explain", "AllReduce Sum i32 RING SIMPLE")
-	require.NoError(t, err)
-	assert.Contains(t, out, "by AllReduce Sum u32 RING SIMPLE (same code as its equivalence class)")
-	out, err = runCLI(t, "explain", "AllReduce Prod f32 NVLS SIMPLE")
-	require.NoError(t, err)
-	assert.Contains(t, out, "valid:        no: NVLS does not support Prod on f32")
-	out, err = runCLI(t, "explain", "--only", "SendRecv", "AllReduce Sum f32 RING LL")
-	require.NoError(t, err)
-	assert.Contains(t, out, `by Nop: the filter "SendRecv" leaves it out`)
-	// Siblings that the type's RING LL kernel runs inline.
-	out, err = runCLI(t, "explain", "AllReduce Sum f32 RING SIMPLE")
-	require.NoError(t, err)
-	assert.Contains(t, out, "ngDevKernel_AllReduce_Sum_f32_RING_LL (inline from sm_90, through the device function table before)")
-	out, err = runCLI(t, "explain", "AllReduce MinMax f32 DIRECT SIMPLE")
-	require.NoError(t, err)
-	assert.Contains(t, out, "(inline from sm_90 for the works that take DIRECT's LL one-shot, else through the device function table)")
-	out, err = runCLI(t, "explain", "AllReduce Prod f32 RING LL")
-	require.NoError(t, err)
-	assert.Contains(t, out, "ngDevKernel_AllReduce_Sum_f32_RING_LL (through the device function table)")
 }
 
 func TestBadInput(t *testing.T) {

@@ -22,14 +22,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+#include "../cudacheck.h"
 
 enum Flavour { kVolatile, kRelaxedGpu, kAcqRelGpu, kRelaxedSys, kVolatileStagger2, kVolatileStagger4, kNumFlavours };
 static const char* kNames[kNumFlavours] = {"volatile", "relaxed.gpu", "acquire/release.gpu", "relaxed.sys",

@@ -33,24 +33,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
-#define CHECKD(x)                                                           \
-  do {                                                                      \
-    CUresult r_ = (x);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      const char* s_ = "?";                                                 \
-      cuGetErrorString(r_, &s_);                                            \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);        \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "../cudacheck.h"
 
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
