@@ -11,7 +11,7 @@
 #   tests           every bundle/tests/*.test (TESTFLAGS)
 #   suite           tests.test -test.short -run ${SUITE_RUN:-TestCollectives|TestSendRecv}
 #                   with NCCLGO_TEST_RANKS=${SUITE_RANKS:-1,2,4} (SUITE_DEVICES)
-#   graph           CUDA graph capture (issue 26.1): runtime_cuda.test TestGPUGraphCapture;
+#   graph           CUDA graph capture (issue 26.1): runtime_cuda.test '^TestGPUGraph' (capture, records beside, holds);
 #                   tests.test -run TestGraph (NCCLGO_GRAPH_RANKS=${GRAPH_RANKS:-1,2,4},
 #                   ${GRAPH_REPLAYS:-1000} replays, GRAPH_DEVICES); ncclperf -G 100 -b 8 -e 8
 #                   -n 100 -c 1 with -g 1 and (2 GPUs) -g 2, and -g 2 -graph-one (one graph
@@ -358,7 +358,7 @@ fi
 if has graph && begin graph; then
   mkdir -p "$L/graph"
   st=PASS
-  bt -C runtime/cuda graph/cuda 60 "$T/runtime_cuda.test" -test.run 'TestGPUGraphCapture' -test.v -test.count=1; rc=$?
+  bt -C runtime/cuda graph/cuda 60 "$T/runtime_cuda.test" -test.run '^TestGPUGraph' -test.v -test.count=1; rc=$?
   gook graph/cuda $rc || st=FAIL
   res="runtime/cuda: $(gocount graph/cuda)"
   bt -C tests graph/tests ${GRAPH_TO:-240} env NCCLGO_GRAPH_RANKS=${GRAPH_RANKS:-1,2,4} NCCLGO_GRAPH_REPLAYS=${GRAPH_REPLAYS:-1000} \
